@@ -1,0 +1,51 @@
+# ember — top-level wrapper around CMake. The two commands that matter:
+#   make serve   set up, build, fetch the default model, start the server
+#   make test    the whole test suite (unit tests via ctest, end-to-end via pytest)
+BUILD ?= build
+JOBS ?= $(shell nproc)
+PY := .venv/bin/python
+CMAKE_ARGS ?=
+
+.PHONY: all setup build models test unit e2e serve sanitize fuzz cuda bench clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+build: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+models: setup
+	@scripts/fetch-model all >/dev/null
+
+unit: build models
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+e2e: build models
+	EMBER_BIN=$(abspath $(BUILD))/bin/ember $(PY) -m pytest -q tests/e2e
+
+test: unit e2e
+
+serve: build
+	@scripts/serve
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+sanitize: setup models
+	@cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=ON >/dev/null
+	@cmake --build build-san -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-san --output-on-failure -j$(JOBS)
+	EMBER_BIN=$(abspath build-san)/bin/ember ASAN_OPTIONS=detect_leaks=1 $(PY) -m pytest -q tests/e2e
+
+# libFuzzer targets (clang); run one with e.g. build-fuzz/fuzz/fuzz_gguf -max_total_time=600
+fuzz: setup
+	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DEMBER_FUZZ=ON -DEMBER_TESTS=OFF >/dev/null
+	@cmake --build build-fuzz -j$(JOBS)
+
+cuda: setup
+	@cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON >/dev/null
+	@cmake --build build-cuda -j$(JOBS)
+
+clean:
+	rm -rf $(BUILD) build-san build-fuzz build-cuda

@@ -40,6 +40,142 @@ const char *ember_status_name(ember_status s);
  * valid until the next ember call on this thread that sets an error. */
 const char *ember_last_error(void);
 
+
+/* ===========================================================================
+ * Runtime API (implemented by src/model, src/kv, src/backend, src/engine).
+ *
+ * Shapes use ggml's order where it matters: logits of one position are
+ * [n_vocab] floats; positions are token indices within a sequence (0-based).
+ * ======================================================================== */
+
+typedef int32_t ember_token;   /* token id, [0, n_vocab) */
+typedef int32_t ember_pos;     /* position within a sequence, >= 0 */
+typedef int32_t ember_seq_id;  /* sequence id, [0, n_seq_max) */
+
+typedef struct ember_model ember_model;     /* weights + vocab, immutable, shareable */
+typedef struct ember_context ember_context; /* KV pool + scratch + backend state */
+
+typedef enum ember_kv_type {
+    EMBER_KV_F16 = 0,
+    EMBER_KV_Q8_0 = 1,
+    EMBER_KV_F32 = 2,
+} ember_kv_type;
+
+typedef struct ember_model_params {
+    int32_t n_gpu_layers;   /* -ngl; 0 = CPU only; -1 = all layers when a GPU is present */
+    int32_t device;         /* --device index for the CUDA backend */
+    bool use_mmap;          /* default true */
+} ember_model_params;
+
+ember_model_params ember_model_default_params(void);
+
+/* Load a GGUF model: metadata, vocab, weights bound to the mapped tensors.
+ * Errors: EMBER_ERR_IO, EMBER_ERR_FORMAT (malformed file), EMBER_ERR_UNSUPPORTED
+ * (unknown general.architecture, tensor type without kernels), EMBER_ERR_NOT_FOUND
+ * (missing tensor or key; the message names it). */
+ember_status ember_model_load(const char *path, const ember_model_params *params, ember_model **out);
+void ember_model_free(ember_model *m);
+const char *ember_model_arch(const ember_model *m);   /* general.architecture */
+int32_t ember_model_n_vocab(const ember_model *m);
+int32_t ember_model_n_ctx_train(const ember_model *m);
+int32_t ember_model_n_embd(const ember_model *m);
+int32_t ember_model_n_layer(const ember_model *m);
+/* Bytes of weights the model uses (mapped or uploaded). */
+uint64_t ember_model_size_bytes(const ember_model *m);
+
+typedef struct ember_context_params {
+    uint32_t n_ctx;        /* -c: the most tokens one sequence may hold */
+    uint32_t n_kv_tokens;  /* KV pool size in tokens shared by all sequences; 0 = n_ctx */
+    uint32_t n_seq_max;    /* sequences that may exist at once (slots, drafts) */
+    uint32_t n_batch;      /* most entries one ember_decode call accepts */
+    uint32_t n_ubatch;     /* entries per internal micro-batch (prefill tiling) */
+    int32_t n_threads;     /* -t; <= 0 = number of cores */
+    ember_kv_type type_k;  /* -ctk */
+    ember_kv_type type_v;  /* -ctv */
+} ember_context_params;
+
+ember_context_params ember_context_default_params(void);
+
+/* Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM (pool does not fit). */
+ember_status ember_context_new(ember_model *m, const ember_context_params *params, ember_context **out);
+void ember_context_free(ember_context *ctx);
+/* Bytes of KV cache and scratch the context allocated. */
+uint64_t ember_context_kv_bytes(const ember_context *ctx);
+uint64_t ember_context_scratch_bytes(const ember_context *ctx);
+
+/* One step's work: n_tokens entries of (token, position, sequence, wants-logits).
+ * Entries of several sequences may be mixed (decode tokens, prefill chunks,
+ * drafted tokens awaiting verification). Within a sequence, positions must be
+ * consecutive and continue that sequence's current length. Struct of arrays,
+ * each of n_tokens elements. */
+typedef struct ember_batch {
+    int32_t n_tokens;
+    ember_token *token;
+    ember_pos *pos;
+    ember_seq_id *seq_id;
+    int8_t *logits;        /* nonzero: compute logits for this entry */
+} ember_batch;
+
+/* Allocate a batch with room for n_max entries (n_tokens = 0). */
+ember_status ember_batch_init(int32_t n_max, ember_batch *out);
+void ember_batch_free(ember_batch *b);
+
+/* Run the model over `batch`, writing K/V for every entry and logits for the
+ * entries that asked for them. Errors: EMBER_ERR_INVALID_ARG (token out of
+ * vocab, bad seq id, non-consecutive position), EMBER_ERR_RANGE (a sequence
+ * would exceed n_ctx, or the KV pool is full: nothing is written then). */
+ember_status ember_decode(ember_context *ctx, const ember_batch *batch);
+
+/* Logits [n_vocab] of batch entry `i` of the last ember_decode; NULL if that
+ * entry did not ask for logits. Valid until the next ember_decode. */
+const float *ember_get_logits(ember_context *ctx, int32_t i);
+
+/* Sequences. A sequence exists once it holds a token; these edit it:
+ * - remove: drop all of its positions and free its KV blocks;
+ * - truncate: keep positions [0, n_keep), drop the rest (KV rollback, no copy);
+ * - fork: make dst share src's positions [0, n) (prefix sharing; blocks are
+ *   reference-counted, copied only on write). dst must be empty. */
+ember_status ember_seq_remove(ember_context *ctx, ember_seq_id seq);
+ember_status ember_seq_truncate(ember_context *ctx, ember_seq_id seq, ember_pos n_keep);
+ember_status ember_seq_fork(ember_context *ctx, ember_seq_id src, ember_seq_id dst, ember_pos n);
+/* Number of positions sequence `seq` holds (its next position). */
+ember_pos ember_seq_len(const ember_context *ctx, ember_seq_id seq);
+/* Free KV tokens left in the pool. */
+uint32_t ember_kv_free_tokens(const ember_context *ctx);
+
+/* ===========================================================================
+ * Sampling (src/sample). Order as llama.cpp's default chain: logit bias,
+ * penalties, top-k, top-p, min-p, temperature, then a draw (greedy when
+ * temp <= 0).
+ * ======================================================================== */
+
+typedef struct ember_logit_bias { ember_token token; float bias; } ember_logit_bias;
+
+typedef struct ember_sampler_params {
+    float temp;             /* <= 0: greedy */
+    int32_t top_k;          /* <= 0: off */
+    float top_p;            /* >= 1: off */
+    float min_p;            /* <= 0: off */
+    float repeat_penalty;   /* 1: off */
+    float presence_penalty; /* 0: off */
+    float frequency_penalty;/* 0: off */
+    int32_t penalty_last_n; /* tokens looked back for penalties; -1 = all */
+    uint64_t seed;          /* same seed, same draws */
+    const ember_logit_bias *logit_bias;
+    int32_t n_logit_bias;
+} ember_sampler_params;
+
+typedef struct ember_sampler ember_sampler;
+
+ember_sampler_params ember_sampler_default_params(void);
+ember_status ember_sampler_new(const ember_sampler_params *p, int32_t n_vocab, ember_sampler **out);
+void ember_sampler_free(ember_sampler *s);
+/* Pick a token from logits [n_vocab] (not modified). */
+ember_token ember_sampler_sample(ember_sampler *s, const float *logits);
+/* Record a token into the penalty history (prompt tokens and generated ones). */
+void ember_sampler_accept(ember_sampler *s, ember_token t);
+void ember_sampler_reset(ember_sampler *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -451,6 +451,28 @@ jv jv_to_str(jx_ctx *c, jv v)
     return jv_str(c, b.p ? b.p : "", b.n);
 }
 
+jv jv_html_escape(jx_ctx *c, jv v)
+{
+    if (v.k == JV_STR && v.u.s->markup) return v;
+    jv s = jv_to_str(c, v);
+    jx_buf b = {0};
+    jx_buf_put(c, &b, "", 0);
+    for (size_t i = 0; i < s.u.s->len; i++) {
+        char ch = s.u.s->s[i];
+        switch (ch) {
+        case '&': jx_buf_puts(c, &b, "&amp;"); break;
+        case '<': jx_buf_puts(c, &b, "&lt;"); break;
+        case '>': jx_buf_puts(c, &b, "&gt;"); break;
+        case '"': jx_buf_puts(c, &b, "&#34;"); break;
+        case '\'': jx_buf_puts(c, &b, "&#39;"); break;
+        default: jx_buf_putc(c, &b, ch);
+        }
+    }
+    jv out = jv_str(c, b.p, b.n);
+    ((jx_str *)out.u.s)->markup = true;
+    return out;
+}
+
 /* ---- json.dumps ------------------------------------------------------------ */
 
 static void json_str(jx_ctx *c, jx_buf *b, const char *s, size_t n, bool ascii)

@@ -564,6 +564,8 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         jv m = jx_arg(a, 1, "method", jv_undef());
         double x = jv_as_double(in), f = pow(10.0, (double)prec), y;
         if (!jv_is_number(in)) jx_rfail(r, at, "round expects a number");
+        bool common = !(m.k == JV_STR && (!strcmp(m.u.s->s, "floor") || !strcmp(m.u.s->s, "ceil")));
+        if (common && in.k != JV_FLOAT && prec >= 0) return jv_int(in.k == JV_INT ? in.u.i : in.u.b);   /* round(int, n) is an int */
         if (m.k == JV_STR && !strcmp(m.u.s->s, "floor")) y = floor(x * f) / f;
         else if (m.k == JV_STR && !strcmp(m.u.s->s, "ceil")) y = ceil(x * f) / f;
         else y = nearbyint(x * f) / f;   /* Python's round(): half to even */

@@ -153,6 +153,18 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "6", "reasoning_content": "Two times three is six.", "thinking": "Two times three is six."},
         {"role": "user", "content": "3*4?"}], "add_generation_prompt": True,
         "kwargs": {"reasoning_effort": "low"}},
+    "tool_call_string_args": {"messages": [
+        {"role": "system", "content": "Use tools when useful."},
+        {"role": "user", "content": "Search for 'jinja' docs."},
+        {"role": "assistant", "content": "Let me search.", "tool_calls": [
+            {"id": "call00005", "type": "function", "function": {"name": "web_search", "arguments": "{\"query\": \"jinja docs\"}"}}]},
+        {"role": "tool", "tool_call_id": "call00005", "name": "web_search", "content": "jinja.palletsprojects.com"},
+        {"role": "assistant", "content": "Found: jinja.palletsprojects.com"}],
+        "tools": [SEARCH], "add_generation_prompt": False},
+    "long_history": {"messages": [SYS] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": ("Turn %d: " % i) + "word " * (i % 7)}
+        for i in range(24)] + [{"role": "user", "content": "Summarize."}], "add_generation_prompt": True,
+        "kwargs": {"enable_thinking": False}},
     "not_alternating": {"messages": [
         {"role": "assistant", "content": "I speak first."},
         {"role": "user", "content": "Odd."},
@@ -258,6 +270,8 @@ FEATURES = [
      "|{{ strftime_now('%Y-%m-%d %H:%M %B %d %b') }}|{% filter upper %}shout {{ 'this' }}{% endfilter %}"
      "|{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}|{{ messages[0].content }}|{{ bos_token }}{{ eos_token }}|{% generation %}gen{% endgeneration %}",
      {"messages": [{"role": "user", "content": "hi"}], "bos_token": "<s>", "eos_token": "</s>"}),
+    ("round_and_numbers", "{{ 3 | round }} {{ 3 | round(1, 'floor') }} {{ 2.5 | round }} {{ 3.14159 | round(3) }} {{ 2.7 | round(0, 'floor') }}"
+     " {{ 2.1 | round(0, 'ceil') }} {{ 10 | float }} {{ '7' | int * 2 }} {{ 5 // 2.0 }} {{ 5.5 % 2 }} {{ 2 ** 0.5 }}", {}),
     ("markup", "{{ 'a<b'|safe + '<i>' }}|{{ '<i>' + 'x'|safe }}|{{ ('<' ~ 'b')|e }}|{{ ('x'|safe + ' & ') ~ '<' }}", {}),
     # failures: jinja2 raises, so must ember
     ("err_unclosed_if", "line1\n{% if x %}\nbody\n", {}),

@@ -601,7 +601,7 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
     if (IS("format")) {
         jv t = jv_list_new(C(r), JV_TUPLE, (size_t)a->n);
         for (int i = 0; i < a->n; i++) jv_list_push(C(r), &t, a->v[i]);
-        return jx_call_method(r, at, s, "__mod__", &(jx_args){&t, 1, NULL, NULL, 0});
+        return jx_percent_format(r, at, s, t);
     }
     jx_rfail(r, at, "no filter named '%s'", name);
 #undef IS
@@ -778,27 +778,6 @@ jv jx_call_method(jx_render *r, const jx_node *at, jv self, const char *name, co
 #define IS(x) (strcmp(name, x) == 0)
     jx_step(r, at);
     if (self.k == JV_STR) {
-        if (IS("__mod__")) {
-            jv args = a->v[0];
-            /* delegate to the % operator semantics */
-            const jx_list *al = args.u.l;
-            jx_buf b = {0};
-            jx_buf_put(C(r), &b, "", 0);
-            size_t ai = 0;
-            for (size_t i = 0; i < self.u.s->len; i++) {
-                char ch = self.u.s->s[i];
-                if (ch != '%') { jx_buf_putc(C(r), &b, ch); continue; }
-                if (++i >= self.u.s->len) jx_rfail(r, at, "incomplete format");
-                if (self.u.s->s[i] == '%') { jx_buf_putc(C(r), &b, '%'); continue; }
-                if (ai >= al->n) jx_rfail(r, at, "not enough arguments for format string");
-                jv x = al->v[ai++];
-                if (self.u.s->s[i] == 's') jv_str_into(C(r), &b, x);
-                else if (self.u.s->s[i] == 'r') jv_repr_into(C(r), &b, x);
-                else if (self.u.s->s[i] == 'd') jx_buf_printf(C(r), &b, "%lld", (long long)need_int(r, at, x, "%d"));
-                else jx_rfail(r, at, "unsupported format character");
-            }
-            return jv_str(C(r), b.p, b.n);
-        }
         if (IS("strip") || IS("lstrip") || IS("rstrip"))
             return strip(r, self, jx_arg(a, 0, "chars", jv_none()), !IS("rstrip"), !IS("lstrip"));
         if (IS("split") || IS("rsplit")) {
@@ -895,6 +874,85 @@ jv jx_call_method(jx_render *r, const jx_node *at, jv self, const char *name, co
     }
     jx_rfail(r, at, "'%s' object has no method '%s'", jv_type_name(self), name);
 #undef IS
+}
+
+/* ---- printf-style formatting ------------------------------------------------- */
+
+jv jx_percent_format(jx_render *r, const jx_node *at, jv fmt, jv args)
+{
+    const jx_list *al = args.k == JV_TUPLE ? args.u.l : NULL;
+    size_t ai = 0;
+    bool used_single = false;
+    jx_buf b = {0};
+    jx_buf_put(C(r), &b, "", 0);
+    const char *s = fmt.u.s->s;
+    size_t n = fmt.u.s->len;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%') { jx_buf_putc(C(r), &b, s[i]); continue; }
+        size_t st = i++;
+        char spec[32];
+        size_t k = 0;
+        spec[k++] = '%';
+        while (i < n && strchr("-+ #0", s[i]) && k < 8) spec[k++] = s[i++];
+        while (i < n && s[i] >= '0' && s[i] <= '9' && k < 16) spec[k++] = s[i++];
+        if (i < n && s[i] == '.') { spec[k++] = s[i++]; while (i < n && s[i] >= '0' && s[i] <= '9' && k < 24) spec[k++] = s[i++]; }
+        if (i >= n) jx_rfail(r, at, "incomplete format");
+        char conv = s[i];
+        if (conv == '%' && i == st + 1) { jx_buf_putc(C(r), &b, '%'); continue; }
+        jv a;
+        if (al) {
+            if (ai >= al->n) jx_rfail(r, at, "not enough arguments for format string");
+            a = al->v[ai++];
+        } else {
+            if (used_single) jx_rfail(r, at, "not enough arguments for format string");
+            used_single = true;
+            a = args;
+        }
+        char out[512];
+        switch (conv) {
+        case 's': case 'r': {
+            jx_buf t = {0};
+            jx_buf_put(C(r), &t, "", 0);
+            if (conv == 's') jv_str_into(C(r), &t, a); else jv_repr_into(C(r), &t, a);
+            spec[k++] = 's';
+            spec[k] = 0;
+            if (k == 2) jx_buf_put(C(r), &b, t.p, t.n);
+            else {
+                int m = snprintf(out, sizeof out, spec, t.p);
+                if (m < 0 || (size_t)m >= sizeof out) jx_buf_put(C(r), &b, t.p, t.n);
+                else jx_buf_put(C(r), &b, out, (size_t)m);
+            }
+            continue;
+        }
+        case 'd': case 'i': case 'x': case 'X': case 'o': {
+            if (!jv_is_number(a)) jx_rfail(r, at, "%%%c format: a real number is required, not %s", conv, jv_type_name(a));
+            long long v = a.k == JV_FLOAT ? (long long)a.u.f : (long long)(a.k == JV_INT ? a.u.i : a.u.b);
+            spec[k++] = 'l';
+            spec[k++] = 'l';
+            spec[k++] = conv == 'i' ? 'd' : conv;
+            spec[k] = 0;
+            int m = snprintf(out, sizeof out, spec, v);
+            if (m < 0 || (size_t)m >= sizeof out) jx_rfail(r, at, "format width or precision too large");
+            break;
+        }
+        case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
+            if (!jv_is_number(a)) jx_rfail(r, at, "%%%c format: a real number is required, not %s", conv, jv_type_name(a));
+            spec[k++] = conv;
+            spec[k] = 0;
+            int m = snprintf(out, sizeof out, spec, jv_as_double(a));
+            if (m < 0 || (size_t)m >= sizeof out) jx_rfail(r, at, "format width or precision too large");
+            break;
+        }
+        case 'c': {
+            jv_str_into(C(r), &b, a);
+            continue;
+        }
+        default: jx_rfail(r, at, "unsupported format character '%c'", conv);
+        }
+        jx_buf_puts(C(r), &b, out);
+    }
+    if (al && ai < al->n) jx_rfail(r, at, "not all arguments converted during string formatting");
+    return jv_str(C(r), b.p, b.n);
 }
 
 /* ---- global functions ---------------------------------------------------------- */

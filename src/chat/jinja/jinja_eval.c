@@ -279,40 +279,6 @@ static jv repeat(jx_render *r, const jx_node *at, jv seq, int64_t times)
     return out;
 }
 
-static jv str_percent(jx_render *r, const jx_node *at, jv fmt, jv args)
-{
-    const jx_list *al = (args.k == JV_TUPLE) ? args.u.l : NULL;
-    size_t ai = 0;
-    jx_buf b = {0};
-    jx_buf_put(&r->c, &b, "", 0);
-    const char *s = fmt.u.s->s;
-    size_t n = fmt.u.s->len;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') { jx_buf_putc(&r->c, &b, s[i]); continue; }
-        if (++i >= n) jx_rfail(r, at, "incomplete format");
-        if (s[i] == '%') { jx_buf_putc(&r->c, &b, '%'); continue; }
-        jv a;
-        if (al) {
-            if (ai >= al->n) jx_rfail(r, at, "not enough arguments for format string");
-            a = al->v[ai++];
-        } else {
-            if (ai++) jx_rfail(r, at, "not enough arguments for format string");
-            a = args;
-        }
-        switch (s[i]) {
-        case 's': jv_str_into(&r->c, &b, a); break;
-        case 'r': jv_repr_into(&r->c, &b, a); break;
-        case 'd': case 'i':
-            if (!jv_is_number(a)) jx_rfail(r, at, "%%d format: a number is required, not %s", jv_type_name(a));
-            jx_buf_printf(&r->c, &b, "%lld", (long long)(a.k == JV_FLOAT ? (int64_t)a.u.f : as_int(a)));
-            break;
-        default: jx_rfail(r, at, "unsupported format character '%c'", s[i]);
-        }
-    }
-    if (al && ai < al->n) jx_rfail(r, at, "not all arguments converted during string formatting");
-    return jv_str(&r->c, b.p, b.n);
-}
-
 static jv arith(jx_render *r, const jx_node *at, int op, jv a, jv b)
 {
     static const char *opname[] = {"", "+", "-", "*", "/", "//", "%", "**"};
@@ -384,7 +350,7 @@ static jv arith(jx_render *r, const jx_node *at, int op, jv a, jv b)
         return repeat(r, at, a, as_int(b));
     if (op == OP_MUL && (b.k == JV_STR || b.k == JV_LIST || b.k == JV_TUPLE) && is_intlike(a))
         return repeat(r, at, b, as_int(a));
-    if (op == OP_MOD && a.k == JV_STR) return str_percent(r, at, a, b);
+    if (op == OP_MOD && a.k == JV_STR) return jx_percent_format(r, at, a, b);
     bad_operands(r, at, opname[op], a, b);
 ovf:
     jx_fail(&r->c, EMBER_ERR_RANGE, at->line, at->col, "integer overflow in '%s'", opname[op]);

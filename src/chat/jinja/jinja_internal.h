@@ -230,3 +230,6 @@ bool jx_has_method(jv self, const char *name);
 jv jx_iter_list(jx_render *r, const jx_node *at, jv v);
 int jx_compare(jx_render *r, const jx_node *at, jv a, jv b);   /* <0, 0, >0 or fails */
 void jx_step(jx_render *r, const jx_node *at);
+/* Python's "fmt % args" (printf-style): %s %r %d %i %f %F %e %E %g %G %x %X %o %c %%,
+ * with flags, width and precision; args is a tuple or a single value. */
+jv jx_percent_format(jx_render *r, const jx_node *at, jv fmt, jv args);

@@ -272,6 +272,8 @@ FEATURES = [
      {"messages": [{"role": "user", "content": "hi"}], "bos_token": "<s>", "eos_token": "</s>"}),
     ("round_and_numbers", "{{ 3 | round }} {{ 3 | round(1, 'floor') }} {{ 2.5 | round }} {{ 3.14159 | round(3) }} {{ 2.7 | round(0, 'floor') }}"
      " {{ 2.1 | round(0, 'ceil') }} {{ 10 | float }} {{ '7' | int * 2 }} {{ 5 // 2.0 }} {{ 5.5 % 2 }} {{ 2 ** 0.5 }}", {}),
+    ("percent_format", "{{ '%s|%5s|%-4s|%r' % ('a', 'b', 'c', 'd') }} {{ '%d %05d %+d %x %X %o' % (7, 42, 3, 255, 255, 8) }}"
+     " {{ '%.2f %8.3f %e %g %%' % (3.14159, 2.5, 12345.678, 0.0001) }} {{ '%s' % 5 }} {{ 'v=%.1f' | format(2.25) }}", {}),
     ("markup", "{{ 'a<b'|safe + '<i>' }}|{{ '<i>' + 'x'|safe }}|{{ ('<' ~ 'b')|e }}|{{ ('x'|safe + ' & ') ~ '<' }}", {}),
     # failures: jinja2 raises, so must ember
     ("err_unclosed_if", "line1\n{% if x %}\nbody\n", {}),

@@ -11,6 +11,7 @@
  */
 #include "chat/jinja/jinja_internal.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -721,7 +722,7 @@ static int exec_stmt(jx_render *r, const jx_node *s, jx_frame *f)
 
 /* ---- entry point ----------------------------------------------------------- */
 
-ember_status ember_jinja_render(const ember_jinja_template *t, const json_t *context,
+static ember_status render_impl(const ember_jinja_template *t, const json_t *context,
                                 const ember_jinja_render_opts *opts, char **out, size_t *out_len,
                                 ember_jinja_error *err)
 {
@@ -773,4 +774,19 @@ ember_status ember_jinja_render(const ember_jinja_template *t, const json_t *con
     jx_arena_free(&r->c);
     free(r);
     return EMBER_OK;
+}
+
+ember_status ember_jinja_render(const ember_jinja_template *t, const json_t *context,
+                                const ember_jinja_render_opts *opts, char **out, size_t *out_len,
+                                ember_jinja_error *err)
+{
+    /* numbers print as Python prints them whatever the process locale is */
+    locale_t cloc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    locale_t old = cloc ? uselocale(cloc) : (locale_t)0;
+    ember_status st = render_impl(t, context, opts, out, out_len, err);
+    if (cloc) {
+        uselocale(old);
+        freelocale(cloc);
+    }
+    return st;
 }

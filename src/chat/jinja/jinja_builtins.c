@@ -43,6 +43,12 @@ jv jx_iter_list(jx_render *r, const jx_node *at, jv v)
     switch (v.k) {
     case JV_LIST: case JV_TUPLE: return v;
     case JV_UNDEF: return jv_list_new(C(r), JV_LIST, 0);
+    case JV_ITER: {   /* one-shot iterators yield what is left, once */
+        jv l = jv_list_new(C(r), JV_LIST, v.u.l->n - v.u.l->pos);
+        for (size_t i = v.u.l->pos; i < v.u.l->n; i++) jv_list_push(C(r), &l, v.u.l->v[i]);
+        if (!v.u.l->view) v.u.l->pos = v.u.l->n;
+        return l;
+    }
     case JV_DICT: case JV_NS: {
         jv l = jv_list_new(C(r), JV_LIST, v.u.d->n);
         for (size_t i = 0; i < v.u.d->n; i++) jv_list_push(C(r), &l, v.u.d->key[i]);
@@ -70,6 +76,7 @@ static size_t py_len(jx_render *r, const jx_node *at, jv v)
     case JV_LIST: case JV_TUPLE: return v.u.l->n;
     case JV_DICT: case JV_NS: return v.u.d->n;
     case JV_UNDEF: return 0;
+    case JV_ITER: if (v.u.l->view) return v.u.l->n; /* fall through */
     default: jx_rfail(r, at, "object of type '%s' has no len()", jv_type_name(v));
     }
 }
@@ -335,7 +342,7 @@ static bool run_test_on(jx_render *r, const jx_node *at, jv item, const jx_args 
 
 static jv select_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a, bool attr, bool want)
 {
-    if (!jv_truthy(seq)) return jv_list_new(C(r), JV_LIST, 0);   /* jinja2: "if value:" */
+    if (!jv_truthy(seq)) return jv_iter_from(C(r), jv_list_new(C(r), JV_LIST, 0), "generator", false);   /* jinja2: "if value:" */
     jv items = jx_iter_list(r, at, seq);
     jv out = jv_list_new(C(r), JV_LIST, 0);
     for (size_t i = 0; i < items.u.l->n; i++) {
@@ -347,12 +354,12 @@ static jv select_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *
         }
         if (run_test_on(r, at, probe, a, attr ? 1 : 0) == want) jv_list_push(C(r), &out, it);
     }
-    return out;
+    return jv_iter_from(C(r), out, "generator", false);
 }
 
 static jv map_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a)
 {
-    if (!jv_truthy(seq)) return jv_list_new(C(r), JV_LIST, 0);   /* jinja2: "if value:" */
+    if (!jv_truthy(seq)) return jv_iter_from(C(r), jv_list_new(C(r), JV_LIST, 0), "generator", false);   /* jinja2: "if value:" */
     jv items = jx_iter_list(r, at, seq);
     jv out = jv_list_new(C(r), JV_LIST, items.u.l->n);
     jv attr = jx_arg(a, -1, "attribute", jv_undef());
@@ -369,7 +376,7 @@ static jv map_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a)
             jv_list_push(C(r), &out, jx_apply_filter(r, at, fn.u.s->s, it, &rest));
         } else jv_list_push(C(r), &out, it);
     }
-    return out;
+    return jv_iter_from(C(r), out, "generator", false);
 }
 
 static jv to_int(jx_render *r, jv v, jv dflt, int64_t base)
@@ -482,7 +489,33 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         for (size_t i = 0; i < l.u.l->n; i++) jv_list_push(C(r), &out, l.u.l->v[i]);
         return out;
     }
-    if (IS("items")) return items_of(r, at, in);
+    if (IS("items")) {
+        if (in.k != JV_UNDEF && in.k != JV_DICT && in.k != JV_NS) jx_rfail(r, at, "Can only get item pairs from a mapping.");
+        return jv_iter_from(C(r), items_of(r, at, in), "generator", false);
+    }
+    if (IS("batch")) {
+        int64_t size = need_int(r, at, jx_arg(a, 0, "linecount", jv_undef()), "batch");
+        jv fill = jx_arg(a, 1, "fill_with", jv_undef());
+        if (size <= 0) jx_rfail(r, at, "batch size must be positive");
+        jv l = jx_iter_list(r, at, in), out = jv_list_new(C(r), JV_LIST, 0), cur = jv_undef();
+        for (size_t i = 0; i < l.u.l->n; i++) {
+            if (cur.k == JV_UNDEF) cur = jv_list_new(C(r), JV_LIST, (size_t)size);
+            jv_list_push(C(r), &cur, l.u.l->v[i]);
+            if ((int64_t)cur.u.l->n == size) { jv_list_push(C(r), &out, cur); cur = jv_undef(); }
+        }
+        if (cur.k != JV_UNDEF) {
+            if (fill.k != JV_UNDEF) while ((int64_t)cur.u.l->n < size) jv_list_push(C(r), &cur, fill);
+            jv_list_push(C(r), &out, cur);
+        }
+        return jv_iter_from(C(r), out, "generator", false);
+    }
+    if (IS("first") && in.k == JV_ITER && !in.u.l->view) {   /* next(iter(value)) */
+        if (in.u.l->pos < in.u.l->n) return in.u.l->v[in.u.l->pos++];
+        jv u = jv_undef();
+        u.u.s = jv_cstr(C(r), "No first item, sequence was empty.").u.s;
+        return u;
+    }
+    if (IS("last") && in.k == JV_ITER && !in.u.l->view) jx_rfail(r, at, "'%s' object is not reversible", jv_type_name(in));
     if (IS("first") || IS("last")) {
         jv l = jx_iter_list(r, at, in);
         if (l.u.l->n == 0) {
@@ -498,6 +531,8 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
     if (IS("reject")) return select_filter(r, at, in, a, false, false);
     if (IS("selectattr")) return select_filter(r, at, in, a, true, true);
     if (IS("rejectattr")) return select_filter(r, at, in, a, true, false);
+    if (in.k == JV_UNDEF && (IS("int") || IS("float") || IS("indent") || IS("dictsort")))
+        jx_fail_undefined(r, at, in);   /* these read the value; the rest treat Undefined as empty */
     if (IS("int")) return to_int(r, in, jx_arg(a, 0, "default", jv_int(0)), need_int(r, at, jx_arg(a, 1, "base", jv_int(10)), "int base"));
     if (IS("float")) return to_float(r, in, jx_arg(a, 0, "default", jv_float(0.0)));
     if (IS("abs")) {
@@ -513,10 +548,11 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
             for (size_t i = l.u.l->n; i-- > 0;) jx_buf_put(C(r), &b, l.u.l->v[i].u.s->s, l.u.l->v[i].u.s->len);
             return jv_str(C(r), b.p, b.n);
         }
+        bool was_seq = in.k == JV_LIST || in.k == JV_TUPLE;
         jv l = jx_iter_list(r, at, in);
         jv out = jv_list_new(C(r), JV_LIST, l.u.l->n);
         for (size_t i = l.u.l->n; i-- > 0;) jv_list_push(C(r), &out, l.u.l->v[i]);
-        return out;
+        return was_seq ? jv_iter_from(C(r), out, "list_reverseiterator", false) : out;
     }
     if (IS("sort"))
         return sorted(r, at, in, jv_truthy(jx_arg(a, 0, "reverse", jv_bool(false))),
@@ -534,7 +570,7 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
             for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = jv_equal(seen.u.l->v[j], k);
             if (!dup) { jv_list_push(C(r), &seen, k); jv_list_push(C(r), &out, l.u.l->v[i]); }
         }
-        return out;
+        return jv_iter_from(C(r), out, "generator", false);
     }
     if (IS("min") || IS("max")) {
         jv l = jx_iter_list(r, at, in);
@@ -594,7 +630,20 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         jv cnt = jx_arg(a, 2, "count", jv_none());
         return replace(r, s, old, nw, cnt.k == JV_INT ? cnt.u.i : -1);
     }
-    if (IS("wordcount")) return jv_int((int64_t)split(r, at, s, jv_none(), -1).u.l->n);
+    if (IS("wordcount")) {   /* len(re.findall(r"\w+", s)) */
+        int64_t words = 0;
+        bool in_word = false;
+        size_t i = 0;
+        while (i < s.u.s->len) {
+            uint32_t cp = next_cp(s.u.s->s, s.u.s->len, &i);
+            utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+            bool w = cp == '_' || (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
+                     (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO) || c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC;
+            if (w && !in_word) words++;
+            in_word = w;
+        }
+        return jv_int(words);
+    }
     if (IS("indent"))
         return indent(r, s, jx_arg(a, 0, "width", jv_int(4)), jv_truthy(jx_arg(a, 1, "first", jv_bool(false))),
                       jv_truthy(jx_arg(a, 2, "blank", jv_bool(false))));
@@ -606,6 +655,8 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
     jx_rfail(r, at, "no filter named '%s'", name);
 #undef IS
 }
+
+static bool all_cp(jv s, int kind);
 
 /* ---- tests ------------------------------------------------------------------ */
 
@@ -625,7 +676,7 @@ bool jx_apply_test(jx_render *r, const jx_node *at, const char *name, jv v, cons
     if (IS("string")) return v.k == JV_STR;
     if (IS("mapping")) return v.k == JV_DICT;
     if (IS("sequence")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT;
-    if (IS("iterable")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT || v.k == JV_UNDEF || v.k == JV_NS;
+    if (IS("iterable")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT || v.k == JV_UNDEF || v.k == JV_ITER;
     if (IS("callable")) return v.k == JV_MACRO || v.k == JV_BUILTIN || v.k == JV_METHOD;
     if (IS("sameas")) {
         if (v.k != x.k) return false;
@@ -645,22 +696,31 @@ bool jx_apply_test(jx_render *r, const jx_node *at, const char *name, jv v, cons
         if (x.k == JV_STR) return v.k == JV_STR && memmem(x.u.s->s, x.u.s->len, v.u.s->s, v.u.s->len) != NULL;
         if (x.k == JV_LIST || x.k == JV_TUPLE) { for (size_t i = 0; i < x.u.l->n; i++) if (jv_equal(x.u.l->v[i], v)) return true; return false; }
         if (x.k == JV_DICT) { jv o; return jv_dict_get(x.u.d, v, &o); }
+        if (x.k == JV_ITER) { jv l = jx_iter_list(r, at, x); for (size_t i = 0; i < l.u.l->n; i++) if (jv_equal(l.u.l->v[i], v)) return true; return false; }
         jx_rfail(r, at, "argument of type '%s' is not iterable", jv_type_name(x));
     }
-    if (IS("odd") || IS("even")) {
-        int64_t i = need_int(r, at, v, name);
-        bool odd = (i % 2) != 0;
-        return IS("odd") ? odd : !odd;
+    if (IS("odd") || IS("even") || IS("divisibleby")) {   /* value % 2 == 1, value % 2 == 0, value % num == 0 */
+        jv d = IS("divisibleby") ? x : jv_int(2);
+        if (v.k == JV_UNDEF) jx_fail_undefined(r, at, v);
+        if (!jv_is_number(v) || !jv_is_number(d)) jx_rfail(r, at, "test '%s' needs numbers, got '%s'", name, jv_type_name(v));
+        double m;
+        if (v.k != JV_FLOAT && d.k != JV_FLOAT) {
+            int64_t a = v.k == JV_INT ? v.u.i : v.u.b, b = d.k == JV_INT ? d.u.i : d.u.b;
+            if (b == 0) jx_rfail(r, at, "integer division or modulo by zero");
+            int64_t q = a % b;
+            if (q != 0 && ((q < 0) != (b < 0))) q += b;
+            m = (double)q;
+        } else {
+            double a = jv_as_double(v), b = jv_as_double(d);
+            if (b == 0) jx_rfail(r, at, "float modulo");
+            m = fmod(a, b);
+            if (m != 0 && ((m < 0) != (b < 0))) m += b;
+        }
+        return IS("odd") ? m == 1 : m == 0;
     }
-    if (IS("divisibleby")) {
-        int64_t i = need_int(r, at, v, name), d = need_int(r, at, x, name);
-        if (d == 0) jx_rfail(r, at, "integer division or modulo by zero");
-        return i % d == 0;
-    }
-    if (IS("lower") || IS("upper")) {
-        if (v.k != JV_STR) jx_rfail(r, at, "test '%s' expects a string", name);
-        jv c = change_case(r, v, IS("lower") ? CASE_LOWER : CASE_UPPER);
-        return c.u.s->len == v.u.s->len && memcmp(c.u.s->s, v.u.s->s, v.u.s->len) == 0;
+    if (IS("lower") || IS("upper")) {   /* jinja2: str(value).islower() */
+        v = jv_to_str(C(r), v);
+        return all_cp(v, IS("lower") ? 4 : 5);
     }
     if (IS("escaped")) return false;
     jx_rfail(r, at, "no test named '%s'", name);
@@ -848,12 +908,12 @@ jv jx_call_method(jx_render *r, const jx_node *at, jv self, const char *name, co
             return out;
         }
     } else if (self.k == JV_DICT) {
-        if (IS("items")) return items_of(r, at, self);
-        if (IS("keys")) return jx_iter_list(r, at, self);
+        if (IS("items")) return jv_iter_from(C(r), items_of(r, at, self), "dict_items", true);
+        if (IS("keys")) return jv_iter_from(C(r), jx_iter_list(r, at, self), "dict_keys", true);
         if (IS("values")) {
             jv out = jv_list_new(C(r), JV_LIST, self.u.d->n);
             for (size_t i = 0; i < self.u.d->n; i++) jv_list_push(C(r), &out, self.u.d->val[i]);
-            return out;
+            return jv_iter_from(C(r), out, "dict_values", true);
         }
         if (IS("get")) {
             jv v;
@@ -951,7 +1011,8 @@ jv jx_percent_format(jx_render *r, const jx_node *at, jv fmt, jv args)
         }
         jx_buf_puts(C(r), &b, out);
     }
-    if (al && ai < al->n) jx_rfail(r, at, "not all arguments converted during string formatting");
+    if ((al && ai < al->n) || (!al && !used_single && args.k != JV_DICT))
+        jx_rfail(r, at, "not all arguments converted during string formatting");
     return jv_str(C(r), b.p, b.n);
 }
 

@@ -216,7 +216,7 @@ static jv do_slice(jx_render *r, const jx_node *at, jv obj, jv start, jv stop, j
     bool is_str = obj.k == JV_STR;
     if (is_str) n = jx_utf8_len(obj.u.s->s, obj.u.s->len);
     else if (obj.k == JV_LIST || obj.k == JV_TUPLE) n = obj.u.l->n;
-    else jx_rfail(r, at, "'%s' object is not subscriptable", jv_type_name(obj));
+    else jx_rfail(r, at, "'%s' object is not subscriptable", jv_type_name(obj));   /* jinja2 compiles slices to a plain subscript */
     int64_t len = (int64_t)n, a, b;
     jv bounds[2] = {start, stop};
     int64_t res[2];
@@ -395,6 +395,14 @@ static bool contains(jx_render *r, const jx_node *at, jv needle, jv hay)
         return false;
     case JV_DICT: { jv v; return jv_dict_get(hay.u.d, needle, &v); }
     case JV_UNDEF: return false;
+    case JV_ITER:   /* consumes a one-shot iterator up to the match, as Python does */
+        for (size_t i = hay.u.l->pos; i < hay.u.l->n; i++)
+            if (jv_equal(hay.u.l->v[i], needle)) {
+                if (!hay.u.l->view) hay.u.l->pos = i + 1;
+                return true;
+            }
+        if (!hay.u.l->view) hay.u.l->pos = hay.u.l->n;
+        return false;
     default: jx_rfail(r, at, "argument of type '%s' is not iterable", jv_type_name(hay));
     }
 }

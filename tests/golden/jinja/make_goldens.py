@@ -274,6 +274,24 @@ FEATURES = [
      " {{ 2.1 | round(0, 'ceil') }} {{ 10 | float }} {{ '7' | int * 2 }} {{ 5 // 2.0 }} {{ 5.5 % 2 }} {{ 2 ** 0.5 }}", {}),
     ("percent_format", "{{ '%s|%5s|%-4s|%r' % ('a', 'b', 'c', 'd') }} {{ '%d %05d %+d %x %X %o' % (7, 42, 3, 255, 255, 8) }}"
      " {{ '%.2f %8.3f %e %g %%' % (3.14159, 2.5, 12345.678, 0.0001) }} {{ '%s' % 5 }} {{ 'v=%.1f' | format(2.25) }}", {}),
+    ("generators", "{% set g = xs | select('odd') %}{% for x in g %}{{ x }}{% endfor %}/{% for x in g %}{{ x }}{% endfor %}"
+     "|{% if [] | select %}truthy{% endif %}|{% if [] | list %}no{% else %}empty{% endif %}|{{ xs | map('string') | first }}"
+     "|{% set h = xs | select %}{{ 3 in h }}{{ h | list }}|{{ d.items() }}|{{ d.keys() | length }}|{{ d.values() | list }}"
+     "|{% if d.items() %}view{% endif %}|[{{ (xs | select)[0] }}]|{{ xs | reverse | list }}|{{ 'a b_c 3.5 é' | wordcount }}"
+     "|{{ xs | unique | join('-') }}|{{ d | items | list }}", {"xs": [1, 2, 3, 4, 5], "d": {"k": 1, "j": 2}}),
+    ("err_generator_length", "{{ [1, 2] | map('string') | length }}", {}),
+    ("err_generator_last", "{{ [1, 2] | select | last }}", {}),
+    ("err_generator_tojson", "{{ [1, 2] | select | tojson }}", {}),
+    ("undefined_is_empty", "[{{ u | items | list }}{{ u | length }}{{ u | join }}{{ u | list }}{{ u | first }}{{ u | sort }}{{ u | trim }}"
+     "{{ u | string }}{{ u | upper }}{{ u | select | list }}{{ u | sum }}{{ u | replace('a', 'b') }}{{ u | wordcount }}{{ u | e }}{{ u ~ 1 }}"
+     "{{ 1 in u }}{{ u is string }}{{ u | default(2) }}{{ u == u }}{{ u | unique | list }}{{ u | batch(2) | list }}]", {}),
+    ("err_undefined_int", "{{ u | int }}", {}),
+    ("err_undefined_float", "{{ u | float }}", {}),
+    ("err_undefined_indent", "{{ u | indent }}", {}),
+    ("err_undefined_dictsort", "{{ u | dictsort }}", {}),
+    ("err_undefined_tojson", "{{ u | tojson }}", {}),
+    ("err_undefined_add", "{{ u + 1 }}", {}),
+    ("err_undefined_iter_attr", "{% for m in messages %}{{ m.content.text }}{% endfor %}", {"messages": [{"role": "user"}]}),
     ("markup", "{{ 'a<b'|safe + '<i>' }}|{{ '<i>' + 'x'|safe }}|{{ ('<' ~ 'b')|e }}|{{ ('x'|safe + ' & ') ~ '<' }}", {}),
     # failures: jinja2 raises, so must ember
     ("err_unclosed_if", "line1\n{% if x %}\nbody\n", {}),

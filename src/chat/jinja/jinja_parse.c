@@ -295,7 +295,8 @@ static bool match_word_tag(P *p, size_t pos, const char *word, size_t *end, char
     q += wl;
     while (q < n && is_ws(s[q])) q++;
     *ctrl_close = 0;
-    if (q < n && (s[q] == '-' || s[q] == '+')) *ctrl_close = s[q++];
+    /* jinja2's raw_begin accepts "%}" and "-%}" only; endraw also "+%}" */
+    if (q < n && (s[q] == '-' || (s[q] == '+' && strcmp(word, "endraw") == 0))) *ctrl_close = s[q++];
     if (q + 1 >= n + 0 || s[q] != '%' || s[q + 1] != '}') return false;
     *end = q + 2;
     return true;

@@ -26,6 +26,7 @@ Run: .venv/bin/python tests/golden/jinja/make_goldens.py
 import glob
 import json
 import os
+import random
 from datetime import datetime, timezone
 
 import jinja2
@@ -292,6 +293,8 @@ FEATURES = [
     ("err_undefined_tojson", "{{ u | tojson }}", {}),
     ("err_undefined_add", "{{ u + 1 }}", {}),
     ("err_undefined_iter_attr", "{% for m in messages %}{{ m.content.text }}{% endfor %}", {"messages": [{"role": "user"}]}),
+    ("err_raw_plus_open", "{% raw +%}x{% endraw %}", {}),
+    ("raw_plus_close", "a\n{% raw %}x{% endraw +%}\nb", {}),
     ("markup", "{{ 'a<b'|safe + '<i>' }}|{{ '<i>' + 'x'|safe }}|{{ ('<' ~ 'b')|e }}|{{ ('x'|safe + ' & ') ~ '<' }}", {}),
     # failures: jinja2 raises, so must ember
     ("err_unclosed_if", "line1\n{% if x %}\nbody\n", {}),
@@ -314,6 +317,82 @@ FEATURES = [
 ]
 
 
+def random_cases(env, seed, n):
+    """Random templates with a fixed seed: whitespace control around nested
+    blocks (the most byte-sensitive part of jinja2's lexer) and expressions
+    mixing operators, filters, tests and methods over several value types.
+    Filters that jinja2 evaluates lazily (map, select, batch, ...) stay out:
+    ember evaluates eagerly, which only differs on inputs they never iterate."""
+    rnd = random.Random(seed)
+    ws = ["", " ", "  ", "\n", " \n", "\n  ", "\t", "\n\n", "x", " y\n"]
+
+    def tag(body):
+        return rnd.choice(["{%", "{%-", "{%+"]) + " " + body + " " + rnd.choice(["%}", "-%}", "+%}"])
+
+    def block(d=0):
+        parts = []
+        for _ in range(rnd.randint(1, 4)):
+            parts.append(rnd.choice(ws))
+            r = rnd.random()
+            if d < 3 and r < 0.25:
+                parts.append(tag("if %s" % rnd.choice(["true", "false", "x", "not x"])) + block(d + 1)
+                             + rnd.choice(["", tag("else") + block(d + 1)]) + tag("endif"))
+            elif d < 3 and r < 0.45:
+                parts.append(tag("for i in [1, 2]") + block(d + 1) + tag("endfor"))
+            elif r < 0.6:
+                parts.append(rnd.choice(["{{", "{{-"]) + " " + rnd.choice(["x", "'v'", "i | default(0)", "loop.index | default('-')"])
+                             + " " + rnd.choice(["}}", "-}}"]))
+            elif r < 0.7:
+                parts.append(rnd.choice(["{#", "{#-"]) + " c " + rnd.choice(["#}", "-#}"]))
+            elif r < 0.8:
+                parts.append(tag("set y = 1"))
+            elif r < 0.85:
+                parts.append(tag("raw") + rnd.choice(ws) + "{{ r }}" + rnd.choice(ws) + tag("endraw"))
+            else:
+                parts.append(rnd.choice(["a", "b\n", "  c", "\td"]))
+            parts.append(rnd.choice(ws))
+        return "".join(parts)
+
+    atoms = ["1", "0", "-2", "2.5", "'ab'", "''", "'Hé'", "none", "true", "false", "[1, 2]", "[]", "{'a': 1}",
+             "x", "y", "s", "l", "d", "u", "(1, 'a')", "'a b '"]
+    binops = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", ">=", "in", "not in", "and", "or"]
+    filters = ["length", "trim", "upper", "lower", "first", "last", "list", "string", "int", "float", "tojson", "join(',')",
+               "default('z')", "sort", "title", "capitalize", "abs", "sum", "min", "max", "tojson(indent=2)",
+               "replace('a','b')", "count", "wordcount", "round", "dictsort"]
+    tests = ["defined", "none", "string", "number", "mapping", "sequence", "iterable", "odd", "even", "integer", "float",
+             "boolean", "true", "lower"]
+    methods = [".strip()", ".split()", ".upper()", ".startswith('a')", ".get('a')", ".count('a')", ".find('b')", "[0]",
+               "[-1]", ".a", "['a']"]
+
+    def expr(d=0):
+        r = rnd.random()
+        if d > 3 or r < 0.3:
+            return rnd.choice(atoms)
+        if r < 0.5:
+            return "(%s %s %s)" % (expr(d + 1), rnd.choice(binops), expr(d + 1))
+        if r < 0.65:
+            return "(%s | %s)" % (expr(d + 1), rnd.choice(filters))
+        if r < 0.75:
+            return "(%s is %s%s)" % (expr(d + 1), rnd.choice(["", "not "]), rnd.choice(tests))
+        if r < 0.85:
+            return "(%s)%s" % (expr(d + 1), rnd.choice(methods))
+        if r < 0.92:
+            return "(%s if %s else %s)" % (expr(d + 1), expr(d + 1), expr(d + 1))
+        return "[%s, %s]" % (expr(d + 1), expr(d + 1))
+
+    ctx = {"x": 3, "y": "yo", "s": " Hello World ", "l": [3, 1, 2, 1], "d": {"b": 2, "a": 1}}
+    out = []
+    for i in range(n):
+        src = block() + rnd.choice(["", "\n", "\n\n"]) if i % 2 == 0 else "{{ %s }}" % expr()
+        case = {"name": "random_%d_%d" % (seed, i), "template": src, "context": ctx}
+        try:
+            case["output"] = env.from_string(src).render(**ctx)
+        except Exception as e:
+            case["error"] = "%s: %s" % (type(e).__name__, e)
+        out.append(case)
+    return out
+
+
 def render_features(env):
     out = []
     for name, src, ctx in FEATURES:
@@ -326,6 +405,7 @@ def render_features(env):
         except Exception as e:
             case["error"] = "%s: %s" % (type(e).__name__, e)
         out.append(case)
+    out += random_cases(env, 20250115, 600)
     with open(os.path.join(HERE, "features.json"), "w", encoding="utf-8") as f:
         json.dump({"jinja2_version": jinja2.__version__, "fixed_now": FIXED_NOW, "cases": out}, f, ensure_ascii=False, indent=1)
         f.write("\n")

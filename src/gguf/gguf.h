@@ -30,6 +30,10 @@ typedef enum ember_gguf_vtype {
 
 typedef struct ember_gguf ember_gguf;
 
+/* Short name of a value type as gguf-py's GGUFValueType lower-cased ("u32",
+ * "string", "array"); "?" for ids outside 0..12. */
+const char *ember_gguf_vtype_name(ember_gguf_vtype t);
+
 /* A tensor-table entry. ne[0] is the contiguous (row) dimension; unused dims
  * are 1. `data` points into the mapping; `nbytes` is the exact payload size. */
 typedef struct ember_gguf_tensor {

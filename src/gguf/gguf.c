@@ -865,3 +865,373 @@ const ember_gguf_tensor *ember_gguf_get_tensor(const ember_gguf *g, const char *
 {
     return ember_gguf_tensor_at(g, ember_gguf_find_tensor(g, name));
 }
+
+/* ------------------------------------------------------------------------- */
+/* writer                                                                    */
+/*
+ * Each KV is kept serialized (the bytes after its type tag), so writing is a
+ * concatenation. Layout written (gguf.md): header, KVs in insertion order,
+ * tensor infos in insertion order with offsets that are running sums padded
+ * to the alignment, zero padding to the alignment, tensor data each padded.
+ */
+
+typedef struct bbuf { uint8_t *p; size_t len, cap; bool oom; } bbuf;
+
+static void bb_put(bbuf *b, const void *d, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n < b->len) { b->oom = true; return; }
+    if (b->len + n > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->len + n) {
+            if (nc > SIZE_MAX / 2) { b->oom = true; return; }
+            nc *= 2;
+        }
+        uint8_t *q = realloc(b->p, nc);
+        if (!q) { b->oom = true; return; }
+        b->p = q;
+        b->cap = nc;
+    }
+    if (n) memcpy(b->p + b->len, d, n);
+    b->len += n;
+}
+static void bb_u32(bbuf *b, uint32_t v) { bb_put(b, &v, 4); }
+static void bb_u64(bbuf *b, uint64_t v) { bb_put(b, &v, 8); }
+static void bb_str(bbuf *b, const char *s, size_t n) { bb_u64(b, n); bb_put(b, s, n); }
+
+typedef struct wkv { char *key; ember_gguf_vtype type; bbuf val; } wkv;
+typedef struct wtensor {
+    char *name; uint32_t type, n_dims; int64_t ne[4]; uint64_t nbytes; void *data;
+} wtensor;
+
+struct ember_gguf_writer {
+    uint32_t version, alignment;
+    wkv *kvs; uint64_t n_kv, kv_cap;
+    wtensor *ts; uint64_t n_t, t_cap;
+};
+
+ember_status ember_gguf_writer_new(uint32_t alignment, ember_gguf_writer **out)
+{
+    if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: NULL out");
+    *out = NULL;
+    if (alignment == 0) alignment = GGUF_DEFAULT_ALIGNMENT;
+    if (alignment & (alignment - 1))
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: alignment %u is not a power of two", alignment);
+    ember_gguf_writer *w = calloc(1, sizeof *w);
+    if (!w) return ember_error(EMBER_ERR_NOMEM, "gguf writer: out of memory");
+    w->version = 3;
+    w->alignment = GGUF_DEFAULT_ALIGNMENT;
+    if (alignment != GGUF_DEFAULT_ALIGNMENT) {
+        ember_status s = ember_gguf_writer_set_u32(w, "general.alignment", alignment);
+        if (s) { ember_gguf_writer_free(w); return s; }
+    }
+    *out = w;
+    return EMBER_OK;
+}
+
+void ember_gguf_writer_free(ember_gguf_writer *w)
+{
+    if (!w) return;
+    for (uint64_t i = 0; i < w->n_kv; i++) { free(w->kvs[i].key); free(w->kvs[i].val.p); }
+    for (uint64_t i = 0; i < w->n_t; i++) { free(w->ts[i].name); free(w->ts[i].data); }
+    free(w->kvs);
+    free(w->ts);
+    free(w);
+}
+
+ember_status ember_gguf_writer_set_version(ember_gguf_writer *w, uint32_t version)
+{
+    if (!w || (version != 2 && version != 3))
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: version %u (only 2 or 3)", version);
+    w->version = version;
+    return EMBER_OK;
+}
+
+/* Takes ownership of `val` (freed on failure). Replaces an existing key. */
+static ember_status w_set(ember_gguf_writer *w, const char *key, ember_gguf_vtype type, bbuf val)
+{
+    if (!w || !key || !*key) {
+        free(val.p);
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: NULL writer or empty key");
+    }
+    if (val.oom) {
+        free(val.p);
+        return ember_error(EMBER_ERR_NOMEM, "gguf writer: out of memory for '%s'", key);
+    }
+    if (!strcmp(key, "general.alignment")) {
+        uint32_t a = 0;
+        if (type == EMBER_GGUF_U32) memcpy(&a, val.p, 4);
+        if (type != EMBER_GGUF_U32 || a == 0 || (a & (a - 1))) {
+            free(val.p);
+            return ember_error(EMBER_ERR_INVALID_ARG,
+                               "gguf writer: general.alignment must be a u32 power of two");
+        }
+        w->alignment = a;
+    }
+    for (uint64_t i = 0; i < w->n_kv; i++) {
+        if (!strcmp(w->kvs[i].key, key)) {
+            free(w->kvs[i].val.p);
+            w->kvs[i].type = type;
+            w->kvs[i].val = val;
+            return EMBER_OK;
+        }
+    }
+    char *k = strdup(key);
+    if (!k || !grow((void **)&w->kvs, &w->kv_cap, w->n_kv + 1, sizeof *w->kvs)) {
+        free(k);
+        free(val.p);
+        return ember_error(EMBER_ERR_NOMEM, "gguf writer: out of memory for '%s'", key);
+    }
+    w->kvs[w->n_kv++] = (wkv){.key = k, .type = type, .val = val};
+    return EMBER_OK;
+}
+
+ember_status ember_gguf_writer_set_scalar(ember_gguf_writer *w, const char *key, ember_gguf_vtype type,
+                                          const void *v)
+{
+    if ((unsigned)type > EMBER_GGUF_F64 || type == EMBER_GGUF_STRING || type == EMBER_GGUF_ARRAY || !v)
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: '%s': type %d is not a scalar type",
+                           key ? key : "(null)", (int)type);
+    bbuf b = {0};
+    if (type == EMBER_GGUF_BOOL) {
+        uint8_t x = *(const bool *)v ? 1 : 0;
+        bb_put(&b, &x, 1);
+    } else {
+        bb_put(&b, v, vtype_size[type]);
+    }
+    return w_set(w, key, type, b);
+}
+
+ember_status ember_gguf_writer_set_u32(ember_gguf_writer *w, const char *key, uint32_t v)
+{
+    return ember_gguf_writer_set_scalar(w, key, EMBER_GGUF_U32, &v);
+}
+ember_status ember_gguf_writer_set_i32(ember_gguf_writer *w, const char *key, int32_t v)
+{
+    return ember_gguf_writer_set_scalar(w, key, EMBER_GGUF_I32, &v);
+}
+ember_status ember_gguf_writer_set_u64(ember_gguf_writer *w, const char *key, uint64_t v)
+{
+    return ember_gguf_writer_set_scalar(w, key, EMBER_GGUF_U64, &v);
+}
+ember_status ember_gguf_writer_set_f32(ember_gguf_writer *w, const char *key, float v)
+{
+    return ember_gguf_writer_set_scalar(w, key, EMBER_GGUF_F32, &v);
+}
+ember_status ember_gguf_writer_set_bool(ember_gguf_writer *w, const char *key, bool v)
+{
+    return ember_gguf_writer_set_scalar(w, key, EMBER_GGUF_BOOL, &v);
+}
+
+ember_status ember_gguf_writer_set_str_n(ember_gguf_writer *w, const char *key, const char *v, size_t len)
+{
+    if (!v && len) return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: NULL string");
+    bbuf b = {0};
+    bb_str(&b, v ? v : "", len);
+    return w_set(w, key, EMBER_GGUF_STRING, b);
+}
+
+ember_status ember_gguf_writer_set_str(ember_gguf_writer *w, const char *key, const char *v)
+{
+    if (!v) return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: NULL string");
+    return ember_gguf_writer_set_str_n(w, key, v, strlen(v));
+}
+
+/* Serialize an array body from a writer descriptor (see gguf.h). */
+static ember_status put_arr(bbuf *b, const ember_gguf_arr *a, int depth)
+{
+    if ((unsigned)a->type > EMBER_GGUF_F64)
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: array element type %d", (int)a->type);
+    if (depth > GGUF_MAX_DEPTH)
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: arrays nested deeper than %d", GGUF_MAX_DEPTH);
+    if (a->n && !a->data) return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: array data is NULL");
+    bb_u32(b, (uint32_t)a->type);
+    bb_u64(b, a->n);
+    if (a->type == EMBER_GGUF_STRING) {
+        const char *const *v = a->data;
+        for (uint64_t j = 0; j < a->n; j++) {
+            if (!v[j]) return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: string element %llu is NULL",
+                                          (unsigned long long)j);
+            bb_str(b, v[j], strlen(v[j]));
+        }
+    } else if (a->type == EMBER_GGUF_ARRAY) {
+        const ember_gguf_arr *v = a->data;
+        for (uint64_t j = 0; j < a->n; j++) {
+            ember_status s = put_arr(b, &v[j], depth + 1);
+            if (s) return s;
+        }
+    } else if (a->type == EMBER_GGUF_BOOL) {
+        const bool *v = a->data;
+        for (uint64_t j = 0; j < a->n; j++) {
+            uint8_t x = v[j] ? 1 : 0;
+            bb_put(b, &x, 1);
+        }
+    } else {
+        if (a->n > SIZE_MAX / vtype_size[a->type])
+            return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: array too large");
+        bb_put(b, a->data, (size_t)(a->n * vtype_size[a->type]));
+    }
+    return b->oom ? ember_error(EMBER_ERR_NOMEM, "gguf writer: out of memory") : EMBER_OK;
+}
+
+ember_status ember_gguf_writer_set_arr_value(ember_gguf_writer *w, const char *key, const ember_gguf_arr *a)
+{
+    if (!a) return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: NULL array");
+    bbuf b = {0};
+    ember_status s = put_arr(&b, a, 0);
+    if (s) { free(b.p); return s; }
+    return w_set(w, key, EMBER_GGUF_ARRAY, b);
+}
+
+ember_status ember_gguf_writer_set_arr(ember_gguf_writer *w, const char *key,
+                                       ember_gguf_vtype elem_type, const void *data, uint64_t n)
+{
+    if (elem_type == EMBER_GGUF_STRING || elem_type == EMBER_GGUF_ARRAY)
+        return ember_error(EMBER_ERR_INVALID_ARG,
+                           "gguf writer: '%s': use set_arr_str / set_arr_value for %s elements",
+                           key ? key : "(null)", ember_gguf_vtype_name(elem_type));
+    if ((unsigned)elem_type > EMBER_GGUF_F64)
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: array element type %d", (int)elem_type);
+    ember_gguf_arr a = {.type = elem_type, .n = n, .data = data, .impl = NULL};
+    return ember_gguf_writer_set_arr_value(w, key, &a);
+}
+
+ember_status ember_gguf_writer_set_arr_str(ember_gguf_writer *w, const char *key,
+                                           const char *const *v, uint64_t n)
+{
+    ember_gguf_arr a = {.type = EMBER_GGUF_STRING, .n = n, .data = v, .impl = NULL};
+    return ember_gguf_writer_set_arr_value(w, key, &a);
+}
+
+ember_status ember_gguf_writer_add_tensor(ember_gguf_writer *w, const char *name, uint32_t type,
+                                          uint32_t n_dims, const int64_t *ne, const void *data)
+{
+    if (!w || !name || !ne)
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: NULL argument");
+    if (n_dims < 1 || n_dims > 4)
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: tensor '%s': n_dims %u not in 1..4", name, n_dims);
+    if (!ember_type_known(type))
+        return ember_error(EMBER_ERR_UNSUPPORTED, "gguf writer: tensor '%s': type %u unknown", name, type);
+    for (uint64_t i = 0; i < w->n_t; i++)
+        if (!strcmp(w->ts[i].name, name))
+            return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: duplicate tensor name '%s'", name);
+    wtensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}};
+    uint64_t nrows = 1;
+    for (uint32_t d = 0; d < n_dims; d++) {
+        if (ne[d] < 0)
+            return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: tensor '%s': ne[%u] < 0", name, d);
+        t.ne[d] = ne[d];
+        if (d > 0) {
+            if (ne[d] && nrows > UINT64_MAX / (uint64_t)ne[d])
+                return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: tensor '%s': shape overflows", name);
+            nrows *= (uint64_t)ne[d];
+        }
+    }
+    uint64_t row;
+    if (!ember_type_row_bytes(type, (uint64_t)t.ne[0], &row))
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: tensor '%s': ne[0] = %lld not a multiple of %zu",
+                           name, (long long)t.ne[0], ember_type_block_size(type));
+    if (row && nrows > UINT64_MAX / row)
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: tensor '%s': byte size overflows", name);
+    t.nbytes = row * nrows;
+    if (t.nbytes > SIZE_MAX)
+        return ember_error(EMBER_ERR_NOMEM, "gguf writer: tensor '%s' too large", name);
+    if (t.nbytes && !data)
+        return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: tensor '%s': NULL data", name);
+    t.name = strdup(name);
+    t.data = malloc(t.nbytes ? (size_t)t.nbytes : 1);
+    if (!t.name || !t.data || !grow((void **)&w->ts, &w->t_cap, w->n_t + 1, sizeof *w->ts)) {
+        free(t.name);
+        free(t.data);
+        return ember_error(EMBER_ERR_NOMEM, "gguf writer: out of memory for tensor '%s'", name);
+    }
+    if (t.nbytes) memcpy(t.data, data, (size_t)t.nbytes);
+    w->ts[w->n_t++] = t;
+    return EMBER_OK;
+}
+
+static uint64_t pad_to(uint64_t x, uint64_t a) { return (a - x % a) % a; }
+
+/* Header, KVs, tensor infos and padding up to the data section. */
+static ember_status w_header(const ember_gguf_writer *w, bbuf *b, uint64_t *data_size)
+{
+    bb_put(b, GGUF_MAGIC, 4);
+    bb_u32(b, w->version);
+    bb_u64(b, w->n_t);
+    bb_u64(b, w->n_kv);
+    for (uint64_t i = 0; i < w->n_kv; i++) {
+        bb_str(b, w->kvs[i].key, strlen(w->kvs[i].key));
+        bb_u32(b, (uint32_t)w->kvs[i].type);
+        bb_put(b, w->kvs[i].val.p, w->kvs[i].val.len);
+    }
+    uint64_t off = 0;
+    for (uint64_t i = 0; i < w->n_t; i++) {
+        const wtensor *t = &w->ts[i];
+        bb_str(b, t->name, strlen(t->name));
+        bb_u32(b, t->n_dims);
+        for (uint32_t d = 0; d < t->n_dims; d++) bb_u64(b, (uint64_t)t->ne[d]);
+        bb_u32(b, t->type);
+        bb_u64(b, off);
+        off += t->nbytes + pad_to(t->nbytes, w->alignment);
+    }
+    static const uint8_t zeros[256];
+    uint64_t pad = pad_to(b->len, w->alignment);
+    while (pad) {
+        size_t k = pad > sizeof zeros ? sizeof zeros : (size_t)pad;
+        bb_put(b, zeros, k);
+        pad -= k;
+    }
+    *data_size = off;
+    return b->oom ? ember_error(EMBER_ERR_NOMEM, "gguf writer: out of memory") : EMBER_OK;
+}
+
+ember_status ember_gguf_writer_write_buffer(ember_gguf_writer *w, void **buf, size_t *size)
+{
+    if (!w || !buf || !size) return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: NULL argument");
+    bbuf b = {0};
+    uint64_t data_size;
+    ember_status s = w_header(w, &b, &data_size);
+    static const uint8_t zeros[256];
+    for (uint64_t i = 0; !s && i < w->n_t; i++) {
+        bb_put(&b, w->ts[i].data, (size_t)w->ts[i].nbytes);
+        uint64_t pad = pad_to(w->ts[i].nbytes, w->alignment);
+        while (pad) {
+            size_t k = pad > sizeof zeros ? sizeof zeros : (size_t)pad;
+            bb_put(&b, zeros, k);
+            pad -= k;
+        }
+    }
+    if (!s && b.oom) s = ember_error(EMBER_ERR_NOMEM, "gguf writer: out of memory");
+    if (s) { free(b.p); return s; }
+    *buf = b.p;
+    *size = b.len;
+    return EMBER_OK;
+}
+
+ember_status ember_gguf_writer_write_file(ember_gguf_writer *w, const char *path)
+{
+    if (!w || !path) return ember_error(EMBER_ERR_INVALID_ARG, "gguf writer: NULL argument");
+    bbuf b = {0};
+    uint64_t data_size;
+    ember_status s = w_header(w, &b, &data_size);
+    if (s) { free(b.p); return s; }
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(b.p);
+        return ember_error(EMBER_ERR_IO, "gguf writer: cannot create '%s': %s", path, strerror(errno));
+    }
+    bool ok = fwrite(b.p, 1, b.len, f) == b.len;
+    free(b.p);
+    static const uint8_t zeros[256];
+    for (uint64_t i = 0; ok && i < w->n_t; i++) {
+        ok = fwrite(w->ts[i].data, 1, (size_t)w->ts[i].nbytes, f) == w->ts[i].nbytes;
+        for (uint64_t pad = pad_to(w->ts[i].nbytes, w->alignment); ok && pad;) {
+            size_t k = pad > sizeof zeros ? sizeof zeros : (size_t)pad;
+            ok = fwrite(zeros, 1, k, f) == k;
+            pad -= k;
+        }
+    }
+    if (fclose(f) != 0) ok = false;
+    if (!ok) return ember_error(EMBER_ERR_IO, "gguf writer: cannot write '%s': %s", path, strerror(errno));
+    return EMBER_OK;
+}

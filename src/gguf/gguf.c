@@ -53,6 +53,7 @@ typedef struct gnode {      /* one array value */
 
 typedef struct gkv {
     const char *key;
+    uint64_t at, val_at;    /* file offsets of the key and of the value */
     uint64_t key_off, key_len;
     ember_gguf_vtype type;
     ember_gguf_scalar s;    /* scalar types */
@@ -71,6 +72,7 @@ struct ember_gguf {
     gkv *kvs;
     ember_gguf_tensor *tensors;
     uint64_t *tensor_name_off;
+    uint64_t *tensor_off_at; /* file offset of each tensor info's offset field */
 
     char *blob; uint64_t blob_len, blob_cap;
     uint64_t *stroff; uint64_t stroff_len, stroff_cap;
@@ -294,6 +296,7 @@ static ember_status parse_kv(pctx *c, gkv *kv)
     ember_gguf *g = c->g;
     ember_status s;
     uint64_t at = c->pos;
+    kv->at = at;
     if ((s = rd_str(c, &kv->key_off, &kv->key_len, "key", true))) return s;
     if (kv->key_len == 0) return perr(c, EMBER_ERR_FORMAT, at, "empty key");
     kv->key = g->blob + kv->key_off;  /* temporary, for messages; fixed up at the end */
@@ -302,6 +305,7 @@ static ember_status parse_kv(pctx *c, gkv *kv)
     if ((s = rd_u32(c, &t, "value type"))) return s;
     if (!vtype_valid(t)) return perr(c, EMBER_ERR_FORMAT, at, "unknown value type %u", t);
     kv->type = (ember_gguf_vtype)t;
+    kv->val_at = c->pos;
     if (t == EMBER_GGUF_STRING) {
         if ((s = rd_str(c, &kv->str_off, &kv->str_len, "string value", false))) return s;
     } else if (t == EMBER_GGUF_ARRAY) {
@@ -373,10 +377,10 @@ static const char *tensor_name(const ember_gguf *g, int64_t i) { return g->tenso
 /* ------------------------------------------------------------------------- */
 /* tensors                                                                   */
 
-static ember_status parse_tensor_info(pctx *c, ember_gguf_tensor *t, uint64_t *name_off)
+static ember_status parse_tensor_info(pctx *c, ember_gguf_tensor *t, uint64_t *name_off, uint64_t *off_at)
 {
     ember_status s;
-    uint64_t at = c->pos, len;
+    uint64_t at, len;
     if ((s = rd_str(c, name_off, &len, "tensor name", true))) return s;
     t->name = c->g->blob + *name_off;  /* temporary, fixed up at the end */
     at = c->pos;
@@ -414,15 +418,17 @@ static ember_status parse_tensor_info(pctx *c, ember_gguf_tensor *t, uint64_t *n
         else nel *= v;
     }
     uint64_t row;
-    if (!ember_type_row_bytes(t->type, (uint64_t)t->ne[0], &row))
+    if ((uint64_t)t->ne[0] % ember_type_block_size(t->type))
         return perr(c, EMBER_ERR_FORMAT, at - 8 * t->n_dims,
                     "ne[0] = %lld is not a multiple of the %s block size %zu", (long long)t->ne[0],
                     ember_type_name(t->type), ember_type_block_size(t->type));
     uint64_t nrows = zero ? 0 : nel / (uint64_t)t->ne[0];
-    if (row && nrows > UINT64_MAX / row)
-        return perr(c, EMBER_ERR_FORMAT, at, "byte size overflows");
+    if (!ember_type_row_bytes(t->type, (uint64_t)t->ne[0], &row) || (row && nrows > UINT64_MAX / row))
+        return perr(c, EMBER_ERR_FORMAT, at - 8 * t->n_dims,
+                    "shape [%lld, %lld, %lld, %lld] of %s overflows 64-bit bytes", (long long)t->ne[0],
+                    (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], ember_type_name(t->type));
     t->nbytes = zero ? 0 : row * nrows;
-    at = c->pos;
+    *off_at = c->pos;
     if ((s = rd_u64(c, &t->offset, "tensor data offset"))) return s;
     return EMBER_OK;
 }
@@ -470,7 +476,8 @@ static ember_status parse(ember_gguf *g)
     g->kvs = calloc(nkv ? (size_t)nkv : 1, sizeof *g->kvs);
     g->tensors = calloc(nt ? (size_t)nt : 1, sizeof *g->tensors);
     g->tensor_name_off = calloc(nt ? (size_t)nt : 1, sizeof *g->tensor_name_off);
-    if (!g->kvs || !g->tensors || !g->tensor_name_off) return nomem(&c, "header tables");
+    g->tensor_off_at = calloc(nt ? (size_t)nt : 1, sizeof *g->tensor_off_at);
+    if (!g->kvs || !g->tensors || !g->tensor_name_off || !g->tensor_off_at) return nomem(&c, "header tables");
 
     for (int64_t i = 0; i < g->n_kv; i++) {
         c.kv = i;
@@ -479,7 +486,7 @@ static ember_status parse(ember_gguf *g)
     c.kv = -1;
     for (int64_t i = 0; i < g->n_tensors; i++) {
         c.tensor = i;
-        if ((s = parse_tensor_info(&c, &g->tensors[i], &g->tensor_name_off[i]))) return s;
+        if ((s = parse_tensor_info(&c, &g->tensors[i], &g->tensor_name_off[i], &g->tensor_off_at[i]))) return s;
     }
     c.tensor = -1;
     uint64_t infos_end = c.pos;
@@ -492,57 +499,57 @@ static ember_status parse(ember_gguf *g)
     if (!hash_alloc(&g->kv_hash, &g->kv_mask, g->n_kv)) return nomem(&c, "key table");
     for (int64_t i = 0; i < g->n_kv; i++) {
         int64_t j = hash_insert(g->kv_hash, g->kv_mask, g->kvs[i].key, i, kv_name, g);
+        c.kv = i;
         if (j >= 0)
-            return ember_error(EMBER_ERR_FORMAT, "gguf: kv[%lld] duplicate key '%.80s' (first at kv[%lld])",
-                               (long long)i, g->kvs[i].key, (long long)j);
+            return perr(&c, EMBER_ERR_FORMAT, g->kvs[i].at, "duplicate key (first at kv[%lld])", (long long)j);
     }
+    c.kv = -1;
 
+    /* general.alignment: u32, a power of two (gguf.md; gguf-py checks the same) */
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     int64_t ai = ember_gguf_find_key(g, "general.alignment");
     if (ai >= 0) {
         const gkv *kv = &g->kvs[ai];
+        c.kv = ai;
         if (kv->type != EMBER_GGUF_U32)
-            return ember_error(EMBER_ERR_FORMAT, "gguf: kv[%lld] 'general.alignment' has type %s, must be u32",
-                               (long long)ai, vtype_names[kv->type]);
+            return perr(&c, EMBER_ERR_FORMAT, kv->at, "has type %s, must be u32", vtype_names[kv->type]);
         uint64_t a = kv->s.u;
         if (a == 0 || (a & (a - 1)))
-            return ember_error(EMBER_ERR_FORMAT,
-                               "gguf: kv[%lld] 'general.alignment' = %llu is not a power of two",
-                               (long long)ai, (unsigned long long)a);
+            return perr(&c, EMBER_ERR_FORMAT, kv->val_at, "value %llu is not a power of two",
+                        (unsigned long long)a);
         g->alignment = a;
+        c.kv = -1;
     }
 
     /* data section: after the infos, padded to the alignment */
     uint64_t pad = (g->alignment - infos_end % g->alignment) % g->alignment;
     g->data_offset = infos_end + pad;
     if (g->data_offset > g->size && g->n_tensors > 0)
-        return ember_error(EMBER_ERR_FORMAT,
-                           "gguf: data section would start at byte offset %llu, past the end of the %llu-byte file",
-                           (unsigned long long)g->data_offset, (unsigned long long)g->size);
+        return perr(&c, EMBER_ERR_FORMAT, infos_end,
+                    "data section would start at byte offset %llu, past the end of the %llu-byte file",
+                    (unsigned long long)g->data_offset, (unsigned long long)g->size);
     uint64_t data_size = g->data_offset < g->size ? g->size - g->data_offset : 0;
 
     if (!hash_alloc(&g->t_hash, &g->t_mask, g->n_tensors)) return nomem(&c, "tensor table");
     for (int64_t i = 0; i < g->n_tensors; i++) {
         ember_gguf_tensor *t = &g->tensors[i];
         int64_t j = hash_insert(g->t_hash, g->t_mask, t->name, i, tensor_name, g);
+        c.tensor = i;
         if (j >= 0)
-            return ember_error(EMBER_ERR_FORMAT,
-                               "gguf: tensor[%lld] duplicate tensor name '%.80s' (first at tensor[%lld])",
-                               (long long)i, t->name, (long long)j);
+            return perr(&c, EMBER_ERR_FORMAT, g->tensor_off_at[i], "duplicate tensor name (first at tensor[%lld])",
+                        (long long)j);
         if (t->offset % g->alignment)
-            return ember_error(EMBER_ERR_FORMAT,
-                               "gguf: tensor[%lld] '%.80s' data offset %llu is not a multiple of the alignment %llu",
-                               (long long)i, t->name, (unsigned long long)t->offset,
-                               (unsigned long long)g->alignment);
+            return perr(&c, EMBER_ERR_FORMAT, g->tensor_off_at[i],
+                        "data offset %llu is not a multiple of the alignment %llu",
+                        (unsigned long long)t->offset, (unsigned long long)g->alignment);
         if (t->offset > data_size || t->nbytes > data_size - t->offset)
-            return ember_error(EMBER_ERR_FORMAT,
-                               "gguf: tensor[%lld] '%.80s' data [%llu, +%llu) lies outside the %llu-byte data section "
-                               "at byte offset %llu",
-                               (long long)i, t->name, (unsigned long long)t->offset,
-                               (unsigned long long)t->nbytes, (unsigned long long)data_size,
-                               (unsigned long long)g->data_offset);
+            return perr(&c, EMBER_ERR_FORMAT, g->tensor_off_at[i],
+                        "data [%llu, +%llu) lies outside the %llu-byte data section that starts at byte %llu",
+                        (unsigned long long)t->offset, (unsigned long long)t->nbytes,
+                        (unsigned long long)data_size, (unsigned long long)g->data_offset);
         t->data = g->base + g->data_offset + t->offset;
     }
+    c.tensor = -1;
 
     /* tensors must not overlap (zero-sized ones overlap nothing) */
     if (g->n_tensors > 1) {
@@ -555,10 +562,11 @@ static ember_status parse(ember_gguf *g)
             const ember_gguf_tensor *t = order[i];
             if (!t->nbytes) continue;
             if (prev && prev->offset + prev->nbytes > t->offset) {
-                s = ember_error(EMBER_ERR_FORMAT,
-                                "gguf: tensor '%.80s' data at offset %llu overlaps tensor '%.80s' [%llu, +%llu)",
-                                t->name, (unsigned long long)t->offset, prev->name,
-                                (unsigned long long)prev->offset, (unsigned long long)prev->nbytes);
+                c.tensor = t - g->tensors;
+                s = perr(&c, EMBER_ERR_FORMAT, g->tensor_off_at[c.tensor],
+                         "data [%llu, +%llu) overlaps tensor '%.80s' [%llu, +%llu)",
+                         (unsigned long long)t->offset, (unsigned long long)t->nbytes, prev->name,
+                         (unsigned long long)prev->offset, (unsigned long long)prev->nbytes);
                 free(order);
                 return s;
             }
@@ -576,6 +584,7 @@ void ember_gguf_close(ember_gguf *g)
     free(g->kvs);
     free(g->tensors);
     free(g->tensor_name_off);
+    free(g->tensor_off_at);
     free(g->blob);
     free(g->stroff);
     free(g->nodes);

@@ -638,7 +638,8 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out)
     }
     if (st.st_size == 0) {
         close(fd);
-        return ember_error(EMBER_ERR_FORMAT, "gguf: '%s' is empty (byte offset 0)", path);
+        return ember_error(EMBER_ERR_FORMAT, "%s: gguf: file of 0 bytes is too short for the magic (byte offset 0)",
+                           path);
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);

@@ -94,7 +94,7 @@ case("valid_no_tensors_no_padding", build(), "EMBER_OK", "")
 case("valid_nested_depth_16", build(kvs=[kv("n", ARRAY, nested(16))]), "EMBER_OK", "")
 
 # --- header ------------------------------------------------------------------
-case("empty", b"", "EMBER_ERR_FORMAT", "empty")
+case("empty", b"", "EMBER_ERR_FORMAT", "file of 0 bytes is too short for the magic")
 case("truncated_magic", b"GG", "EMBER_ERR_FORMAT", "too short for the magic")
 case("bad_magic", b"GGUX" + VALID[4:], "EMBER_ERR_FORMAT", "bad magic")
 case("truncated_version", b"GGUF\x03\x00", "EMBER_ERR_FORMAT", "header version needs 4 bytes")

@@ -1,0 +1,506 @@
+/*
+ * simd256.h — 256-bit x86 kernels shared by simd_avx2.c and simd_avx512.c.
+ *
+ * Owns: vec_dot of every weight format with its activation format and the
+ * Q8_0/Q8_1/Q8_K activation quantizers, written with 256-bit intrinsics.
+ * Included (static functions) by both SIMD files: compiled in simd_avx2.c
+ * with -mavx2 -mfma -mf16c, and in simd_avx512.c with the AVX-512 flags,
+ * where the s8 x u8 products become VPDPBUSD (AVX512-VNNI on 256-bit regs).
+ * Integer block sums are exact and identical to the scalar reference; only
+ * the order of the float accumulation differs.
+ * Must not: be included outside src/quant/simd_*.c.
+ */
+#ifndef EMBER_QUANT_SIMD256_H
+#define EMBER_QUANT_SIMD256_H
+
+#include <immintrin.h>
+#include "quant/blocks.h"
+
+#define H2F(h) _cvtsh_ss(h)
+
+static inline float hsum_ps256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline int hsum_i32_256(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+static inline float hmax_ps256(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* sum over groups of 4 of u8(a) * s8(b) -> 8 x i32 (no saturation: a <= 127
+ * or the pair sums fit in i16 for all our callers) */
+static inline __m256i dot_us8(__m256i a, __m256i b)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+#endif
+}
+/* the same for s8(a) * s8(b), a != -128 */
+static inline __m256i dot_ss8(__m256i a, __m256i b)
+{
+    return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+/* 16 bytes of packed nibbles -> 32 bytes: low nibbles, then high nibbles */
+static inline __m256i nibbles32(const uint8_t *p)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)p);
+    __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+/* 32 bits -> 32 bytes, 0xFF where bit j of *p is set (byte j) */
+static inline __m256i bitmask32(const uint8_t *p)
+{
+    const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                           0x0303030303030303LL);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)ember_load_u32(p)), sel);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(b, bits), bits);
+}
+
+/* ---- F32 / F16 / BF16 weights x F32 activations --------------------------- */
+
+static void dot_f32_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const float *x = vx, *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+    float r = hsum_ps256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) r += x[i] * y[i];
+    *s = r;
+}
+
+static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline __m256 load_bf16x8(const uint16_t *p)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+#define DOT_HALF_256(NAME, LOAD, CONV)                                                     \
+    static void NAME(int64_t n, float *s, const void *vx, const void *vy)                  \
+    {                                                                                      \
+        const uint16_t *x = vx;                                                            \
+        const float *y = vy;                                                               \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                        \
+        int64_t i = 0;                                                                     \
+        for (; i + 32 <= n; i += 32) {                                                     \
+            a0 = _mm256_fmadd_ps(LOAD(x + i), _mm256_loadu_ps(y + i), a0);                 \
+            a1 = _mm256_fmadd_ps(LOAD(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);         \
+            a2 = _mm256_fmadd_ps(LOAD(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);       \
+            a3 = _mm256_fmadd_ps(LOAD(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);       \
+        }                                                                                  \
+        for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(LOAD(x + i), _mm256_loadu_ps(y + i), a0); \
+        float r = hsum_ps256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))); \
+        for (; i < n; i++) r += CONV(x[i]) * y[i];                                         \
+        *s = r;                                                                            \
+    }
+DOT_HALF_256(dot_f16_256, load_f16x8, ember_fp16_to_fp32)
+DOT_HALF_256(dot_bf16_256, load_bf16x8, ember_bf16_to_fp32)
+
+/* ---- 32-wide blocks --------------------------------------------------------
+ * Per block: exact i32 lanes, converted and scaled by d_x*d_y into 8 float
+ * lanes; two accumulators hide the FMA latency. */
+
+#define DOT32_LOOP(XT, YT, QX, DOT, EXTRA)                                        \
+    const XT *x = vx;                                                             \
+    const YT *y = vy;                                                             \
+    const int64_t nb = n / 32;                                                    \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                \
+    float extra = 0;                                                              \
+    int64_t i = 0;                                                                \
+    for (; i + 1 < nb; i += 2) {                                                  \
+        { const XT *b = &x[i]; const YT *c = &y[i]; __m256i qx = QX;              \
+          __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));        \
+          acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(H2F(b->d) * H2F(c->d)), acc0); EXTRA } \
+        { const XT *b = &x[i + 1]; const YT *c = &y[i + 1]; __m256i qx = QX;      \
+          __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));        \
+          acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(H2F(b->d) * H2F(c->d)), acc1); EXTRA } \
+    }                                                                             \
+    for (; i < nb; i++) {                                                         \
+        const XT *b = &x[i]; const YT *c = &y[i]; __m256i qx = QX;                \
+        __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));          \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(H2F(b->d) * H2F(c->d)), acc0); EXTRA \
+    }                                                                             \
+    *s = hsum_ps256(_mm256_add_ps(acc0, acc1)) + extra;
+
+static void dot_q4_0_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const __m256i off = _mm256_set1_epi8(8);
+    DOT32_LOOP(block_q4_0, block_q8_0, _mm256_sub_epi8(nibbles32(b->qs), off), dot_ss8, )
+}
+static void dot_q4_1_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    DOT32_LOOP(block_q4_1, block_q8_1, nibbles32(b->qs), dot_us8, extra += H2F(b->m) * H2F(c->s);)
+}
+static void dot_q5_0_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    /* q-16 = nibble | 0xF0 where the high bit is clear, = nibble where set */
+    const __m256i f0 = _mm256_set1_epi8((char)0xF0);
+    DOT32_LOOP(block_q5_0, block_q8_0, _mm256_or_si256(nibbles32(b->qs), _mm256_andnot_si256(bitmask32(b->qh), f0)),
+               dot_ss8, )
+}
+static void dot_q5_1_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const __m256i h = _mm256_set1_epi8(0x10);
+    DOT32_LOOP(block_q5_1, block_q8_1, _mm256_or_si256(nibbles32(b->qs), _mm256_and_si256(bitmask32(b->qh), h)),
+               dot_us8, extra += H2F(b->m) * H2F(c->s);)
+}
+static void dot_q8_0_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    DOT32_LOOP(block_q8_0, block_q8_0, _mm256_loadu_si256((const __m256i *)b->qs), dot_ss8, )
+}
+static inline __m256i iq4nl_table(void)
+{
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ember_kvalues_iq4nl));
+}
+static void dot_iq4_nl_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const __m256i tab = iq4nl_table();
+    DOT32_LOOP(block_iq4_nl, block_q8_0, _mm256_shuffle_epi8(tab, nibbles32(b->qs)), dot_ss8, )
+}
+
+/* ---- k-quants x Q8_K -------------------------------------------------------- */
+
+/* Unpack Q4_K/Q5_K 6-bit scales and mins: out[0..7] = scales, out[8..15] = mins
+ * (same bits as ember_k4_scale_min, four at a time). */
+static inline void k4_scales_mins(const uint8_t *q, uint8_t out[16])
+{
+    uint32_t a = ember_load_u32(q), b = ember_load_u32(q + 4), c = ember_load_u32(q + 8);
+    uint32_t u[4];
+    u[0] = a & 0x3F3F3F3F;
+    u[1] = (c & 0x0F0F0F0F) | ((a >> 2) & 0x30303030);
+    u[2] = b & 0x3F3F3F3F;
+    u[3] = ((c >> 4) & 0x0F0F0F0F) | ((b >> 2) & 0x30303030);
+    memcpy(out, u, 16);
+}
+
+/* sum over 16 sub-blocks of 16 of bsums[j] * w[j] (w as 16 x i16) */
+static inline int bsums_dot(const int16_t *bsums, __m256i w)
+{
+    return hsum_i32_256(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), w));
+}
+
+/* scale vector for a 32-element product in i16 pairs: low 128 bits (elements
+ * 0..15) get s0, high 128 bits get s1 */
+static inline __m256i scale_pair(int s0, int s1)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+}
+
+static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q4_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sm[16];
+        k4_scales_mins(x[i].scales, sm);
+        /* mins: duplicate m_j for the two bsums of sub-block j */
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
+                                                              _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        int msum = bsums_dot(y[i].bsums, mins);
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(q4 + 32 * c));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c)));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c + 32)));
+            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sm[2 * c]));
+            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sm[2 * c + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        const float d = y[i].d * H2F(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += y[i].d * H2F(x[i].dmin) * (float)msum;
+    }
+    *s = hsum_ps256(acc) - accm;
+}
+
+static void dot_q5_K_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q5_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sm[16];
+        k4_scales_mins(x[i].scales, sm);
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
+                                                              _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        int msum = bsums_dot(y[i].bsums, mins);
+        const uint8_t *q5 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(q5 + 32 * c));
+            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+            hb = _mm256_srli_epi16(hb, 1);
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+            hb = _mm256_srli_epi16(hb, 1);
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c)));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c + 32)));
+            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sm[2 * c]));
+            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sm[2 * c + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        const float d = y[i].d * H2F(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += y[i].d * H2F(x[i].dmin) * (float)msum;
+    }
+    *s = hsum_ps256(acc) - accm;
+}
+
+/* Q6_K: q = u - 32 with u = ql | qh<<4 in 0..63; sum u*y by maddubs, the -32
+ * through bsums once per super-block. */
+static void dot_q6_K_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q6_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *sc = x[i].scales;
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        int corr = bsums_dot(y[i].bsums, sc16);
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[i].ql + 64 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            __m256i u0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
+            __m256i u1 = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m3), 4));
+            __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m3), 4));
+            __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
+            const int8_t *q8h = q8 + 128 * h;
+            const int8_t *sch = sc + 8 * h;
+            __m256i p0 = _mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i *)q8h));
+            __m256i p1 = _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)(q8h + 32)));
+            __m256i p2 = _mm256_maddubs_epi16(u2, _mm256_loadu_si256((const __m256i *)(q8h + 64)));
+            __m256i p3 = _mm256_maddubs_epi16(u3, _mm256_loadu_si256((const __m256i *)(q8h + 96)));
+            p0 = _mm256_madd_epi16(p0, scale_pair(sch[0], sch[1]));
+            p1 = _mm256_madd_epi16(p1, scale_pair(sch[2], sch[3]));
+            p2 = _mm256_madd_epi16(p2, scale_pair(sch[4], sch[5]));
+            p3 = _mm256_madd_epi16(p3, scale_pair(sch[6], sch[7]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
+        const float d = y[i].d * H2F(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps256(acc);
+}
+
+/* Q3_K: q = u - 4 with u = low2 | hbit<<2 in 0..7; the -4 through bsums. */
+static void dot_q3_K_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q3_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int8_t sc[16];
+        const uint8_t *b = x[i].scales;
+        for (int j = 0; j < 16; j++) {
+            int low = j < 8 ? (b[j] & 0xF) : (b[j - 8] >> 4);
+            int high = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
+            sc[j] = (int8_t)((low | (high << 4)) - 32);
+        }
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        int corr = bsums_dot(y[i].bsums, sc16);
+        __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i qs = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int g = 0; g < 4; g++) {
+                __m256i u = _mm256_and_si256(qs, m3);
+                qs = _mm256_srli_epi16(qs, 2);
+                u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+                hm = _mm256_srli_epi16(hm, 1);
+                int t = 8 * h + 2 * g;
+                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i].qs + 16 * t)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[t], sc[t + 1])));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(4 * corr, 0, 0, 0, 0, 0, 0, 0));
+        const float d = y[i].d * H2F(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps256(acc);
+}
+
+static void dot_q2_K_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q2_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm256_castsi256_si128(m4), sc8), 4));
+        int msum = bsums_dot(y[i].bsums, mins);
+        uint8_t sc[16];
+        _mm_storeu_si128((__m128i *)sc, _mm_and_si128(sc8, _mm256_castsi256_si128(m4)));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i qs = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int g = 0; g < 4; g++) {
+                __m256i u = _mm256_and_si256(qs, m3);
+                qs = _mm256_srli_epi16(qs, 2);
+                int t = 8 * h + 2 * g;
+                __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i].qs + 16 * t)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[t], sc[t + 1])));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * H2F(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        accm += y[i].d * H2F(x[i].dmin) * (float)msum;
+    }
+    *s = hsum_ps256(acc) - accm;
+}
+
+static void dot_iq4_xs_256(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_iq4_xs *x = vx;
+    const block_q8_K *y = vy;
+    const __m256i tab = iq4nl_table();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            int ls = ((x[i].scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((x[i].scales_h >> (2 * j)) & 3) << 4);
+            __m256i q = _mm256_shuffle_epi8(tab, nibbles32(x[i].qs + 16 * j));
+            __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * j));
+            __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yy, q));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(ls - 32))));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * H2F(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps256(acc);
+}
+
+/* ---- activation quantizers ---------------------------------------------------
+ * Bit-exact with ember_quantize_q8_*_scalar: same amax, same d and id, the
+ * same product x*id rounded to nearest even (VCVTPS2DQ under the default
+ * MXCSR), fp16 by VCVTPS2PH round-to-nearest-even. */
+
+static inline __m256 abs_ps256(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+/* 4 x 8 i32 (elements in order) -> 32 i8 in order */
+static inline __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i r = _mm256_packs_epi16(ab, cd);
+    return _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void quantize_q8_0_256(const float *x, void *vy, int64_t n)
+{
+    block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
+               v3 = _mm256_loadu_ps(x + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(abs_ps256(v0), abs_ps256(v1)), _mm256_max_ps(abs_ps256(v2), abs_ps256(v3)));
+        const float amax = hmax_ps256(m);
+        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        y[i].d = _cvtss_sh(d, 0);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i r = pack_i32x32_i8(_mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid)),
+                                   _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid)));
+        _mm256_storeu_si256((__m256i *)y[i].qs, r);
+    }
+}
+
+static void quantize_q8_1_256(const float *x, void *vy, int64_t n)
+{
+    block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
+               v3 = _mm256_loadu_ps(x + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(abs_ps256(v0), abs_ps256(v1)), _mm256_max_ps(abs_ps256(v2), abs_ps256(v3)));
+        const float amax = hmax_ps256(m);
+        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+        int sum = hsum_i32_256(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_i8(i0, i1, i2, i3));
+        y[i].d = _cvtss_sh(d, 0);
+        y[i].s = _cvtss_sh((float)sum * d, 0);
+    }
+}
+
+/* bsums of 256 stored q8: sums of each 16 bytes, in order */
+static inline void q8k_bsums_256(const int8_t *q, int16_t *bsums)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    __m256i r[2];
+    for (int h = 0; h < 2; h++) {
+        __m256i v[4];
+        for (int k = 0; k < 4; k++) {
+            __m256i b = _mm256_loadu_si256((const __m256i *)(q + 128 * h + 32 * k));
+            v[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16); /* 4 i32 per 16 bytes */
+        }
+        __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        /* lane0: groups 0,2,4,6 ; lane1: groups 1,3,5,7 (of this half) */
+        r[h] = _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    }
+    __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(r[0], r[1]), _MM_SHUFFLE(3, 1, 2, 0));
+    _mm256_storeu_si256((__m256i *)bsums, p);
+}
+
+static void quantize_q8_K_256(const float *x, void *vy, int64_t n)
+{
+    block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(m, abs_ps256(_mm256_loadu_ps(x + j)));
+        const float amax = hmax_ps256(m);
+        if (amax == 0) { memset(&y[i], 0, sizeof y[i]); continue; }
+        const float id = 127.0f / amax;
+        const __m256 vid = _mm256_set1_ps(id);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i r = pack_i32x32_i8(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vid)),
+                                       _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8), vid)),
+                                       _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 16), vid)),
+                                       _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 24), vid)));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), r);
+        }
+        q8k_bsums_256(y[i].qs, y[i].bsums);
+        y[i].d = 1.0f / id;
+    }
+}
+
+#endif

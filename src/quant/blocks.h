@@ -91,6 +91,10 @@ _Static_assert(sizeof(block_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K");
 _Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs");
 
+/* fp16 bits -> fp32, all 65536 values; filled by the first
+ * ember_quant_traits_get() (SIMD kernels read it; scalar code does not). */
+extern float ember_fp16_table[65536];
+
 /* IQ4_NL / IQ4_XS non-linear levels (ggml-common.h kvalues_iq4nl; the same
  * numbers as gguf-py IQ4_NL.kvalues). */
 extern const int8_t ember_kvalues_iq4nl[16];

@@ -16,7 +16,10 @@
 #include <immintrin.h>
 #include "quant/blocks.h"
 
-#define H2F(h) _cvtsh_ss(h)
+/* fp16 -> fp32 by table (quant.c fills it before any kernel can run): two
+ * loads, no shuffle-port uops, unlike VCVTPH2PS on a scalar */
+#define H2F(h) ember_fp16_table[h]
+#define H2F_BCAST(h) _mm256_broadcast_ss(&ember_fp16_table[h])
 
 static inline float hsum_ps256(__m256 v)
 {
@@ -58,8 +61,9 @@ static inline __m256i dot_ss8(__m256i a, __m256i b)
 /* 16 bytes of packed nibbles -> 32 bytes: low nibbles, then high nibbles */
 static inline __m256i nibbles32(const uint8_t *p)
 {
-    __m128i t = _mm_loadu_si128((const __m128i *)p);
-    __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    /* broadcast load (no shuffle uop), then shift only the upper lane */
+    __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    b = _mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
     return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
 }
 /* 32 bits -> 32 bytes, 0xFF where bit j of *p is set (byte j) */
@@ -127,48 +131,71 @@ DOT_HALF_256(dot_bf16_256, load_bf16x8, ember_bf16_to_fp32)
     const YT *y = vy;                                                             \
     const int64_t nb = n / 32;                                                    \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                \
-    float extra = 0;                                                              \
+    float extra = 0, extra0 = 0, extra1 = 0;                                      \
     int64_t i = 0;                                                                \
     for (; i + 1 < nb; i += 2) {                                                  \
         { const XT *b = &x[i]; const YT *c = &y[i]; __m256i qx = QX;              \
           __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));        \
-          acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(H2F(b->d) * H2F(c->d)), acc0); EXTRA } \
+          acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(H2F_BCAST(b->d), H2F_BCAST(c->d)), acc0); EXTRA(extra0) } \
         { const XT *b = &x[i + 1]; const YT *c = &y[i + 1]; __m256i qx = QX;      \
           __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));        \
-          acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(H2F(b->d) * H2F(c->d)), acc1); EXTRA } \
+          acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(H2F_BCAST(b->d), H2F_BCAST(c->d)), acc1); EXTRA(extra1) } \
     }                                                                             \
     for (; i < nb; i++) {                                                         \
         const XT *b = &x[i]; const YT *c = &y[i]; __m256i qx = QX;                \
         __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));          \
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(H2F(b->d) * H2F(c->d)), acc0); EXTRA \
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(H2F_BCAST(b->d), H2F_BCAST(c->d)), acc0); EXTRA(extra) \
     }                                                                             \
-    *s = hsum_ps256(_mm256_add_ps(acc0, acc1)) + extra;
+    *s = hsum_ps256(_mm256_add_ps(acc0, acc1)) + (extra + (extra0 + extra1));
+
+/* the m*s term of Q4_1/Q5_1 x Q8_1, into accumulator A */
+#define MS_TERM(A) A += H2F(b->m) * H2F(c->s);
+#define NO_TERM(A)
+
+/* Q5 high bits: AVX-512BW/VL turn the 32 bits straight into a byte mask */
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+static inline __m256i q5_signed(const uint8_t *qs, const uint8_t *qh)
+{
+    __m256i nib = nibbles32(qs);
+    return _mm256_mask_sub_epi8(nib, _cvtu32_mask32(~ember_load_u32(qh)), nib, _mm256_set1_epi8(16));
+}
+static inline __m256i q5_unsigned(const uint8_t *qs, const uint8_t *qh)
+{
+    __m256i nib = nibbles32(qs);
+    return _mm256_mask_add_epi8(nib, _cvtu32_mask32(ember_load_u32(qh)), nib, _mm256_set1_epi8(16));
+}
+#else
+/* q-16 = nibble | 0xF0 where the high bit is clear, = nibble where set */
+static inline __m256i q5_signed(const uint8_t *qs, const uint8_t *qh)
+{
+    return _mm256_or_si256(nibbles32(qs), _mm256_andnot_si256(bitmask32(qh), _mm256_set1_epi8((char)0xF0)));
+}
+static inline __m256i q5_unsigned(const uint8_t *qs, const uint8_t *qh)
+{
+    return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bitmask32(qh), _mm256_set1_epi8(0x10)));
+}
+#endif
 
 static void dot_q4_0_256(int64_t n, float *s, const void *vx, const void *vy)
 {
     const __m256i off = _mm256_set1_epi8(8);
-    DOT32_LOOP(block_q4_0, block_q8_0, _mm256_sub_epi8(nibbles32(b->qs), off), dot_ss8, )
+    DOT32_LOOP(block_q4_0, block_q8_0, _mm256_sub_epi8(nibbles32(b->qs), off), dot_ss8, NO_TERM)
 }
 static void dot_q4_1_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    DOT32_LOOP(block_q4_1, block_q8_1, nibbles32(b->qs), dot_us8, extra += H2F(b->m) * H2F(c->s);)
+    DOT32_LOOP(block_q4_1, block_q8_1, nibbles32(b->qs), dot_us8, MS_TERM)
 }
 static void dot_q5_0_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    /* q-16 = nibble | 0xF0 where the high bit is clear, = nibble where set */
-    const __m256i f0 = _mm256_set1_epi8((char)0xF0);
-    DOT32_LOOP(block_q5_0, block_q8_0, _mm256_or_si256(nibbles32(b->qs), _mm256_andnot_si256(bitmask32(b->qh), f0)),
-               dot_ss8, )
+    DOT32_LOOP(block_q5_0, block_q8_0, q5_signed(b->qs, b->qh), dot_ss8, NO_TERM)
 }
 static void dot_q5_1_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const __m256i h = _mm256_set1_epi8(0x10);
-    DOT32_LOOP(block_q5_1, block_q8_1, _mm256_or_si256(nibbles32(b->qs), _mm256_and_si256(bitmask32(b->qh), h)),
-               dot_us8, extra += H2F(b->m) * H2F(c->s);)
+    DOT32_LOOP(block_q5_1, block_q8_1, q5_unsigned(b->qs, b->qh), dot_us8, MS_TERM)
 }
 static void dot_q8_0_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    DOT32_LOOP(block_q8_0, block_q8_0, _mm256_loadu_si256((const __m256i *)b->qs), dot_ss8, )
+    DOT32_LOOP(block_q8_0, block_q8_0, _mm256_loadu_si256((const __m256i *)b->qs), dot_ss8, NO_TERM)
 }
 static inline __m256i iq4nl_table(void)
 {
@@ -177,7 +204,7 @@ static inline __m256i iq4nl_table(void)
 static void dot_iq4_nl_256(int64_t n, float *s, const void *vx, const void *vy)
 {
     const __m256i tab = iq4nl_table();
-    DOT32_LOOP(block_iq4_nl, block_q8_0, _mm256_shuffle_epi8(tab, nibbles32(b->qs)), dot_ss8, )
+    DOT32_LOOP(block_iq4_nl, block_q8_0, _mm256_shuffle_epi8(tab, nibbles32(b->qs)), dot_ss8, NO_TERM)
 }
 
 /* ---- k-quants x Q8_K -------------------------------------------------------- */

@@ -16,6 +16,9 @@
 #include <immintrin.h>
 #include "quant/blocks.h"
 
+/* each including file exports only the kernels it does not replace */
+#pragma GCC diagnostic ignored "-Wunused-function"
+
 /* fp16 -> fp32 by table (quant.c fills it before any kernel can run): two
  * loads, no shuffle-port uops, unlike VCVTPH2PS on a scalar */
 #define H2F(h) ember_fp16_table[h]

@@ -456,41 +456,74 @@ static inline __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d)
     return _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-static void quantize_q8_0_256(const float *x, void *vy, int64_t n)
+/* lane k of the result = max over the 8 lanes of m[k] */
+static inline __m256 hmax_8x8(const __m256 m[8])
 {
-    block_q8_0 *y = vy;
-    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
-               v3 = _mm256_loadu_ps(x + 24);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(abs_ps256(v0), abs_ps256(v1)), _mm256_max_ps(abs_ps256(v2), abs_ps256(v3)));
-        const float amax = hmax_ps256(m);
-        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
-        y[i].d = _cvtss_sh(d, 0);
-        const __m256 vid = _mm256_set1_ps(id);
-        __m256i r = pack_i32x32_i8(_mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid)),
-                                   _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid)));
-        _mm256_storeu_si256((__m256i *)y[i].qs, r);
-    }
+    __m256 t[4], u[2];
+    for (int k = 0; k < 4; k++)
+        t[k] = _mm256_max_ps(_mm256_unpacklo_ps(m[2 * k], m[2 * k + 1]), _mm256_unpackhi_ps(m[2 * k], m[2 * k + 1]));
+    for (int k = 0; k < 2; k++)
+        u[k] = _mm256_max_ps(_mm256_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm256_max_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20), _mm256_permute2f128_ps(u[0], u[1], 0x31));
+}
+/* lane k of the result = sum over the 8 lanes of s[k] */
+static inline __m256i hsum_8x8_epi32(const __m256i s[8])
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-static void quantize_q8_1_256(const float *x, void *vy, int64_t n)
+/* Q8_0 / Q8_1 rows, 8 blocks at a time so that the two divisions per block
+ * (d = amax/127, id = 1/d, as the scalar code) run 8-wide. */
+static void quantize_q8_x_256(const float *x, void *vy, int64_t n, bool q8_1)
 {
-    block_q8_1 *y = vy;
-    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
-        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
-               v3 = _mm256_loadu_ps(x + 24);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(abs_ps256(v0), abs_ps256(v1)), _mm256_max_ps(abs_ps256(v2), abs_ps256(v3)));
-        const float amax = hmax_ps256(m);
-        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
-        const __m256 vid = _mm256_set1_ps(id);
-        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
-        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
-        int sum = hsum_i32_256(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
-        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_i8(i0, i1, i2, i3));
-        y[i].d = _cvtss_sh(d, 0);
-        y[i].s = _cvtss_sh((float)sum * d, 0);
+    const int64_t nb = n / 32;
+    const size_t bsz = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    uint8_t *out = vy;
+    int64_t i = 0;
+    for (; i < nb; i += 8) {
+        const int g = nb - i >= 8 ? 8 : (int)(nb - i);
+        const float *xb = x + 32 * i;
+        __m256 m[8];
+        for (int k = 0; k < 8; k++) {
+            if (k >= g) { m[k] = _mm256_setzero_ps(); continue; }
+            const float *p = xb + 32 * k;
+            m[k] = _mm256_max_ps(_mm256_max_ps(abs_ps256(_mm256_loadu_ps(p)), abs_ps256(_mm256_loadu_ps(p + 8))),
+                                 _mm256_max_ps(abs_ps256(_mm256_loadu_ps(p + 16)), abs_ps256(_mm256_loadu_ps(p + 24))));
+        }
+        const __m256 amax = hmax_8x8(m);
+        const __m256 d = _mm256_div_ps(amax, _mm256_set1_ps(127.0f));
+        const __m256 nz = _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+        const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d), nz);
+        float idv[8];
+        uint16_t dh[8];
+        _mm256_storeu_ps(idv, id);
+        _mm_storeu_si128((__m128i *)dh, _mm256_cvtps_ph(d, 0));
+        __m256i sums[8];
+        for (int k = 0; k < g; k++) {
+            const float *p = xb + 32 * k;
+            const __m256 v = _mm256_broadcast_ss(&idv[k]);
+            __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p), v));
+            __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 8), v));
+            __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 16), v));
+            __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 24), v));
+            uint8_t *blk = out + (size_t)(i + k) * bsz;
+            _mm256_storeu_si256((__m256i *)(blk + (q8_1 ? 4 : 2)), pack_i32x32_i8(i0, i1, i2, i3));
+            memcpy(blk, &dh[k], 2);
+            if (q8_1) sums[k] = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+        }
+        if (q8_1) {
+            for (int k = g; k < 8; k++) sums[k] = _mm256_setzero_si256();
+            uint16_t sh[8];
+            _mm_storeu_si128((__m128i *)sh, _mm256_cvtps_ph(_mm256_mul_ps(_mm256_cvtepi32_ps(hsum_8x8_epi32(sums)), d), 0));
+            for (int k = 0; k < g; k++) memcpy(out + (size_t)(i + k) * bsz + 2, &sh[k], 2);
+        }
     }
 }
+static void quantize_q8_0_256(const float *x, void *vy, int64_t n) { quantize_q8_x_256(x, vy, n, false); }
+static void quantize_q8_1_256(const float *x, void *vy, int64_t n) { quantize_q8_x_256(x, vy, n, true); }
 
 /* bsums of 256 stored q8: sums of each 16 bytes, in order */
 static inline void q8k_bsums_256(const int8_t *q, int16_t *bsums)
@@ -515,9 +548,14 @@ static void quantize_q8_K_256(const float *x, void *vy, int64_t n)
 {
     block_q8_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-        __m256 m = _mm256_setzero_ps();
-        for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(m, abs_ps256(_mm256_loadu_ps(x + j)));
-        const float amax = hmax_ps256(m);
+        __m256 m0 = _mm256_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
+        for (int j = 0; j < QK_K; j += 32) {
+            m0 = _mm256_max_ps(m0, abs_ps256(_mm256_loadu_ps(x + j)));
+            m1 = _mm256_max_ps(m1, abs_ps256(_mm256_loadu_ps(x + j + 8)));
+            m2 = _mm256_max_ps(m2, abs_ps256(_mm256_loadu_ps(x + j + 16)));
+            m3 = _mm256_max_ps(m3, abs_ps256(_mm256_loadu_ps(x + j + 24)));
+        }
+        const float amax = hmax_ps256(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
         if (amax == 0) { memset(&y[i], 0, sizeof y[i]); continue; }
         const float id = 127.0f / amax;
         const __m256 vid = _mm256_set1_ps(id);

@@ -40,26 +40,36 @@ int main(int argc, char **argv)
     const size_t chunk_blocks = 4096;
     uint8_t *in = malloc(chunk_blocks * tr->block_bytes);
     float *out = malloc(chunk_blocks * tr->block_size * sizeof(float));
-    if (!in || !out) { fprintf(stderr, "dequant: out of memory\n"); return 4; }
+    int rc = 0;
+    if (!in || !out) { fprintf(stderr, "dequant: out of memory\n"); rc = 4; goto done; }
     uint64_t left = n / tr->block_size;
     while (left) {
         size_t nb = left < chunk_blocks ? (size_t)left : chunk_blocks;
-        size_t got = fread(in, tr->block_bytes, nb, stdin);
-        if (got != nb) {
+        size_t want = nb * tr->block_bytes;
+        size_t got = fread(in, 1, want, stdin);
+        if (got != want) {
             fprintf(stderr, "dequant: input ends after %llu of %llu bytes\n",
-                    (unsigned long long)(total_bytes - (left - got) * tr->block_bytes),
+                    (unsigned long long)(total_bytes - left * tr->block_bytes + got),
                     (unsigned long long)total_bytes);
-            return 3;
+            rc = 3;
+            goto done;
         }
         tr->to_float(in, out, (int64_t)(nb * tr->block_size));
         if (fwrite(out, sizeof(float) * tr->block_size, nb, stdout) != nb) {
             fprintf(stderr, "dequant: write failed\n");
-            return 4;
+            rc = 4;
+            goto done;
         }
         left -= nb;
     }
-    if (fgetc(stdin) != EOF) { fprintf(stderr, "dequant: input longer than %llu bytes\n", (unsigned long long)total_bytes); return 3; }
+    if (fgetc(stdin) != EOF) {
+        fprintf(stderr, "dequant: input longer than %llu bytes\n", (unsigned long long)total_bytes);
+        rc = 3;
+    } else if (fflush(stdout)) {
+        rc = 4;
+    }
+done:
     free(in);
     free(out);
-    return fflush(stdout) ? 4 : 0;
+    return rc;
 }

@@ -231,11 +231,27 @@ static inline int bsums_dot(const int16_t *bsums, __m256i w)
     return hsum_i32_256(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), w));
 }
 
-/* scale vector for a 32-element product in i16 pairs: low 128 bits (elements
- * 0..15) get s0, high 128 bits get s1 */
-static inline __m256i scale_pair(int s0, int s1)
+
+/* s16: 16 x i16 sub-block scales. Returns sc[t] (t even) in every i16 of
+ * the low 128 bits and sc[t+1] in the high 128 bits: VPERMD + VPSHUFB */
+static inline __m256i scale_pair_v(__m256i s16, int t)
 {
-    return _mm256_set_m128i(_mm_set1_epi16((short)s1), _mm_set1_epi16((short)s0));
+    const __m256i shuf = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(t / 2)), shuf);
+}
+
+/* Q3_K: the 16 6-bit scales (offset 32 removed), as int8 (layout: gguf-py
+ * Q3_K.dequantize_blocks; four at a time with 32-bit masks) */
+static inline __m128i q3_K_scales(const uint8_t *b)
+{
+    uint32_t a0 = ember_load_u32(b), a1 = ember_load_u32(b + 4), a2 = ember_load_u32(b + 8);
+    uint32_t u[4];
+    u[0] = (a0 & 0x0F0F0F0F) | ((a2 & 0x03030303) << 4);
+    u[1] = (a1 & 0x0F0F0F0F) | (((a2 >> 2) & 0x03030303) << 4);
+    u[2] = ((a0 >> 4) & 0x0F0F0F0F) | (((a2 >> 4) & 0x03030303) << 4);
+    u[3] = ((a1 >> 4) & 0x0F0F0F0F) | (((a2 >> 6) & 0x03030303) << 4);
+    return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)u), _mm_set1_epi8(32));
 }
 
 static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
@@ -255,6 +271,7 @@ static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
         const uint8_t *q4 = x[i].qs;
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(q4 + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -288,6 +305,7 @@ static void dot_q5_K_256(int64_t n, float *s, const void *vx, const void *vy)
         const int8_t *q8 = y[i].qs;
         __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(q5 + 32 * c));
             __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -317,11 +335,11 @@ static void dot_q6_K_256(int64_t n, float *s, const void *vx, const void *vy)
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const int8_t *sc = x[i].scales;
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         int corr = bsums_dot(y[i].bsums, sc16);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[i].ql + 64 * h;
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
@@ -335,15 +353,14 @@ static void dot_q6_K_256(int64_t n, float *s, const void *vx, const void *vy)
             __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4));
             const int8_t *q8h = q8 + 128 * h;
-            const int8_t *sch = sc + 8 * h;
             __m256i p0 = _mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i *)q8h));
             __m256i p1 = _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)(q8h + 32)));
             __m256i p2 = _mm256_maddubs_epi16(u2, _mm256_loadu_si256((const __m256i *)(q8h + 64)));
             __m256i p3 = _mm256_maddubs_epi16(u3, _mm256_loadu_si256((const __m256i *)(q8h + 96)));
-            p0 = _mm256_madd_epi16(p0, scale_pair(sch[0], sch[1]));
-            p1 = _mm256_madd_epi16(p1, scale_pair(sch[2], sch[3]));
-            p2 = _mm256_madd_epi16(p2, scale_pair(sch[4], sch[5]));
-            p3 = _mm256_madd_epi16(p3, scale_pair(sch[6], sch[7]));
+            p0 = _mm256_madd_epi16(p0, scale_pair_v(sc16, 8 * h + 0));
+            p1 = _mm256_madd_epi16(p1, scale_pair_v(sc16, 8 * h + 2));
+            p2 = _mm256_madd_epi16(p2, scale_pair_v(sc16, 8 * h + 4));
+            p3 = _mm256_madd_epi16(p3, scale_pair_v(sc16, 8 * h + 6));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
         }
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
@@ -361,19 +378,14 @@ static void dot_q3_K_256(int64_t n, float *s, const void *vx, const void *vy)
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        int8_t sc[16];
-        const uint8_t *b = x[i].scales;
-        for (int j = 0; j < 16; j++) {
-            int low = j < 8 ? (b[j] & 0xF) : (b[j - 8] >> 4);
-            int high = (b[8 + j % 4] >> (2 * (j / 4))) & 3;
-            sc[j] = (int8_t)((low | (high << 4)) - 32);
-        }
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i sc16 = _mm256_cvtepi8_epi16(q3_K_scales(x[i].scales));
         int corr = bsums_dot(y[i].bsums, sc16);
         __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i qs = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+#pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i u = _mm256_and_si256(qs, m3);
                 qs = _mm256_srli_epi16(qs, 2);
@@ -381,7 +393,7 @@ static void dot_q3_K_256(int64_t n, float *s, const void *vx, const void *vy)
                 hm = _mm256_srli_epi16(hm, 1);
                 int t = 8 * h + 2 * g;
                 __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i].qs + 16 * t)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[t], sc[t + 1])));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair_v(sc16, t)));
             }
         }
         sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(4 * corr, 0, 0, 0, 0, 0, 0, 0));
@@ -402,17 +414,18 @@ static void dot_q2_K_256(int64_t n, float *s, const void *vx, const void *vy)
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         __m256i mins = _mm256_cvtepu8_epi16(_mm_srli_epi16(_mm_andnot_si128(_mm256_castsi256_si128(m4), sc8), 4));
         int msum = bsums_dot(y[i].bsums, mins);
-        uint8_t sc[16];
-        _mm_storeu_si128((__m128i *)sc, _mm_and_si128(sc8, _mm256_castsi256_si128(m4)));
+        __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm256_castsi256_si128(m4)));
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i qs = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+#pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i u = _mm256_and_si256(qs, m3);
                 qs = _mm256_srli_epi16(qs, 2);
                 int t = 8 * h + 2 * g;
                 __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(y[i].qs + 16 * t)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair(sc[t], sc[t + 1])));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale_pair_v(sc16, t)));
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * H2F(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
@@ -428,13 +441,27 @@ static void dot_iq4_xs_256(int64_t n, float *s, const void *vx, const void *vy)
     const __m256i tab = iq4nl_table();
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        /* 8 scales ls = 4 low bits (scales_l nibbles, in order) | 2 high bits
+         * (scales_h >> 2j) << 4, minus 32, repeated in both i16 of a dword
+         * for VPMADDWD; stored so that each is a broadcast load */
+        uint32_t l = ember_load_u32(x[i].scales_l);
+        __m128i lo = _mm_unpacklo_epi8(_mm_cvtsi32_si128((int)(l & 0x0F0F0F0F)),
+                                       _mm_cvtsi32_si128((int)((l >> 4) & 0x0F0F0F0F)));
+        __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(x[i].scales_h),
+                                                        _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                      _mm256_set1_epi32(3));
+        __m256i ls = _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(lo), _mm256_slli_epi32(hi, 4)),
+                                      _mm256_set1_epi32(32));
+        ls = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(ls, 16));
+        int32_t sv[8];
+        _mm256_storeu_si256((__m256i *)sv, ls);
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            int ls = ((x[i].scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((x[i].scales_h >> (2 * j)) & 3) << 4);
             __m256i q = _mm256_shuffle_epi8(tab, nibbles32(x[i].qs + 16 * j));
             __m256i yy = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * j));
             __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yy, q));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(ls - 32))));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi32(sv[j])));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * H2F(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
     }

@@ -82,6 +82,7 @@ static void dot_q4_K_512(int64_t n, float *s, const void *vx, const void *vy)
         __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), mins);
         __m512i pairs = k4_scale_pairs(sm);
         __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c)));
             q = _mm512_and_si512(_mm512_srlv_epi64(q, shift), m4);
@@ -112,6 +113,7 @@ static void dot_q5_K_512(int64_t n, float *s, const void *vx, const void *vy)
         __m512i pairs = k4_scale_pairs(sm);
         __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qh));
         __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c)));
             q = _mm512_and_si512(_mm512_srlv_epi64(q, shift), m4);
@@ -147,6 +149,7 @@ static void dot_q6_K_512(int64_t n, float *s, const void *vx, const void *vy)
         __m512i s32 = _mm512_cvtepi8_epi32(sc8);
         __m512i pairs = _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s32, 16));
         __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
             __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));

@@ -129,31 +129,51 @@ DOT_HALF_256(dot_bf16_256, load_bf16x8, ember_bf16_to_fp32)
  * Per block: exact i32 lanes, converted and scaled by d_x*d_y into 8 float
  * lanes; two accumulators hide the FMA latency. */
 
-#define DOT32_LOOP(XT, YT, QX, DOT, EXTRA)                                        \
-    const XT *x = vx;                                                             \
-    const YT *y = vy;                                                             \
-    const int64_t nb = n / 32;                                                    \
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                \
-    float extra = 0, extra0 = 0, extra1 = 0;                                      \
-    int64_t i = 0;                                                                \
-    for (; i + 1 < nb; i += 2) {                                                  \
-        { const XT *b = &x[i]; const YT *c = &y[i]; __m256i qx = QX;              \
-          __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));        \
-          acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(H2F_BCAST(b->d), H2F_BCAST(c->d)), acc0); EXTRA(extra0) } \
-        { const XT *b = &x[i + 1]; const YT *c = &y[i + 1]; __m256i qx = QX;      \
-          __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));        \
-          acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(H2F_BCAST(b->d), H2F_BCAST(c->d)), acc1); EXTRA(extra1) } \
-    }                                                                             \
-    for (; i < nb; i++) {                                                         \
-        const XT *b = &x[i]; const YT *c = &y[i]; __m256i qx = QX;                \
-        __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));          \
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(H2F_BCAST(b->d), H2F_BCAST(c->d)), acc0); EXTRA(extra) \
-    }                                                                             \
-    *s = hsum_ps256(_mm256_add_ps(acc0, acc1)) + (extra + (extra0 + extra1));
+/* Q4_1/Q5_1 x Q8_1 block scales straight from memory: VCVTPH2PS of 4 halves
+ * at &x->d and &y->d (d then m, d then s; the rest is ignored but stays
+ * inside the block). Lane 0 of the product is d_x*d_y, lane 1 is m_x*s_y.
+ * (Formats with one scale use the fp16 table instead: fewer uops there.) */
+static inline __m128 block_scales(const void *xd, const void *yd)
+{
+    return _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)xd)),
+                      _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)yd)));
+}
 
-/* the m*s term of Q4_1/Q5_1 x Q8_1, into accumulator A */
-#define MS_TERM(A) A += H2F(b->m) * H2F(c->s);
-#define NO_TERM(A)
+#define DOT32_STEP(ACC, MS, k)                                                           \
+    {                                                                                    \
+        const XT *b = &x[i + (k)];                                                       \
+        const YT *c = &y[i + (k)];                                                       \
+        __m256i qx = QX;                                                                 \
+        __m256i p = DOT(qx, _mm256_loadu_si256((const __m256i *)c->qs));                 \
+        if (HAS_MS) {                                                                    \
+            __m128 sc = block_scales(&b->d, &c->d);                                      \
+            ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(sc), ACC); \
+            MS = _mm_add_ps(MS, sc);                                                     \
+        } else {                                                                         \
+            ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(H2F_BCAST(b->d), H2F_BCAST(c->d)), ACC); \
+        }                                                                                \
+    }
+
+/* Per block: exact i32 lanes, converted and scaled by d_x*d_y into 8 float
+ * lanes; two accumulators hide the FMA latency. HAS_MS adds m_x*s_y. */
+#define DOT32_LOOP()                                                                  \
+    const XT *x = vx;                                                                 \
+    const YT *y = vy;                                                                 \
+    const int64_t nb = n / 32;                                                        \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                    \
+    __m128 ms0 = _mm_setzero_ps(), ms1 = _mm_setzero_ps();                            \
+    int64_t i = 0;                                                                    \
+    for (; i + 1 < nb; i += 2) {                                                      \
+        DOT32_STEP(acc0, ms0, 0)                                                      \
+        DOT32_STEP(acc1, ms1, 1)                                                      \
+    }                                                                                 \
+    for (; i < nb; i++) DOT32_STEP(acc0, ms0, 0)                                      \
+    float r = hsum_ps256(_mm256_add_ps(acc0, acc1));                                  \
+    if (HAS_MS) {                                                                     \
+        __m128 ms = _mm_add_ps(ms0, ms1);                                             \
+        r += _mm_cvtss_f32(_mm_movehdup_ps(ms));                                      \
+    }                                                                                 \
+    *s = r;
 
 /* Q5 high bits: AVX-512BW/VL turn the 32 bits straight into a byte mask */
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -181,25 +201,79 @@ static inline __m256i q5_unsigned(const uint8_t *qs, const uint8_t *qh)
 
 static void dot_q4_0_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    const __m256i off = _mm256_set1_epi8(8);
-    DOT32_LOOP(block_q4_0, block_q8_0, _mm256_sub_epi8(nibbles32(b->qs), off), dot_ss8, NO_TERM)
+#define XT block_q4_0
+#define YT block_q8_0
+#define QX _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8))
+#define DOT dot_ss8
+#define HAS_MS 0
+    DOT32_LOOP()
+#undef XT
+#undef YT
+#undef QX
+#undef DOT
+#undef HAS_MS
 }
+
 static void dot_q4_1_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    DOT32_LOOP(block_q4_1, block_q8_1, nibbles32(b->qs), dot_us8, MS_TERM)
+#define XT block_q4_1
+#define YT block_q8_1
+#define QX nibbles32(b->qs)
+#define DOT dot_us8
+#define HAS_MS 1
+    DOT32_LOOP()
+#undef XT
+#undef YT
+#undef QX
+#undef DOT
+#undef HAS_MS
 }
+
 static void dot_q5_0_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    DOT32_LOOP(block_q5_0, block_q8_0, q5_signed(b->qs, b->qh), dot_ss8, NO_TERM)
+#define XT block_q5_0
+#define YT block_q8_0
+#define QX q5_signed(b->qs, b->qh)
+#define DOT dot_ss8
+#define HAS_MS 0
+    DOT32_LOOP()
+#undef XT
+#undef YT
+#undef QX
+#undef DOT
+#undef HAS_MS
 }
+
 static void dot_q5_1_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    DOT32_LOOP(block_q5_1, block_q8_1, q5_unsigned(b->qs, b->qh), dot_us8, MS_TERM)
+#define XT block_q5_1
+#define YT block_q8_1
+#define QX q5_unsigned(b->qs, b->qh)
+#define DOT dot_us8
+#define HAS_MS 1
+    DOT32_LOOP()
+#undef XT
+#undef YT
+#undef QX
+#undef DOT
+#undef HAS_MS
 }
+
 static void dot_q8_0_256(int64_t n, float *s, const void *vx, const void *vy)
 {
-    DOT32_LOOP(block_q8_0, block_q8_0, _mm256_loadu_si256((const __m256i *)b->qs), dot_ss8, NO_TERM)
+#define XT block_q8_0
+#define YT block_q8_0
+#define QX _mm256_loadu_si256((const __m256i *)b->qs)
+#define DOT dot_ss8
+#define HAS_MS 0
+    DOT32_LOOP()
+#undef XT
+#undef YT
+#undef QX
+#undef DOT
+#undef HAS_MS
 }
+
 static inline __m256i iq4nl_table(void)
 {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ember_kvalues_iq4nl));
@@ -207,7 +281,17 @@ static inline __m256i iq4nl_table(void)
 static void dot_iq4_nl_256(int64_t n, float *s, const void *vx, const void *vy)
 {
     const __m256i tab = iq4nl_table();
-    DOT32_LOOP(block_iq4_nl, block_q8_0, _mm256_shuffle_epi8(tab, nibbles32(b->qs)), dot_ss8, NO_TERM)
+#define XT block_iq4_nl
+#define YT block_q8_0
+#define QX _mm256_shuffle_epi8(tab, nibbles32(b->qs))
+#define DOT dot_ss8
+#define HAS_MS 0
+    DOT32_LOOP()
+#undef XT
+#undef YT
+#undef QX
+#undef DOT
+#undef HAS_MS
 }
 
 /* ---- k-quants x Q8_K -------------------------------------------------------- */

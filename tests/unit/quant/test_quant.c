@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "quant/quant.h"
 
@@ -424,10 +426,65 @@ static void test_traits_and_variants(void **state)
         printf("EMBER_CPU_VARIANT=%s -> active %s\n", forced, ember_cpu_variant_name(ember_cpu_variant_active()));
 }
 
-int main(void)
+/* EMBER_CPU_VARIANT is read once per process: check it in fresh processes
+ * (this executable re-run with --print-variant). */
+static char self_path[4096];
+
+static void run_with_variant(const char *value, char *out, size_t outsz)
 {
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        if (value) setenv("EMBER_CPU_VARIANT", value, 1); else unsetenv("EMBER_CPU_VARIANT");
+        execl(self_path, self_path, "--print-variant", (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    ssize_t k = read(fd[0], out, outsz - 1);
+    out[k > 0 ? k : 0] = 0;
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_env_override(void **state)
+{
+    (void)state;
+    char buf[64];
+    ember_cpu_variant best = EMBER_CPU_SCALAR;
+    for (int v = 0; v < EMBER_CPU_VARIANT_COUNT; v++)
+        if (ember_cpu_variant_supported((ember_cpu_variant)v)) best = (ember_cpu_variant)v;
+    run_with_variant(NULL, buf, sizeof buf);
+    assert_string_equal(buf, ember_cpu_variant_name(best));
+    for (int v = 0; v < EMBER_CPU_VARIANT_COUNT; v++) {
+        const char *name = ember_cpu_variant_name((ember_cpu_variant)v);
+        run_with_variant(name, buf, sizeof buf);
+        assert_string_equal(buf, ember_cpu_variant_supported((ember_cpu_variant)v) ? name : ember_cpu_variant_name(best));
+    }
+    run_with_variant("sse9", buf, sizeof buf); /* unknown: best, with a note on stderr */
+    assert_string_equal(buf, ember_cpu_variant_name(best));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--print-variant")) {
+        const ember_quant_traits *t = ember_quant_traits_get(EMBER_TYPE_Q4_K);
+        /* the traits row follows the variant too */
+        if (t->vec_dot != t->vec_dot_variant[ember_cpu_variant_active()]) return 1;
+        printf("%s", ember_cpu_variant_name(ember_cpu_variant_active()));
+        return 0;
+    }
+    ssize_t k = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (k <= 0) return 1;
+    self_path[k] = 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_traits_and_variants),
+        cmocka_unit_test(test_env_override),
         cmocka_unit_test(test_fp16_rounding),
         cmocka_unit_test(test_dequant_goldens),
         cmocka_unit_test(test_quantize_roundtrip),

@@ -112,6 +112,16 @@ static inline void ember_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint
     }
 }
 
+/* Round to nearest, ties to even, for |v| < 2^22 (here |v| <= 127.x): adding
+ * and subtracting 1.5*2^23 leaves the integer in the float's low mantissa
+ * bits under the default rounding mode; the same result as lrintf and as
+ * VCVTPS2DQ, without a libm call. */
+static inline int ember_round_small(float v)
+{
+    const float m = 12582912.0f; /* not folded away: no -ffast-math */
+    return (int)((v + m) - m);
+}
+
 static inline uint32_t ember_load_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
 /* ---- kernels, by variant ------------------------------------------------ */

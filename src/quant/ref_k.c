@@ -201,10 +201,10 @@ void ember_quantize_q8_K_scalar(const float *restrict x, void *restrict vy, int6
     block_q8_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float amax = 0;
-        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < QK_K; j++) { float a = fabsf(x[j]); amax = a > amax ? a : amax; }
         if (amax == 0) { memset(&y[i], 0, sizeof y[i]); continue; }
         const float id = 127.0f / amax;
-        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)lrintf(x[j] * id);
+        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)ember_round_small(x[j] * id);
         for (int j = 0; j < QK_K / 16; j++) {
             int sum = 0;
             for (int k = 0; k < 16; k++) sum += y[i].qs[j * 16 + k];

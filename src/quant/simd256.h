@@ -296,17 +296,26 @@ static void dot_iq4_nl_256(int64_t n, float *s, const void *vx, const void *vy)
 
 /* ---- k-quants x Q8_K -------------------------------------------------------- */
 
-/* Unpack Q4_K/Q5_K 6-bit scales and mins: out[0..7] = scales, out[8..15] = mins
- * (same bits as ember_k4_scale_min, four at a time). */
-static inline void k4_scales_mins(const uint8_t *q, uint8_t out[16])
+/* Unpack Q4_K/Q5_K 6-bit scales and mins (same bits as ember_k4_scale_min):
+ * bytes 0..7 = scales, 8..15 = mins. With a = bytes 0..3, b = 4..7,
+ * c = 8..11 of the packed field, the four dwords are a&0x3F.., (c&0x0F..) |
+ * ((a>>2)&0x30..), b&0x3F.., ((c>>4)&0x0F..) | ((b>>2)&0x30..). Reads 16
+ * bytes at q: the 12 scale bytes and the first 4 quant bytes (unused). */
+static inline __m128i k4_scales_mins(const uint8_t *q)
 {
-    uint32_t a = ember_load_u32(q), b = ember_load_u32(q + 4), c = ember_load_u32(q + 8);
-    uint32_t u[4];
-    u[0] = a & 0x3F3F3F3F;
-    u[1] = (c & 0x0F0F0F0F) | ((a >> 2) & 0x30303030);
-    u[2] = b & 0x3F3F3F3F;
-    u[3] = ((c >> 4) & 0x0F0F0F0F) | ((b >> 2) & 0x30303030);
-    memcpy(out, u, 16);
+    const __m128i x = _mm_loadu_si128((const __m128i *)q);
+    const __m128i p = _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 1, 0, 0));                 /* a a b b */
+    const __m128i c = _mm_srlv_epi32(_mm_shuffle_epi32(x, _MM_SHUFFLE(2, 2, 2, 2)),
+                                     _mm_setr_epi32(0, 0, 0, 4));                      /* c c c c>>4 */
+    const __m128i lo = _mm_and_si128(p, _mm_setr_epi32(0x3F3F3F3F, 0, 0x3F3F3F3F, 0));
+    const __m128i hi = _mm_or_si128(_mm_and_si128(c, _mm_set1_epi32(0x0F0F0F0F)),
+                                    _mm_and_si128(_mm_srli_epi32(p, 2), _mm_set1_epi32(0x30303030)));
+    return _mm_or_si128(lo, _mm_and_si128(hi, _mm_setr_epi32(0, -1, 0, -1)));
+}
+/* mins m_j, each twice (for the two bsums of sub-block j), as 16 x i16 */
+static inline __m256i k4_mins_x2(__m128i sm)
+{
+    return _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
 }
 
 /* sum over 16 sub-blocks of 16 of bsums[j] * w[j] (w as 16 x i16) */
@@ -329,13 +338,14 @@ static inline __m256i scale_pair_v(__m256i s16, int t)
  * Q3_K.dequantize_blocks; four at a time with 32-bit masks) */
 static inline __m128i q3_K_scales(const uint8_t *b)
 {
-    uint32_t a0 = ember_load_u32(b), a1 = ember_load_u32(b + 4), a2 = ember_load_u32(b + 8);
-    uint32_t u[4];
-    u[0] = (a0 & 0x0F0F0F0F) | ((a2 & 0x03030303) << 4);
-    u[1] = (a1 & 0x0F0F0F0F) | (((a2 >> 2) & 0x03030303) << 4);
-    u[2] = ((a0 >> 4) & 0x0F0F0F0F) | (((a2 >> 4) & 0x03030303) << 4);
-    u[3] = ((a1 >> 4) & 0x0F0F0F0F) | (((a2 >> 6) & 0x03030303) << 4);
-    return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)u), _mm_set1_epi8(32));
+    /* dwords: a0&0x0F.. | (a2&3..)<<4, a1&0x0F.. | ((a2>>2)&3..)<<4,
+     * (a0>>4)&0x0F.. | ((a2>>4)&3..)<<4, (a1>>4)&0x0F.. | ((a2>>6)&3..)<<4 */
+    const __m128i a01 = _mm_loadl_epi64((const __m128i *)b);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(a01, _MM_SHUFFLE(1, 0, 1, 0)),
+                                                    _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi32(0x0F0F0F0F));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)ember_load_u32(b + 8)),
+                                                    _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi32(0x03030303));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
 }
 
 static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
@@ -346,11 +356,10 @@ static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i smv = k4_scales_mins(x[i].scales);
         uint8_t sm[16];
-        k4_scales_mins(x[i].scales, sm);
-        /* mins: duplicate m_j for the two bsums of sub-block j */
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
-                                                              _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        _mm_storeu_si128((__m128i *)sm, smv);
+        __m256i mins = k4_mins_x2(smv);
         int msum = bsums_dot(y[i].bsums, mins);
         const uint8_t *q4 = x[i].qs;
         const int8_t *q8 = y[i].qs;
@@ -380,10 +389,10 @@ static void dot_q5_K_256(int64_t n, float *s, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i smv = k4_scales_mins(x[i].scales);
         uint8_t sm[16];
-        k4_scales_mins(x[i].scales, sm);
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
-                                                              _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        _mm_storeu_si128((__m128i *)sm, smv);
+        __m256i mins = k4_mins_x2(smv);
         int msum = bsums_dot(y[i].bsums, mins);
         const uint8_t *q5 = x[i].qs;
         const int8_t *q8 = y[i].qs;

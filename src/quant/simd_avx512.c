@@ -2,8 +2,8 @@
  * simd_avx512.c — the AVX-512 variant of every vec_dot and of the
  * Q8_0/Q8_1/Q8_K activation quantizers.
  *
- * Owns: 512-bit kernels for the k-quants the target models use (Q4_K, Q5_K,
- * Q6_K) and the F32/F16/BF16 dots; every other kernel is the 256-bit code of
+ * Owns: 512-bit kernels for the k-quants (Q2_K..Q6_K) and the F32/F16/BF16
+ * dots; every other kernel is the 256-bit code of
  * simd256.h compiled here with AVX-512 F/BW/VL/DQ + VNNI, where u8 x s8 dot
  * products become VPDPBUSD and Q5 high bits become mask registers (on this
  * class of CPU the 32-element block formats are limited by per-block scalar
@@ -60,9 +60,9 @@ static inline __m512i k4_chunk_scales(__m512i pairs, int c)
     return _mm512_permutexvar_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(2 * c)), pairs);
 }
 
-static inline __m512i k4_scale_pairs(const uint8_t sm[16])
+static inline __m512i k4_scale_pairs(__m128i sm)
 {
-    __m512i s = _mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sm)); /* 8 scales in dwords 0..7 */
+    __m512i s = _mm512_cvtepu8_epi32(sm); /* 8 scales in dwords 0..7 (8..15: mins, unused) */
     return _mm512_or_si512(s, _mm512_slli_epi32(s, 16));
 }
 
@@ -75,10 +75,8 @@ static void dot_q4_K_512(int64_t n, float *s, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sm[16];
-        k4_scales_mins(x[i].scales, sm);
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
-                                                              _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        const __m128i sm = k4_scales_mins(x[i].scales);
+        __m256i mins = k4_mins_x2(sm);
         __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), mins);
         __m512i pairs = k4_scale_pairs(sm);
         __m512i sumi = _mm512_setzero_si512();
@@ -105,10 +103,8 @@ static void dot_q5_K_512(int64_t n, float *s, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sm[16];
-        k4_scales_mins(x[i].scales, sm);
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
-                                                              _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        const __m128i sm = k4_scales_mins(x[i].scales);
+        __m256i mins = k4_mins_x2(sm);
         __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), mins);
         __m512i pairs = k4_scale_pairs(sm);
         __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qh));
@@ -171,13 +167,93 @@ static void dot_q6_K_512(int64_t n, float *s, const void *vx, const void *vy)
     *s = hsum_ps512(acc);
 }
 
+/* ---- Q3_K / Q2_K ---------------------------------------------------------------
+ * A zmm holds two 32-element groups (g, g+1) of one 128-element half: the 32
+ * packed bytes are broadcast to both halves and shifted by 2g / 2g+2; each
+ * 128-bit lane is then one 16-element sub-block. */
+
+/* i8 scales -> dwords holding the scale in both i16 */
+static inline __m512i scale_pairs16(__m128i sc8, bool is_signed)
+{
+    __m512i s = is_signed ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8);
+    return _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s, 16));
+}
+
+static void dot_q3_K_512(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q3_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    const __m512i lane4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i pair = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m128i sc8 = q3_K_scales(x[i].scales);
+        __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), _mm256_cvtepi8_epi16(sc8));
+        __m512i pairs = scale_pairs16(sc8, true);
+        __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].hmask));
+        __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h)));
+#pragma GCC unroll 2
+            for (int gp = 0; gp < 2; gp++) {
+                /* groups g = 2gp, 2gp+1: low 2 bits at shift 2g, high bit = hmask bit 4h+g */
+                __m512i u = _mm512_and_si512(_mm512_srlv_epi64(qs, _mm512_slli_epi64(_mm512_add_epi64(pair, _mm512_set1_epi64(2 * gp)), 1)), m3);
+                __m512i hb = _mm512_and_si512(_mm512_srlv_epi64(hm, _mm512_add_epi64(pair, _mm512_set1_epi64(4 * h + 2 * gp))), one);
+                u = _mm512_or_si512(u, _mm512_slli_epi16(hb, 2));
+                __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512(y[i].qs + 128 * h + 64 * gp));
+                __m512i scv = _mm512_permutexvar_epi32(_mm512_add_epi32(lane4, _mm512_set1_epi32(8 * h + 4 * gp)), pairs);
+                sumi = _mm512_dpwssd_epi32(sumi, p, scv);
+            }
+        }
+        /* q = u - 4: subtract 4*sum(sc*bsums) in the low 8 lanes */
+        sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(corr, 2)));
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * H2F(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps512(acc);
+}
+
+static void dot_q2_K_512(int64_t n, float *s, const void *vx, const void *vy)
+{
+    const block_q2_K *x = vx;
+    const block_q8_K *y = vy;
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m512i lane4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i pair = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+        __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), mins);
+        __m512i pairs = scale_pairs16(_mm_and_si128(sc8, m4), false);
+        __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h)));
+#pragma GCC unroll 2
+            for (int gp = 0; gp < 2; gp++) {
+                __m512i u = _mm512_and_si512(_mm512_srlv_epi64(qs, _mm512_add_epi64(pair, _mm512_set1_epi64(4 * gp))), m3);
+                __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512(y[i].qs + 128 * h + 64 * gp));
+                __m512i scv = _mm512_permutexvar_epi32(_mm512_add_epi32(lane4, _mm512_set1_epi32(8 * h + 4 * gp)), pairs);
+                sumi = _mm512_dpwssd_epi32(sumi, p, scv);
+            }
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * H2F(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
+        accm = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * H2F(x[i].dmin)), _mm256_cvtepi32_ps(msum), accm);
+    }
+    *s = hsum_ps512(acc) - hsum_ps256(accm);
+}
+
 #define EXPORT_DOT(t, impl) \
     void ember_vec_dot_##t##_avx512(int64_t n, float *restrict s, const void *restrict x, const void *restrict y) \
     { impl(n, s, x, y); }
 EXPORT_DOT(f32, dot_f32_512) EXPORT_DOT(f16, dot_f16_512) EXPORT_DOT(bf16, dot_bf16_512)
 EXPORT_DOT(q4_0, dot_q4_0_256) EXPORT_DOT(q4_1, dot_q4_1_256) EXPORT_DOT(q5_0, dot_q5_0_256)
 EXPORT_DOT(q5_1, dot_q5_1_256) EXPORT_DOT(q8_0, dot_q8_0_256) EXPORT_DOT(iq4_nl, dot_iq4_nl_256)
-EXPORT_DOT(q2_K, dot_q2_K_256) EXPORT_DOT(q3_K, dot_q3_K_256) EXPORT_DOT(q4_K, dot_q4_K_512)
+EXPORT_DOT(q2_K, dot_q2_K_512) EXPORT_DOT(q3_K, dot_q3_K_512) EXPORT_DOT(q4_K, dot_q4_K_512)
 EXPORT_DOT(q5_K, dot_q5_K_512) EXPORT_DOT(q6_K, dot_q6_K_512) EXPORT_DOT(iq4_xs, dot_iq4_xs_256)
 
 void ember_quantize_q8_0_avx512(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0_256(x, y, n); }

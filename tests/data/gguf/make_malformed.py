@@ -212,6 +212,17 @@ case("alignment_huge_data_past_eof",
      build(kvs=base_kvs() + [kv("general.alignment", U32, u32(1 << 31))], tensors=two_tensors()) + b"\0" * 64,
      "EMBER_ERR_FORMAT", "data section would start at byte offset 2147483648")
 
+# --- regressions found by tests/fuzz/fuzz_gguf (raw inputs kept in ../fuzz/) ---
+FUZZ = pathlib.Path(__file__).resolve().parent / "fuzz"
+FUZZ_CASES = [
+    # message named a key through a pointer into the string blob after the
+    # blob had been reallocated (heap-use-after-free in the error path)
+    ("uaf_key_name_after_blob_realloc", "EMBER_ERR_FORMAT",
+     "kv[3] 'test.tokens': array string element length 13194139533312 exceeds the 4 bytes remaining"),
+]
+for _name, _status, _sub in FUZZ_CASES:
+    case("fuzz_" + _name, (FUZZ / f"{_name}.gguf").read_bytes(), _status, _sub)
+
 
 def main():
     OUT.mkdir(parents=True, exist_ok=True)

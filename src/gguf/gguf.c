@@ -90,21 +90,23 @@ typedef struct pctx {
     const uint8_t *p;
     uint64_t size, pos;
     int64_t kv, tensor;     /* index being parsed, -1 if none */
+    bool named;             /* its key / name has been read (blob offset valid) */
 } pctx;
 
 static void where(const pctx *c, char *buf, size_t n)
 {
     buf[0] = '\0';
+    /* names are read through blob offsets: the blob may move while parsing */
+    const ember_gguf *g = c->g;
     if (c->kv >= 0) {
-        const gkv *kv = &c->g->kvs[c->kv];
-        if (kv->key)
-            snprintf(buf, n, "kv[%lld] '%.80s': ", (long long)c->kv, kv->key);
+        if (c->named)
+            snprintf(buf, n, "kv[%lld] '%.80s': ", (long long)c->kv, g->blob + g->kvs[c->kv].key_off);
         else
             snprintf(buf, n, "kv[%lld]: ", (long long)c->kv);
     } else if (c->tensor >= 0) {
-        const ember_gguf_tensor *t = &c->g->tensors[c->tensor];
-        if (t->name)
-            snprintf(buf, n, "tensor[%lld] '%.80s': ", (long long)c->tensor, t->name);
+        if (c->named)
+            snprintf(buf, n, "tensor[%lld] '%.80s': ", (long long)c->tensor,
+                     g->blob + g->tensor_name_off[c->tensor]);
         else
             snprintf(buf, n, "tensor[%lld]: ", (long long)c->tensor);
     }
@@ -299,7 +301,7 @@ static ember_status parse_kv(pctx *c, gkv *kv)
     kv->at = at;
     if ((s = rd_str(c, &kv->key_off, &kv->key_len, "key", true))) return s;
     if (kv->key_len == 0) return perr(c, EMBER_ERR_FORMAT, at, "empty key");
-    kv->key = g->blob + kv->key_off;  /* temporary, for messages; fixed up at the end */
+    c->named = true;
     uint32_t t;
     at = c->pos;
     if ((s = rd_u32(c, &t, "value type"))) return s;
@@ -382,7 +384,7 @@ static ember_status parse_tensor_info(pctx *c, ember_gguf_tensor *t, uint64_t *n
     ember_status s;
     uint64_t at, len;
     if ((s = rd_str(c, name_off, &len, "tensor name", true))) return s;
-    t->name = c->g->blob + *name_off;  /* temporary, fixed up at the end */
+    c->named = true;
     at = c->pos;
     if ((s = rd_u32(c, &t->n_dims, "n_dims"))) return s;
     if (t->n_dims < 1 || t->n_dims > 4)
@@ -481,17 +483,20 @@ static ember_status parse(ember_gguf *g)
 
     for (int64_t i = 0; i < g->n_kv; i++) {
         c.kv = i;
+        c.named = false;
         if ((s = parse_kv(&c, &g->kvs[i]))) return s;
     }
     c.kv = -1;
     for (int64_t i = 0; i < g->n_tensors; i++) {
         c.tensor = i;
+        c.named = false;
         if ((s = parse_tensor_info(&c, &g->tensors[i], &g->tensor_name_off[i], &g->tensor_off_at[i]))) return s;
     }
     c.tensor = -1;
     uint64_t infos_end = c.pos;
 
     /* pointers into the blob are final now that it no longer grows */
+    c.named = true;
     for (int64_t i = 0; i < g->n_kv; i++) g->kvs[i].key = g->blob + g->kvs[i].key_off;
     for (int64_t i = 0; i < g->n_tensors; i++) g->tensors[i].name = g->blob + g->tensor_name_off[i];
 

@@ -30,6 +30,10 @@ typedef enum ember_gguf_vtype {
 
 typedef struct ember_gguf ember_gguf;
 
+/* Short name of a value type as gguf-py's GGUFValueType lower-cased ("u32",
+ * "string", "array"); "?" for ids outside 0..12. */
+const char *ember_gguf_vtype_name(ember_gguf_vtype t);
+
 /* A tensor-table entry. ne[0] is the contiguous (row) dimension; unused dims
  * are 1. `data` points into the mapping; `nbytes` is the exact payload size. */
 typedef struct ember_gguf_tensor {
@@ -43,8 +47,18 @@ typedef struct ember_gguf_tensor {
 } ember_gguf_tensor;
 
 /* Open and validate `path` with mmap (read-only). Errors: EMBER_ERR_IO (open,
- * stat, mmap), EMBER_ERR_FORMAT (message names the field and byte offset),
- * EMBER_ERR_UNSUPPORTED (version other than 2 or 3), EMBER_ERR_NOMEM. */
+ * stat, mmap, not a regular file), EMBER_ERR_FORMAT (message: "gguf: kv[i]
+ * 'key': <what> (byte offset N)" or "tensor[i] 'name': ..."),
+ * EMBER_ERR_UNSUPPORTED (version other than 2 or 3; a ggml tensor type id
+ * without geometry in base/types.h), EMBER_ERR_NOMEM.
+ * Rejected as FORMAT: bad magic; any count or length larger than the bytes
+ * left; empty keys; NUL bytes inside keys or tensor names; duplicate keys or
+ * tensor names; unknown value types; arrays nested deeper than 16 levels;
+ * general.alignment not a u32 power of two; n_dims outside 1..4; ne > INT64_MAX
+ * or an element count overflowing int64; ne[0] not a whole number of blocks;
+ * tensor offsets not a multiple of the alignment, outside the data section,
+ * or overlapping another tensor. Memory used is O(file size); time is linear.
+ * Bool values: any nonzero byte reads as true. */
 ember_status ember_gguf_open(const char *path, ember_gguf **out);
 
 /* Same over a caller-owned buffer (fuzzing, tests). The buffer must outlive
@@ -93,18 +107,22 @@ const char *ember_gguf_kv_str(const ember_gguf *g, int64_t i, size_t *len);
 typedef struct ember_gguf_arr {
     ember_gguf_vtype type;  /* element type */
     uint64_t n;             /* element count */
-    const void *data;       /* numeric/bool elements, little-endian, packed; NULL for STRING/ARRAY */
+    const void *data;       /* numeric/bool elements, little-endian, packed, in the
+                               mapping (may be unaligned: memcpy); NULL for STRING/ARRAY */
     const void *impl;       /* reader-internal */
 } ember_gguf_arr;
 
 /* Array value of KV `i`, or of `key`. EMBER_ERR_FORMAT if not an array. */
 ember_status ember_gguf_kv_arr(const ember_gguf *g, int64_t i, ember_gguf_arr *out);
 ember_status ember_gguf_get_arr(const ember_gguf *g, const char *key, ember_gguf_arr *out);
-/* Element j of a STRING array (NUL-terminated, reader-owned); NULL if out of range. */
+/* Element j of a STRING array (NUL-terminated, reader-owned; *len excludes the
+ * NUL and may count embedded NULs); NULL if out of range or not STRING. O(1). */
 const char *ember_gguf_arr_str(const ember_gguf_arr *a, uint64_t j, size_t *len);
-/* Element j of an ARRAY array. */
+/* Element j of an ARRAY array. Errors: EMBER_ERR_FORMAT (elements are not
+ * arrays), EMBER_ERR_RANGE (j >= n). */
 ember_status ember_gguf_arr_sub(const ember_gguf_arr *a, uint64_t j, ember_gguf_arr *out);
-/* Element j of a numeric/bool array, widened as in ember_gguf_kv_scalar. */
+/* Element j of a numeric/bool array, widened as in ember_gguf_kv_scalar;
+ * all-zero if out of range or STRING/ARRAY. */
 ember_gguf_scalar ember_gguf_arr_scalar(const ember_gguf_arr *a, uint64_t j);
 
 /* --- tensors --------------------------------------------------------------- */
@@ -119,7 +137,11 @@ const ember_gguf_tensor *ember_gguf_get_tensor(const ember_gguf *g, const char *
 
 typedef struct ember_gguf_writer ember_gguf_writer;
 
-/* Start a GGUF v3 file with the given alignment (0 = 32). */
+/* Start a GGUF v3 file with the given alignment (0 = 32). An alignment other
+ * than 32 is recorded as the u32 KV general.alignment (gguf.md); setting that
+ * key later changes the alignment. Errors: EMBER_ERR_INVALID_ARG (not a power
+ * of two), EMBER_ERR_NOMEM. Setting a key that exists replaces its value in
+ * place; keys are written in first-set order, tensors in add order. */
 ember_status ember_gguf_writer_new(uint32_t alignment, ember_gguf_writer **out);
 void ember_gguf_writer_free(ember_gguf_writer *w);
 ember_status ember_gguf_writer_set_u32(ember_gguf_writer *w, const char *key, uint32_t v);
@@ -128,7 +150,25 @@ ember_status ember_gguf_writer_set_u64(ember_gguf_writer *w, const char *key, ui
 ember_status ember_gguf_writer_set_f32(ember_gguf_writer *w, const char *key, float v);
 ember_status ember_gguf_writer_set_bool(ember_gguf_writer *w, const char *key, bool v);
 ember_status ember_gguf_writer_set_str(ember_gguf_writer *w, const char *key, const char *v);
-/* Numeric array: `data` holds n packed elements of `elem_type`. */
+/* Any scalar type (not STRING/ARRAY): `v` points to one value of the
+ * matching C type (uint8_t, int8_t, ..., bool for BOOL, double for F64). */
+ember_status ember_gguf_writer_set_scalar(ember_gguf_writer *w, const char *key,
+                                          ember_gguf_vtype type, const void *v);
+/* String of `len` bytes (may contain NUL). */
+ember_status ember_gguf_writer_set_str_n(ember_gguf_writer *w, const char *key,
+                                         const char *v, size_t len);
+/* Write GGUF version 2 or 3 in the header (the layouts are identical for
+ * little-endian files; v2 only differs in the number). Default 3. */
+ember_status ember_gguf_writer_set_version(ember_gguf_writer *w, uint32_t version);
+/* Array of any element type, nested to 16 levels. Writer descriptor
+ * convention: `a->data` holds n packed numeric elements, n `bool` for BOOL,
+ * n `const char *` (NUL-terminated) for STRING, or n `ember_gguf_arr`
+ * descriptors for ARRAY; `impl` is ignored. An ember_gguf_arr returned by
+ * the reader is NOT a valid descriptor for STRING/ARRAY elements. */
+ember_status ember_gguf_writer_set_arr_value(ember_gguf_writer *w, const char *key,
+                                             const ember_gguf_arr *a);
+/* Numeric array: `data` holds n packed elements of `elem_type` (`bool` for
+ * BOOL). STRING/ARRAY elements: use set_arr_str / set_arr_value. */
 ember_status ember_gguf_writer_set_arr(ember_gguf_writer *w, const char *key,
                                        ember_gguf_vtype elem_type, const void *data, uint64_t n);
 ember_status ember_gguf_writer_set_arr_str(ember_gguf_writer *w, const char *key,

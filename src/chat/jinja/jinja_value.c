@@ -441,7 +441,13 @@ static void repr_depth(jx_ctx *c, jx_buf *b, jv v, bool top, int depth)
 {
     if (depth > 200) jx_fail(c, EMBER_ERR_RANGE, 0, 0, "value nested too deeply to print");
     switch (v.k) {
-    case JV_STR: repr_str(c, b, v.u.s); return;
+    case JV_STR:
+        if (v.u.s->markup) {   /* markupsafe: Markup('...') */
+            jx_buf_puts(c, b, "Markup(");
+            repr_str(c, b, v.u.s);
+            jx_buf_putc(c, b, ')');
+        } else repr_str(c, b, v.u.s);
+        return;
     case JV_UNDEF: if (!top) jx_buf_puts(c, b, "Undefined"); return;
     case JV_LIST: case JV_TUPLE:
         jx_buf_putc(c, b, v.k == JV_LIST ? '[' : '(');

@@ -295,7 +295,7 @@ FEATURES = [
     ("err_undefined_iter_attr", "{% for m in messages %}{{ m.content.text }}{% endfor %}", {"messages": [{"role": "user"}]}),
     ("err_raw_plus_open", "{% raw +%}x{% endraw %}", {}),
     ("raw_plus_close", "a\n{% raw %}x{% endraw +%}\nb", {}),
-    ("markup", "{{ 'a<b'|safe + '<i>' }}|{{ '<i>' + 'x'|safe }}|{{ ('<' ~ 'b')|e }}|{{ ('x'|safe + ' & ') ~ '<' }}", {}),
+    ("markup", "{{ 'a<b'|safe + '<i>' }}|{{ '<i>' + 'x'|safe }}|{{ ('<' ~ 'b')|e }}|{{ ('x'|safe + ' & ') ~ '<' }}|{{ [true | e, 'a' | safe, 'b'] }}", {}),
     # failures: jinja2 raises, so must ember
     ("err_unclosed_if", "line1\n{% if x %}\nbody\n", {}),
     ("err_unknown_tag", "a\nb {% frobnicate %}", {}),

@@ -69,6 +69,24 @@ jv jx_iter_list(jx_render *r, const jx_node *at, jv v)
     }
 }
 
+/* jinja2's make_attrgetter: "a.b.0" looks up a, then b, then item 0; an int
+ * attribute (dictsort's by-value index) is a plain item. */
+static jv attr_path(jx_render *r, const jx_node *at, jv item, jv attr)
+{
+    if (attr.k != JV_STR) return jx_getitem(r, at, item, attr);
+    const char *p = attr.u.s->s, *end = p + attr.u.s->len;
+    for (;;) {
+        const char *dot = memchr(p, '.', (size_t)(end - p));
+        const char *e = dot ? dot : end;
+        bool digits = e > p;
+        for (const char *q = p; q < e; q++) if (*q < '0' || *q > '9') digits = false;
+        jv key = digits ? jv_int(strtoll(p, NULL, 10)) : jv_str(C(r), p, (size_t)(e - p));
+        item = jx_getitem(r, at, item, key);
+        if (!dot) return item;
+        p = dot + 1;
+    }
+}
+
 static size_t py_len(jx_render *r, const jx_node *at, jv v)
 {
     switch (v.k) {
@@ -255,7 +273,7 @@ static jv join(jx_render *r, const jx_node *at, jv seq, jv sep, jv attr)
     for (size_t i = 0; i < items.u.l->n; i++) {
         if (i && sep.k == JV_STR) jx_buf_put(C(r), &b, sep.u.s->s, sep.u.s->len);
         jv x = items.u.l->v[i];
-        if (attr.k == JV_STR) x = jx_getitem(r, at, x, attr);
+        if (attr.k == JV_STR) x = attr_path(r, at, x, attr);
         jv_str_into(C(r), &b, x);
     }
     return jv_str(C(r), b.p, b.n);
@@ -294,7 +312,7 @@ typedef struct { jx_render *r; const jx_node *at; jv attr; bool fold; bool rever
 
 static jv sort_key(sort_ctx *s, jv v)
 {
-    if (s->attr.k == JV_STR) v = jx_getitem(s->r, s->at, v, s->attr);
+    if (s->attr.k == JV_STR) v = attr_path(s->r, s->at, v, s->attr);
     if (s->fold && v.k == JV_STR) v = change_case(s->r, v, CASE_LOWER);
     return v;
 }
@@ -350,7 +368,7 @@ static jv select_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *
         if (attr) {
             if (a->n < 1) jx_rfail(r, at, "selectattr/rejectattr need an attribute name");
             jv an = need_str(r, at, a->v[0], "attribute name");
-            probe = jx_getitem(r, at, it, an);
+            probe = attr_path(r, at, it, an);
         }
         if (run_test_on(r, at, probe, a, attr ? 1 : 0) == want) jv_list_push(C(r), &out, it);
     }
@@ -367,7 +385,7 @@ static jv map_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a)
     for (size_t i = 0; i < items.u.l->n; i++) {
         jv it = items.u.l->v[i];
         if (attr.k == JV_STR) {
-            jv v = jx_getitem(r, at, it, attr);
+            jv v = attr_path(r, at, it, attr);
             if (v.k == JV_UNDEF && dflt.k != JV_UNDEF) v = dflt;
             jv_list_push(C(r), &out, v);
         } else if (attr.k == JV_UNDEF && a->n >= 1) {
@@ -564,7 +582,7 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         jv out = jv_list_new(C(r), JV_LIST, 0), seen = jv_list_new(C(r), JV_LIST, 0);
         for (size_t i = 0; i < l.u.l->n; i++) {
             jv k = l.u.l->v[i];
-            if (attr.k == JV_STR) k = jx_getitem(r, at, k, attr);
+            if (attr.k == JV_STR) k = attr_path(r, at, k, attr);
             if (!cs && k.k == JV_STR) k = change_case(r, k, CASE_LOWER);
             bool dup = false;
             for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = jv_equal(seen.u.l->v[j], k);
@@ -588,7 +606,7 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         jv acc = jx_arg(a, 1, "start", jv_int(0));
         for (size_t i = 0; i < l.u.l->n; i++) {
             jv x = l.u.l->v[i];
-            if (attr.k == JV_STR) x = jx_getitem(r, at, x, attr);
+            if (attr.k == JV_STR) x = attr_path(r, at, x, attr);
             if (!jv_is_number(acc) || !jv_is_number(x)) jx_rfail(r, at, "sum: unsupported operand types");
             if (acc.k == JV_FLOAT || x.k == JV_FLOAT) acc = jv_float(jv_as_double(acc) + jv_as_double(x));
             else acc = jv_int((acc.k == JV_INT ? acc.u.i : acc.u.b) + (x.k == JV_INT ? x.u.i : x.u.b));

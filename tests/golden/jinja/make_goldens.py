@@ -247,10 +247,14 @@ FEATURES = [
     ("filters_seq", "{{ users | map(attribute='name') | join(',') }}|{{ users | selectattr('admin') | map(attribute='name') | list }}"
      "|{{ users | rejectattr('admin') | map(attribute='name') | list }}|{{ users | selectattr('age', 'gt', 30) | list | length }}"
      "|{{ users | selectattr('name', 'equalto', 'bo') | first }}|{{ [1, 2, 3, 4] | select('odd') | list }}|{{ [1, 2, 3, 4] | reject('even') | list }}"
-     "|{{ ['a', 'B'] | map('upper') | list }}|{{ d | items | list }}|{{ d | dictsort }}|{{ users | sort(attribute='age') | map(attribute='name') | join }}"
+     "|{{ ['a', 'B'] | map('upper') | list }}|{{ d | items | list }}|{{ d | dictsort }}|{{ {'x': 3, 'y': 1, 'Z': 2} | dictsort(by='value') }}|{{ {'b': 1, 'A': 2} | dictsort(true) }}|{{ {'b': 1, 'a': 2} | dictsort(false, 'key', true) }}|{{ users | sort(attribute='age') | map(attribute='name') | join }}"
      "|{{ users | map(attribute='nick', default='?') | join }}|{{ [none, 0, 'x'] | select | list }}|{{ users | sum(attribute='age') }}",
      {"users": [{"name": "al", "admin": True, "age": 40}, {"name": "bo", "admin": False, "age": 25}, {"name": "cy", "admin": True, "age": 31}],
       "d": {"b": 2, "a": 1}}),
+    ("attribute_paths", "{{ tools | map(attribute='function.name') | join(',') }}|{{ tools | selectattr('function.name', 'equalto', 'b') | list | length }}"
+     "|{{ tools | sort(attribute='function.name', reverse=true) | map(attribute='function.name') | list }}|{{ tools | map(attribute='tags.0') | list }}"
+     "|{{ tools | sum(attribute='function.n') }}|{{ tools | map(attribute='function.missing', default='-') | join }}",
+     {"tools": [{"function": {"name": "a", "n": 1}, "tags": ["x", "y"]}, {"function": {"name": "b", "n": 2}, "tags": ["z"]}]}),
     ("tojson", "{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ d | tojson(separators=(',', ':')) }}|{{ d | tojson(sort_keys=true) }}"
      "|{{ d | tojson(ensure_ascii=true) }}|{{ 'x\u2028\x7f\t' | tojson }}|{{ [[], {}, [1, [2]]] | tojson(indent=1) }}|{{ 1.0 | tojson }}"
      "|{{ none | tojson }}|{{ (1, 2) | tojson }}|{{ d | tojson(indent='\t') }}",

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "base/status.h"
 #include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -169,9 +170,10 @@ static ember_status load_common_hparams(ember_model *m)
 
 /* ---- load / free ---------------------------------------------------------- */
 
-/* The vocab (src/tokenizer) is loaded here once that module lands. */
+/* TODO(tok): ember_vocab_load(m->gguf, &m->vocab) once src/tokenizer lands. */
 static ember_status ember_model_load_vocab(ember_model *m) { (void)m; return EMBER_OK; }
 static void ember_model_free_vocab(ember_model *m) { (void)m; }
+const struct ember_vocab *ember_model_vocab(const ember_model *m) { return m->vocab; }
 
 ember_status ember_model_load(const char *path, const ember_model_params *params, ember_model **out)
 {

@@ -11,7 +11,8 @@ models, invalid-UTF-8 lines are tokenized after sanitize_utf8):
   "sp": [...]  (corpus lines with "s")     add_special=true,  parse_special=true
 and a last line {"mixed_1mb": [...]} for mixed_1mb.txt (no specials), and
 {"pieces": {id: base64}} with llama_token_to_piece(id, special=true) for
-every id that appears above.
+every id that appears above. control_ids.json: the ids of token_type 3
+(control) and of the turn markers per real model, read with gguf-py.
 
 Models: gemma3 (gemma-3-270m-q4_k_m.gguf, SentencePiece), smollm2
 (SmolLM2-135M-Instruct.Q4_1.gguf, BPE pre=smollm) and smollm2 copies with
@@ -130,6 +131,16 @@ def main():
             put({"pieces": {str(k): base64.b64encode(v).decode() for k, v in sorted(pieces.items())}})
         o.close()
         print(name, "done")
+    # control-token ids per real model, read with gguf-py (independent of ember)
+    import gguf
+    types = {}
+    for name, path in models[:2]:
+        r = gguf.GGUFReader(path)
+        tt = r.fields["tokenizer.ggml.token_type"].contents()
+        toks = r.fields["tokenizer.ggml.tokens"].contents()
+        types[name] = {"control": [i for i, t in enumerate(tt) if t == 3],
+                       "markers": {m: toks.index(m) for m in ("<start_of_turn>", "<|im_start|>") if m in toks}}
+    (HERE / "control_ids.json").write_text(json.dumps(types, separators=(",", ":")) + "\n")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,18 @@ import gguf
 VARIANT_PRES = ["llama-bpe", "qwen2", "default"]
 
 
-def make_variant(src, dst, pre):
+def make_variants(src, dst_pre):
+    """dst_pre: list of (path, pre). Reads src once (gguf-py's reader is slow)."""
     r = gguf.GGUFReader(src)
+    for dst, pre in dst_pre:
+        _write(r, dst, pre)
+
+
+def make_variant(src, dst, pre):
+    make_variants(src, [(dst, pre)])
+
+
+def _write(r, dst, pre):
     arch = r.fields["general.architecture"].contents()
     w = gguf.GGUFWriter(str(dst), arch)
     for key, f in r.fields.items():

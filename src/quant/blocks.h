@@ -91,6 +91,10 @@ _Static_assert(sizeof(block_q6_K) == 210, "q6_K");
 _Static_assert(sizeof(block_q8_K) == 292, "q8_K");
 _Static_assert(sizeof(block_iq4_xs) == 136, "iq4_xs");
 
+/* fp16 bits -> fp32, all 65536 values; filled by the first
+ * ember_quant_traits_get() (SIMD kernels read it; scalar code does not). */
+extern float ember_fp16_table[65536];
+
 /* IQ4_NL / IQ4_XS non-linear levels (ggml-common.h kvalues_iq4nl; the same
  * numbers as gguf-py IQ4_NL.kvalues). */
 extern const int8_t ember_kvalues_iq4nl[16];
@@ -106,6 +110,16 @@ static inline void ember_k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint
         *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+}
+
+/* Round to nearest, ties to even, for |v| < 2^22 (here |v| <= 127.x): adding
+ * and subtracting 1.5*2^23 leaves the integer in the float's low mantissa
+ * bits under the default rounding mode; the same result as lrintf and as
+ * VCVTPS2DQ, without a libm call. */
+static inline int ember_round_small(float v)
+{
+    const float m = 12582912.0f; /* not folded away: no -ffast-math */
+    return (int)((v + m) - m);
 }
 
 static inline uint32_t ember_load_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }

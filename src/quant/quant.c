@@ -126,10 +126,13 @@ static ember_quant_traits table[EMBER_TYPE_COUNT] = {
     [EMBER_TYPE_IQ4_XS] = {REF(iq4_xs), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(iq4_xs)},
 };
 
+float ember_fp16_table[65536];
+
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static void table_init(void)
 {
+    for (uint32_t h = 0; h < 65536; h++) ember_fp16_table[h] = ember_fp16_to_fp32((uint16_t)h);
     ember_cpu_variant v = ember_cpu_variant_active();
     for (int t = 0; t < EMBER_TYPE_COUNT; t++) {
         ember_quant_traits *q = &table[t];

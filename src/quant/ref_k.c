@@ -201,10 +201,10 @@ void ember_quantize_q8_K_scalar(const float *restrict x, void *restrict vy, int6
     block_q8_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float amax = 0;
-        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < QK_K; j++) { float a = fabsf(x[j]); amax = a > amax ? a : amax; }
         if (amax == 0) { memset(&y[i], 0, sizeof y[i]); continue; }
         const float id = 127.0f / amax;
-        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)lrintf(x[j] * id);
+        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)ember_round_small(x[j] * id);
         for (int j = 0; j < QK_K / 16; j++) {
             int sum = 0;
             for (int k = 0; k < 16; k++) sum += y[i].qs[j * 16 + k];
@@ -218,36 +218,93 @@ void ember_quantize_q8_K_ref(const float *restrict x, void *restrict y, int64_t 
     ember_quantize_q8_K_scalar(x, y, n);
 }
 
-/* Q2_K: per 16 elements scale=(max-min)/3 and min (min <= 0), both as 4-bit
- * multiples of the super-block d, dmin. */
+/* Scale and min (min <= 0) of x[0..n) for unsigned levels 0..nmax: start
+ * from (max-min)/nmax, then alternate nearest-level assignment with the
+ * least-squares (scale, min) for those levels (the idea of ggml's
+ * make_qkx2_quants, without its weights and search grid). */
+static void fit_scale_min(const float *x, int n, int nmax, float *scale, float *min)
+{
+    float mn = 0, mx = x[0];
+    for (int k = 0; k < n; k++) { mn = fminf(mn, x[k]); mx = fmaxf(mx, x[k]); }
+    float sc = (mx - mn) / (float)nmax;
+    *scale = sc; *min = mn;
+    if (sc <= 0) return;
+    double best = 0;
+    for (int k = 0; k < n; k++) {
+        float e = sc * (float)clampi(nearest((x[k] - mn) / sc), 0, nmax) + mn - x[k];
+        best += (double)e * e;
+    }
+    for (int it = 0; it < 4; it++) {
+        double sq = 0, sqq = 0, sx = 0, sqx = 0;
+        for (int k = 0; k < n; k++) {
+            int q = clampi(nearest((x[k] - mn) / sc), 0, nmax);
+            sq += q; sqq += (double)q * q; sx += x[k]; sqx += (double)q * x[k];
+        }
+        double det = n * sqq - sq * sq;
+        if (det <= 0) break;
+        double a = (n * sqx - sq * sx) / det, b = (sx - a * sq) / n;
+        if (b > 0) { b = 0; a = sqq > 0 ? sqx / sqq : 0; }
+        if (a <= 0) break;
+        double err = 0;
+        for (int k = 0; k < n; k++) {
+            double e = a * clampi(nearest((x[k] - (float)b) / (float)a), 0, nmax) + b - x[k];
+            err += e * e;
+        }
+        if (err >= best) break;
+        best = err; sc = (float)a; mn = (float)b;
+        *scale = sc; *min = mn;
+    }
+}
+
+/* Q2_K: per 16 elements scale and min (fit_scale_min), both as 4-bit
+ * multiples of the super-block d, dmin; d and dmin are picked from a few
+ * candidates around max/15 by total squared error. */
+static double q2_K_pack(const float *x, const float *scale, const float *min, float d_try, float dmin_try,
+                        block_q2_K *y)
+{
+    memset(y, 0, sizeof *y);
+    y->d = TOFP16(d_try);
+    y->dmin = TOFP16(dmin_try);
+    const float d = FP16(y->d), dmin = FP16(y->dmin);
+    double err = 0;
+    for (int j = 0; j < 16; j++) {
+        int sc = d > 0 ? clampi(nearest(scale[j] / d), 0, 15) : 0;
+        int m = dmin > 0 ? clampi(nearest(min[j] / dmin), 0, 15) : 0;
+        y->scales[j] = (uint8_t)(sc | (m << 4));
+        const float dl = d * (float)sc, ml = dmin * (float)m;
+        for (int k = 0; k < 16; k++) {
+            int e = j * 16 + k, h = e / 128, g = (e % 128) / 32, l = e % 32;
+            int q = dl > 0 ? clampi(nearest((x[e] + ml) / dl), 0, 3) : 0;
+            y->qs[h * 32 + l] |= (uint8_t)(q << (2 * g));
+            double r = (double)dl * q - ml - x[e];
+            err += r * r;
+        }
+    }
+    return err;
+}
+
 void ember_quantize_q2_K_ref(const float *restrict x, void *restrict vy, int64_t n)
 {
     block_q2_K *y = vy;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float scale[16], min[16], max_scale = 0, max_min = 0;
         for (int j = 0; j < 16; j++) {
-            float mn = 0, mx = x[j * 16];
-            for (int k = 0; k < 16; k++) { mn = fminf(mn, x[j * 16 + k]); mx = fmaxf(mx, x[j * 16 + k]); }
-            scale[j] = (mx - mn) / 3;
+            float mn;
+            fit_scale_min(x + j * 16, 16, 3, &scale[j], &mn);
             min[j] = -mn;
             max_scale = fmaxf(max_scale, scale[j]);
             max_min = fmaxf(max_min, min[j]);
         }
-        memset(&y[i], 0, sizeof y[i]);
-        y[i].d = TOFP16(max_scale / 15);
-        y[i].dmin = TOFP16(max_min / 15);
-        const float d = FP16(y[i].d), dmin = FP16(y[i].dmin);
-        for (int j = 0; j < 16; j++) {
-            int sc = d > 0 ? clampi(nearest(scale[j] / d), 0, 15) : 0;
-            int m = dmin > 0 ? clampi(nearest(min[j] / dmin), 0, 15) : 0;
-            y[i].scales[j] = (uint8_t)(sc | (m << 4));
-            const float dl = d * (float)sc, ml = dmin * (float)m;
-            for (int k = 0; k < 16; k++) {
-                int e = j * 16 + k, h = e / 128, g = (e % 128) / 32, l = e % 32;
-                int q = dl > 0 ? clampi(nearest((x[e] + ml) / dl), 0, 3) : 0;
-                y[i].qs[h * 32 + l] |= (uint8_t)(q << (2 * g));
+        block_q2_K best, tmp;
+        double best_err = q2_K_pack(x, scale, min, max_scale / 15, max_min / 15, &best);
+        for (int a = -4; a <= 4; a++)
+            for (int b = -2; b <= 2; b++) {
+                if (!a && !b) continue;
+                double e = q2_K_pack(x, scale, min, max_scale / (15.0f + 0.5f * (float)a),
+                                     max_min / (15.0f + 0.5f * (float)b), &tmp);
+                if (e < best_err) { best_err = e; best = tmp; }
             }
-        }
+        y[i] = best;
     }
 }
 
@@ -287,9 +344,8 @@ static void quantize_q45_K(const float *x, int nmax, uint16_t *dh, uint16_t *dmi
 {
     float scale[8], min[8], max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
-        float mn = 0, mx = x[j * 32];
-        for (int k = 0; k < 32; k++) { mn = fminf(mn, x[j * 32 + k]); mx = fmaxf(mx, x[j * 32 + k]); }
-        scale[j] = (mx - mn) / (float)nmax;
+        float mn;
+        fit_scale_min(x + j * 32, 32, nmax, &scale[j], &mn);
         min[j] = -mn;
         max_scale = fmaxf(max_scale, scale[j]);
         max_min = fmaxf(max_min, min[j]);

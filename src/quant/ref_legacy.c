@@ -240,7 +240,7 @@ void ember_quantize_q8_0_ref(const float *restrict x, void *restrict vy, int64_t
     block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
         float amax = 0;
-        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < QK8_0; j++) { float a = fabsf(x[j]); amax = a > amax ? a : amax; }
         const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
         y[i].d = TOFP16(d);
         for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
@@ -252,7 +252,7 @@ void ember_quantize_q8_1_ref(const float *restrict x, void *restrict vy, int64_t
     block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
         float amax = 0;
-        for (int j = 0; j < QK8_1; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < QK8_1; j++) { float a = fabsf(x[j]); amax = a > amax ? a : amax; }
         const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
         int sum = 0;
         for (int j = 0; j < QK8_1; j++) { y[i].qs[j] = (int8_t)roundf(x[j] * id); sum += y[i].qs[j]; }
@@ -262,17 +262,17 @@ void ember_quantize_q8_1_ref(const float *restrict x, void *restrict vy, int64_t
 }
 
 /* Activation quantizers (the `from_float` of the scalar variant): the same as
- * the _ref ones but rounding ties to even (lrintf), which is what the SIMD
+ * the _ref ones but rounding ties to even (ember_round_small), which is what the SIMD
  * conversions do, so all variants give identical bytes. */
 void ember_quantize_q8_0_scalar(const float *restrict x, void *restrict vy, int64_t n)
 {
     block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
         float amax = 0;
-        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < QK8_0; j++) { float a = fabsf(x[j]); amax = a > amax ? a : amax; }
         const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
         y[i].d = TOFP16(d);
-        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)lrintf(x[j] * id);
+        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)ember_round_small(x[j] * id);
     }
 }
 void ember_quantize_q8_1_scalar(const float *restrict x, void *restrict vy, int64_t n)
@@ -280,10 +280,10 @@ void ember_quantize_q8_1_scalar(const float *restrict x, void *restrict vy, int6
     block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
         float amax = 0;
-        for (int j = 0; j < QK8_1; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = 0; j < QK8_1; j++) { float a = fabsf(x[j]); amax = a > amax ? a : amax; }
         const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
         int sum = 0;
-        for (int j = 0; j < QK8_1; j++) { y[i].qs[j] = (int8_t)lrintf(x[j] * id); sum += y[i].qs[j]; }
+        for (int j = 0; j < QK8_1; j++) { y[i].qs[j] = (int8_t)ember_round_small(x[j] * id); sum += y[i].qs[j]; }
         y[i].d = TOFP16(d);
         y[i].s = TOFP16((float)sum * d);
     }

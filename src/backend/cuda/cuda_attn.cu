@@ -1,0 +1,270 @@
+/*
+ * cuda_attn.cu — flash-attention over a paged F16 KV cache (decode and, for
+ * now, prefill too), with GQA and sliding windows.
+ *
+ * Owns: one CTA per (key split, KV head, query row); the G = n_head /
+ * n_head_kv query heads sharing a KV head are processed together so each K/V
+ * row is read once. Each warp walks every 4th key of the split with an online
+ * softmax (Milakov & Gimelshein 2018; Dao et al. 2022, FlashAttention); the
+ * warps, then the splits ("flash decoding", split-K), are merged by
+ * rescaling with their running maxima.
+ * Must not: allocate or synchronise during a step (the partial results live
+ * in the context's scratch, sized on a first call), or know KV policy.
+ */
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include <cuda_fp16.h>
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxG = 8;      /* query heads per KV head supported */
+constexpr int kMaxSplits = 64;
+
+struct attn_args {
+    int n_head, n_head_kv, G;
+    float scale, softcap;
+    int n_swa, page_size, max_pages;
+    int n_splits, chunk;
+};
+
+template <int E>
+__device__ __forceinline__ void load_half_row(const __half *p, float *v)
+{
+    if constexpr (E == 8) {
+        const uint4 r = *reinterpret_cast<const uint4 *>(p);
+        const uint32_t a[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&a[i]));
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    } else if constexpr (E == 4) {
+        const uint2 r = *reinterpret_cast<const uint2 *>(p);
+        const uint32_t a[2] = {r.x, r.y};
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&a[i]));
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    } else {
+        static_assert(E == 2, "head_dim 64, 128 or 256");
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(p));
+        v[0] = f.x;
+        v[1] = f.y;
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
+       const int32_t *__restrict__ block_table, const __half *__restrict__ kc, const __half *__restrict__ vc,
+       float *__restrict__ out, float *__restrict__ part_o, float2 *__restrict__ part_ml)
+{
+    constexpr int E = D / 32;
+    const int split = blockIdx.x, hkv = blockIdx.y;
+    const int64_t t = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int G = a.G;
+
+    const int p = pos[t];
+    const int s = seq[t];
+    const int lo = a.n_swa > 0 ? max(0, p - a.n_swa + 1) : 0;
+    const int k_begin = lo + split * a.chunk;
+    const int k_end = min(p + 1, k_begin + a.chunk);
+
+    float qr[kMaxG][E], acc[kMaxG][E], m[kMaxG], l[kMaxG];
+#pragma unroll
+    for (int g = 0; g < kMaxG; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            acc[g][e] = 0.f;
+            qr[g][e] = 0.f;
+        }
+        if (g < G) {
+            const float *qh = q + (t * a.n_head + (int64_t)hkv * G + g) * D + lane * E;
+#pragma unroll
+            for (int e = 0; e < E; e++) qr[g][e] = qh[e] * a.scale;
+        }
+    }
+
+    const int32_t *bt = block_table + (int64_t)s * a.max_pages;
+    for (int j = k_begin + warp; j < k_end; j += kWarps) {
+        const int64_t cell = (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size;
+        const int64_t off = (cell * a.n_head_kv + hkv) * D + lane * E;
+        float kr[E], vr[E];
+        load_half_row<E>(kc + off, kr);
+        load_half_row<E>(vc + off, vr);
+#pragma unroll
+        for (int g = 0; g < kMaxG; g++) {
+            if (g >= G) break;
+            float d = 0.f;
+#pragma unroll
+            for (int e = 0; e < E; e++) d = fmaf(qr[g][e], kr[e], d);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (a.softcap > 0.f) d = a.softcap * tanhf(d / a.softcap);
+            const float m_new = fmaxf(m[g], d);
+            const float c = expf(m[g] - m_new); /* 0 on the first key (m = -inf) */
+            const float pr = expf(d - m_new);
+            l[g] = l[g] * c + pr;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[g][e] = fmaf(acc[g][e], c, pr * vr[e]);
+            m[g] = m_new;
+        }
+    }
+
+    /* merge the warps */
+    __shared__ float sm_o[kWarps][kMaxG][D];
+    __shared__ float sm_m[kWarps][kMaxG], sm_l[kWarps][kMaxG];
+#pragma unroll
+    for (int g = 0; g < kMaxG; g++) {
+        if (g >= G) break;
+#pragma unroll
+        for (int e = 0; e < E; e++) sm_o[warp][g][lane * E + e] = acc[g][e];
+        if (lane == 0) {
+            sm_m[warp][g] = m[g];
+            sm_l[warp][g] = l[g];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        const int g = i / D, dd = i % D;
+        float M = -INFINITY;
+        for (int w = 0; w < kWarps; w++) M = fmaxf(M, sm_m[w][g]);
+        float L = 0.f, O = 0.f;
+        if (M != -INFINITY) {
+            for (int w = 0; w < kWarps; w++) {
+                if (sm_m[w][g] == -INFINITY) continue;
+                const float f = expf(sm_m[w][g] - M);
+                L += sm_l[w][g] * f;
+                O += sm_o[w][g][dd] * f;
+            }
+        }
+        const int64_t h = (int64_t)hkv * G + g;
+        if (a.n_splits == 1) {
+            out[(t * a.n_head + h) * D + dd] = L > 0.f ? O / L : 0.f;
+        } else {
+            const int64_t ps = (t * a.n_head + h) * a.n_splits + split;
+            part_o[ps * D + dd] = O;
+            if (dd == 0) part_ml[ps] = make_float2(M, L);
+        }
+    }
+}
+
+/* out = merge of the splits of each (token, head); one CTA per pair. */
+template <int D>
+__global__ void k_attn_combine(int n_splits, const float *__restrict__ part_o, const float2 *__restrict__ part_ml,
+                               float *__restrict__ out)
+{
+    const int64_t th = blockIdx.x; /* t * n_head + h */
+    const float2 *ml = part_ml + th * n_splits;
+    float M = -INFINITY;
+    for (int i = 0; i < n_splits; i++) M = fmaxf(M, ml[i].x);
+    for (int dd = threadIdx.x; dd < D; dd += blockDim.x) {
+        float L = 0.f, O = 0.f;
+        if (M != -INFINITY) {
+            for (int i = 0; i < n_splits; i++) {
+                if (ml[i].x == -INFINITY) continue;
+                const float f = expf(ml[i].x - M);
+                L += ml[i].y * f;
+                O += part_o[(th * n_splits + i) * D + dd] * f;
+            }
+        }
+        out[th * D + dd] = L > 0.f ? O / L : 0.f;
+    }
+}
+
+template <int D>
+ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
+                    const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
+{
+    float *part_o = NULL;
+    float2 *part_ml = NULL;
+    if (a.n_splits > 1) {
+        const size_t n_part = (size_t)n_tokens * a.n_head * a.n_splits;
+        void *scr = NULL;
+        ember_status s = ember_cuda_scratch(cu, n_part * (D * sizeof(float) + sizeof(float2)), &scr);
+        if (s != EMBER_OK) return s;
+        part_ml = (float2 *)scr;
+        part_o = (float *)((char *)scr + n_part * sizeof(float2));
+    }
+    dim3 grid((unsigned)a.n_splits, (unsigned)a.n_head_kv, (unsigned)n_tokens);
+    k_attn<D><<<grid, kWarps * 32, 0, cu->stream>>>(a, q, pos, seq, bt, kc, vc, out, part_o, part_ml);
+    ember_status s = ember_cuda_launched("attn");
+    if (s != EMBER_OK || a.n_splits == 1) return s;
+    k_attn_combine<D><<<(unsigned)(n_tokens * a.n_head), D < 128 ? D : 128, 0, cu->stream>>>(a.n_splits, part_o,
+                                                                                           part_ml, out);
+    return ember_cuda_launched("attn_combine");
+}
+
+} /* namespace */
+
+extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_params *p, const float *q,
+                                        int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                                        const int32_t *block_table, const uint16_t *k_cache,
+                                        const uint16_t *v_cache, float *out)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(p);
+    EMBER_CUDA_NONNULL(q);
+    EMBER_CUDA_NONNULL(pos);
+    EMBER_CUDA_NONNULL(seq);
+    EMBER_CUDA_NONNULL(block_table);
+    EMBER_CUDA_NONNULL(k_cache);
+    EMBER_CUDA_NONNULL(v_cache);
+    EMBER_CUDA_NONNULL(out);
+    if (n_tokens <= 0 || n_tokens > 65535)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_tokens = %lld (1..65535)", (long long)n_tokens);
+    if (p->n_head <= 0 || p->n_head_kv <= 0 || p->n_head % p->n_head_kv != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_head %d is not a multiple of n_head_kv %d",
+                           p->n_head, p->n_head_kv);
+    if (p->n_head / p->n_head_kv > kMaxG)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: %d query heads per KV head (at most %d)",
+                           p->n_head / p->n_head_kv, kMaxG);
+    if (p->page_size <= 0 || p->max_pages <= 0 || p->max_ctx <= 0 ||
+        (int64_t)p->page_size * p->max_pages < p->max_ctx)
+        return ember_error(EMBER_ERR_INVALID_ARG,
+                           "cuda: attn: page_size %d x max_pages %d cannot hold max_ctx %d positions",
+                           p->page_size, p->max_pages, p->max_ctx);
+    if (p->n_swa < 0 || !(p->scale > 0.f) || p->softcap < 0.f)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_swa %d, scale %g, softcap %g", p->n_swa,
+                           (double)p->scale, (double)p->softcap);
+
+    attn_args a;
+    a.n_head = p->n_head;
+    a.n_head_kv = p->n_head_kv;
+    a.G = p->n_head / p->n_head_kv;
+    a.scale = p->scale;
+    a.softcap = p->softcap;
+    a.n_swa = p->n_swa;
+    a.page_size = p->page_size;
+    a.max_pages = p->max_pages;
+    /* Keys one query may see, at most; split them so that the grid has
+     * ~1024+ CTAs when the batch alone does not (decode of one sequence). */
+    const int span = p->n_swa > 0 && p->n_swa < p->max_ctx ? p->n_swa : p->max_ctx;
+    const int64_t rows = n_tokens * p->n_head_kv;
+    int64_t want = rows >= 1024 ? 1 : (1024 + rows - 1) / rows;
+    int64_t by_len = (span + 127) / 128; /* no split shorter than 128 keys */
+    int64_t ns = want < by_len ? want : by_len;
+    if (ns > kMaxSplits) ns = kMaxSplits;
+    if (ns < 1) ns = 1;
+    a.chunk = (int)((span + ns - 1) / ns);
+    a.n_splits = (int)((span + a.chunk - 1) / a.chunk);
+
+    const __half *kc = reinterpret_cast<const __half *>(k_cache);
+    const __half *vc = reinterpret_cast<const __half *>(v_cache);
+    switch (p->head_dim) {
+    case 64: return launch<64>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    case 128: return launch<128>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    case 256: return launch<256>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    default:
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: head_dim %d (64, 128 or 256 supported)",
+                           p->head_dim);
+    }
+}

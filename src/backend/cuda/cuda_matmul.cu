@@ -1,0 +1,203 @@
+/*
+ * cuda_matmul.cu — quantized mat-vec / small-batch matmul and row lookup.
+ *
+ * Owns: y = W x for weights in GGUF block formats (one warp per output row,
+ * lanes over consecutive units of the row, up to 8 activation columns per
+ * pass so W is read once per 8 columns) and dequantized row lookup
+ * (embeddings). Activations stay F32; weights are dequantized in registers
+ * (cuda_quant.cuh); sums are F32.
+ * Must not: allocate or synchronise (graph capture), or know models.
+ */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+
+using namespace ember_cu;
+
+namespace {
+
+constexpr int kWarps = 4; /* rows per CTA of the mat-vec kernel */
+constexpr int kMaxCols = 8;
+
+template <int RUN>
+__device__ __forceinline__ float dot_run(const float *w, const float *x)
+{
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < RUN; i += 4) {
+        const float4 v = *reinterpret_cast<const float4 *>(x + i);
+        s = fmaf(w[i], v.x, s);
+        s = fmaf(w[i + 1], v.y, s);
+        s = fmaf(w[i + 2], v.z, s);
+        s = fmaf(w[i + 3], v.w, s);
+    }
+    return s;
+}
+
+/* y[c*n_rows + r] = sum_k W[r][k] x[c*ne0 + k], c < NC. */
+template <class T, int NC>
+__global__ void __launch_bounds__(kWarps * 32)
+k_matvec(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, const float *__restrict__ x,
+         int64_t ne0, float *__restrict__ y, int64_t n_rows)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (row >= n_rows) return;
+    const uint8_t *wr = W + row * row_bytes;
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[c] = 0.f;
+    for (int u = lane; u < units_per_row; u += 32) {
+        const int blk = u / T::UNITS, iu = u % T::UNITS;
+        float w[T::NRUN * T::RUN];
+        int off[T::NRUN];
+        T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
+        const float *xb = x + (int64_t)blk * T::QK;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+#pragma unroll
+            for (int r = 0; r < T::NRUN; r++)
+                acc[c] += dot_run<T::RUN>(w + r * T::RUN, xb + c * ne0 + off[r]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+    }
+    if (lane < NC) {
+        /* each of the first NC lanes stores one column (all hold all sums) */
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            if (c == lane) y[(int64_t)c * n_rows + row] = acc[c];
+    }
+}
+
+/* out[i][k] = W[ids[i]][k]; one CTA per id. */
+template <class T>
+__global__ void k_get_rows(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, int64_t n_rows,
+                           int64_t ne0, const int32_t *__restrict__ ids, float *__restrict__ out)
+{
+    const int32_t id = ids[blockIdx.x];
+    float *o = out + (int64_t)blockIdx.x * ne0;
+    if (id < 0 || id >= n_rows) {
+        for (int64_t k = threadIdx.x; k < ne0; k += blockDim.x) o[k] = 0.f;
+        return;
+    }
+    const uint8_t *wr = W + (int64_t)id * row_bytes;
+    for (int u = threadIdx.x; u < units_per_row; u += blockDim.x) {
+        const int blk = u / T::UNITS, iu = u % T::UNITS;
+        float w[T::NRUN * T::RUN];
+        int off[T::NRUN];
+        T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
+        float *ob = o + (int64_t)blk * T::QK;
+#pragma unroll
+        for (int r = 0; r < T::NRUN; r++)
+#pragma unroll
+            for (int i = 0; i < T::RUN; i++) ob[off[r] + i] = w[r * T::RUN + i];
+    }
+}
+
+template <class T, int NC>
+void launch_matvec(cudaStream_t st, const ember_cuda_tensor *w, const float *x, float *y)
+{
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    const unsigned grid = (unsigned)((w->ne1 + kWarps - 1) / kWarps);
+    k_matvec<T, NC><<<grid, kWarps * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, units, x, w->ne0, y,
+                                                  w->ne1);
+}
+
+template <class T>
+void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, int nc, float *y)
+{
+    switch (nc) {
+    case 1: launch_matvec<T, 1>(st, w, x, y); break;
+    case 2: launch_matvec<T, 2>(st, w, x, y); break;
+    case 3: launch_matvec<T, 3>(st, w, x, y); break;
+    case 4: launch_matvec<T, 4>(st, w, x, y); break;
+    case 5: launch_matvec<T, 5>(st, w, x, y); break;
+    case 6: launch_matvec<T, 6>(st, w, x, y); break;
+    case 7: launch_matvec<T, 7>(st, w, x, y); break;
+    default: launch_matvec<T, 8>(st, w, x, y); break;
+    }
+}
+
+template <class T>
+ember_status matmul_t(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+{
+    if (w->ne0 % T::QK != 0)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul: %s row length %lld is not a multiple of %d",
+                           ember_type_name(w->type), (long long)w->ne0, T::QK);
+    if (w->ne0 / T::QK * T::UNITS > INT32_MAX)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul: row of %lld elements too long",
+                           (long long)w->ne0);
+    for (int64_t c0 = 0; c0 < n_cols; c0 += kMaxCols) {
+        const int nc = (int)(n_cols - c0 < kMaxCols ? n_cols - c0 : kMaxCols);
+        /* the kernel indexes y with n_rows stride per column: offset both */
+        matvec_cols<T>(cu->stream, w, x + c0 * w->ne0, nc, y + c0 * w->ne1);
+    }
+    return ember_cuda_launched("matmul");
+}
+
+template <class T>
+ember_status get_rows_t(ember_cuda *cu, const ember_cuda_tensor *w, const int32_t *ids, int64_t n_ids, float *out)
+{
+    if (w->ne0 % T::QK != 0)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: get_rows: %s row length %lld is not a multiple of %d",
+                           ember_type_name(w->type), (long long)w->ne0, T::QK);
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    k_get_rows<T><<<(unsigned)n_ids, 128, 0, cu->stream>>>((const uint8_t *)w->data, w->row_bytes, units, w->ne1,
+                                                         w->ne0, ids, out);
+    return ember_cuda_launched("get_rows");
+}
+
+ember_status check_tensor(const ember_cuda_tensor *w, const char *fn)
+{
+    if (!w || !w->data || w->ne0 <= 0 || w->ne1 <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: %s: empty or NULL weight tensor", fn);
+    return EMBER_OK;
+}
+
+} /* namespace */
+
+#define EMBER_CUDA_TYPE_DISPATCH(type, FN, ...)                                                   \
+    switch (type) {                                                                               \
+    case EMBER_TYPE_F32: return FN<tf32>(__VA_ARGS__);                                            \
+    case EMBER_TYPE_F16: return FN<tf16>(__VA_ARGS__);                                            \
+    case EMBER_TYPE_BF16: return FN<tbf16>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q4_0: return FN<tq4_0>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q4_1: return FN<tq4_1>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q5_0: return FN<tq5_0>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q5_1: return FN<tq5_1>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q8_0: return FN<tq8_0>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q4_K: return FN<tq4_K>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q5_K: return FN<tq5_K>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q6_K: return FN<tq6_K>(__VA_ARGS__);                                          \
+    default:                                                                                      \
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: no kernel for tensor type %s (%u)",      \
+                           ember_type_name(type), (unsigned)(type));                              \
+    }
+
+extern "C" ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
+                                          int64_t n_cols, float *y)
+{
+    EMBER_CUDA_NONNULL(cu);
+    ember_status s = check_tensor(w, "matmul");
+    if (s != EMBER_OK) return s;
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    if (n_cols <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul: n_cols = %lld", (long long)n_cols);
+    EMBER_CUDA_TYPE_DISPATCH(w->type, matmul_t, cu, w, x, n_cols, y)
+}
+
+extern "C" ember_status ember_cuda_get_rows(ember_cuda *cu, const ember_cuda_tensor *w, const int32_t *ids,
+                                            int64_t n_ids, float *out)
+{
+    EMBER_CUDA_NONNULL(cu);
+    ember_status s = check_tensor(w, "get_rows");
+    if (s != EMBER_OK) return s;
+    EMBER_CUDA_NONNULL(ids);
+    EMBER_CUDA_NONNULL(out);
+    if (n_ids <= 0 || n_ids > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: get_rows: n_ids = %lld", (long long)n_ids);
+    EMBER_CUDA_TYPE_DISPATCH(w->type, get_rows_t, cu, w, ids, n_ids, out)
+}

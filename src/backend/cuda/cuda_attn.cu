@@ -7,7 +7,8 @@
  * row is read once. Each warp walks every 4th key of the split with an online
  * softmax (Milakov & Gimelshein 2018; Dao et al. 2022, FlashAttention); the
  * warps, then the splits ("flash decoding", split-K), are merged by
- * rescaling with their running maxima.
+ * rescaling with their running maxima. q is rounded to f16 before the dot
+ * products, as ggml's F16-cache attention does (and our CPU backend).
  * Must not: allocate or synchronise during a step (the partial results live
  * in the context's scratch, sized on a first call), or know KV policy.
  */
@@ -20,7 +21,7 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kMaxG = 8;      /* query heads per KV head supported */
-constexpr int kMaxSplits = 64;
+constexpr int kMaxSplits = 256;
 
 struct attn_args {
     int n_head, n_head_kv, G;
@@ -89,33 +90,67 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
         if (g < G) {
             const float *qh = q + (t * a.n_head + (int64_t)hkv * G + g) * D + lane * E;
 #pragma unroll
-            for (int e = 0; e < E; e++) qr[g][e] = qh[e] * a.scale;
+            for (int e = 0; e < E; e++) qr[g][e] = __half2float(__float2half_rn(qh[e])) * a.scale;
         }
     }
 
+    /* Keys j = k_begin + warp + kWarps*(U*it + u): U keys per iteration,
+     * all K/V loads issued before any math so their latencies overlap. */
+    constexpr int U = 4;
     const int32_t *bt = block_table + (int64_t)s * a.max_pages;
-    for (int j = k_begin + warp; j < k_end; j += kWarps) {
-        const int64_t cell = (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size;
-        const int64_t off = (cell * a.n_head_kv + hkv) * D + lane * E;
-        float kr[E], vr[E];
-        load_half_row<E>(kc + off, kr);
-        load_half_row<E>(vc + off, vr);
+    for (int j0 = k_begin + warp; j0 < k_end; j0 += kWarps * U) {
+        float kr[U][E], vr[U][E];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u * kWarps;
+            ok[u] = j < k_end;
+            if (ok[u]) {
+                const int64_t cell = (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size;
+                const int64_t off = (cell * a.n_head_kv + hkv) * D + lane * E;
+                load_half_row<E>(kc + off, kr[u]);
+                load_half_row<E>(vc + off, vr[u]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < E; e++) kr[u][e] = vr[u][e] = 0.f;
+            }
+        }
 #pragma unroll
         for (int g = 0; g < kMaxG; g++) {
             if (g >= G) break;
-            float d = 0.f;
+            float d[U];
 #pragma unroll
-            for (int e = 0; e < E; e++) d = fmaf(qr[g][e], kr[e], d);
+            for (int u = 0; u < U; u++) {
+                d[u] = 0.f;
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            if (a.softcap > 0.f) d = a.softcap * tanhf(d / a.softcap);
-            const float m_new = fmaxf(m[g], d);
-            const float c = expf(m[g] - m_new); /* 0 on the first key (m = -inf) */
-            const float pr = expf(d - m_new);
-            l[g] = l[g] * c + pr;
+                for (int e = 0; e < E; e++) d[u] = fmaf(qr[g][e], kr[u][e], d[u]);
+            }
 #pragma unroll
-            for (int e = 0; e < E; e++) acc[g][e] = fmaf(acc[g][e], c, pr * vr[e]);
-            m[g] = m_new;
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int u = 0; u < U; u++) d[u] += __shfl_xor_sync(0xffffffffu, d[u], o);
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (a.softcap > 0.f) d[u] = a.softcap * tanhf(d[u] / a.softcap);
+                if (ok[u]) mx = fmaxf(mx, d[u]);
+            }
+            const float c = expf(m[g] - mx); /* 0 on the first keys (m = -inf) */
+            float pr[U], psum = 0.f;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                pr[u] = ok[u] ? expf(d[u] - mx) : 0.f;
+                psum += pr[u];
+            }
+            l[g] = l[g] * c + psum;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                float o = acc[g][e] * c;
+#pragma unroll
+                for (int u = 0; u < U; u++) o = fmaf(pr[u], vr[u][e], o);
+                acc[g][e] = o;
+            }
+            m[g] = mx;
         }
     }
 
@@ -250,7 +285,7 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
     const int span = p->n_swa > 0 && p->n_swa < p->max_ctx ? p->n_swa : p->max_ctx;
     const int64_t rows = n_tokens * p->n_head_kv;
     int64_t want = rows >= 1024 ? 1 : (1024 + rows - 1) / rows;
-    int64_t by_len = (span + 127) / 128; /* no split shorter than 128 keys */
+    int64_t by_len = (span + 31) / 32; /* no split shorter than 32 keys */
     int64_t ns = want < by_len ? want : by_len;
     if (ns > kMaxSplits) ns = kMaxSplits;
     if (ns < 1) ns = 1;

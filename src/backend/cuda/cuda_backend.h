@@ -150,6 +150,9 @@ ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t *pos, int64
 typedef enum ember_cuda_act {
     EMBER_CUDA_ACT_SILU = 0,      /* x * sigmoid(x) */
     EMBER_CUDA_ACT_GELU_TANH = 1, /* 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), Hendrycks & Gimpel */
+    /* GELU-tanh as ggml's CPU table computes it (and our CPU backend):
+     * x <= -10: 0; x >= 10: x; else f16(gelu(f16(x))). */
+    EMBER_CUDA_ACT_GELU_TANH_F16 = 2,
 } ember_cuda_act;
 
 /* Gated activation: out[i] = act(gate[i]) * up[i] over n elements (GLU,
@@ -185,7 +188,8 @@ typedef struct ember_cuda_attn_params {
 /* Flash-attention (online softmax, Dao et al. 2022; split-K "flash
  * decoding") for n_tokens query rows, each attending causally to its
  * sequence's keys 0..pos[t] (or its sliding window).
- * q: [n_tokens, n_head, head_dim] F32 (RoPE applied, not pre-scaled);
+ * q: [n_tokens, n_head, head_dim] F32 (RoPE applied, not pre-scaled; it is
+ * rounded to f16 before q.k, as ggml does for an F16 cache);
  * out: [n_tokens, n_head, head_dim] F32; pos, seq: device int32 [n_tokens];
  * block_table: device int32 [n_seq, max_pages]: key j of sequence s lives in
  * cell block_table[s*max_pages + j/page_size]*page_size + j%page_size of

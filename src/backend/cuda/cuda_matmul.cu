@@ -18,58 +18,64 @@ namespace {
 constexpr int kWarps = 4; /* rows per CTA of the mat-vec kernel */
 constexpr int kMaxCols = 8;
 
-template <int RUN>
-__device__ __forceinline__ float dot_run(const float *w, const float *x)
-{
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < RUN; i += 4) {
-        const float4 v = *reinterpret_cast<const float4 *>(x + i);
-        s = fmaf(w[i], v.x, s);
-        s = fmaf(w[i + 1], v.y, s);
-        s = fmaf(w[i + 2], v.z, s);
-        s = fmaf(w[i + 3], v.w, s);
-    }
-    return s;
-}
-
-/* y[c*n_rows + r] = sum_k W[r][k] x[c*ne0 + k], c < NC. */
-template <class T, int NC>
+/* y[c*n_rows + r] = sum_k W[r][k] x[c*ne0 + k], c < NC. Each warp owns R
+ * consecutive rows so that every x value loaded serves R rows. */
+template <class T, int NC, int R>
 __global__ void __launch_bounds__(kWarps * 32)
 k_matvec(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, const float *__restrict__ x,
          int64_t ne0, float *__restrict__ y, int64_t n_rows)
 {
     const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
-    if (row >= n_rows) return;
-    const uint8_t *wr = W + row * row_bytes;
-    float acc[NC];
+    const int64_t row0 = ((int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5)) * R;
+    if (row0 >= n_rows) return;
+    const uint8_t *wr[R];
 #pragma unroll
-    for (int c = 0; c < NC; c++) acc[c] = 0.f;
+    for (int rr = 0; rr < R; rr++) /* rows past the end re-read the last row; never stored */
+        wr[rr] = W + (row0 + rr < n_rows ? row0 + rr : n_rows - 1) * row_bytes;
+    float acc[NC][R];
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int rr = 0; rr < R; rr++) acc[c][rr] = 0.f;
     for (int u = lane; u < units_per_row; u += 32) {
         const int blk = u / T::UNITS, iu = u % T::UNITS;
-        float w[T::NRUN * T::RUN];
+        float w[R][T::NRUN * T::RUN];
         int off[T::NRUN];
-        T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
+#pragma unroll
+        for (int rr = 0; rr < R; rr++) T::load(wr[rr] + (size_t)blk * T::BYTES, iu, w[rr], off);
         const float *xb = x + (int64_t)blk * T::QK;
 #pragma unroll
         for (int c = 0; c < NC; c++) {
 #pragma unroll
-            for (int r = 0; r < T::NRUN; r++)
-                acc[c] += dot_run<T::RUN>(w + r * T::RUN, xb + c * ne0 + off[r]);
+            for (int r = 0; r < T::NRUN; r++) {
+                float xv[T::RUN];
+#pragma unroll
+                for (int i = 0; i < T::RUN; i += 4) {
+                    const float4 v = *reinterpret_cast<const float4 *>(xb + c * ne0 + off[r] + i);
+                    xv[i] = v.x;
+                    xv[i + 1] = v.y;
+                    xv[i + 2] = v.z;
+                    xv[i + 3] = v.w;
+                }
+#pragma unroll
+                for (int rr = 0; rr < R; rr++)
+#pragma unroll
+                    for (int i = 0; i < T::RUN; i++) acc[c][rr] = fmaf(w[rr][r * T::RUN + i], xv[i], acc[c][rr]);
+            }
         }
     }
 #pragma unroll
-    for (int c = 0; c < NC; c++) {
+    for (int c = 0; c < NC; c++)
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
-    }
-    if (lane < NC) {
-        /* each of the first NC lanes stores one column (all hold all sums) */
+        for (int rr = 0; rr < R; rr++)
 #pragma unroll
-        for (int c = 0; c < NC; c++)
-            if (c == lane) y[(int64_t)c * n_rows + row] = acc[c];
-    }
+            for (int o = 16; o > 0; o >>= 1) acc[c][rr] += __shfl_xor_sync(0xffffffffu, acc[c][rr], o);
+    /* all lanes hold all sums; lane c*R + rr stores one */
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int rr = 0; rr < R; rr++)
+            if (lane == ((c * R + rr) & 31) && row0 + rr < n_rows) y[(int64_t)c * n_rows + row0 + rr] = acc[c][rr];
 }
 
 /* out[i][k] = W[ids[i]][k]; one CTA per id. */
@@ -100,10 +106,13 @@ __global__ void k_get_rows(const uint8_t *__restrict__ W, size_t row_bytes, int 
 template <class T, int NC>
 void launch_matvec(cudaStream_t st, const ember_cuda_tensor *w, const float *x, float *y)
 {
+    /* rows per warp: 1 for mat-vec (most warps in flight), more as the batch
+     * grows and reuse of x starts to matter */
+    constexpr int R = NC == 1 ? 1 : (NC <= 3 ? 2 : 4);
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
-    const unsigned grid = (unsigned)((w->ne1 + kWarps - 1) / kWarps);
-    k_matvec<T, NC><<<grid, kWarps * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, units, x, w->ne0, y,
-                                                  w->ne1);
+    const unsigned grid = (unsigned)((w->ne1 + kWarps * R - 1) / (kWarps * R));
+    k_matvec<T, NC, R><<<grid, kWarps * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, units, x, w->ne0, y,
+                                                     w->ne1);
 }
 
 template <class T>

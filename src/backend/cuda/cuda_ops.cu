@@ -74,12 +74,22 @@ __device__ __forceinline__ float act_gelu_tanh(float x)
     return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
+__device__ __forceinline__ float act_gelu_tanh_f16(float x)
+{
+    if (x <= -10.f) return 0.f;
+    if (x >= 10.f) return x;
+    return __half2float(__float2half_rn(act_gelu_tanh(__half2float(__float2half_rn(x)))));
+}
+
 template <int ACT>
 __global__ void k_glu(const float *gate, const float *up, float *out, int64_t n)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
-        out[i] = (ACT == 0 ? act_silu(g) : act_gelu_tanh(g)) * up[i];
+        const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
+                        : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
+                                                          : act_gelu_tanh_f16(g);
+        out[i] = a * up[i];
     }
 }
 
@@ -178,9 +188,11 @@ extern "C" ember_status ember_cuda_glu(ember_cuda *cu, ember_cuda_act act, const
     EMBER_CUDA_NONNULL(out);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu: n = %lld", (long long)n);
     if (act == EMBER_CUDA_ACT_SILU)
-        k_glu<0><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+        k_glu<EMBER_CUDA_ACT_SILU><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
     else if (act == EMBER_CUDA_ACT_GELU_TANH)
-        k_glu<1><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+        k_glu<EMBER_CUDA_ACT_GELU_TANH><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH_F16)
+        k_glu<EMBER_CUDA_ACT_GELU_TANH_F16><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
     else
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu: unknown activation %d", (int)act);
     return ember_cuda_launched("glu");

@@ -42,6 +42,13 @@ __device__ __forceinline__ uint32_t ld_u32(const uint8_t *p)
     return *reinterpret_cast<const uint32_t *>(p);
 }
 
+/* (float)v - off for 0 <= v < 2^16 without the quarter-rate I2F: 2^23 + v
+ * has v as its mantissa; the subtraction is exact (Sterbenz). */
+__device__ __forceinline__ float u2f(uint32_t v, float off = 0.f)
+{
+    return __int_as_float(0x4B000000u | v) - (8388608.f + off);
+}
+
 /* Q4_0: d (f16), qs[16]; element j<16 = low nibble of qs[j], j>=16 = high
  * nibble of qs[j-16]; w = (q - 8) * d. */
 struct tq4_0 {
@@ -55,8 +62,8 @@ struct tq4_0 {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint32_t byte = (q >> (8 * i)) & 0xFF;
-            w[i] = ((int)(byte & 15) - 8) * d;
-            w[4 + i] = ((int)(byte >> 4) - 8) * d;
+            w[i] = u2f(byte & 15, 8.f) * d;
+            w[4 + i] = u2f(byte >> 4, 8.f) * d;
         }
     }
 };
@@ -73,8 +80,8 @@ struct tq4_1 {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const uint32_t byte = (q >> (8 * i)) & 0xFF;
-            w[i] = (float)(byte & 15) * d + m;
-            w[4 + i] = (float)(byte >> 4) * d + m;
+            w[i] = fmaf(u2f(byte & 15), d, m);
+            w[4 + i] = fmaf(u2f(byte >> 4), d, m);
         }
     }
 };
@@ -94,10 +101,10 @@ struct tq5_0 {
         for (int i = 0; i < 4; i++) {
             const int j = 4 * u + i;
             const uint32_t byte = (q >> (8 * i)) & 0xFF;
-            const int lo = (int)((byte & 15) | (((qh >> j) & 1) << 4));
-            const int hi = (int)((byte >> 4) | (((qh >> (j + 16)) & 1) << 4));
-            w[i] = (lo - 16) * d;
-            w[4 + i] = (hi - 16) * d;
+            const uint32_t lo = (byte & 15) | (((qh >> j) & 1) << 4);
+            const uint32_t hi = (byte >> 4) | (((qh >> (j + 16)) & 1) << 4);
+            w[i] = u2f(lo, 16.f) * d;
+            w[4 + i] = u2f(hi, 16.f) * d;
         }
     }
 };
@@ -118,8 +125,8 @@ struct tq5_1 {
             const uint32_t byte = (q >> (8 * i)) & 0xFF;
             const uint32_t lo = (byte & 15) | (((qh >> j) & 1) << 4);
             const uint32_t hi = (byte >> 4) | (((qh >> (j + 16)) & 1) << 4);
-            w[i] = (float)lo * d + m;
-            w[4 + i] = (float)hi * d + m;
+            w[i] = fmaf(u2f(lo), d, m);
+            w[4 + i] = fmaf(u2f(hi), d, m);
         }
     }
 };
@@ -134,8 +141,9 @@ struct tq8_0 {
         off[0] = 8 * u;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            w[i] = (float)(int8_t)((q0 >> (8 * i)) & 0xFF) * d;
-            w[4 + i] = (float)(int8_t)((q1 >> (8 * i)) & 0xFF) * d;
+            /* int8 q = (q ^ 0x80) - 128 */
+            w[i] = u2f(((q0 >> (8 * i)) & 0xFF) ^ 0x80, 128.f) * d;
+            w[4 + i] = u2f(((q1 >> (8 * i)) & 0xFF) ^ 0x80, 128.f) * d;
         }
     }
 };
@@ -172,8 +180,8 @@ struct tq4_K {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const uint32_t byte = ((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 0xFF;
-            w[i] = d0 * (float)(byte & 15) - c0;
-            w[8 + i] = d1 * (float)(byte >> 4) - c1;
+            w[i] = d0 * u2f(byte & 15) - c0;
+            w[8 + i] = d1 * u2f(byte >> 4) - c1;
         }
     }
 };
@@ -200,8 +208,8 @@ struct tq5_K {
             const uint32_t hb = ((i < 4 ? h.x : h.y) >> (8 * (i & 3))) & 0xFF;
             const uint32_t lo = (byte & 15) | (((hb >> (2 * g)) & 1) << 4);
             const uint32_t hi = (byte >> 4) | (((hb >> (2 * g + 1)) & 1) << 4);
-            w[i] = d0 * (float)lo - c0;
-            w[8 + i] = d1 * (float)hi - c1;
+            w[i] = d0 * u2f(lo) - c0;
+            w[8 + i] = d1 * u2f(hi) - c1;
         }
     }
 };
@@ -227,10 +235,10 @@ struct tq6_K {
         for (int i = 0; i < 4; i++) {
             const uint32_t a = (qa >> (8 * i)) & 0xFF, c = (qb >> (8 * i)) & 0xFF;
             const uint32_t h = (qh >> (8 * i)) & 0xFF;
-            w[i] = s0 * (float)((int)((a & 15) | ((h & 3) << 4)) - 32);
-            w[4 + i] = s1 * (float)((int)((c & 15) | (((h >> 2) & 3) << 4)) - 32);
-            w[8 + i] = s2 * (float)((int)((a >> 4) | (((h >> 4) & 3) << 4)) - 32);
-            w[12 + i] = s3 * (float)((int)((c >> 4) | (((h >> 6) & 3) << 4)) - 32);
+            w[i] = s0 * u2f((a & 15) | ((h & 3) << 4), 32.f);
+            w[4 + i] = s1 * u2f((c & 15) | (((h >> 2) & 3) << 4), 32.f);
+            w[8 + i] = s2 * u2f((a >> 4) | (((h >> 4) & 3) << 4), 32.f);
+            w[12 + i] = s3 * u2f((c >> 4) | (((h >> 6) & 3) << 4), 32.f);
         }
     }
 };

@@ -1,6 +1,7 @@
 /* CUDA flash-attention over a paged F16 KV cache against the textbook
  * softmax(scale * q.K^T) V (Vaswani et al. 2017) in double precision over
- * the same F16 keys and values: GQA, sliding windows (a query at p sees keys
+ * the same F16 keys and values (q rounded to f16 first, the documented
+ * contract): GQA, sliding windows (a query at p sees keys
  * p - n_swa < j <= p, as Gemma 3 defines them), logit soft-capping, several
  * sequences in one batch, long contexts (split-K) and a CUDA-graph replay
  * with new positions. Without EMBER_CUDA or without a GPU every test skips.
@@ -95,7 +96,7 @@ static void reference(const attn_fixture *f, const float *q, int n_tokens, const
                                  j % c->page_size;
                 const uint16_t *kr = f->k + ((size_t)cell * c->n_head_kv + hk) * D;
                 double d = 0;
-                for (int e = 0; e < D; e++) d += (double)qh[e] * h2f(kr[e]);
+                for (int e = 0; e < D; e++) d += (double)h2f(f2h(qh[e])) * h2f(kr[e]); /* q rounded to f16 */
                 d *= scale;
                 if (c->softcap > 0) d = c->softcap * tanh(d / c->softcap);
                 lg[j - lo] = d;

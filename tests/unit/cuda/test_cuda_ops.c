@@ -143,6 +143,26 @@ static void test_glu_add_scale(void **state)
     }
     expect_close(out, want, N, 1e-5, 2e-6, "gelu_tanh");
 
+    /* ggml CPU's table form: f16 in, f16 out, cut at +-10 (g spans [-12, 12]) */
+    static float g2[N];
+    for (int i = 0; i < N; i++) g2[i] = g[i] * 1.5f;
+    float *dg2 = dev_new(g2, sizeof g2);
+    CU_OK(ember_cuda_glu(test_cu, EMBER_CUDA_ACT_GELU_TANH_F16, dg2, du, dy, N));
+    dev_get(out, dy, sizeof out);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        const double x = (double)(_Float16)g2[i];
+        double a = (_Float16)(0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))));
+        if (g2[i] <= -10.f) a = 0;
+        if (g2[i] >= 10.f) a = g2[i];
+        /* the f16 rounding of gelu may land one f16 ulp apart (float vs double
+         * tanh near a rounding boundary): allow 1e-3 relative on the act */
+        if (fabs(out[i] - a * u[i]) > 1e-3 * fabs(a * u[i]) + 1e-6 && bad++ < 5)
+            print_error("gelu_tanh_f16(%g) * %g = %.8g, want %.8g\n", g2[i], u[i], out[i], a * u[i]);
+    }
+    assert_int_equal(bad, 0);
+    dev_free(dg2, sizeof g2);
+
     CU_OK(ember_cuda_add(test_cu, dg, du, dy, N));
     dev_get(out, dy, sizeof out);
     for (int i = 0; i < N; i++) want[i] = (double)g[i] + u[i];

@@ -7,10 +7,12 @@
  * row is read once. Each warp walks every 4th key of the split with an online
  * softmax (Milakov & Gimelshein 2018; Dao et al. 2022, FlashAttention); the
  * warps, then the splits ("flash decoding", split-K), are merged by
- * rescaling with their running maxima. q is rounded to f16 before the dot
+ * rescaling with their running maxima; the last CTA of a (token, KV head)
+ * to finish merges the splits, so one launch does it all. q is rounded to f16 before the dot
  * products, as ggml's F16-cache attention does (and our CPU backend).
  * Must not: allocate or synchronise during a step (the partial results live
- * in the context's scratch, sized on a first call), or know KV policy.
+ * in the context's scratch and the split counters in its counter array,
+ * both sized on a first call), or know KV policy.
  */
 #include <math.h>
 
@@ -19,7 +21,7 @@
 
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kMaxG = 8;      /* query heads per KV head supported */
 constexpr int kMaxSplits = 256;
 
@@ -59,17 +61,17 @@ __device__ __forceinline__ void load_half_row(const __half *p, float *v)
     }
 }
 
-template <int D>
+template <int D, int G>
 __global__ void __launch_bounds__(kWarps * 32)
 k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
        const int32_t *__restrict__ block_table, const __half *__restrict__ kc, const __half *__restrict__ vc,
-       float *__restrict__ out, float *__restrict__ part_o, float2 *__restrict__ part_ml)
+       float *__restrict__ out, float *__restrict__ part_o, float2 *__restrict__ part_ml,
+       unsigned *__restrict__ done)
 {
     constexpr int E = D / 32;
     const int split = blockIdx.x, hkv = blockIdx.y;
     const int64_t t = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int G = a.G;
 
     const int p = pos[t];
     const int s = seq[t];
@@ -77,9 +79,9 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
     const int k_begin = lo + split * a.chunk;
     const int k_end = min(p + 1, k_begin + a.chunk);
 
-    float qr[kMaxG][E], acc[kMaxG][E], m[kMaxG], l[kMaxG];
+    float qr[G][E], acc[G][E], m[G], l[G];
 #pragma unroll
-    for (int g = 0; g < kMaxG; g++) {
+    for (int g = 0; g < G; g++) {
         m[g] = -INFINITY;
         l[g] = 0.f;
 #pragma unroll
@@ -87,7 +89,7 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
             acc[g][e] = 0.f;
             qr[g][e] = 0.f;
         }
-        if (g < G) {
+        {
             const float *qh = q + (t * a.n_head + (int64_t)hkv * G + g) * D + lane * E;
 #pragma unroll
             for (int e = 0; e < E; e++) qr[g][e] = __half2float(__float2half_rn(qh[e])) * a.scale;
@@ -116,8 +118,7 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
             }
         }
 #pragma unroll
-        for (int g = 0; g < kMaxG; g++) {
-            if (g >= G) break;
+        for (int g = 0; g < G; g++) {
             float d[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -154,31 +155,34 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
         }
     }
 
-    /* merge the warps */
-    __shared__ float sm_o[kWarps][kMaxG][D];
-    __shared__ float sm_m[kWarps][kMaxG], sm_l[kWarps][kMaxG];
+    /* merge the warps: dynamic shared memory holds [kWarps][G][D] partial
+     * outputs, then [kWarps][G] maxima and sums */
+    extern __shared__ float smem[];
+    float *sm_o = smem;
+    float *sm_m = smem + kWarps * G * D, *sm_l = sm_m + kWarps * G;
 #pragma unroll
-    for (int g = 0; g < kMaxG; g++) {
-        if (g >= G) break;
+    for (int g = 0; g < G; g++) {
 #pragma unroll
-        for (int e = 0; e < E; e++) sm_o[warp][g][lane * E + e] = acc[g][e];
+        for (int e = 0; e < E; e++) sm_o[(warp * G + g) * D + lane * E + e] = acc[g][e];
         if (lane == 0) {
-            sm_m[warp][g] = m[g];
-            sm_l[warp][g] = l[g];
+            sm_m[warp * G + g] = m[g];
+            sm_l[warp * G + g] = l[g];
         }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
         const int g = i / D, dd = i % D;
         float M = -INFINITY;
-        for (int w = 0; w < kWarps; w++) M = fmaxf(M, sm_m[w][g]);
+#pragma unroll
+        for (int w = 0; w < kWarps; w++) M = fmaxf(M, sm_m[w * G + g]);
         float L = 0.f, O = 0.f;
         if (M != -INFINITY) {
+#pragma unroll
             for (int w = 0; w < kWarps; w++) {
-                if (sm_m[w][g] == -INFINITY) continue;
-                const float f = expf(sm_m[w][g] - M);
-                L += sm_l[w][g] * f;
-                O += sm_o[w][g][dd] * f;
+                const float mw = sm_m[w * G + g];
+                const float f = mw == -INFINITY ? 0.f : expf(mw - M);
+                L += sm_l[w * G + g] * f;
+                O += sm_o[(w * G + g) * D + dd] * f;
             }
         }
         const int64_t h = (int64_t)hkv * G + g;
@@ -190,37 +194,64 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
             if (dd == 0) part_ml[ps] = make_float2(M, L);
         }
     }
-}
+    if (a.n_splits == 1) return;
 
-/* out = merge of the splits of each (token, head); one CTA per pair. */
-template <int D>
-__global__ void k_attn_combine(int n_splits, const float *__restrict__ part_o, const float2 *__restrict__ part_ml,
-                               float *__restrict__ out)
-{
-    const int64_t th = blockIdx.x; /* t * n_head + h */
-    const float2 *ml = part_ml + th * n_splits;
-    float M = -INFINITY;
-    for (int i = 0; i < n_splits; i++) M = fmaxf(M, ml[i].x);
-    for (int dd = threadIdx.x; dd < D; dd += blockDim.x) {
-        float L = 0.f, O = 0.f;
-        if (M != -INFINITY) {
-            for (int i = 0; i < n_splits; i++) {
-                if (ml[i].x == -INFINITY) continue;
-                const float f = expf(ml[i].x - M);
-                L += ml[i].y * f;
-                O += part_o[(th * n_splits + i) * D + dd] * f;
-            }
+    /* The last CTA of this (token, KV head) to finish merges the splits
+     * (the threadFenceReduction pattern of the CUDA samples) and re-arms the
+     * counter for the next call, so a captured graph can replay. */
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *cnt = done + t * a.n_head_kv + hkv;
+        last = atomicAdd(cnt, 1u) == (unsigned)a.n_splits - 1;
+        if (last) *cnt = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    /* split weights exp(m_i - M) per head, in shared memory (reusing sm_o);
+     * warp g handles head g, lanes across the splits. Loads bypass L1
+     * (__ldcg): the partials were written by other SMs. */
+    float *wsp = sm_o; /* [G][n_splits] */
+    __shared__ float sm_L[G];
+    for (int g = warp; g < G; g += kWarps) {
+        const float2 *ml = part_ml + (t * a.n_head + (int64_t)hkv * G + g) * a.n_splits;
+        float M = -INFINITY;
+        for (int i = lane; i < a.n_splits; i += 32) M = fmaxf(M, __ldcg(&ml[i]).x);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.f;
+        for (int i = lane; i < a.n_splits; i += 32) {
+            const float2 v = __ldcg(&ml[i]);
+            const float f = (M == -INFINITY || v.x == -INFINITY) ? 0.f : expf(v.x - M);
+            wsp[g * a.n_splits + i] = f;
+            L += v.y * f;
         }
-        out[th * D + dd] = L > 0.f ? O / L : 0.f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (lane == 0) sm_L[g] = L;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        const int g = i / D, dd = i % D;
+        const int64_t th = t * a.n_head + (int64_t)hkv * G + g;
+        const float *po = part_o + th * a.n_splits * D + dd;
+        const float *wg = wsp + g * a.n_splits;
+        float O = 0.f;
+#pragma unroll 8
+        for (int k = 0; k < a.n_splits; k++) O = fmaf(__ldcg(po + (int64_t)k * D), wg[k], O);
+        out[th * D + dd] = sm_L[g] > 0.f ? O / sm_L[g] : 0.f;
     }
 }
 
-template <int D>
+template <int D, int G>
 ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
                     const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
 {
     float *part_o = NULL;
     float2 *part_ml = NULL;
+    unsigned *done = NULL;
     if (a.n_splits > 1) {
         const size_t n_part = (size_t)n_tokens * a.n_head * a.n_splits;
         void *scr = NULL;
@@ -228,14 +259,42 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
         if (s != EMBER_OK) return s;
         part_ml = (float2 *)scr;
         part_o = (float *)((char *)scr + n_part * sizeof(float2));
+        s = ember_cuda_counters(cu, (size_t)n_tokens * a.n_head_kv, &done);
+        if (s != EMBER_OK) return s;
+    }
+    /* warp partials; the last CTA's split weights reuse that space */
+    size_t sm_o = (size_t)kWarps * G * D;
+    if ((size_t)G * kMaxSplits > sm_o) sm_o = (size_t)G * kMaxSplits;
+    const size_t smem = (sm_o + 2 * (size_t)kWarps * G) * sizeof(float);
+    static bool attr_set = false; /* once per instantiation */
+    if (!attr_set) {
+        ember_status s = ember_cuda_check(
+            cudaFuncSetAttribute(k_attn<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+            "attn (shared memory opt-in)");
+        if (s != EMBER_OK) return s;
+        attr_set = true;
     }
     dim3 grid((unsigned)a.n_splits, (unsigned)a.n_head_kv, (unsigned)n_tokens);
-    k_attn<D><<<grid, kWarps * 32, 0, cu->stream>>>(a, q, pos, seq, bt, kc, vc, out, part_o, part_ml);
-    ember_status s = ember_cuda_launched("attn");
-    if (s != EMBER_OK || a.n_splits == 1) return s;
-    k_attn_combine<D><<<(unsigned)(n_tokens * a.n_head), D < 128 ? D : 128, 0, cu->stream>>>(a.n_splits, part_o,
-                                                                                           part_ml, out);
-    return ember_cuda_launched("attn_combine");
+    k_attn<D, G><<<grid, kWarps * 32, smem, cu->stream>>>(a, q, pos, seq, bt, kc, vc, out, part_o, part_ml, done);
+    return ember_cuda_launched("attn");
+}
+
+/* G (query heads per KV head) is a template argument so no lane works on
+ * absent heads. */
+template <int D>
+ember_status launch_g(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
+                      const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
+{
+    switch (a.G) {
+    case 1: return launch<D, 1>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 2: return launch<D, 2>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 3: return launch<D, 3>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 4: return launch<D, 4>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 5: return launch<D, 5>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 6: return launch<D, 6>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 7: return launch<D, 7>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    default: return launch<D, 8>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    }
 }
 
 } /* namespace */
@@ -295,9 +354,9 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
     const __half *kc = reinterpret_cast<const __half *>(k_cache);
     const __half *vc = reinterpret_cast<const __half *>(v_cache);
     switch (p->head_dim) {
-    case 64: return launch<64>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
-    case 128: return launch<128>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
-    case 256: return launch<256>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    case 64: return launch_g<64>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    case 128: return launch_g<128>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    case 256: return launch_g<256>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
     default:
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: head_dim %d (64, 128 or 256 supported)",
                            p->head_dim);

@@ -24,6 +24,8 @@ struct ember_cuda {
     uint64_t host_bytes;   /* mapped pinned host memory */
     void *scratch;         /* grows on demand; never shrinks */
     size_t scratch_bytes;
+    unsigned *counters;    /* zeroed; kernels re-arm what they use */
+    size_t n_counters;
     bool capturing;
 };
 
@@ -44,6 +46,10 @@ static inline ember_status ember_cuda_launched(const char *kernel)
 /* Scratch of at least `bytes` on the device (shared by all kernels of one
  * context, used within one call). Grows outside graph capture only. */
 ember_status ember_cuda_scratch(ember_cuda *cu, size_t bytes, void **out);
+
+/* At least n zeroed device counters; kernels must leave them zero.
+ * Grows outside graph capture only. */
+ember_status ember_cuda_counters(ember_cuda *cu, size_t n, unsigned **out);
 
 #define EMBER_CUDA_NONNULL(p) \
     do { if ((p) == NULL) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: %s: " #p " is NULL", __func__); } while (0)

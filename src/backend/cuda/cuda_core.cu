@@ -58,6 +58,7 @@ extern "C" void ember_cuda_free(ember_cuda *cu)
     cudaSetDevice(cu->device);
     if (cu->stream) cudaStreamSynchronize(cu->stream);
     if (cu->scratch) cudaFree(cu->scratch);
+    if (cu->counters) cudaFree(cu->counters);
     if (cu->cublas) cublasDestroy(cu->cublas);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     free(cu);
@@ -170,6 +171,33 @@ ember_status ember_cuda_scratch(ember_cuda *cu, size_t bytes, void **out)
     }
     cu->scratch_bytes = want;
     *out = cu->scratch;
+    return EMBER_OK;
+}
+
+ember_status ember_cuda_counters(ember_cuda *cu, size_t n, unsigned **out)
+{
+    if (n <= cu->n_counters) {
+        *out = cu->counters;
+        return EMBER_OK;
+    }
+    if (cu->capturing)
+        return ember_error(EMBER_ERR_INTERNAL, "cuda: counters must grow to %zu during graph capture; run the step "
+                           "once before capturing it", n);
+    ember_status s = ember_cuda_check(cudaStreamSynchronize(cu->stream), "counters grow (sync)");
+    if (s != EMBER_OK) return s;
+    if (cu->counters) cudaFree(cu->counters);
+    cu->counters = NULL;
+    cu->n_counters = 0;
+    size_t want = n < 1024 ? 1024 : n;
+    if (cudaMalloc(&cu->counters, want * sizeof(unsigned)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cu->counters = NULL;
+        return ember_error(EMBER_ERR_NOMEM, "cuda: cannot allocate %zu counters", want);
+    }
+    s = ember_cuda_check(cudaMemset(cu->counters, 0, want * sizeof(unsigned)), "counters (memset)");
+    if (s != EMBER_OK) return s;
+    cu->n_counters = want;
+    *out = cu->counters;
     return EMBER_OK;
 }
 

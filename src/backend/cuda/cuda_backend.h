@@ -141,8 +141,10 @@ typedef enum ember_cuda_rope_mode {
 /* Rotary position embedding in place (Su et al. 2021, RoFormer) on
  * x: [n_tokens, n_head, head_dim] F32; the first n_rot (even, <= head_dim)
  * dims of each head rotate, the rest pass through. Pair i turns by
- * pos[t] * freq_scale * freq_base^(-2i/n_rot) / ff[i], ff = freq_factors
- * (device [n_rot/2]) or 1 when NULL; pos: device int32 [n_tokens]. */
+ * theta = freq_scale * (pos[t] * ts^i) / ff[i] with ts = powf(freq_base,
+ * -2/n_rot), evaluated in f32 by repeated multiplication as ggml_rope does;
+ * ff = freq_factors (device [n_rot/2]) or 1 when NULL; pos: device int32
+ * [n_tokens]. */
 ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t *pos, int64_t n_tokens,
                              int n_head, int head_dim, int n_rot, ember_cuda_rope_mode mode,
                              float freq_base, float freq_scale, const float *freq_factors);

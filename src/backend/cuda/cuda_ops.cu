@@ -44,26 +44,28 @@ __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict_
     }
 }
 
-/* One CTA per (token, head); threads over the n_rot/2 rotated pairs. */
+/* One CTA per (token, head); threads over the n_rot/2 rotated pairs.
+ * theta follows ggml_rope's f32 arithmetic step for step (theta_base = pos,
+ * times theta_scale once per pair; / ff; * freq_scale), so the CPU backend
+ * and this kernel turn by the same angles. */
 __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, int head_dim, int n_rot, int neox,
-                       float freq_base, float freq_scale, const float *__restrict__ ff)
+                       float theta_scale, float freq_scale, const float *__restrict__ ff)
 {
     const int64_t t = blockIdx.y;
     float *xh = x + (t * n_head + blockIdx.x) * (int64_t)head_dim;
-    const double p = (double)pos[t];
+    const float p = (float)pos[t];
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        /* theta in double: large positions times small frequencies keep
-         * their precision (the reference computes in double too) */
-        double theta = p * (double)freq_scale * pow((double)freq_base, -2.0 * i / (double)n_rot);
-        if (ff) theta /= (double)ff[i];
-        double s, c;
-        sincos(theta, &s, &c);
+        float tb = p;
+        for (int k = 0; k < i; k++) tb *= theta_scale;
+        const float theta = freq_scale * (ff ? tb / ff[i] : tb);
+        float s, c;
+        sincosf(theta, &s, &c);
         const int i0 = neox ? i : 2 * i;
         const int i1 = neox ? i + half : 2 * i + 1;
         const float x0 = xh[i0], x1 = xh[i1];
-        xh[i0] = (float)(x0 * c - x1 * s);
-        xh[i1] = (float)(x0 * s + x1 * c);
+        xh[i0] = x0 * c - x1 * s;
+        xh[i1] = x0 * s + x1 * c;
     }
 }
 
@@ -174,8 +176,9 @@ extern "C" ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t 
     const int half = n_rot / 2;
     const int threads = half >= 128 ? 128 : ((half + 31) / 32) * 32;
     dim3 grid((unsigned)n_head, (unsigned)n_tokens);
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     k_rope<<<grid, threads, 0, cu->stream>>>(x, pos, n_head, head_dim, n_rot, mode == EMBER_CUDA_ROPE_NEOX,
-                                             freq_base, freq_scale, freq_factors);
+                                             theta_scale, freq_scale, freq_factors);
     return ember_cuda_launched("rope");
 }
 

@@ -1,7 +1,8 @@
 /* CUDA RMSNorm, RoPE (normal and NEOX), gated activations, add, scale and
  * F16 KV stores against plain double-precision math written from the
  * papers' formulas (RMSNorm: Zhang & Sennrich 2019; RoPE: Su et al. 2021 as
- * ggml applies it, theta = pos * freq_scale * base^(-2i/n_rot) / ff[i];
+ * ggml applies it: theta = freq_scale * (pos * ts^i) / ff[i] in f32 steps,
+ * ts = powf(base, -2/n_rot), then cos/sin in double;
  * GELU-tanh: Hendrycks & Gimpel 2016) and C's _Float16 conversion.
  * Without EMBER_CUDA or without a GPU every test skips and says why.
  * Tolerance: relative 2e-6 (norms, add), absolute 2e-5 on O(1) values
@@ -92,7 +93,11 @@ static void check_rope(ember_cuda_rope_mode mode, int n_head, int head_dim, int 
             double *wh = want + ((int64_t)t * n_head + h) * head_dim;
             for (int i = 0; i < head_dim; i++) wh[i] = xh[i];
             for (int i = 0; i < n_rot / 2; i++) {
-                const double theta = pos[t] * (double)fscale * pow(base, -2.0 * i / n_rot) / ff[i];
+                /* ggml_rope's f32 steps (the documented contract) */
+                const float ts = powf(base, -2.0f / (float)n_rot);
+                float tb = (float)pos[t];
+                for (int k = 0; k < i; k++) tb *= ts;
+                const double theta = (float)(fscale * (tb / ff[i]));
                 const int i0 = mode == EMBER_CUDA_ROPE_NEOX ? i : 2 * i;
                 const int i1 = mode == EMBER_CUDA_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
                 wh[i0] = xh[i0] * cos(theta) - xh[i1] * sin(theta);

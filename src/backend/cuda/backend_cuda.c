@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/status.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,31 @@ typedef struct cuda_backend {
     size_t stage_bytes[STAGE_SLOTS];
     int32_t *host_i32;       /* host staging for index arrays */
     size_t host_i32_n;
+    ember_backend *cpu;      /* EMBER_CUDA_VERIFY=1: every op also runs here */
+    double worst[16];        /* verify: worst max|diff| / max|ref| per op */
+    long calls[16];
 } cuda_backend;
+
+/* ---- verify mode --------------------------------------------------------- *
+ * With EMBER_CUDA_VERIFY=1 each op runs on the CPU backend too, on copies of
+ * its inputs; the largest difference relative to the CPU's largest output is
+ * recorded per op (printed when the backend is freed, and at once when it
+ * exceeds 1e-2), and the CPU's result is kept so errors do not compound.
+ * A debugging aid for the kernels inside the real forward pass. */
+enum { V_GET_ROWS, V_RMS_NORM, V_MATMUL, V_ROPE, V_GEGLU, V_SWIGLU, V_ADD, V_SCALE, V_ATTN, V_N };
+static const char *const v_names[V_N] = {"get_rows", "rms_norm", "matmul", "rope", "geglu", "swiglu", "add",
+                                         "scale", "attention"};
+
+static float *clone(const float *x, size_t n)
+{
+    float *c = malloc(n * sizeof(float) + 1);
+    if (!c) abort();
+    memcpy(c, x, n * sizeof(float));
+    return c;
+}
+
+/* compare got (CUDA) with ref (CPU), record, then overwrite got with ref */
+
 
 /* Ops have no error return: a failure here is a broken invariant or a device
  * fault, so it stops the process with the message (never input data). */
@@ -162,11 +187,39 @@ static const int32_t *up_i32(cuda_backend *b, int slot, const int32_t *h, size_t
     return d;
 }
 
+static void verify(cuda_backend *b, int op, float *got, const float *ref, size_t n)
+{
+    double md = 0, mr = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - ref[i]);
+        if (d > md || d != d) {
+            md = d;
+            at = i;
+        }
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    const double rel = mr > 0 ? md / mr : md;
+    if (rel > b->worst[op] || rel != rel) b->worst[op] = rel;
+    if (rel > 1e-2 || rel != rel)
+        fprintf(stderr, "ember: CUDA verify: %s call %ld: max|diff| %.4g at [%zu] (cuda %.6g, cpu %.6g), max|cpu| %.4g\n",
+                v_names[op], b->calls[op], md, at, got[at], ref[at], mr);
+    b->calls[op]++;
+    memcpy(got, ref, n * sizeof(float));
+}
+
 /* ---- ops ----------------------------------------------------------------- */
 
 static void op_free(ember_backend *be)
 {
     cuda_backend *b = (cuda_backend *)be;
+    if (b->cpu) {
+        fprintf(stderr, "ember: CUDA verify: worst max|diff| / max|cpu| per op:");
+        for (int i = 0; i < V_N; i++)
+            if (b->calls[i]) fprintf(stderr, " %s %.2e (%ld calls)", v_names[i], b->worst[i], b->calls[i]);
+        fprintf(stderr, "\n");
+        ember_backend_free(b->cpu);
+    }
     for (size_t i = 0; i < b->n_copies; i++) {
         dev_copy *c = &b->copies[i];
         if (c->t.type || c->t.ne0) ember_cuda_tensor_release(b->cu, &c->t);
@@ -179,7 +232,7 @@ static void op_free(ember_backend *be)
     free(b);
 }
 
-static void op_get_rows(ember_backend *be, const ember_weight *w, const ember_token *ids, int32_t n, float *out)
+static void cu_get_rows(ember_backend *be, const ember_weight *w, const ember_token *ids, int32_t n, float *out)
 {
     cuda_backend *b = (cuda_backend *)be;
     const ember_cuda_tensor *t = weight(b, w);
@@ -189,7 +242,7 @@ static void op_get_rows(ember_backend *be, const ember_weight *w, const ember_to
     down(b, out, d_out, (size_t)n * w->n_in);
 }
 
-static void op_rms_norm(ember_backend *be, float *y, const float *x, const float *w, int64_t n_rows, int64_t n,
+static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float *w, int64_t n_rows, int64_t n,
                         float eps)
 {
     cuda_backend *b = (cuda_backend *)be;
@@ -198,7 +251,7 @@ static void op_rms_norm(ember_backend *be, float *y, const float *x, const float
     down(b, y, d, (size_t)(n_rows * n));
 }
 
-static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
+static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
                       float *const *ys)
 {
     cuda_backend *b = (cuda_backend *)be;
@@ -211,7 +264,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
     for (int32_t k = 0; k < n_w; k++) down(b, ys[k], b->stage[1 + k], (size_t)(n_tokens * ws[k]->n_out));
 }
 
-static void op_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim, int32_t n_rot,
+static void cu_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim, int32_t n_rot,
                     const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode)
 {
     cuda_backend *b = (cuda_backend *)be;
@@ -233,17 +286,17 @@ static void glu(ember_backend *be, ember_cuda_act act, float *gate, const float 
 }
 
 /* GELU through f16 as the CPU backend's table does (backend.h contract) */
-static void op_geglu(ember_backend *be, float *gate, const float *u, int64_t n)
+static void cu_geglu(ember_backend *be, float *gate, const float *u, int64_t n)
 {
     glu(be, EMBER_CUDA_ACT_GELU_TANH_F16, gate, u, n);
 }
 
-static void op_swiglu(ember_backend *be, float *gate, const float *u, int64_t n)
+static void cu_swiglu(ember_backend *be, float *gate, const float *u, int64_t n)
 {
     glu(be, EMBER_CUDA_ACT_SILU, gate, u, n);
 }
 
-static void op_add(ember_backend *be, float *y, const float *x, int64_t n)
+static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
     float *dy = up(b, 0, y, (size_t)n), *dx = up(b, 1, x, (size_t)n);
@@ -251,7 +304,7 @@ static void op_add(ember_backend *be, float *y, const float *x, int64_t n)
     down(b, y, dy, (size_t)n);
 }
 
-static void op_scale(ember_backend *be, float *x, float s, int64_t n)
+static void cu_scale(ember_backend *be, float *x, float s, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
     float *d = up(b, 0, x, (size_t)n);
@@ -268,7 +321,7 @@ static void check_kv(const ember_kv_layer_view *kv)
     }
 }
 
-static void op_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const float *k, const float *v,
+static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const float *k, const float *v,
                         const int64_t *rows, int32_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
@@ -284,7 +337,7 @@ static void op_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
     CK("kv_store", ember_cuda_kv_store(b->cu, sv, n, rv, dcells, dv));
 }
 
-static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
+static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
                          const float *q, const ember_attn_query *queries, int32_t n, float *out)
 {
     cuda_backend *b = (cuda_backend *)be;
@@ -321,6 +374,135 @@ static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     down(b, out, dout, nq);
 }
 
+
+/* ---- op table entries: CUDA, checked against the CPU in verify mode ------ */
+
+static void op_get_rows(ember_backend *be, const ember_weight *w, const ember_token *ids, int32_t n, float *out)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    cu_get_rows(be, w, ids, n, out);
+    if (!b->cpu) return;
+    const size_t len = (size_t)n * w->n_in;
+    float *ref = malloc(len * sizeof(float) + 1);
+    if (!ref) abort();
+    b->cpu->ops->get_rows(b->cpu, w, ids, n, ref);
+    verify(b, V_GET_ROWS, out, ref, len);
+    free(ref);
+}
+
+static void op_rms_norm(ember_backend *be, float *y, const float *x, const float *w, int64_t n_rows, int64_t n,
+                        float eps)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    if (!b->cpu) {
+        cu_rms_norm(be, y, x, w, n_rows, n, eps);
+        return;
+    }
+    const size_t len = (size_t)(n_rows * n);
+    float *xin = clone(x, len), *ref = clone(x, len);
+    b->cpu->ops->rms_norm(b->cpu, ref, xin, w, n_rows, n, eps);
+    cu_rms_norm(be, y, xin, w, n_rows, n, eps);
+    verify(b, V_RMS_NORM, y, ref, len);
+    free(xin);
+    free(ref);
+}
+
+static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
+                      float *const *ys)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    cu_matmul(be, x, n_tokens, n_w, ws, ys);
+    if (!b->cpu) return;
+    float *refs[3] = {NULL, NULL, NULL};
+    for (int32_t k = 0; k < n_w; k++) {
+        refs[k] = malloc((size_t)(n_tokens * ws[k]->n_out) * sizeof(float) + 1);
+        if (!refs[k]) abort();
+    }
+    b->cpu->ops->matmul(b->cpu, x, n_tokens, n_w, ws, refs);
+    for (int32_t k = 0; k < n_w; k++) {
+        verify(b, V_MATMUL, ys[k], refs[k], (size_t)(n_tokens * ws[k]->n_out));
+        free(refs[k]);
+    }
+}
+
+static void op_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim, int32_t n_rot,
+                    const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    float *ref = b->cpu ? clone(x, (size_t)n_tokens * n_head * head_dim) : NULL;
+    cu_rope(be, x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode);
+    if (!ref) return;
+    b->cpu->ops->rope(b->cpu, ref, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode);
+    verify(b, V_ROPE, x, ref, (size_t)n_tokens * n_head * head_dim);
+    free(ref);
+}
+
+static void op_geglu(ember_backend *be, float *gate, const float *u, int64_t n)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    float *ref = b->cpu ? clone(gate, (size_t)n) : NULL;
+    cu_geglu(be, gate, u, n);
+    if (!ref) return;
+    b->cpu->ops->geglu(b->cpu, ref, u, n);
+    verify(b, V_GEGLU, gate, ref, (size_t)n);
+    free(ref);
+}
+
+static void op_swiglu(ember_backend *be, float *gate, const float *u, int64_t n)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    float *ref = b->cpu ? clone(gate, (size_t)n) : NULL;
+    cu_swiglu(be, gate, u, n);
+    if (!ref) return;
+    b->cpu->ops->swiglu(b->cpu, ref, u, n);
+    verify(b, V_SWIGLU, gate, ref, (size_t)n);
+    free(ref);
+}
+
+static void op_add(ember_backend *be, float *y, const float *x, int64_t n)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    float *ref = b->cpu ? clone(y, (size_t)n) : NULL;
+    cu_add(be, y, x, n);
+    if (!ref) return;
+    b->cpu->ops->add(b->cpu, ref, x, n);
+    verify(b, V_ADD, y, ref, (size_t)n);
+    free(ref);
+}
+
+static void op_scale(ember_backend *be, float *x, float sc, int64_t n)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    float *ref = b->cpu ? clone(x, (size_t)n) : NULL;
+    cu_scale(be, x, sc, n);
+    if (!ref) return;
+    b->cpu->ops->scale(b->cpu, ref, sc, n);
+    verify(b, V_SCALE, x, ref, (size_t)n);
+    free(ref);
+}
+
+static void op_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const float *k, const float *v,
+                        const int64_t *rows, int32_t n)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    cu_kv_store(be, kv, k, v, rows, n);
+    if (b->cpu) b->cpu->ops->kv_store(b->cpu, kv, k, v, rows, n); /* host copy for the CPU's attention */
+}
+
+static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
+                         const float *q, const ember_attn_query *queries, int32_t n, float *out)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    cu_attention(be, kv, p, q, queries, n, out);
+    if (!b->cpu) return;
+    const size_t len = (size_t)n * p->n_head * p->head_dim_v;
+    float *ref = malloc(len * sizeof(float) + 1);
+    if (!ref) abort();
+    b->cpu->ops->attention(b->cpu, kv, p, q, queries, n, ref);
+    verify(b, V_ATTN, out, ref, len);
+    free(ref);
+}
+
 static const ember_backend_ops cuda_ops = {
     .name = "cuda",
     .free = op_free,
@@ -350,6 +532,15 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->base.ops = &cuda_ops;
     b->base.impl = b;
     b->lim = *lim;
+    const char *vfy = getenv("EMBER_CUDA_VERIFY");
+    if (vfy && *vfy && strcmp(vfy, "0") != 0) {
+        st = ember_backend_cpu_new(0, lim, &b->cpu);
+        if (st != EMBER_OK) {
+            ember_cuda_free(b->cu);
+            free(b);
+            return st;
+        }
+    }
     *out = &b->base;
     return EMBER_OK;
 }

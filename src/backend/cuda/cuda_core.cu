@@ -253,7 +253,11 @@ extern "C" ember_status ember_cuda_tensor_upload(ember_cuda *cu, uint32_t type, 
         void *d = NULL;
         ember_status s = ember_cuda_malloc(cu, bytes, &d);
         if (s != EMBER_OK) return s;
-        s = ember_cuda_check(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), "tensor upload");
+        /* on our stream, then wait: a pageable cudaMemcpy on the legacy
+         * stream may return before its DMA lands, and our non-blocking
+         * stream would not wait for it */
+        s = ember_cuda_check(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, cu->stream), "tensor upload");
+        if (s == EMBER_OK) s = ember_cuda_check(cudaStreamSynchronize(cu->stream), "tensor upload (sync)");
         if (s != EMBER_OK) {
             cudaFree(d);
             cu->device_bytes -= bytes;

@@ -84,6 +84,16 @@ static void test_matvec_all_types(void **state)
     }
 }
 
+/* A large upload used at once: the first matmul must see every byte (a
+ * pageable copy on another stream once raced the first use). */
+static void test_upload_then_use_at_once(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    check_matmul("Q8_0", 4096, 4096, 5, false);
+    check_matmul("Q4_1", 1536, 8192, 1, false);
+}
+
 static void test_small_batch_all_types(void **state)
 {
     (void)state;
@@ -182,6 +192,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matvec_all_types),
         cmocka_unit_test(test_small_batch_all_types),
+        cmocka_unit_test(test_upload_then_use_at_once),
         cmocka_unit_test(test_matmul_host_resident),
         cmocka_unit_test(test_get_rows_all_types),
         cmocka_unit_test(test_rejects_bad_input),

@@ -10,9 +10,11 @@
  *
  * This is the correctness stage of the backend (see backend_cuda.h): the
  * copies around each op cost far more than the kernels. Numerics differ from
- * the CPU backend only where the kernels document it: matmul uses F32
- * activations (the CPU quantizes them to the weight's vec_dot_type), RMSNorm
- * sums in F32 (the CPU in double).
+ * the CPU backend in summation order, and where the kernels document it:
+ * RMSNorm sums in F32 (the CPU in double). matmul rounds the activations to
+ * each weight's vec_dot_type first (ember_cuda_round_act), as the CPU
+ * quantizes them; EMBER_CUDA_F32_ACT=1 keeps them F32 (closer to exact math:
+ * on SmolLM2 the CPU's int8 activations move some outputs by 1-3%).
  */
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_backend.h"
@@ -43,6 +45,7 @@ typedef struct cuda_backend {
     int32_t *host_i32;       /* host staging for index arrays */
     size_t host_i32_n;
     ember_backend *cpu;      /* EMBER_CUDA_VERIFY=1: every op also runs here */
+    bool f32_act;            /* EMBER_CUDA_F32_ACT=1: matmul on unrounded activations */
     double worst[16];        /* verify: worst max|diff| / max|ref| per op */
     long calls[16];
 } cuda_backend;
@@ -256,11 +259,31 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
                       float *const *ys)
 {
     cuda_backend *b = (cuda_backend *)be;
-    float *dx = up(b, 0, x, (size_t)(n_tokens * ws[0]->n_in));
+    const int64_t n = n_tokens * ws[0]->n_in;
+    float *dx = up(b, 0, x, (size_t)n);
+    /* activations rounded to each weight's vec_dot_type, once per format
+     * (as the CPU backend quantizes them), unless EMBER_CUDA_F32_ACT */
+    uint32_t fmt[3];
+    const float *xin[3];
+    for (int32_t k = 0; k < n_w; k++) {
+        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
+        fmt[k] = b->f32_act || !qt ? EMBER_TYPE_F32 : qt->vec_dot_type;
+        xin[k] = dx;
+        if (fmt[k] == EMBER_TYPE_F32) continue;
+        int32_t j = 0;
+        while (j < k && fmt[j] != fmt[k]) j++;
+        if (j < k) {
+            xin[k] = xin[j];
+            continue;
+        }
+        float *r = stage(b, 4 + k, (size_t)n * sizeof(float));
+        CK("matmul (activation rounding)", ember_cuda_round_act(b->cu, fmt[k], dx, r, n));
+        xin[k] = r;
+    }
     for (int32_t k = 0; k < n_w; k++) {
         const ember_cuda_tensor *t = weight(b, ws[k]);
         float *dy = stage(b, 1 + k, (size_t)(n_tokens * ws[k]->n_out) * sizeof(float));
-        CK("matmul", ember_cuda_matmul(b->cu, t, dx, n_tokens, dy));
+        CK("matmul", ember_cuda_matmul(b->cu, t, xin[k], n_tokens, dy));
     }
     for (int32_t k = 0; k < n_w; k++) down(b, ys[k], b->stage[1 + k], (size_t)(n_tokens * ws[k]->n_out));
 }
@@ -560,6 +583,8 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->base.ops = &cuda_ops;
     b->base.impl = b;
     b->lim = *lim;
+    const char *f32a = getenv("EMBER_CUDA_F32_ACT");
+    b->f32_act = f32a && *f32a && strcmp(f32a, "0") != 0;
     const char *vfy = getenv("EMBER_CUDA_VERIFY");
     if (vfy && *vfy && strcmp(vfy, "0") != 0) {
         st = ember_backend_cpu_new(0, lim, &b->cpu);

@@ -20,9 +20,10 @@
  *   ember_cuda_tensor_upload(keep_in_host=true)).
  * - Activations are F32 in row-major [rows, n] order. Weights keep their
  *   GGUF block format and are dequantized in registers; dot products
- *   accumulate in F32 with F32 activations (no activation quantization), so
- *   results match the dequantize-then-multiply reference up to summation
- *   order. Block layouts: ggml-common.h (block_q4_0 ... block_q6_K),
+ *   accumulate in F32 with F32 activations, so results match the
+ *   dequantize-then-multiply reference up to summation order. To see what
+ *   the CPU backend sees, round the activations first with
+ *   ember_cuda_round_act (the op-table backend does). Block layouts: ggml-common.h (block_q4_0 ... block_q6_K),
  *   confirmed against gguf-py gguf/quants.py.
  * - Errors: EMBER_ERR_INVALID_ARG for bad shapes or NULL pointers,
  *   EMBER_ERR_UNSUPPORTED for a type or head size without a kernel,
@@ -115,6 +116,16 @@ void ember_cuda_tensor_release(ember_cuda *cu, ember_cuda_tensor *t);
  * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED. */
 ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
                                int64_t n_cols, float *y);
+
+/* y = dequantize(quantize(x)) in activation format `act_type`, over n
+ * floats (n a multiple of its block): Q8_0 and Q8_1 (blocks of 32: d =
+ * amax/127 kept as f16, q = roundf(x/d)), Q8_K (blocks of 256: d = amax/127
+ * as f32, q = rint(x * 127/amax)), or F32 (a copy). Run before matmul it
+ * makes the GPU see the activations the CPU backend's vec_dot sees (the same
+ * quantizers as src/quant's from_float_ref; ggml's quantize_row_q8_*), so
+ * the two backends differ only in summation order. y may equal x.
+ * Errors: EMBER_ERR_UNSUPPORTED (other types), EMBER_ERR_INVALID_ARG. */
+ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, const float *x, float *y, int64_t n);
 
 /* out[i] = dequantized row ids[i] of W, for i < n_ids; out: [n_ids, w->ne0]
  * F32; ids: device int32, each in [0, w->ne1) (out-of-range ids give a zero

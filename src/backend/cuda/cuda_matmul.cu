@@ -159,6 +159,41 @@ ember_status get_rows_t(ember_cuda *cu, const ember_cuda_tensor *w, const int32_
     return ember_cuda_launched("get_rows");
 }
 
+/* One warp per block of 32 (Q8_0/Q8_1): lane i holds x[i]. */
+__global__ void k_round_q8_0(const float *__restrict__ x, float *__restrict__ y, int64_t n_blocks)
+{
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    const float v = x[blk * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d16 = __half2float(__float2half_rn(d));
+    y[blk * 32 + lane] = roundf(__fmul_rn(v, id)) * d16;
+}
+
+/* One warp per block of 256 (Q8_K): lane i holds 8 elements. */
+__global__ void k_round_q8_K(const float *__restrict__ x, float *__restrict__ y, int64_t n_blocks)
+{
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    float v[8], amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = x[blk * 256 + i * 32 + lane];
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d = amax != 0.0f ? 1.0f / id : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) y[blk * 256 + i * 32 + lane] = rintf(__fmul_rn(v[i], id)) * d;
+}
+
 ember_status check_tensor(const ember_cuda_tensor *w, const char *fn)
 {
     if (!w || !w->data || w->ne0 <= 0 || w->ne1 <= 0)
@@ -209,4 +244,27 @@ extern "C" ember_status ember_cuda_get_rows(ember_cuda *cu, const ember_cuda_ten
     if (n_ids <= 0 || n_ids > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: get_rows: n_ids = %lld", (long long)n_ids);
     EMBER_CUDA_TYPE_DISPATCH(w->type, get_rows_t, cu, w, ids, n_ids, out)
+}
+
+extern "C" ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, const float *x, float *y, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: round_act: n = %lld", (long long)n);
+    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    if (act_type == EMBER_TYPE_F32) {
+        return x == y ? EMBER_OK : ember_cuda_copy(cu, y, x, (size_t)n * sizeof(float));
+    } else if (act_type != EMBER_TYPE_Q8_0 && act_type != EMBER_TYPE_Q8_1 && act_type != EMBER_TYPE_Q8_K) {
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: round_act: activation type %s",
+                           ember_type_name(act_type));
+    }
+    if (n % bs != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: round_act: n = %lld is not a multiple of %lld",
+                           (long long)n, (long long)bs);
+    const int64_t nb = n / bs;
+    const unsigned grid = (unsigned)((nb + 7) / 8);
+    if (bs == 32) k_round_q8_0<<<grid, 256, 0, cu->stream>>>(x, y, nb);
+    else k_round_q8_K<<<grid, 256, 0, cu->stream>>>(x, y, nb);
+    return ember_cuda_launched("round_act");
 }

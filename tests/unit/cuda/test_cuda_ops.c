@@ -8,6 +8,8 @@
  * Tolerance: relative 2e-6 (norms, add), absolute 2e-5 on O(1) values
  * (RoPE angles, GELU/SiLU through expf/tanhf). */
 #include "cuda_test.h"
+#include "base/types.h"
+#include "quant/quant.h"
 
 #ifdef EMBER_CUDA
 
@@ -217,9 +219,60 @@ static void test_kv_store_f16(void **state)
     dev_free(dcache, sizeof cache);
 }
 
+/* round_act must give exactly the values the CPU's vec_dot sees: src/quant's
+ * from_float_ref blocks, dequantized (q * d). */
+static void test_round_act_matches_cpu_quantizers(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    enum { N = 4096 };
+    static float x[N], got[N];
+    static uint8_t blocks[N / 256 * 292 + N / 32 * 36];
+    fill(x, N, -3.f, 3.f);
+    x[5] = 400.f;       /* a "massive activation" in one block */
+    x[300] = -1e-3f;
+    for (int i = 512; i < 768; i++) x[i] = 0.f; /* an all-zero Q8_K block */
+    float *dx = dev_new(x, sizeof x), *dy = dev_new(NULL, sizeof x);
+    static const uint32_t types[3] = {EMBER_TYPE_Q8_0, EMBER_TYPE_Q8_1, EMBER_TYPE_Q8_K};
+    for (int t = 0; t < 3; t++) {
+        CU_OK(ember_cuda_round_act(test_cu, types[t], dx, dy, N));
+        dev_get(got, dy, sizeof got);
+        const ember_quant_traits *qt = ember_quant_traits_get(types[t]);
+        assert_non_null(qt);
+        assert_non_null(qt->from_float_ref);
+        qt->from_float_ref(x, blocks, N);
+        for (int i = 0; i < N; i++) {
+            float want;
+            if (types[t] == EMBER_TYPE_Q8_K) {
+                const uint8_t *b = blocks + (size_t)(i / 256) * 292;
+                float d;
+                memcpy(&d, b, 4);
+                want = (float)(int8_t)b[4 + i % 256] * d;
+            } else {
+                const size_t bb = types[t] == EMBER_TYPE_Q8_0 ? 34 : 36;
+                const uint8_t *b = blocks + (size_t)(i / 32) * bb;
+                uint16_t h;
+                memcpy(&h, b, 2);
+                want = (float)(int8_t)b[bb - 32 + i % 32] * ember_fp16_to_fp32(h);
+            }
+            if (got[i] != want)
+                fail_msg("round_act %s x[%d] = %.8g: %.8g, want %.8g", ember_type_name(types[t]), i, x[i], got[i],
+                         want);
+        }
+    }
+    CU_OK(ember_cuda_round_act(test_cu, EMBER_TYPE_F32, dx, dy, N));
+    dev_get(got, dy, sizeof got);
+    assert_memory_equal(got, x, sizeof x);
+    assert_int_equal(ember_cuda_round_act(test_cu, EMBER_TYPE_Q4_0, dx, dy, N), EMBER_ERR_UNSUPPORTED);
+    assert_int_equal(ember_cuda_round_act(test_cu, EMBER_TYPE_Q8_K, dx, dy, 100), EMBER_ERR_INVALID_ARG);
+    dev_free(dx, sizeof x);
+    dev_free(dy, sizeof x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_act_matches_cpu_quantizers),
         cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_glu_add_scale),

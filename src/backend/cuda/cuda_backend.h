@@ -111,8 +111,10 @@ void ember_cuda_tensor_release(ember_cuda *cu, ember_cuda_tensor *t);
 
 /* y[c][r] = sum_k W[r][k] * x[c][k] for c < n_cols, r < w->ne1.
  * x: [n_cols, w->ne0] F32; y: [n_cols, w->ne1] F32 (must not alias x).
- * n_cols <= 8 runs one fused mat-vec kernel that reads W once; larger
- * n_cols run it per 8 columns (prefill; a tensor-core path is future work).
+ * n_cols <= 8 runs one fused mat-vec kernel that reads W once; up to 32
+ * columns run it per 8 columns; wider batches (prefill) dequantize W to F32
+ * in chunks of rows in the context's scratch and run cuBLAS SGEMM (F32, no
+ * TF32). Not graph-capturable above 32 columns (scratch may grow).
  * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED. */
 ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
                                int64_t n_cols, float *y);

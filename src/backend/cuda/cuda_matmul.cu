@@ -17,6 +17,8 @@ namespace {
 
 constexpr int kWarps = 4; /* rows per CTA of the mat-vec kernel */
 constexpr int kMaxCols = 8;
+constexpr int64_t kGemmMinCols = 32;               /* wider batches go through cuBLAS */
+constexpr int64_t kGemmScratchFloats = 16 << 20;   /* dequantized rows per GEMM chunk (64 MiB) */
 
 /* y[c*n_rows + r] = sum_k W[r][k] x[c*ne0 + k], c < NC. Each warp owns R
  * consecutive rows so that every x value loaded serves R rows. */
@@ -103,6 +105,26 @@ __global__ void k_get_rows(const uint8_t *__restrict__ W, size_t row_bytes, int 
     }
 }
 
+/* out[r][k] = W[r0 + r][k] for r < n_rows (one CTA per row). */
+template <class T>
+__global__ void k_dequant_rows(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, int64_t r0,
+                               int64_t ne0, float *__restrict__ out)
+{
+    const uint8_t *wr = W + (r0 + blockIdx.x) * row_bytes;
+    float *o = out + (int64_t)blockIdx.x * ne0;
+    for (int u = threadIdx.x; u < units_per_row; u += blockDim.x) {
+        const int blk = u / T::UNITS, iu = u % T::UNITS;
+        float w[T::NRUN * T::RUN];
+        int off[T::NRUN];
+        T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
+        float *ob = o + (int64_t)blk * T::QK;
+#pragma unroll
+        for (int r = 0; r < T::NRUN; r++)
+#pragma unroll
+            for (int i = 0; i < T::RUN; i++) ob[off[r] + i] = w[r * T::RUN + i];
+    }
+}
+
 template <class T, int NC>
 void launch_matvec(cudaStream_t st, const ember_cuda_tensor *w, const float *x, float *y)
 {
@@ -130,6 +152,36 @@ void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, in
     }
 }
 
+/* Prefill: weights dequantized to F32 a chunk of rows at a time into the
+ * context's scratch, then one F32 GEMM (cuBLAS, no TF32: exact F32 products,
+ * so results still match the mat-vec kernels up to summation order). */
+template <class T>
+ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+{
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    int64_t chunk = kGemmScratchFloats / w->ne0;
+    if (chunk < 1) chunk = 1;
+    if (chunk > w->ne1) chunk = w->ne1;
+    void *scr = NULL;
+    ember_status s = ember_cuda_scratch(cu, (size_t)(chunk * w->ne0) * sizeof(float), &scr);
+    if (s != EMBER_OK) return s;
+    float *wf = (float *)scr;
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t r0 = 0; r0 < w->ne1; r0 += chunk) {
+        const int64_t nr = w->ne1 - r0 < chunk ? w->ne1 - r0 : chunk;
+        k_dequant_rows<T><<<(unsigned)nr, 128, 0, cu->stream>>>((const uint8_t *)w->data, w->row_bytes, units, r0,
+                                                                w->ne0, wf);
+        s = ember_cuda_launched("matmul (dequantize rows)");
+        if (s != EMBER_OK) return s;
+        /* column-major view: Y[r][c] at y[c*ne1 + r] = sum_k Wf[r][k] X[c][k] */
+        const cublasStatus_t cs = cublasSgemm(cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n_cols, (int)w->ne0,
+                                              &one, wf, (int)w->ne0, x, (int)w->ne0, &zero, y + r0, (int)w->ne1);
+        if (cs != CUBLAS_STATUS_SUCCESS)
+            return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSgemm failed (status %d)", (int)cs);
+    }
+    return EMBER_OK;
+}
+
 template <class T>
 ember_status matmul_t(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
 {
@@ -139,6 +191,7 @@ ember_status matmul_t(ember_cuda *cu, const ember_cuda_tensor *w, const float *x
     if (w->ne0 / T::QK * T::UNITS > INT32_MAX)
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul: row of %lld elements too long",
                            (long long)w->ne0);
+    if (n_cols > kGemmMinCols) return matmul_gemm<T>(cu, w, x, n_cols, y);
     for (int64_t c0 = 0; c0 < n_cols; c0 += kMaxCols) {
         const int nc = (int)(n_cols - c0 < kMaxCols ? n_cols - c0 : kMaxCols);
         /* the kernel indexes y with n_rows stride per column: offset both */

@@ -84,6 +84,17 @@ static void test_matvec_all_types(void **state)
     }
 }
 
+/* Wide batches (prefill) take the dequantize + SGEMM path. */
+static void test_prefill_gemm_path(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    check_matmul("Q5_0", 640, 300, 40, false);
+    check_matmul("Q4_K", 2048, 70, 100, false);
+    check_matmul("Q6_K", 1024, 33, 33, false);
+    check_matmul("F16", 640, 64, 512, false);
+}
+
 /* A large upload used at once: the first matmul must see every byte (a
  * pageable copy on another stream once raced the first use). */
 static void test_upload_then_use_at_once(void **state)
@@ -193,6 +204,7 @@ int main(void)
         cmocka_unit_test(test_matvec_all_types),
         cmocka_unit_test(test_small_batch_all_types),
         cmocka_unit_test(test_upload_then_use_at_once),
+        cmocka_unit_test(test_prefill_gemm_path),
         cmocka_unit_test(test_matmul_host_resident),
         cmocka_unit_test(test_get_rows_all_types),
         cmocka_unit_test(test_rejects_bad_input),

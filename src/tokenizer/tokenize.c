@@ -372,32 +372,24 @@ done:
 /* ---- special-token partition --------------------------------------------- */
 
 typedef struct match_t {
-    int32_t rank;
     int32_t token;
-    size_t pos, len;
+    uint32_t len;
+    size_t pos;
 } match_t;
 
-static int cmp_match(const void *pa, const void *pb)
-{
-    const match_t *a = pa, *b = pb;
-    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
-    return a->pos < b->pos ? -1 : a->pos > b->pos;
-}
-
-static int cmp_pos(const void *pa, const void *pb)
-{
-    const match_t *a = pa, *b = pb;
-    return a->pos < b->pos ? -1 : a->pos > b->pos;
-}
-
 /* Accepted special-token matches of text, sorted by position. Returns the
- * count, or -1 on allocation failure. */
+ * count, or -1 on allocation failure. All occurrences are collected with the
+ * trie in position order, bucketed by the token's priority (a counting sort,
+ * stable, so each bucket stays in position order), then accepted greedily:
+ * a match is kept if none of its bytes belongs to a match kept before. This
+ * is llama.cpp's one-token-at-a-time split, computed in one pass. */
 static int64_t partition(const ember_vocab *v, const char *text, size_t len, bool parse_special, match_t **out)
 {
     *out = NULL;
     match_t *m = NULL;
     size_t n = 0, cap = 0;
     const uint32_t skip = parse_special ? 0 : (EMBER_TOKEN_CONTROL | EMBER_TOKEN_UNKNOWN);
+    int32_t max_rank = -1;
     for (size_t p = 0; p < len; p++) {
         if (!v->special_first[(unsigned char)text[p]]) continue;
         int32_t node = 0;
@@ -415,24 +407,40 @@ static int64_t partition(const ember_vocab *v, const char *text, size_t len, boo
                     if (!nm) { free(m); return -1; }
                     m = nm;
                 }
-                m[n++] = (match_t){.rank = v->special_rank[tok], .token = tok, .pos = p, .len = q - p + 1};
+                m[n++] = (match_t){.token = tok, .len = (uint32_t)(q - p + 1), .pos = p};
+                if (v->special_rank[tok] > max_rank) max_rank = v->special_rank[tok];
             }
         }
     }
     if (!n) { free(m); return 0; }
-    qsort(m, n, sizeof *m, cmp_match);
+    size_t *count = calloc((size_t)max_rank + 2, sizeof *count);
+    match_t *sorted = malloc(sizeof *sorted * n);
     unsigned char *covered = calloc(len, 1);
-    if (!covered) { free(m); return -1; }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        bool free_ = true;
-        for (size_t j = 0; j < m[i].len && free_; j++) free_ = !covered[m[i].pos + j];
-        if (!free_) continue;
-        memset(covered + m[i].pos, 1, m[i].len);
-        m[k++] = m[i];
+    size_t *start = malloc(sizeof *start * len);
+    if (!count || !sorted || !covered || !start) {
+        free(count); free(sorted); free(covered); free(start); free(m);
+        return -1;
     }
+    for (size_t i = 0; i < n; i++) count[v->special_rank[m[i].token] + 1]++;
+    for (int32_t r = 0; r <= max_rank; r++) count[r + 1] += count[r];
+    for (size_t i = 0; i < n; i++) sorted[count[v->special_rank[m[i].token]]++] = m[i];
+    /* covered: 0 free, 1 inside a kept match, 2 first byte of a kept match */
+    for (size_t i = 0; i < n; i++) {
+        const match_t *x = &sorted[i];
+        bool free_ = true;
+        for (uint32_t j = 0; j < x->len && free_; j++) free_ = !covered[x->pos + j];
+        if (!free_) continue;
+        memset(covered + x->pos, 1, x->len);
+        covered[x->pos] = 2;
+        start[x->pos] = i;
+    }
+    size_t k = 0;
+    for (size_t p = 0; p < len; p++)
+        if (covered[p] == 2) m[k++] = sorted[start[p]];
+    free(count);
+    free(sorted);
     free(covered);
-    qsort(m, k, sizeof *m, cmp_pos);
+    free(start);
     *out = m;
     return (int64_t)k;
 }
@@ -447,6 +455,8 @@ ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
         return ember_error(EMBER_ERR_INVALID_ARG, "tokenize: NULL argument");
     *out_ids = NULL;
     *n_out = 0;
+    if (len >= UINT32_MAX / 4)   /* symbol offsets are 32-bit; escaping may triple the text */
+        return ember_error(EMBER_ERR_RANGE, "tokenize: text of %zu bytes is too long (limit %u)", len, UINT32_MAX / 4);
     ids_t out = {0};
     work w = {0};
     match_t *m = NULL;

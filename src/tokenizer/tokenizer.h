@@ -97,7 +97,8 @@ ember_token ember_vocab_find(const ember_vocab *v, const char *text, size_t len)
  * before encoding (both as llama.cpp does). Never fails on content.
  * Output: *out_ids (malloc'd, never NULL on success, caller frees with
  * free()) holds *n_out ids.
- * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM. */
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_RANGE (text of 1 GiB or more),
+ * EMBER_ERR_NOMEM. */
 ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
                             bool add_special, bool parse_special,
                             ember_token **out_ids, size_t *n_out);

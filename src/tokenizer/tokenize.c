@@ -121,12 +121,35 @@ typedef struct sym {
     int32_t id;          /* BPE: interned id of the symbol's string, -1 unknown */
 } sym;
 
+/* Per-call cache of BPE results by word (long texts repeat their words).
+ * Switched on after WC_AFTER words, so that short prompts pay nothing. */
+#define WC_SLOTS (1u << 15)
+#define WC_MAX_WORD 64
+#define WC_AFTER 256
+typedef struct wc_slot {
+    uint64_t h;          /* 0 = empty */
+    uint32_t key_off, ids_off;
+    uint16_t key_len, n_ids;
+} wc_slot;
+
+typedef struct word_cache {
+    wc_slot *slots;
+    uint32_t used;
+    char *keys;
+    size_t keys_n, keys_cap;
+    ember_token *ids;
+    size_t ids_n, ids_cap;
+    size_t n_words;      /* words seen this call */
+    bool off;            /* allocation failed: run without */
+} word_cache;
+
 typedef struct work {
     sym *syms;
     size_t cap;
     heap_t heap;
     char *buf;           /* escaped / encoded text */
     size_t bufcap;
+    word_cache wc;
 } work;
 
 static bool work_syms(work *w, size_t n)
@@ -295,6 +318,65 @@ static void bpe_word(const ember_vocab *v, work *w, const char *word, size_t n, 
     }
 }
 
+static void wc_free(word_cache *c)
+{
+    free(c->slots);
+    free(c->keys);
+    free(c->ids);
+    memset(c, 0, sizeof *c);
+}
+
+/* bpe_word through the cache. A cached entry holds exactly the ids
+ * bpe_word produced for the same bytes (the vocab is immutable). */
+static void bpe_word_cached(const ember_vocab *v, work *w, const char *word, size_t n, ids_t *out)
+{
+    word_cache *c = &w->wc;
+    if (c->off || n > WC_MAX_WORD || ++c->n_words < WC_AFTER) { bpe_word(v, w, word, n, out); return; }
+    if (!c->slots) {
+        c->slots = calloc(WC_SLOTS, sizeof *c->slots);
+        if (!c->slots) { c->off = true; bpe_word(v, w, word, n, out); return; }
+    }
+    uint64_t h = tok_hash(word, n) | 1;
+    uint32_t mask = WC_SLOTS - 1, i = (uint32_t)h & mask;
+    for (;;) {
+        const wc_slot *sl = &c->slots[i];
+        if (!sl->h) break;
+        if (sl->h == h && sl->key_len == n && !memcmp(c->keys + sl->key_off, word, n)) {
+            for (uint32_t k = 0; k < sl->n_ids; k++) ids_push(out, c->ids[sl->ids_off + k]);
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+    size_t before = out->n;
+    bpe_word(v, w, word, n, out);
+    if (out->oom || c->used >= WC_SLOTS / 2) return;
+    size_t nid = out->n - before;
+    if (nid > 0xFFFF) return;
+    if (c->keys_n + n > c->keys_cap) {
+        size_t cap = c->keys_cap ? c->keys_cap * 2 : 1 << 16;
+        while (cap < c->keys_n + n) cap *= 2;
+        char *k = realloc(c->keys, cap);
+        if (!k) { c->off = true; return; }
+        c->keys = k;
+        c->keys_cap = cap;
+    }
+    if (c->ids_n + nid > c->ids_cap) {
+        size_t cap = c->ids_cap ? c->ids_cap * 2 : 1 << 14;
+        while (cap < c->ids_n + nid) cap *= 2;
+        ember_token *d = realloc(c->ids, cap * sizeof *d);
+        if (!d) { c->off = true; return; }
+        c->ids = d;
+        c->ids_cap = cap;
+    }
+    memcpy(c->keys + c->keys_n, word, n);
+    memcpy(c->ids + c->ids_n, out->v + before, nid * sizeof *out->v);
+    c->slots[i] = (wc_slot){.h = h, .key_off = (uint32_t)c->keys_n, .ids_off = (uint32_t)c->ids_n,
+                            .key_len = (uint16_t)n, .n_ids = (uint16_t)nid};
+    c->keys_n += n;
+    c->ids_n += nid;
+    c->used++;
+}
+
 /* Replace each byte not in a well-formed UTF-8 sequence by U+FFFD. Returns
  * the text to use (`raw` itself if it was valid) and its length in *n. */
 static const char *sanitize(const char *raw, size_t len, char **tmp, size_t *n)
@@ -350,7 +432,7 @@ static void bpe_fragment(const ember_vocab *v, work *w, const char *raw, size_t 
         const char *wd = text + words[2 * i];
         size_t wl = words[2 * i + 1];
         if (v->type == EMBER_VOCAB_GEMMA4) {
-            bpe_word(v, w, wd, wl, out);
+            bpe_word_cached(v, w, wd, wl, out);
             continue;
         }
         /* GPT-2 byte map */
@@ -361,7 +443,7 @@ static void bpe_fragment(const ember_vocab *v, work *w, const char *raw, size_t 
             memcpy(w->buf + k, v->byte_char[c], v->byte_char_len[c]);
             k += v->byte_char_len[c];
         }
-        bpe_word(v, w, w->buf, k, out);
+        bpe_word_cached(v, w, w->buf, k, out);
     }
 done:
     free(words);
@@ -490,6 +572,7 @@ ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
     free(w.syms);
     free(w.heap.v);
     free(w.buf);
+    wc_free(&w.wc);
     if (out.oom) {
         free(out.v);
         return ember_error(EMBER_ERR_NOMEM, "tokenize: out of memory (%zu bytes of text)", len);

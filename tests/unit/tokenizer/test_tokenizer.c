@@ -375,6 +375,50 @@ static void test_bpe_smollm_and_random_bytes(void **state)
     ember_vocab_free(v);
 }
 
+static void test_untrusted_mask_keeps_user_markers_as_text(void **state)
+{
+    (void)state;
+    ember_vocab *v = spm_vocab();
+    /* template "<ctl>a" + user "b<ctl>" + template "<ctl>" */
+    const char text[] = "<ctl>ab<ctl><ctl>";
+    uint8_t mask[sizeof text - 1] = {0};
+    for (size_t i = 6; i < 12; i++) mask[i] = 1;
+    ember_token *ids, *plain, *all;
+    size_t n, nplain, nall;
+    assert_int_equal(ember_tokenize_ex(v, text, sizeof text - 1, false, true, mask, &ids, &n), EMBER_OK);
+    assert_int_equal(ember_tokenize(v, text, sizeof text - 1, false, true, &all, &nall), EMBER_OK);
+    assert_int_equal(nall, 4);   /* <ctl>, "ab", <ctl>, <ctl> */
+    /* two control tokens: first and last; the user's "<ctl>" is text */
+    size_t n_ctl = 0;
+    for (size_t i = 0; i < n; i++) n_ctl += ids[i] == 3;
+    assert_int_equal(n_ctl, 2);
+    assert_int_equal(ids[0], 3);
+    assert_int_equal(ids[n - 1], 3);
+    /* the text comes back exactly (specials rendered) */
+    char *dec;
+    size_t dl;
+    assert_int_equal(ember_detokenize(v, ids, n, true, &dec, &dl), EMBER_OK);
+    assert_int_equal(dl, sizeof text - 1);
+    assert_memory_equal(dec, text, dl);
+    free(dec);
+    /* all-trusted = parse_special; all-untrusted = no parsing */
+    uint8_t zeros[sizeof text - 1] = {0}, ones[sizeof text - 1];
+    memset(ones, 1, sizeof ones);
+    free(ids);
+    assert_int_equal(ember_tokenize_ex(v, text, sizeof text - 1, false, true, zeros, &ids, &n), EMBER_OK);
+    assert_int_equal(n, nall);
+    assert_memory_equal(ids, all, n * sizeof *ids);
+    free(ids);
+    assert_int_equal(ember_tokenize(v, text, sizeof text - 1, false, false, &plain, &nplain), EMBER_OK);
+    assert_int_equal(ember_tokenize_ex(v, text, sizeof text - 1, false, true, ones, &ids, &n), EMBER_OK);
+    assert_int_equal(n, nplain);
+    assert_memory_equal(ids, plain, n * sizeof *ids);
+    free(ids);
+    free(plain);
+    free(all);
+    ember_vocab_free(v);
+}
+
 /* --- concurrency: one vocab, four threads, same results as one thread ---- */
 
 typedef struct job {
@@ -452,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_detokenize),
         cmocka_unit_test(test_bpe_smollm_and_random_bytes),
         cmocka_unit_test(test_threads_share_a_vocab),
+        cmocka_unit_test(test_untrusted_mask_keeps_user_markers_as_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -342,7 +342,7 @@ static void bpe_word_cached(const ember_vocab *v, work *w, const char *word, siz
         const wc_slot *sl = &c->slots[i];
         if (!sl->h) break;
         if (sl->h == h && sl->key_len == n && !memcmp(c->keys + sl->key_off, word, n)) {
-            for (uint32_t k = 0; k < sl->n_ids; k++) ids_push(out, c->ids[sl->ids_off + k]);
+            for (uint32_t k = 0; k < sl->n_ids; k++) ids_push(out, c->ids[sl->ids_off + k]);   /* n_ids may be 0 */
             return;
         }
         i = (i + 1) & mask;
@@ -369,7 +369,7 @@ static void bpe_word_cached(const ember_vocab *v, work *w, const char *word, siz
         c->ids_cap = cap;
     }
     memcpy(c->keys + c->keys_n, word, n);
-    memcpy(c->ids + c->ids_n, out->v + before, nid * sizeof *out->v);
+    if (nid) memcpy(c->ids + c->ids_n, out->v + before, nid * sizeof *out->v);   /* out->v may be NULL */
     c->slots[i] = (wc_slot){.h = h, .key_off = (uint32_t)c->keys_n, .ids_off = (uint32_t)c->ids_n,
                             .key_len = (uint16_t)n, .n_ids = (uint16_t)nid};
     c->keys_n += n;

@@ -419,6 +419,30 @@ static void test_untrusted_mask_keeps_user_markers_as_text(void **state)
     ember_vocab_free(v);
 }
 
+/* Regression (fuzz_tokenize, UBSan): in a long text, words whose bytes the
+ * BPE vocab cannot spell give no ids; caching them must not memcpy from NULL. */
+static void test_bpe_word_cache_with_empty_words(void **state)
+{
+    (void)state;
+    spec s = {.model = "gpt2", .pre = "smollm", .n_extra = 8, .extra = BPE_EXTRA, .extra_type = BPE_EXTRA_T,
+              .merges = BPE_MERGES, .n_merges = 2};
+    ember_vocab *v;
+    assert_int_equal(load(&s, &v), EMBER_OK);
+    char text[3 * 600 + 1];
+    for (int i = 0; i < 600; i++) memcpy(text + 3 * i, "zz\n", 3);
+    ember_token *ids;
+    size_t n;
+    assert_int_equal(ember_tokenize(v, text, 3 * 600, false, false, &ids, &n), EMBER_OK);
+    assert_int_equal(n, 0);   /* 'z' and 'Ċ' have no tokens, and gpt2 has no byte fallback */
+    free(ids);
+    memcpy(text + 3 * 599, "ab\n", 3);
+    assert_int_equal(ember_tokenize(v, text, 3 * 600, false, false, &ids, &n), EMBER_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], ID(3));   /* "ab" */
+    free(ids);
+    ember_vocab_free(v);
+}
+
 /* --- concurrency: one vocab, four threads, same results as one thread ---- */
 
 typedef struct job {
@@ -497,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_bpe_smollm_and_random_bytes),
         cmocka_unit_test(test_threads_share_a_vocab),
         cmocka_unit_test(test_untrusted_mask_keeps_user_markers_as_text),
+        cmocka_unit_test(test_bpe_word_cache_with_empty_words),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

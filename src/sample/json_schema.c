@@ -69,7 +69,8 @@ static const char PRIMITIVES[] =
     "value ::= object | array | string | number | boolean | null\n"
     "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
     "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
-    "string ::= \"\\\"\" char* \"\\\"\"\n"
+    "string ::= \"\\\"\" string-tail\n"
+    "string-tail ::= char* \"\\\"\"\n"
     "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
     "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]* )\n"
     "number ::= integer ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
@@ -382,6 +383,113 @@ static bool gen_array(jsc *c, const json_t *s, const char *hint, const char *ptr
     return ok;
 }
 
+/* Keys other than the declared ones, for additional properties: a rule over
+ * a trie of the keys' JSON-encoded units (a character or an escape). A key
+ * written with a different escape of the same character (\u0061 for a) is
+ * not recognised as declared. */
+typedef struct ukey { char (*u)[8]; size_t n; } ukey;
+
+static bool key_units(const char *k, ukey *out)
+{
+    size_t L = strlen(k);
+    out->u = malloc((L + 1) * sizeof *out->u);
+    out->n = 0;
+    if (!out->u) return false;
+    for (size_t i = 0; i < L;) {
+        unsigned char ch = (unsigned char)k[i];
+        char *d = out->u[out->n++];
+        switch (ch) {
+        case '"': strcpy(d, "\\\""); i++; continue;
+        case '\\': strcpy(d, "\\\\"); i++; continue;
+        case '\n': strcpy(d, "\\n"); i++; continue;
+        case '\r': strcpy(d, "\\r"); i++; continue;
+        case '\t': strcpy(d, "\\t"); i++; continue;
+        case '\b': strcpy(d, "\\b"); i++; continue;
+        case '\f': strcpy(d, "\\f"); i++; continue;
+        default: break;
+        }
+        if (ch < 0x20) { snprintf(d, 8, "\\u%04x", ch); i++; continue; }
+        size_t n = ch < 0x80 ? 1 : ch < 0xE0 ? 2 : ch < 0xF0 ? 3 : 4;
+        if (i + n > L) n = L - i;
+        memcpy(d, k + i, n);
+        d[n] = 0;
+        i += n;
+    }
+    return true;
+}
+
+static bool gen_notkey(jsc *c, const ukey *keys, const size_t *idx, size_t nidx, size_t depth, char **name_out)
+{
+    char *name = rule_name(c, "other-key");
+    if (!name) FAIL(c, EMBER_ERR_NOMEM, "out of memory");
+    sb body = {0}, plain = {0}, escl = {0};
+    bool terminal = false, ok = true;
+    size_t *sub = malloc((nidx + 1) * sizeof *sub);
+    bool *done = calloc(nidx + 1, sizeof *done);
+    if (!sub || !done) { free(sub); free(done); free(name); FAIL(c, EMBER_ERR_NOMEM, "out of memory"); }
+    for (size_t a = 0; a < nidx && ok; a++) {
+        const ukey *ka = &keys[idx[a]];
+        if (ka->n == depth) { terminal = true; continue; }
+        if (done[a]) continue;
+        const char *u = ka->u[depth];
+        size_t ns = 0;
+        for (size_t b = a; b < nidx; b++) {
+            const ukey *kb = &keys[idx[b]];
+            if (kb->n > depth && !done[b] && strcmp(kb->u[depth], u) == 0) { sub[ns++] = idx[b]; done[b] = true; }
+        }
+        char *child = NULL;
+        if (!(ok = gen_notkey(c, keys, sub, ns, depth + 1, &child))) break;
+        if (body.n) sb_put(&body, " | ");
+        put_gbnf_literal(&body, u, strlen(u));
+        sb_put(&body, " ");
+        sb_put(&body, child);
+        free(child);
+        if (u[0] == '\\') { if (u[1] != 'u') sb_putn(&escl, u + 1, 1); }
+        else if (strchr("]-^\\", u[0])) { sb_put(&plain, "\\"); sb_put(&plain, u); }
+        else sb_put(&plain, u);
+    }
+    free(sub); free(done);
+    if (!ok) { free(body.a); free(plain.a); free(escl.a); free(name); return false; }
+    if (body.n) sb_put(&body, " | ");
+    sb_printf(&body, "[^\"\\\\\\x00-\\x1F%s] string-tail", plain.a ? plain.a : "");
+    /* escapes other than those that continue a declared key */
+    sb esc = {0};
+    const char *all = "\"\\/bfnrt";
+    for (const char *e = all; *e; e++) {
+        if (escl.a && memchr(escl.a, *e, escl.n)) continue;
+        if (*e == '"' || *e == '\\') sb_putn(&esc, "\\", 1);
+        sb_putn(&esc, e, 1);
+    }
+    sb_put(&body, " | \"\\\\\" ( ");
+    if (esc.n) sb_printf(&body, "[%s] | ", esc.a);
+    sb_put(&body, "\"u\" hex{4} ) string-tail");
+    if (!terminal) sb_put(&body, " | \"\\\"\"");
+    define_rule(c, name, &body);
+    free(body.a); free(plain.a); free(escl.a); free(esc.a);
+    *name_out = name;
+    return true;
+}
+
+static bool gen_other_key(jsc *c, const json_t *props, sb *out)
+{
+    size_t n = json_object_size(props);
+    if (n == 0) { sb_put(out, "string"); return true; }
+    ukey *keys = calloc(n, sizeof *keys);
+    size_t *idx = calloc(n, sizeof *idx);
+    bool ok = keys && idx;
+    size_t i = 0;
+    const char *k; json_t *v;
+    if (ok) json_object_foreach((json_t *)props, k, v) { if (!key_units(k, &keys[i])) { ok = false; break; } idx[i] = i; i++; }
+    char *root = NULL;
+    if (!ok) c->err = ember_error(EMBER_ERR_NOMEM, "json_schema: out of memory");
+    else ok = gen_notkey(c, keys, idx, n, 0, &root);
+    if (ok) { sb_put(out, "\"\\\"\" "); sb_put(out, root); }
+    free(root);
+    for (size_t j = 0; keys && j < n; j++) free(keys[j].u);
+    free(keys); free(idx);
+    return ok;
+}
+
 static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out)
 {
     const json_t *props = json_object_get(s, "properties");
@@ -416,12 +524,16 @@ static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *pt
     if (ok) {
         if (json_is_false(addl)) more = false;
         else if (addl && !json_is_true(addl)) {
-            sb_put(&akv, "string ws \":\" ws ");
+            ok = gen_other_key(c, props, &akv);
+            sb_put(&akv, " ws \":\" ws ");
             char p2[300]; snprintf(p2, sizeof p2, "%.200s/additionalProperties", ptr);
             char h[64]; snprintf(h, sizeof h, "%.40s-additional", hint);
-            ok = gen_rule(c, addl, h, p2, &akv);
+            ok = ok && gen_rule(c, addl, h, p2, &akv);
             sb_put(&akv, " ws");
-        } else sb_put(&akv, "string ws \":\" ws value ws");
+        } else {
+            ok = gen_other_key(c, props, &akv);
+            sb_put(&akv, " ws \":\" ws value ws");
+        }
     }
     if (ok) {
         /* REST(k): items k..n-1 each preceded by ","; FIRST(k): no item yet.

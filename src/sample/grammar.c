@@ -1081,7 +1081,12 @@ static int32_t compute_trans(engine *e, int32_t s, uint8_t b)
         }
     }
     uint32_t lo = acc << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
-    if (!set_can_take(e, d.set, lo, hi)) return DEAD;
+    if (d.need == 0) {   /* just read the lead byte: the sequence length bounds the code point */
+        static const uint32_t min_cp[4] = { 0, 0x80, 0x800, 0x10000 };
+        if (lo < min_cp[need]) lo = min_cp[need];
+    }
+    if (hi > MAX_CP) hi = MAX_CP;
+    if (lo > hi || !set_can_take(e, d.set, lo, hi)) return DEAD;
     return ds_intern(e, d.set, acc, need);
 }
 

@@ -809,6 +809,7 @@ typedef struct htab { uint32_t *slot; size_t cap, n; } htab;   /* ids + 1; 0 = e
 #define DEAD (-1)
 #define UNKNOWN (-2)
 #define N_MASK_CACHE 64
+#define MASK_LIST_MAX 4096
 #define MAX_CACHE_BYTES ((size_t)512 << 20)
 
 typedef struct engine {
@@ -827,6 +828,7 @@ typedef struct engine {
     uint64_t *vis; uint32_t vis_cap, vis_n;   /* visited (pos,parent) of one expansion */
     /* mask cache */
     int32_t mask_state[N_MASK_CACHE]; uint32_t *mask_bits[N_MASK_CACHE]; int32_t mask_count[N_MASK_CACHE];
+    ember_token *mask_list[N_MASK_CACHE];   /* allowed ids when sparse (count <= MASK_LIST_MAX) */
     uint32_t mask_next;
     size_t mask_hits, mask_misses;
     int32_t *walk;   /* DFS state per depth */
@@ -1055,10 +1057,40 @@ static bool set_can_take(const engine *e, uint32_t set, uint32_t lo, uint32_t hi
     return false;
 }
 
+/* Whether every stack of `set` treats all of [lo, hi] alike (each class
+ * contains the range or misses it), so the code point's remaining bytes
+ * cannot change the outcome. */
+static bool set_uniform(const engine *e, uint32_t set, uint32_t lo, uint32_t hi)
+{
+    const ember_grammar *g = e->g;
+    const uint32_t *a = e->set_data.a + e->set_off.a[set];
+    for (uint32_t i = 0; i < e->set_len.a[set]; i++) {
+        if (a[i] == 0) continue;
+        const charset *cs = &g->sets[g->elems[e->nodes.a[a[i]].pos].v];
+        const crange *r = g->ranges + cs->off;
+        for (uint32_t k = 0; k < cs->n; k++) {
+            if (r[k].hi < lo || r[k].lo > hi) continue;          /* disjoint */
+            if (r[k].lo <= lo && hi <= r[k].hi) break;          /* contains */
+            return false;                                       /* partial */
+        }
+    }
+    return true;
+}
+
+#define ACC_UNIFORM 0x80000000u   /* dstate.acc: uniform range, low bits = a code point in it */
+
 static int32_t compute_trans(engine *e, int32_t s, uint8_t b)
 {
     dstate d = e->ds.a[s];
     uint32_t acc; uint8_t need;
+    if (d.need > 0 && (d.acc & ACC_UNIFORM)) {
+        /* all code points of the range behave alike: only count bytes */
+        if ((b & 0xC0) != 0x80) return DEAD;
+        need = (uint8_t)(d.need - 1);
+        if (need > 0) return ds_intern(e, d.set, d.acc, need);
+        int64_t ns = advance_set(e, d.set, d.acc & ~ACC_UNIFORM);
+        return ns < 0 ? DEAD : ds_intern(e, (uint32_t)ns, 0, 0);
+    }
     if (d.need == 0) {
         if (b < 0x80) {
             int64_t ns = advance_set(e, d.set, b);
@@ -1087,6 +1119,11 @@ static int32_t compute_trans(engine *e, int32_t s, uint8_t b)
     }
     if (hi > MAX_CP) hi = MAX_CP;
     if (lo > hi || !set_can_take(e, d.set, lo, hi)) return DEAD;
+    /* Collapse the partial code point to its range when the outcome cannot
+     * depend on the rest. Leads whose next byte is restricted (E0 ED F0 F4:
+     * overlong forms, surrogates, > U+10FFFF) keep the exact bits. */
+    if (d.need == 0 && b != 0xE0 && b != 0xED && b != 0xF0 && b != 0xF4 && set_uniform(e, d.set, lo, hi))
+        return ds_intern(e, d.set, ACC_UNIFORM | lo, need);
     return ds_intern(e, d.set, acc, need);
 }
 
@@ -1117,7 +1154,7 @@ static void engine_free(engine *e)
     free(e->set_data.a); free(e->set_off.a); free(e->set_len.a); free(e->set_h.slot);
     free(e->ds.a); free(e->ds_h.slot);
     free(e->out.a); free(e->work.a); free(e->vis);
-    for (int i = 0; i < N_MASK_CACHE; i++) free(e->mask_bits[i]);
+    for (int i = 0; i < N_MASK_CACHE; i++) { free(e->mask_bits[i]); free(e->mask_list[i]); }
     free(e->walk);
     free(e);
 }
@@ -1268,42 +1305,66 @@ static int32_t compute_mask(engine *e, int32_t s, uint32_t *bits)
     return count;
 }
 
+static ember_status mask_slot(ember_grammar_state *st, int *slot_out);
+
 ember_status ember_grammar_mask(ember_grammar_state *st, const uint32_t **mask, int32_t *n_allowed)
 {
-    if (!st || !mask || !st->e->tv) return ember_error(EMBER_ERR_INVALID_ARG, "grammar mask: no state or no vocabulary");
+    if (!mask) return ember_error(EMBER_ERR_INVALID_ARG, "grammar mask: mask is NULL");
+    int slot;
+    ember_status s = mask_slot(st, &slot);
+    if (s) return s;
+    *mask = st->e->mask_bits[slot];
+    if (n_allowed) *n_allowed = st->e->mask_count[slot];
+    return EMBER_OK;
+}
+
+ember_status ember_grammar_allowed_list(ember_grammar_state *st, int32_t max_list, const ember_token **ids, int32_t *n)
+{
+    if (!ids || !n) return ember_error(EMBER_ERR_INVALID_ARG, "grammar allowed_list: NULL argument");
+    int slot;
+    ember_status s = mask_slot(st, &slot);
+    if (s) return s;
+    *n = st->e->mask_count[slot];
+    *ids = (*n <= max_list && *n <= MASK_LIST_MAX) ? st->e->mask_list[slot] : NULL;
+    return EMBER_OK;
+}
+
+/* Cache slot holding the current state's mask (computed on a miss). */
+static ember_status mask_slot(ember_grammar_state *st, int *slot_out)
+{
+    if (!st || !st->e->tv) return ember_error(EMBER_ERR_INVALID_ARG, "grammar mask: no state or no vocabulary");
     engine *e = st->e;
     const ember_grammar_vocab *tv = e->tv;
     size_t nw = ((size_t)tv->n_vocab + 31) / 32;
-    if (st->done) {   /* nothing is allowed after the end */
-        uint32_t slot = e->mask_next++ % N_MASK_CACHE;
-        if (!e->mask_bits[slot] && !(e->mask_bits[slot] = malloc(nw * sizeof(uint32_t)))) return ember_error(EMBER_ERR_NOMEM, "grammar mask: out of memory");
-        memset(e->mask_bits[slot], 0, nw * sizeof(uint32_t));
-        e->mask_state[slot] = -1;
-        *mask = e->mask_bits[slot];
-        if (n_allowed) *n_allowed = 0;
-        return EMBER_OK;
+    if (!st->done) {
+        for (int i = 0; i < N_MASK_CACHE; i++) {
+            if (e->mask_state[i] == st->cur) { e->mask_hits++; *slot_out = i; return EMBER_OK; }
+        }
+        e->mask_misses++;
     }
-    for (int i = 0; i < N_MASK_CACHE; i++) {
-        if (e->mask_state[i] == st->cur) {
-            e->mask_hits++;
-            *mask = e->mask_bits[i];
-            if (n_allowed) *n_allowed = e->mask_count[i];
-            return EMBER_OK;
+    int slot = (int)(e->mask_next++ % N_MASK_CACHE);
+    e->mask_state[slot] = -1;
+    if (!e->mask_bits[slot] && !(e->mask_bits[slot] = malloc(nw * sizeof(uint32_t))))
+        return ember_error(EMBER_ERR_NOMEM, "grammar mask: out of memory");
+    if (!e->mask_list[slot] && !(e->mask_list[slot] = malloc(MASK_LIST_MAX * sizeof(ember_token))))
+        return ember_error(EMBER_ERR_NOMEM, "grammar mask: out of memory");
+    int32_t c = 0;
+    if (st->done) memset(e->mask_bits[slot], 0, nw * sizeof(uint32_t));   /* nothing after the end */
+    else {
+        c = compute_mask(e, st->cur, e->mask_bits[slot]);
+        if (c < 0) { e->oom = false; return ember_error(EMBER_ERR_NOMEM, "grammar: cache limit (%zu MiB) reached", MAX_CACHE_BYTES >> 20); }
+    }
+    if (c <= MASK_LIST_MAX) {
+        int32_t k = 0;
+        const uint32_t *bits = e->mask_bits[slot];
+        for (size_t w = 0; w < nw; w++) {
+            uint32_t x = bits[w];
+            while (x) { e->mask_list[slot][k++] = (ember_token)(w * 32 + (size_t)__builtin_ctz(x)); x &= x - 1; }
         }
     }
-    e->mask_misses++;
-    uint32_t slot = e->mask_next++ % N_MASK_CACHE;
-    if (!e->mask_bits[slot]) {
-        e->mask_bits[slot] = malloc(nw * sizeof(uint32_t));
-        if (!e->mask_bits[slot]) return ember_error(EMBER_ERR_NOMEM, "grammar mask: out of memory");
-    }
-    e->mask_state[slot] = -1;
-    int32_t c = compute_mask(e, st->cur, e->mask_bits[slot]);
-    if (c < 0) { e->oom = false; return ember_error(EMBER_ERR_NOMEM, "grammar: cache limit (%zu MiB) reached", MAX_CACHE_BYTES >> 20); }
-    e->mask_state[slot] = st->cur;
+    if (!st->done) e->mask_state[slot] = st->cur;
     e->mask_count[slot] = c;
-    *mask = e->mask_bits[slot];
-    if (n_allowed) *n_allowed = c;
+    *slot_out = slot;
     return EMBER_OK;
 }
 
@@ -1319,6 +1380,7 @@ ember_status ember_grammar_apply(ember_grammar_state *st, float *logits, int32_t
         uint32_t bits = m[w];
         if (bits == UINT32_MAX) continue;
         float *l = logits + (size_t)w * 32;
+        if (bits == 0) { for (int b = 0; b < 32; b++) l[b] = -INFINITY; continue; }
         for (int b = 0; b < 32; b++) if (!((bits >> b) & 1)) l[b] = -INFINITY;
     }
     for (int32_t i = nw * 32; i < n_vocab; i++) if (!((m[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;

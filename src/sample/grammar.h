@@ -110,6 +110,13 @@ ember_status ember_grammar_accept(ember_grammar_state *st, ember_token id);
  * call on any state sharing it. Errors: EMBER_ERR_INVALID_ARG (no vocab),
  * EMBER_ERR_NOMEM. */
 ember_status ember_grammar_mask(ember_grammar_state *st, const uint32_t **mask, int32_t *n_allowed);
+/* The allowed token ids in increasing order, when there are at most
+ * max_list of them (a sparse mask, e.g. between JSON tokens): *ids (owned by
+ * the cache, valid like the mask) and *n; otherwise *ids = NULL and *n is the
+ * count. A sampler can then draw from these candidates instead of masking
+ * all logits. Errors: as ember_grammar_mask. */
+ember_status ember_grammar_allowed_list(ember_grammar_state *st, int32_t max_list,
+                                        const ember_token **ids, int32_t *n);
 /* Set logits[i] = -INFINITY for every disallowed token; logits has n_vocab
  * entries (must equal the vocab's size: EMBER_ERR_INVALID_ARG otherwise). */
 ember_status ember_grammar_apply(ember_grammar_state *st, float *logits, int32_t n_vocab);

@@ -175,13 +175,15 @@ int main(int argc, char **argv)
     t.tok = realloc(t.tok, t.n * sizeof *t.tok);
     t.tok[n_ids] = ember_vocab_eos(v);   /* the last step draws EOS */
     t.decoy = malloc(t.n * sizeof *t.decoy);
-    /* decoys: a deterministic pseudo-random token the grammar forbids at that step */
+    /* decoys: a deterministic pseudo-random NORMAL token the grammar forbids
+     * at that step (control tokens differ by design: llama.cpp matches their
+     * text, ember never allows them, see grammar.h) */
     ember_grammar_state *chk;
     if (ember_grammar_state_new(g, tv, &chk)) die("state");
     uint64_t r = 12345;
     for (size_t i = 0; i < t.n; i++) {
         do { r ^= r << 13; r ^= r >> 7; r ^= r << 17; t.decoy[i] = (int32_t)(r % (uint64_t)nv); }
-        while (ember_grammar_token_allowed(chk, t.decoy[i]));
+        while (ember_grammar_token_allowed(chk, t.decoy[i]) || ember_vocab_attr(v, t.decoy[i]) != EMBER_TOKEN_NORMAL);
         if (ember_grammar_accept(chk, t.tok[i])) die("the document does not match its schema");
     }
     ember_grammar_state_free(chk);

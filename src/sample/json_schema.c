@@ -108,7 +108,9 @@ static void define_rule(jsc *c, const char *name, const sb *body)
 {
     sb_put(&c->rules, name);
     sb_put(&c->rules, " ::= ");
-    sb_putn(&c->rules, body->a ? body->a : "", body->n);
+    /* an empty body is written "" (llama.cpp's parser reads past a newline after ::=) */
+    if (body->n) sb_putn(&c->rules, body->a, body->n);
+    else sb_put(&c->rules, "\"\"");
     sb_put(&c->rules, "\n");
     if (body->oom) c->rules.oom = true;
 }

@@ -220,7 +220,7 @@ static bool add_charset(parser *p, const crange *rs, size_t n, bool negate, uint
     /* sort + merge, then complement if negated */
     crange *tmp = malloc((n + 1) * sizeof *tmp);
     if (!tmp) NOMEM(p);
-    memcpy(tmp, rs, n * sizeof *tmp);
+    if (n) memcpy(tmp, rs, n * sizeof *tmp);
     for (size_t i = 1; i < n; i++) {   /* insertion sort: classes are short */
         crange x = tmp[i]; size_t j = i;
         while (j > 0 && tmp[j - 1].lo > x.lo) { tmp[j] = tmp[j - 1]; j--; }
@@ -611,7 +611,7 @@ ember_status ember_grammar_parse(const char *text, size_t len, const char *root,
         for (size_t j = 0; j < p.rules.a[i].alts.n; j++) {
             g->alt_start[aa++] = (uint32_t)ea;
             elemvec *v = &p.rules.a[i].alts.a[j];
-            memcpy(g->elems + ea, v->a, v->n * sizeof *v->a);
+            if (v->n) memcpy(g->elems + ea, v->a, v->n * sizeof *v->a);
             ea += v->n;
             g->elems[ea].type = G_END; g->elems[ea].v = 0;
             ea++;

@@ -28,13 +28,24 @@
  * allowed. Token references (<[id]>, <text>, !<...>) are not supported yet:
  * the parser reports them as EMBER_ERR_UNSUPPORTED with line:column.
  *
- * Seam for the sampler (src/sample/sampler.c) and the server:
- *   g = parse(gbnf); tv = vocab_from(ember_vocab); st = state_new(g, tv)
- *   each step: tok = chain(logits); if (!token_allowed(st, tok)) {
- *       apply(st, logits, n_vocab); tok = chain(logits); }
- *   accept(st, tok); if (is_done(st) or EOG drawn) stop.
+ * Seam for the sampler (ember_sampler_* in src/sample/sampler.c) and the
+ * engine; this module never calls them:
+ *   per grammar:  ember_grammar_parse(gbnf) -> g;
+ *                 ember_grammar_vocab_from_tokenizer(vocab) -> tv (once per model);
+ *                 ember_grammar_state_new(g, tv) -> template (keep it: its
+ *                 clones share the warm cache, see bench/results/grammar.md)
+ *   per request:  ember_grammar_state_clone(template) -> st
+ *   per step:     tok = ember_sampler_sample(s, logits);
+ *                 if (!ember_grammar_token_allowed(st, tok)) {
+ *                     copy logits to scratch; ember_grammar_apply(st, scratch, n_vocab);
+ *                     tok = ember_sampler_sample(s, scratch); }
+ *                 ember_grammar_accept(st, tok); ember_sampler_accept(s, tok);
+ *                 stop when tok is EOG (only allowed once ember_grammar_can_end).
+ *   (ember_grammar_allowed_list gives the few allowed ids of a sparse state
+ *   for a cheaper masked draw.)
  * The request fields (response_format, grammar, json_schema) are turned into
- * GBNF text by ember_grammar_from_request (json_schema.h).
+ * GBNF text by ember_grammar_from_request (json_schema.h); its errors are
+ * the client's (HTTP 400), as are ember_grammar_parse's.
  *
  * Thread safety: an ember_grammar and an ember_grammar_vocab are immutable
  * once built and may be shared. A state and all its clones share one mutable

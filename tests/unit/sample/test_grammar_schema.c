@@ -141,6 +141,39 @@ static void test_request_fields(void **unused)
     assert_null(from_request("{\"response_format\": \"json\"}", EMBER_ERR_INVALID_ARG));
 }
 
+static void test_schema_random_input(void **unused)
+{
+    /* mutated schemas: never crash; whatever compiles is a grammar that parses */
+    const char *base = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"enum\":[1,\"x\"]},"
+                       "\"minItems\":1,\"maxItems\":3},\"b\":{\"$ref\":\"#/$defs/s\"}},\"required\":[\"a\"],"
+                       "\"additionalProperties\":{\"anyOf\":[{\"type\":\"string\",\"format\":\"date\"},{\"const\":null}]},"
+                       "\"$defs\":{\"s\":{\"type\":\"string\",\"maxLength\":4}}}";
+    size_t n = strlen(base);
+    char buf[512];
+    uint64_t r = 0x1234567ULL;
+    int compiled = 0;
+    for (int it = 0; it < 2000; it++) {
+        memcpy(buf, base, n);
+        for (int e = 0; e < 1 + it % 3; e++) {
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            const char pool[] = "{}[]\":,0123456789abtxyz#/$-";
+            buf[r % n] = pool[(r >> 32) % (sizeof pool - 1)];
+        }
+        json_t *s = json_loadb(buf, n, JSON_DECODE_ANY, NULL);
+        if (!s) continue;
+        char *gb = NULL;
+        if (ember_json_schema_to_gbnf(s, &gb) == EMBER_OK) {
+            ember_grammar *g = NULL;
+            if (ember_grammar_parse(gb, strlen(gb), NULL, &g) != EMBER_OK) fail_msg("generated grammar does not parse: %s\n%s", ember_last_error(), gb);
+            ember_grammar_free(g);
+            free(gb);
+            compiled++;
+        } else assert_null(gb);
+        json_decref(s);
+    }
+    assert_true(compiled > 10);
+}
+
 /* --- Gemma 3 vocabulary --------------------------------------------------- */
 
 static ember_vocab *g_vocab;
@@ -297,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_schema_goldens),
         cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_request_fields),
+        cmocka_unit_test(test_schema_random_input),
         cmocka_unit_test(test_gemma_json_walk),
         cmocka_unit_test(test_gemma_schema_walk),
     };

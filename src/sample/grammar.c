@@ -43,7 +43,10 @@ static inline uint64_t mix64(uint64_t x)
 
 /* ---------------------------------------------------------------- grammar */
 
-enum { G_END = 0, G_REF = 1, G_CHARS = 2 };
+enum { G_END = 0, G_REF = 1, G_CHARS = 2, G_TOKEN = 3 };
+
+/* <[id]>, <text> or !<...>: one whole token (text resolved against the vocab) */
+typedef struct tokref { int32_t id; char *text; uint32_t text_len; bool negate; } tokref;
 
 typedef struct gelem { uint32_t type, v; } gelem;
 typedef struct crange { uint32_t lo, hi; } crange;
@@ -55,6 +58,7 @@ struct ember_grammar {
     uint32_t *rule_alt_off, *rule_alt_n; size_t n_rules;
     crange *ranges; size_t n_ranges;
     charset *sets; size_t n_sets;
+    tokref *toks; size_t n_toks;
     uint32_t root;
 };
 
@@ -75,6 +79,7 @@ typedef struct parser {
     VEC(prule) rules;
     VEC(crange) ranges;
     VEC(charset) sets;
+    VEC(tokref) toks;
     ember_status err;
     int depth;
 } parser;
@@ -438,7 +443,34 @@ static bool parse_sequence(parser *p, elemvec *seq, bool nested)
             gelem e = { G_REF, (uint32_t)r };
             if (!VEC_PUSH(item, e)) NOMEM(p);
         } else if (c == '<' || c == '!') {
-            PFAIL(p, at, EMBER_ERR_UNSUPPORTED, "token references (<...>, !<...>) are not supported");
+            tokref tr = { -1, NULL, 0, c == '!' };
+            if (c == '!') {
+                p->pos++;
+                if (peekc(p) != '<') PFAIL(p, p->pos, EMBER_ERR_FORMAT, "expected '<' after '!'");
+            }
+            size_t t0 = p->pos;
+            p->pos++;
+            if (peekc(p) == '[') {
+                p->pos++;
+                uint32_t id;
+                if (!parse_uint(p, &id)) return false;
+                if (peekc(p) != ']' || p->pos + 1 >= p->len || p->s[p->pos + 1] != '>')
+                    PFAIL(p, p->pos, EMBER_ERR_FORMAT, "expected ']>' after a token id");
+                p->pos += 2;
+                tr.id = (int32_t)id;
+            } else {
+                while (p->pos < p->len && p->s[p->pos] != '>' && p->s[p->pos] != '\n' && p->s[p->pos] != '\r') p->pos++;
+                if (p->pos >= p->len || p->s[p->pos] != '>') PFAIL(p, t0, EMBER_ERR_FORMAT, "unterminated token reference");
+                p->pos++;
+                tr.text_len = (uint32_t)(p->pos - t0);
+                tr.text = malloc(tr.text_len + 1);
+                if (!tr.text) NOMEM(p);
+                memcpy(tr.text, p->s + t0, tr.text_len);
+                tr.text[tr.text_len] = 0;
+            }
+            if (!VEC_PUSH(p->toks, tr)) { free(tr.text); NOMEM(p); }
+            gelem e = { G_TOKEN, (uint32_t)p->toks.n - 1 };
+            if (!VEC_PUSH(item, e)) NOMEM(p);
         } else {
             return true;
         }
@@ -499,6 +531,8 @@ static void parser_free(parser *p)
         free(p->rules.a[i].alts.a);
     }
     free(p->rules.a); free(p->ranges.a); free(p->sets.a);
+    for (size_t i = 0; i < p->toks.n; i++) free(p->toks.a[i].text);
+    free(p->toks.a);
 }
 
 void ember_grammar_free(ember_grammar *g)
@@ -506,6 +540,8 @@ void ember_grammar_free(ember_grammar *g)
     if (!g) return;
     free(g->elems); free(g->alt_start); free(g->rule_alt_off); free(g->rule_alt_n);
     free(g->ranges); free(g->sets);
+    for (size_t i = 0; i < g->n_toks; i++) free(g->toks[i].text);
+    free(g->toks);
     free(g);
 }
 
@@ -620,6 +656,7 @@ ember_status ember_grammar_parse(const char *text, size_t len, const char *root,
     g->n_elems = ea; g->n_alts = aa;
     g->ranges = p.ranges.a; g->n_ranges = p.ranges.n; p.ranges.a = NULL;
     g->sets = p.sets.a; g->n_sets = p.sets.n; p.sets.a = NULL;
+    g->toks = p.toks.a; g->n_toks = p.toks.n; p.toks.a = NULL; p.toks.n = 0;
     if (!check_left_recursion(&p, g)) goto fail;
     parser_free(&p);
     *out = g;
@@ -666,6 +703,8 @@ struct ember_grammar_vocab {
     uint8_t *byte; uint16_t *depth; uint32_t *skip; int32_t *tok;
     int32_t *tok_next;
     uint32_t max_depth;
+    /* token texts for <text> references (special tokens as text); NULL if not given */
+    char *tbytes; uint64_t *text_off; uint32_t *text_len;
 };
 
 void ember_grammar_vocab_free(ember_grammar_vocab *tv)
@@ -673,6 +712,7 @@ void ember_grammar_vocab_free(ember_grammar_vocab *tv)
     if (!tv) return;
     free(tv->bytes); free(tv->piece_off); free(tv->piece_len); free(tv->eog_bits); free(tv->eog_list);
     free(tv->byte); free(tv->depth); free(tv->skip); free(tv->tok); free(tv->tok_next);
+    free(tv->tbytes); free(tv->text_off); free(tv->text_len);
     free(tv);
 }
 
@@ -693,7 +733,8 @@ static int cmp_piece(const void *a, const void *b)
 
 #define MAX_PIECE 65535u
 
-ember_status ember_grammar_vocab_new(const char *const *pieces, const size_t *lens, int32_t n_vocab,
+ember_status ember_grammar_vocab_new(const char *const *pieces, const size_t *lens,
+                                     const char *const *texts, const size_t *text_lens, int32_t n_vocab,
                                      const bool *is_eog, ember_grammar_vocab **out)
 {
     if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "grammar vocab: out is NULL");
@@ -772,6 +813,21 @@ ember_status ember_grammar_vocab_new(const char *const *pieces, const size_t *le
     free(pth);
     free(order);
     tv->n_nodes = nn;
+    if (texts && text_lens) {
+        size_t tt = 0;
+        for (int32_t i = 0; i < n_vocab; i++) tt += texts[i] ? text_lens[i] : 0;
+        tv->tbytes = malloc(tt + 1);
+        tv->text_off = malloc((size_t)n_vocab * sizeof *tv->text_off);
+        tv->text_len = malloc((size_t)n_vocab * sizeof *tv->text_len);
+        if (!tv->tbytes || !tv->text_off || !tv->text_len) { ember_grammar_vocab_free(tv); return ember_error(EMBER_ERR_NOMEM, "grammar vocab: out of memory"); }
+        size_t o = 0;
+        for (int32_t i = 0; i < n_vocab; i++) {
+            size_t L = texts[i] ? text_lens[i] : 0;
+            tv->text_off[i] = o; tv->text_len[i] = (uint32_t)(L > UINT32_MAX ? 0 : L);
+            if (L) memcpy(tv->tbytes + o, texts[i], L);
+            o += L;
+        }
+    }
     *out = tv;
     return EMBER_OK;
 }
@@ -781,16 +837,20 @@ ember_status ember_grammar_vocab_from_tokenizer(const struct ember_vocab *v, emb
     if (!v || !out) return ember_error(EMBER_ERR_INVALID_ARG, "grammar vocab: NULL argument");
     int32_t n = ember_vocab_n_tokens(v);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "grammar vocab: empty tokenizer vocabulary");
-    const char **pieces = malloc((size_t)n * sizeof *pieces);
-    size_t *lens = malloc((size_t)n * sizeof *lens);
+    const char **pieces = malloc((size_t)n * sizeof *pieces), **texts = malloc((size_t)n * sizeof *texts);
+    size_t *lens = malloc((size_t)n * sizeof *lens), *tlens = malloc((size_t)n * sizeof *tlens);
     bool *eog = malloc((size_t)n * sizeof *eog);
-    if (!pieces || !lens || !eog) { free(pieces); free(lens); free(eog); return ember_error(EMBER_ERR_NOMEM, "grammar vocab: out of memory"); }
+    if (!pieces || !lens || !eog || !texts || !tlens) {
+        free(pieces); free(lens); free(eog); free(texts); free(tlens);
+        return ember_error(EMBER_ERR_NOMEM, "grammar vocab: out of memory");
+    }
     for (int32_t i = 0; i < n; i++) {
         pieces[i] = ember_token_to_piece(v, i, false, &lens[i]);
+        texts[i] = ember_token_to_piece(v, i, true, &tlens[i]);
         eog[i] = ember_vocab_is_eog(v, i);
     }
-    ember_status st = ember_grammar_vocab_new(pieces, lens, n, eog, out);
-    free(pieces); free(lens); free(eog);
+    ember_status st = ember_grammar_vocab_new(pieces, lens, texts, tlens, n, eog, out);
+    free(pieces); free(lens); free(eog); free(texts); free(tlens);
     return st;
 }
 
@@ -802,7 +862,7 @@ typedef struct gnode { uint32_t pos, parent; } gnode;
 
 /* DFA state: a stack set plus a partial UTF-8 code point (need more bytes,
  * bits so far). */
-typedef struct dstate { uint32_t set; uint32_t acc; uint8_t need; uint8_t accepting; } dstate;
+typedef struct dstate { uint32_t set; uint32_t acc; uint8_t need; uint8_t accepting; uint8_t has_tok; } dstate;
 
 typedef struct htab { uint32_t *slot; size_t cap, n; } htab;   /* ids + 1; 0 = empty */
 
@@ -832,6 +892,7 @@ typedef struct engine {
     uint32_t mask_next;
     size_t mask_hits, mask_misses;
     int32_t *walk;   /* DFS state per depth */
+    int32_t *tok_id; /* resolved token references */
 } engine;
 
 struct ember_grammar_state {
@@ -932,7 +993,10 @@ static int32_t ds_intern(engine *e, uint32_t set, uint32_t acc, uint8_t need)
     }
     if (e->bytes > MAX_CACHE_BYTES || e->ds.n >= INT32_MAX - 1) { e->oom = true; return DEAD; }
     const uint32_t *sa = e->set_data.a + e->set_off.a[set];
-    dstate d = { set, acc, need, (uint8_t)(need == 0 && e->set_len.a[set] > 0 && sa[0] == 0) };
+    dstate d = { set, acc, need, (uint8_t)(need == 0 && e->set_len.a[set] > 0 && sa[0] == 0), 0 };
+    if (need == 0 && e->g->n_toks)
+        for (uint32_t i = 0; i < e->set_len.a[set]; i++)
+            if (sa[i] && e->g->elems[e->nodes.a[sa[i]].pos].type == G_TOKEN) { d.has_tok = 1; break; }
     int32_t *row = NULL;
     if (!VEC_PUSH(e->ds, d) || !VEC_PUSH(e->rows, row)) { e->oom = true; return DEAD; }
     e->bytes += sizeof d + sizeof row;
@@ -1041,7 +1105,7 @@ static int64_t advance_set(engine *e, uint32_t set, uint32_t cp)
         uint32_t id = e->set_data.a[off + i];   /* re-read: set_data may move */
         if (id == 0) continue;
         gnode nd = e->nodes.a[id];
-        if (!cs_match(g, g->elems[nd.pos].v, cp)) continue;
+        if (g->elems[nd.pos].type != G_CHARS || !cs_match(g, g->elems[nd.pos].v, cp)) continue;
         if (!work_push(e, nd.pos + 1, nd.parent) || !expand(e)) { vis_clear(e); return -1; }
     }
     return finish_set(e);
@@ -1052,7 +1116,8 @@ static bool set_can_take(const engine *e, uint32_t set, uint32_t lo, uint32_t hi
     const uint32_t *a = e->set_data.a + e->set_off.a[set];
     for (uint32_t i = 0; i < e->set_len.a[set]; i++) {
         if (a[i] == 0) continue;
-        if (cs_intersects(e->g, e->g->elems[e->nodes.a[a[i]].pos].v, lo, hi)) return true;
+        const gelem *el = &e->g->elems[e->nodes.a[a[i]].pos];
+        if (el->type == G_CHARS && cs_intersects(e->g, el->v, lo, hi)) return true;
     }
     return false;
 }
@@ -1065,7 +1130,7 @@ static bool set_uniform(const engine *e, uint32_t set, uint32_t lo, uint32_t hi)
     const ember_grammar *g = e->g;
     const uint32_t *a = e->set_data.a + e->set_off.a[set];
     for (uint32_t i = 0; i < e->set_len.a[set]; i++) {
-        if (a[i] == 0) continue;
+        if (a[i] == 0 || g->elems[e->nodes.a[a[i]].pos].type != G_CHARS) continue;
         const charset *cs = &g->sets[g->elems[e->nodes.a[a[i]].pos].v];
         const crange *r = g->ranges + cs->off;
         for (uint32_t k = 0; k < cs->n; k++) {
@@ -1156,6 +1221,7 @@ static void engine_free(engine *e)
     free(e->out.a); free(e->work.a); free(e->vis);
     for (int i = 0; i < N_MASK_CACHE; i++) { free(e->mask_bits[i]); free(e->mask_list[i]); }
     free(e->walk);
+    free(e->tok_id);
     free(e);
 }
 
@@ -1171,6 +1237,29 @@ ember_status ember_grammar_state_new(const ember_grammar *g, const ember_grammar
     gnode bottom = { UINT32_MAX, 0 };
     if (!VEC_PUSH(e->nodes, bottom)) goto nomem;
     if (tv) { e->walk = malloc(((size_t)tv->max_depth + 2) * sizeof *e->walk); if (!e->walk) goto nomem; }
+    if (g->n_toks) {
+        e->tok_id = malloc(g->n_toks * sizeof *e->tok_id);
+        if (!e->tok_id) goto nomem;
+        for (size_t k = 0; k < g->n_toks; k++) {
+            const tokref *tr = &g->toks[k];
+            e->tok_id[k] = -1;
+            if (!tv) continue;   /* byte level only: token elements never match */
+            if (tr->text) {
+                for (int32_t i = 0; tv->tbytes && i < tv->n_vocab; i++)
+                    if (tv->text_len[i] == tr->text_len && memcmp(tv->tbytes + tv->text_off[i], tr->text, tr->text_len) == 0) { e->tok_id[k] = i; break; }
+                if (e->tok_id[k] < 0) {
+                    engine_free(e); free(st);
+                    return ember_error(EMBER_ERR_NOT_FOUND, "grammar state: token %.200s is not one token of the vocabulary", tr->text);
+                }
+            } else {
+                if (tr->id >= tv->n_vocab) {
+                    engine_free(e); free(st);
+                    return ember_error(EMBER_ERR_NOT_FOUND, "grammar state: token id %d out of the vocabulary (%d)", tr->id, tv->n_vocab);
+                }
+                e->tok_id[k] = tr->id;
+            }
+        }
+    }
     e->out.n = 0; e->work.n = 0;
     for (uint32_t a = 0; a < g->rule_alt_n[g->root]; a++)
         if (!work_push(e, g->alt_start[g->rule_alt_off[g->root] + a], 0)) goto nomem;
@@ -1239,20 +1328,70 @@ static inline bool is_eog(const ember_grammar_vocab *tv, ember_token id)
     return (tv->eog_bits[id >> 5] >> (id & 31)) & 1;
 }
 
+/* Whether token element k takes token id (a negated one takes any token but
+ * its own and the end-of-generation tokens). */
+static inline bool tok_elem_takes(const engine *e, uint32_t k, ember_token id)
+{
+    int32_t x = e->tok_id[k];
+    if (x < 0) return false;
+    if (e->g->toks[k].negate) return id != x && !is_eog(e->tv, id);
+    return id == x;
+}
+
+static bool set_takes_token(const engine *e, uint32_t set, ember_token id)
+{
+    const uint32_t *a = e->set_data.a + e->set_off.a[set];
+    for (uint32_t i = 0; i < e->set_len.a[set]; i++) {
+        if (!a[i]) continue;
+        const gelem *el = &e->g->elems[e->nodes.a[a[i]].pos];
+        if (el->type == G_TOKEN && tok_elem_takes(e, el->v, id)) return true;
+    }
+    return false;
+}
+
+/* The set after token id through token elements; -1 if none takes it. */
+static int64_t advance_set_token(engine *e, uint32_t set, ember_token id)
+{
+    e->out.n = 0; e->work.n = 0;
+    uint64_t off = e->set_off.a[set];
+    uint32_t n = e->set_len.a[set];
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t nid = e->set_data.a[off + i];
+        if (!nid) continue;
+        gnode nd = e->nodes.a[nid];
+        const gelem *el = &e->g->elems[nd.pos];
+        if (el->type != G_TOKEN || !tok_elem_takes(e, el->v, id)) continue;
+        if (!work_push(e, nd.pos + 1, nd.parent) || !expand(e)) { vis_clear(e); return -1; }
+    }
+    return finish_set(e);
+}
+
+/* Walk token bytes from state s; DEAD when refused. */
+static int32_t walk_piece(engine *e, int32_t s, ember_token id)
+{
+    const ember_grammar_vocab *tv = e->tv;
+    uint32_t L = tv->piece_len[id];
+    if (!L) return DEAD;
+    const uint8_t *p = (const uint8_t *)tv->bytes + tv->piece_off[id];
+    for (uint32_t i = 0; i < L && s >= 0; i++) s = trans(e, s, p[i]);
+    return s;
+}
+
 bool ember_grammar_token_allowed(ember_grammar_state *st, ember_token id)
 {
     if (!st || st->done) return false;
     const ember_grammar_vocab *tv = st->e->tv;
     if (!tv || id < 0 || id >= tv->n_vocab) return false;
     engine *e = st->e;
-    if (is_eog(tv, id)) return e->ds.a[st->cur].accepting;
-    uint32_t L = tv->piece_len[id];
-    if (!L) return false;
-    const uint8_t *p = (const uint8_t *)tv->bytes + tv->piece_off[id];
-    int32_t s = st->cur;
-    for (uint32_t i = 0; i < L && s >= 0; i++) s = trans(e, s, p[i]);
-    if (e->oom) { e->oom = false; return false; }
-    return s >= 0;
+    const dstate *d = &e->ds.a[st->cur];
+    if (is_eog(tv, id)) { if (d->accepting) return true; }
+    else {
+        int32_t s = walk_piece(e, st->cur, id);
+        if (e->oom) { e->oom = false; return false; }
+        if (s >= 0) return true;
+        d = &e->ds.a[st->cur];
+    }
+    return d->has_tok && set_takes_token(e, d->set, id);
 }
 
 ember_status ember_grammar_accept(ember_grammar_state *st, ember_token id)
@@ -1261,16 +1400,37 @@ ember_status ember_grammar_accept(ember_grammar_state *st, ember_token id)
     const ember_grammar_vocab *tv = st->e->tv;
     if (id < 0 || id >= tv->n_vocab) return ember_error(EMBER_ERR_INVALID_ARG, "grammar accept: token %d out of range [0, %d)", id, tv->n_vocab);
     if (st->done) return ember_error(EMBER_ERR_INVALID_ARG, "grammar accept: token %d after the end of generation", id);
-    if (is_eog(tv, id)) {
-        if (!st->e->ds.a[st->cur].accepting) return ember_error(EMBER_ERR_INVALID_ARG, "grammar accept: end-of-generation token %d before the grammar is complete", id);
-        st->done = true;
-        return EMBER_OK;
+    engine *e = st->e;
+    bool eog = is_eog(tv, id);
+    if (eog && e->ds.a[st->cur].accepting) { st->done = true; return EMBER_OK; }
+    int32_t sb = eog ? DEAD : walk_piece(e, st->cur, id);
+    int64_t stok = -1;
+    dstate d = e->ds.a[st->cur];
+    if (!e->oom && d.has_tok && set_takes_token(e, d.set, id)) stok = advance_set_token(e, d.set, id);
+    if (e->oom) { e->oom = false; return ember_error(EMBER_ERR_NOMEM, "grammar: cache limit (%zu MiB) reached", MAX_CACHE_BYTES >> 20); }
+    if (sb < 0 && stok < 0) {
+        if (eog) return ember_error(EMBER_ERR_INVALID_ARG, "grammar accept: end-of-generation token %d before the grammar is complete", id);
+        return ember_error(EMBER_ERR_INVALID_ARG, "grammar accept: token %d not allowed here", id);
     }
-    uint32_t L = tv->piece_len[id];
-    if (!L) return ember_error(EMBER_ERR_INVALID_ARG, "grammar accept: token %d has an empty piece", id);
-    ember_status s = ember_grammar_accept_bytes(st, tv->bytes + tv->piece_off[id], L);
-    if (s == EMBER_ERR_INVALID_ARG) return ember_error(s, "grammar accept: token %d not allowed here", id);
-    return s;
+    int32_t next = sb;
+    if (stok >= 0) {
+        if (sb < 0) next = ds_intern(e, (uint32_t)stok, 0, 0);
+        else if (e->ds.a[sb].need == 0) {
+            /* both readings live: the union of the two stack sets */
+            uint32_t s1 = e->ds.a[sb].set, s2 = (uint32_t)stok;
+            e->out.n = 0;
+            for (int k = 0; k < 2; k++) {
+                uint32_t set = k ? s2 : s1;
+                for (uint32_t i = 0; i < e->set_len.a[set]; i++)
+                    if (!VEC_PUSH(e->out, e->set_data.a[e->set_off.a[set] + i])) { e->oom = true; break; }
+            }
+            int64_t u = finish_set(e);
+            next = u < 0 ? DEAD : ds_intern(e, (uint32_t)u, 0, 0);
+        }   /* else: the byte reading ends inside a code point; it wins */
+        if (next < 0) { e->oom = false; return ember_error(EMBER_ERR_NOMEM, "grammar: cache limit (%zu MiB) reached", MAX_CACHE_BYTES >> 20); }
+    }
+    st->cur = next;
+    return EMBER_OK;
 }
 
 /* One pre-order pass over the trie: a node whose transition is dead skips
@@ -1301,6 +1461,21 @@ static int32_t compute_mask(engine *e, int32_t s, uint32_t *bits)
     }
     if (e->ds.a[s].accepting) {
         for (size_t k = 0; k < tv->n_eog; k++) { ember_token id = tv->eog_list[k]; bits[id >> 5] |= 1u << (id & 31); count++; }
+    }
+    if (e->ds.a[s].has_tok) {
+        dstate d = e->ds.a[s];
+        const uint32_t *a = e->set_data.a + e->set_off.a[d.set];
+        for (uint32_t i = 0; i < e->set_len.a[d.set]; i++) {
+            if (!a[i]) continue;
+            const gelem *el = &e->g->elems[e->nodes.a[a[i]].pos];
+            if (el->type != G_TOKEN || e->tok_id[el->v] < 0) continue;
+            int32_t x = e->tok_id[el->v];
+            if (!e->g->toks[el->v].negate) { bits[x >> 5] |= 1u << (x & 31); continue; }
+            for (int32_t id = 0; id < tv->n_vocab; id++)
+                if (id != x && !is_eog(tv, id)) bits[id >> 5] |= 1u << (id & 31);
+        }
+        count = 0;
+        for (size_t w = 0; w < nw; w++) count += __builtin_popcount(bits[w]);
     }
     return count;
 }

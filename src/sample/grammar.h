@@ -25,8 +25,12 @@
  * sequence (the next token must complete it). End-of-generation tokens are
  * allowed exactly when the grammar can end (all rules complete, no partial
  * code point). Other tokens with an empty piece (control tokens) are never
- * allowed. Token references (<[id]>, <text>, !<...>) are not supported yet:
- * the parser reports them as EMBER_ERR_UNSUPPORTED with line:column.
+ * allowed. Token references match one whole token whatever its bytes:
+ * <[id]> by id, <text> by the token's text with special tokens written out
+ * (e.g. <start_of_turn>, <|tool_call>), !<[id]> / !<text> any token except
+ * that one and the end-of-generation tokens; this is how a grammar can force
+ * a control token (whose piece is empty). They are resolved against the
+ * vocabulary in ember_grammar_state_new (without a vocab they never match).
  *
  * Seam for the sampler (ember_sampler_* in src/sample/sampler.c) and the
  * engine; this module never calls them:
@@ -69,30 +73,34 @@ struct ember_vocab;
  * "root"). Errors: EMBER_ERR_FORMAT with "line L:C: ..." naming the first
  * fault (bad token, unterminated literal or class, bad escape, undefined
  * rule, missing root, left recursion, invalid UTF-8, a repetition bound over
- * 100000), EMBER_ERR_UNSUPPORTED (token references), EMBER_ERR_INVALID_ARG,
- * EMBER_ERR_NOMEM. Never crashes on any input. */
+ * 100000, a bad token reference), EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM.
+ * Never crashes on any input. */
 ember_status ember_grammar_parse(const char *text, size_t len, const char *root, ember_grammar **out);
 void ember_grammar_free(ember_grammar *g);
 /* Number of rules after desugaring (repetitions and groups become rules). */
 int32_t ember_grammar_n_rules(const ember_grammar *g);
 
 /* Token byte strings for masking. pieces[i] / lens[i]: the bytes of token i
- * (may be empty, need not be NUL-terminated, may be partial UTF-8); is_eog
- * (may be NULL): tokens that end a generation. Everything is copied.
+ * (may be empty, need not be NUL-terminated, may be partial UTF-8); texts /
+ * text_lens (both may be NULL): the token's text with special tokens written
+ * out, for <text> references; is_eog (may be NULL): tokens that end a
+ * generation. Everything is copied.
  * Errors: EMBER_ERR_INVALID_ARG (n_vocab <= 0, NULL piece with lens > 0),
  * EMBER_ERR_NOMEM. Build cost: one sort of the pieces (about 0.2 s for
  * Gemma 3's 262,144 tokens). */
-ember_status ember_grammar_vocab_new(const char *const *pieces, const size_t *lens, int32_t n_vocab,
+ember_status ember_grammar_vocab_new(const char *const *pieces, const size_t *lens,
+                                     const char *const *texts, const size_t *text_lens, int32_t n_vocab,
                                      const bool *is_eog, ember_grammar_vocab **out);
-/* Same from a loaded tokenizer: ember_token_to_piece(v, id, special=false)
- * and ember_vocab_is_eog. */
+/* Same from a loaded tokenizer: pieces = ember_token_to_piece(v, id,
+ * special=false), texts = the same with special=true, ember_vocab_is_eog. */
 ember_status ember_grammar_vocab_from_tokenizer(const struct ember_vocab *v, ember_grammar_vocab **out);
 void ember_grammar_vocab_free(ember_grammar_vocab *tv);
 int32_t ember_grammar_vocab_n_tokens(const ember_grammar_vocab *tv);
 
 /* A matcher at the grammar's start. `tv` may be NULL (then only the byte
  * level functions work). g and tv must outlive the state and its clones.
- * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM. */
+ * Errors: EMBER_ERR_NOT_FOUND (a token reference that is not one token of
+ * tv), EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM. */
 ember_status ember_grammar_state_new(const ember_grammar *g, const ember_grammar_vocab *tv,
                                      ember_grammar_state **out);
 /* A copy at the same position that shares the cache (cheap, O(1)). */

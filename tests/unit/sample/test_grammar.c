@@ -55,7 +55,9 @@ static void test_parse_errors(void **unused)
         { "root ::= \"a\"\nroot ::= \"b\"", EMBER_ERR_FORMAT, "line 2:1: rule 'root' defined twice" },
         { "root ::= root \"x\" | \"y\"", EMBER_ERR_FORMAT, "left recursion" },
         { "root ::= a\na ::= b? a \"x\"\nb ::= \"b\"", EMBER_ERR_FORMAT, "left recursion" },
-        { "root ::= <think> \"x\"", EMBER_ERR_UNSUPPORTED, "line 1:10: token references" },
+        { "root ::= <think \"x\"", EMBER_ERR_FORMAT, "line 1:10: unterminated token reference" },
+        { "root ::= <[12x]>", EMBER_ERR_FORMAT, "line 1:14: expected ']>' after a token id" },
+        { "root ::= ! \"x\"", EMBER_ERR_FORMAT, "line 1:11: expected '<' after '!'" },
         { "root ::= \"\xff\"", EMBER_ERR_FORMAT, "line 1:11: invalid UTF-8" },
         { "root ::= \"a\" )", EMBER_ERR_FORMAT, "line 1:14: unexpected character ')'" },
         { "root ::= \"a\"{100001}", EMBER_ERR_FORMAT, "repetition bound over 100000" },
@@ -142,14 +144,19 @@ static const char *const PIECES[] = {
     "\xC3", "\xA9", "\xC3\xA9", "\xC3\xA9x", "\xA9x", "", /* 20: control, empty */
 };
 #define NV ((int32_t)(sizeof PIECES / sizeof *PIECES))
+/* texts with special tokens written out: 0 is <eos>, 20 is <|call> */
+static const char *const TEXTS[] = {
+    "<eos>", "c", "ca", "cat", "car", "d", "do", "dog", "a", "t", "r", "g", "o", "x", "cats",
+    "\xC3", "\xA9", "\xC3\xA9", "\xC3\xA9x", "\xA9x", "<|call>",
+};
 
 static ember_grammar_vocab *synth_vocab(void)
 {
-    size_t lens[NV];
+    size_t lens[NV], tlens[NV];
     bool eog[NV];
-    for (int32_t i = 0; i < NV; i++) { lens[i] = strlen(PIECES[i]); eog[i] = i == EOS; }
+    for (int32_t i = 0; i < NV; i++) { lens[i] = strlen(PIECES[i]); tlens[i] = strlen(TEXTS[i]); eog[i] = i == EOS; }
     ember_grammar_vocab *tv;
-    assert_int_equal(ember_grammar_vocab_new(PIECES, lens, NV, eog, &tv), EMBER_OK);
+    assert_int_equal(ember_grammar_vocab_new(PIECES, lens, TEXTS, tlens, NV, eog, &tv), EMBER_OK);
     return tv;
 }
 
@@ -250,6 +257,51 @@ static void test_utf8_partial_tokens(void **unused)
     ember_grammar_vocab_free(tv);
 }
 
+static void test_token_references(void **unused)
+{
+    ember_grammar_vocab *tv = synth_vocab();
+    /* a control token (empty piece) forced by text, then a word, then any
+     * tokens but "x" (!<[13]>) until EOS */
+    ember_grammar *g = parse_ok("root ::= <|call> \"do\" tail\ntail ::= !<[13]>*");
+    ember_grammar_state *st;
+    assert_int_equal(ember_grammar_state_new(g, tv, &st), EMBER_OK);
+    expect_allowed(st, "20");
+    assert_int_equal(ember_grammar_accept(st, 20), EMBER_OK);
+    expect_allowed(st, "5,6");   /* d, do; not "dog": token elements take whole tokens, never bytes */
+    assert_int_equal(ember_grammar_accept(st, 6), EMBER_OK);    /* "do" */
+    /* now: any token but x (13) and EOS, and EOS because tail can be empty */
+    expect_allowed(st, "0,1,2,3,4,5,6,7,8,9,10,11,12,14,15,16,17,18,19,20");
+    assert_int_equal(ember_grammar_accept(st, 13), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_grammar_accept(st, 16), EMBER_OK);   /* a lone continuation byte: fine as a whole token */
+    assert_int_equal(ember_grammar_accept(st, EOS), EMBER_OK);
+    ember_grammar_state_free(st);
+    ember_grammar_free(g);
+    /* by id, and EOS named explicitly before the grammar could end */
+    g = parse_ok("root ::= <[3]> <[0]> \"a\"");
+    assert_int_equal(ember_grammar_state_new(g, tv, &st), EMBER_OK);
+    expect_allowed(st, "3");
+    assert_int_equal(ember_grammar_accept(st, 3), EMBER_OK);
+    expect_allowed(st, "0");
+    assert_int_equal(ember_grammar_accept(st, 0), EMBER_OK);
+    assert_false(ember_grammar_is_done(st));
+    expect_allowed(st, "8");
+    ember_grammar_state_free(st);
+    ember_grammar_free(g);
+    /* unknown token text / id out of range: NOT_FOUND at state creation */
+    g = parse_ok("root ::= <|nope>");
+    assert_int_equal(ember_grammar_state_new(g, tv, &st), EMBER_ERR_NOT_FOUND);
+    assert_non_null(strstr(ember_last_error(), "<|nope>"));
+    ember_grammar_free(g);
+    g = parse_ok("root ::= <[99]>");
+    assert_int_equal(ember_grammar_state_new(g, tv, &st), EMBER_ERR_NOT_FOUND);
+    /* without a vocabulary, token elements never match */
+    assert_int_equal(ember_grammar_state_new(g, NULL, &st), EMBER_OK);
+    assert_false(ember_grammar_can_end(st));
+    ember_grammar_state_free(st);
+    ember_grammar_free(g);
+    ember_grammar_vocab_free(tv);
+}
+
 static void test_parser_random_input(void **unused)
 {
     /* random mutations of a valid grammar: never crash, always a status */
@@ -286,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_string_goldens),
         cmocka_unit_test(test_token_masks),
         cmocka_unit_test(test_utf8_partial_tokens),
+        cmocka_unit_test(test_token_references),
         cmocka_unit_test(test_parser_random_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

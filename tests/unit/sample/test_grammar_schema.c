@@ -324,6 +324,36 @@ static void test_gemma_schema_walk(void **unused)
     json_decref(s);
 }
 
+static void test_gemma_special_token(void **unused)
+{
+    if (!g_tv) skip();
+    /* a control token by its text, then plain text: exactly one token first */
+    const char *gb = "root ::= <start_of_turn> \"model\"";
+    ember_grammar *g;
+    assert_int_equal(ember_grammar_parse(gb, strlen(gb), NULL, &g), EMBER_OK);
+    ember_grammar_state *st;
+    assert_int_equal(ember_grammar_state_new(g, g_tv, &st), EMBER_OK);
+    ember_token sot = -1;
+    for (int32_t i = 0; i < ember_vocab_n_tokens(g_vocab); i++) {
+        size_t n;
+        const char *t = ember_vocab_text(g_vocab, i, &n);
+        if (n == 15 && memcmp(t, "<start_of_turn>", 15) == 0) { sot = i; break; }
+    }
+    assert_true(sot >= 0);
+    const uint32_t *m; int32_t na;
+    assert_int_equal(ember_grammar_mask(st, &m, &na), EMBER_OK);
+    assert_int_equal(na, 1);
+    assert_true((m[sot >> 5] >> (sot & 31)) & 1);
+    assert_int_equal(ember_grammar_accept(st, sot), EMBER_OK);
+    ember_token *ids; size_t n;
+    assert_int_equal(ember_tokenize(g_vocab, "model", 5, false, false, &ids, &n), EMBER_OK);
+    for (size_t i = 0; i < n; i++) assert_int_equal(ember_grammar_accept(st, ids[i]), EMBER_OK);
+    assert_true(ember_grammar_can_end(st));
+    free(ids);
+    ember_grammar_state_free(st);
+    ember_grammar_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_schema_random_input),
         cmocka_unit_test(test_gemma_json_walk),
         cmocka_unit_test(test_gemma_schema_walk),
+        cmocka_unit_test(test_gemma_special_token),
     };
     return cmocka_run_group_tests(tests, load_gemma, free_gemma);
 }

@@ -698,7 +698,8 @@ struct ember_grammar_vocab {
     ember_token *eog_list; size_t n_eog;
     /* trie in pre-order: node i has byte[i], depth[i] (1-based), skip[i]
      * (first node after its subtree), tok[i] (first token ending here or -1);
-     * tok_next[t] chains tokens with identical pieces */
+     * tok_next[t] chains tokens with identical pieces (such a node stores
+     * -2 - first id) */
     size_t n_nodes;
     uint8_t *byte; uint16_t *depth; uint32_t *skip; int32_t *tok;
     int32_t *tok_next;
@@ -810,6 +811,10 @@ ember_status ember_grammar_vocab_new(const char *const *pieces, const size_t *le
         prev = s;
     }
     while (plen > 0) { tv->skip[pth[plen - 1]] = (uint32_t)nn; plen--; }
+    /* nodes ending several tokens: tok = -2 - first id (the walk then follows
+     * tok_next; the common single-token node costs no extra load) */
+    for (size_t i = 0; i < nn; i++)
+        if (tv->tok[i] >= 0 && tv->tok_next[tv->tok[i]] >= 0) tv->tok[i] = -2 - tv->tok[i];
     free(pth);
     free(order);
     tv->n_nodes = nn;
@@ -892,6 +897,7 @@ typedef struct engine {
     uint32_t mask_next;
     size_t mask_hits, mask_misses;
     int32_t *walk;   /* DFS state per depth */
+    int32_t **walk_row;
     int32_t *tok_id; /* resolved token references */
 } engine;
 
@@ -1206,7 +1212,13 @@ static inline int32_t trans(engine *e, int32_t s, uint8_t b)
     }
     int32_t t = compute_trans(e, s, b);
     if (e->oom) return DEAD;   /* do not cache failures */
-    e->rows.a[s][b] = t;
+    row = e->rows.a[s];
+    row[b] = t;
+    /* in a uniform partial code point every continuation byte leads to the
+     * same state: fill them all at once */
+    const dstate *d = &e->ds.a[s];
+    if (d->need > 0 && (d->acc & ACC_UNIFORM) && (b & 0xC0) == 0x80)
+        for (int c = 0x80; c < 0xC0; c++) row[c] = t;
     return t;
 }
 
@@ -1220,7 +1232,7 @@ static void engine_free(engine *e)
     free(e->ds.a); free(e->ds_h.slot);
     free(e->out.a); free(e->work.a); free(e->vis);
     for (int i = 0; i < N_MASK_CACHE; i++) { free(e->mask_bits[i]); free(e->mask_list[i]); }
-    free(e->walk);
+    free(e->walk); free(e->walk_row);
     free(e->tok_id);
     free(e);
 }
@@ -1236,7 +1248,11 @@ ember_status ember_grammar_state_new(const ember_grammar *g, const ember_grammar
     for (int i = 0; i < N_MASK_CACHE; i++) e->mask_state[i] = -1;
     gnode bottom = { UINT32_MAX, 0 };
     if (!VEC_PUSH(e->nodes, bottom)) goto nomem;
-    if (tv) { e->walk = malloc(((size_t)tv->max_depth + 2) * sizeof *e->walk); if (!e->walk) goto nomem; }
+    if (tv) {
+        e->walk = malloc(((size_t)tv->max_depth + 2) * sizeof *e->walk);
+        e->walk_row = malloc(((size_t)tv->max_depth + 2) * sizeof *e->walk_row);
+        if (!e->walk || !e->walk_row) goto nomem;
+    }
     if (g->n_toks) {
         e->tok_id = malloc(g->n_toks * sizeof *e->tok_id);
         if (!e->tok_id) goto nomem;
@@ -1442,21 +1458,33 @@ static int32_t compute_mask(engine *e, int32_t s, uint32_t *bits)
     memset(bits, 0, nw * sizeof *bits);
     int32_t count = 0;
     int32_t *walk = e->walk;
+    int32_t **wrow = e->walk_row;   /* transition row of walk[d], NULL until known */
     walk[0] = s;
+    wrow[0] = e->rows.a[s];
     const uint8_t *byte = tv->byte; const uint16_t *depth = tv->depth;
     const uint32_t *skip = tv->skip; const int32_t *tok = tv->tok;
-    size_t i = 0, n = tv->n_nodes;
+    size_t i = 0;
+    const size_t n = tv->n_nodes;
     while (i < n) {
-        int32_t from = walk[depth[i] - 1];
-        int32_t *row = e->rows.a[from];
-        int32_t t = (row && row[byte[i]] != UNKNOWN) ? row[byte[i]] : trans(e, from, byte[i]);
+        const uint32_t d = depth[i];
+        const uint8_t b = byte[i];
+        const int32_t *row = wrow[d - 1];
+        int32_t t = row ? row[b] : UNKNOWN;
+        if (t == UNKNOWN) {
+            t = trans(e, walk[d - 1], b);
+            wrow[d - 1] = e->rows.a[walk[d - 1]];
+        }
         if (t < 0) {
             if (e->oom) return -1;
             i = skip[i];
             continue;
         }
-        walk[depth[i]] = t;
-        for (int32_t k = tok[i]; k >= 0; k = tv->tok_next[k]) { bits[k >> 5] |= 1u << (k & 31); count++; }
+        walk[d] = t;
+        wrow[d] = e->rows.a[t];
+        int32_t k = tok[i];
+        if (k >= 0) { bits[k >> 5] |= 1u << (k & 31); count++; }
+        else if (k <= -2)
+            for (k = -2 - k; k >= 0; k = tv->tok_next[k]) { bits[k >> 5] |= 1u << (k & 31); count++; }
         i++;
     }
     if (e->ds.a[s].accepting) {
@@ -1591,4 +1619,5 @@ void ember_grammar_get_stats(const ember_grammar_state *st, ember_grammar_stats 
     o->n_stack_nodes = e->nodes.n; o->n_sets = e->set_len.n; o->n_states = e->ds.n;
     for (size_t i = 0; i < e->rows.n; i++) o->n_rows += e->rows.a[i] != NULL;
     o->bytes = e->bytes; o->mask_hits = e->mask_hits; o->mask_misses = e->mask_misses;
+    o->n_trie_nodes = e->tv ? e->tv->n_nodes : 0;
 }

@@ -147,6 +147,7 @@ ember_status ember_grammar_apply_candidates(ember_grammar_state *st, const ember
 /* Cache statistics (for benchmarks and tests). */
 typedef struct ember_grammar_stats {
     size_t n_stack_nodes, n_sets, n_states, n_rows, bytes;
+    size_t n_trie_nodes;   /* of the vocabulary's byte trie */
     size_t mask_hits, mask_misses;
 } ember_grammar_stats;
 void ember_grammar_get_stats(const ember_grammar_state *st, ember_grammar_stats *out);

@@ -104,6 +104,38 @@ static void test_parse_valid(void **unused)
     ember_grammar_free(g);
 }
 
+/* llama.cpp's own example grammars (read in place when its source is on
+ * this machine, else skipped): every one parses, and a few sentences their
+ * comments describe are accepted. */
+static void test_llama_example_grammars(void **unused)
+{
+    const char *dir = getenv("LLAMA_CPP_DIR");
+    char path[1024];
+    static const char *const names[] = { "arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list" };
+    int found = 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(path, sizeof path, "%s/grammars/%s.gbnf", dir ? dir : "/opt/llama/llama_cpp_python-0.3.36/vendor/llama.cpp", names[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static char buf[1 << 16];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        ember_grammar *g = NULL;
+        if (ember_grammar_parse(buf, n, NULL, &g) != EMBER_OK) fail_msg("%s: %s", names[i], ember_last_error());
+        if (!strcmp(names[i], "json")) {
+            const char *ok = "{\"a\": [1, 2.5, \"x\"], \"b\": {}}", *bad = "{\"a\" 1}";
+            assert_int_equal(match(g, ok, strlen(ok)), 1);
+            assert_int_equal(match(g, bad, strlen(bad)), -1);
+        }
+        const char *list = "- one\n- two\n", *chess = "1. e4 e5\n2. Nf3 Nc6\n";
+        if (!strcmp(names[i], "list")) assert_int_equal(match(g, list, strlen(list)), 1);
+        if (!strcmp(names[i], "chess")) assert_int_equal(match(g, chess, strlen(chess)), 1);
+        ember_grammar_free(g);
+        found++;
+    }
+    if (!found) skip();
+}
+
 static void test_string_goldens(void **unused)
 {
     json_error_t je;
@@ -335,6 +367,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_parse_valid),
+        cmocka_unit_test(test_llama_example_grammars),
         cmocka_unit_test(test_string_goldens),
         cmocka_unit_test(test_token_masks),
         cmocka_unit_test(test_utf8_partial_tokens),

@@ -249,10 +249,19 @@ static char *walk(const ember_grammar *g, int max_steps, int *n_eos_checks)
                 if (pl <= 2) { t = u; break; }
             }
         }
-        /* a disallowed token is refused by both paths */
+        /* the mask agrees with the per-token check: one random token each
+         * step, and every token on every 16th step */
         ember_token r = (ember_token)(next_rand() % (uint64_t)nv);
         bool bit = (m[r >> 5] >> (r & 31)) & 1;
         assert_int_equal(ember_grammar_token_allowed(st, r), bit);
+        if (step % 16 == 5) {
+            uint32_t *copy = malloc(((size_t)nv + 31) / 32 * sizeof *copy);
+            memcpy(copy, m, ((size_t)nv + 31) / 32 * sizeof *copy);   /* token_allowed may evict m */
+            for (ember_token q = 0; q < nv; q++)
+                if (ember_grammar_token_allowed(st, q) != (bool)((copy[q >> 5] >> (q & 31)) & 1))
+                    fail_msg("step %d token %d: mask %d, token_allowed disagrees ('%.*s')", step, q, (int)((copy[q >> 5] >> (q & 31)) & 1), (int)len, text);
+            free(copy);
+        }
         size_t pl;
         const char *piece = ember_token_to_piece(g_vocab, t, false, &pl);
         assert_int_equal(ember_grammar_accept(st, t), EMBER_OK);

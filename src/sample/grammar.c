@@ -1465,6 +1465,7 @@ static int32_t compute_mask(engine *e, int32_t s, uint32_t *bits)
     const uint32_t *skip = tv->skip; const int32_t *tok = tv->tok;
     size_t i = 0;
     const size_t n = tv->n_nodes;
+    int32_t **rows = e->rows.a;   /* refreshed after trans(), which may grow the array */
     while (i < n) {
         const uint32_t d = depth[i];
         const uint8_t b = byte[i];
@@ -1472,7 +1473,8 @@ static int32_t compute_mask(engine *e, int32_t s, uint32_t *bits)
         int32_t t = row ? row[b] : UNKNOWN;
         if (t == UNKNOWN) {
             t = trans(e, walk[d - 1], b);
-            wrow[d - 1] = e->rows.a[walk[d - 1]];
+            rows = e->rows.a;
+            wrow[d - 1] = rows[walk[d - 1]];
         }
         if (t < 0) {
             if (e->oom) return -1;
@@ -1480,7 +1482,7 @@ static int32_t compute_mask(engine *e, int32_t s, uint32_t *bits)
             continue;
         }
         walk[d] = t;
-        wrow[d] = e->rows.a[t];
+        wrow[d] = rows[t];
         int32_t k = tok[i];
         if (k >= 0) { bits[k >> 5] |= 1u << (k & 31); count++; }
         else if (k <= -2)

@@ -16,7 +16,8 @@
  * schemas true / false.
  * Known limits (the grammar is then looser or stricter than the schema):
  * properties must appear in the order of "properties" and additional
- * properties after them, and an additional key may repeat a declared name;
+ * properties after them (an additional key is any string but a declared
+ * name, though a declared name spelt with a \u escape slips through);
  * oneOf is treated as anyOf; numeric bounds (minimum, maximum, multipleOf),
  * pattern, minProperties/maxProperties, uniqueItems, not and allOf are not
  * enforced (allOf, not and remote $ref are reported as unsupported); a date

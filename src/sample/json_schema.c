@@ -1,0 +1,728 @@
+/*
+ * json_schema.c — JSON Schema (jansson) to GBNF text; request fields.
+ *
+ * Owns: what json_schema.h declares. Must not: parse GBNF or touch the
+ * matcher. Every sub-schema becomes a named rule; $ref targets are memoised
+ * by pointer so recursive schemas terminate.
+ */
+#include "sample/json_schema.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+typedef struct sb { char *a; size_t n, cap; bool oom; } sb;
+
+static void sb_putn(sb *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 256;
+        while (nc < b->n + n + 1) nc *= 2;
+        char *p = realloc(b->a, nc);
+        if (!p) { b->oom = true; return; }
+        b->a = p; b->cap = nc;
+    }
+    memcpy(b->a + b->n, s, n);
+    b->n += n;
+    b->a[b->n] = 0;
+}
+static void sb_put(sb *b, const char *s) { sb_putn(b, s, strlen(s)); }
+static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sb *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0) { b->oom = true; return; }
+    if ((size_t)k < sizeof tmp) { sb_putn(b, tmp, (size_t)k); return; }
+    char *big = malloc((size_t)k + 1);
+    if (!big) { b->oom = true; return; }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    sb_putn(b, big, (size_t)k);
+    free(big);
+}
+
+typedef struct refmemo { char *ref; char *rule; } refmemo;
+
+typedef struct jsc {
+    const json_t *root;
+    sb rules;
+    refmemo *memo; size_t n_memo, cap_memo;
+    unsigned counter;
+    ember_status err;
+    int depth;
+} jsc;
+
+#define FAIL(c, code, ...) do { if ((c)->err == EMBER_OK) (c)->err = ember_error((code), "json_schema: " __VA_ARGS__); return false; } while (0)
+
+/* Primitive rules, always emitted (unused ones are harmless). */
+static const char PRIMITIVES[] =
+    "ws ::= [ \\t\\n]{0,20}\n"
+    "value ::= object | array | string | number | boolean | null\n"
+    "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
+    "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
+    "string ::= \"\\\"\" string-tail\n"
+    "string-tail ::= char* \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]* )\n"
+    "number ::= integer ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
+    "boolean ::= \"true\" | \"false\"\n"
+    "null ::= \"null\"\n"
+    "nothing ::= [^\\x00-\\U0010FFFF]\n"
+    "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n"
+    "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" ( [0-5] [0-9] | \"60\" ) ( \".\" [0-9]+ )? "
+    "( [Zz] | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
+    "date-time ::= date [Tt] time\n"
+    "hex ::= [0-9a-fA-F]\n"
+    "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n"
+    "email-part ::= [^\"\\\\@\\x00-\\x20]+\n"
+    "email ::= email-part \"@\" email-part\n"
+    "dec-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n"
+    "ipv4 ::= dec-octet \".\" dec-octet \".\" dec-octet \".\" dec-octet\n";
+
+/* A fresh rule name from a hint: [a-z0-9-] only. */
+static char *rule_name(jsc *c, const char *hint)
+{
+    char buf[80];
+    size_t k = 0;
+    for (const char *p = hint; *p && k < 40; p++) {
+        char ch = *p;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) buf[k++] = ch;
+        else if (ch >= 'A' && ch <= 'Z') buf[k++] = (char)(ch - 'A' + 'a');
+        else if (k && buf[k - 1] != '-') buf[k++] = '-';
+    }
+    while (k && buf[k - 1] == '-') k--;
+    snprintf(buf + k, sizeof buf - k, "%sx%u", k ? "-" : "", c->counter++);
+    return strdup(buf);
+}
+
+static void define_rule(jsc *c, const char *name, const sb *body)
+{
+    sb_put(&c->rules, name);
+    sb_put(&c->rules, " ::= ");
+    /* an empty body is written "" (llama.cpp's parser reads past a newline after ::=) */
+    if (body->n) sb_putn(&c->rules, body->a, body->n);
+    else sb_put(&c->rules, "\"\"");
+    sb_put(&c->rules, "\n");
+    if (body->oom) c->rules.oom = true;
+}
+
+/* A GBNF literal for raw bytes (UTF-8 passes through). */
+static void put_gbnf_literal(sb *b, const char *s, size_t n)
+{
+    sb_put(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"') sb_put(b, "\\\"");
+        else if (ch == '\\') sb_put(b, "\\\\");
+        else if (ch == '\n') sb_put(b, "\\n");
+        else if (ch == '\r') sb_put(b, "\\r");
+        else if (ch == '\t') sb_put(b, "\\t");
+        else if (ch < 0x20 || ch == 0x7F) sb_printf(b, "\\x%02X", ch);
+        else sb_putn(b, (const char *)&ch, 1);
+    }
+    sb_put(b, "\"");
+}
+
+/* Grammar for the JSON encoding of string s: the quotes, and for each
+ * character its shortest JSON form (the form of json.dumps / jansson). */
+static void put_json_string(sb *b, const char *s, size_t n)
+{
+    sb json = {0};
+    sb_put(&json, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        switch (ch) {
+        case '"': sb_put(&json, "\\\""); break;
+        case '\\': sb_put(&json, "\\\\"); break;
+        case '\n': sb_put(&json, "\\n"); break;
+        case '\r': sb_put(&json, "\\r"); break;
+        case '\t': sb_put(&json, "\\t"); break;
+        case '\b': sb_put(&json, "\\b"); break;
+        case '\f': sb_put(&json, "\\f"); break;
+        default:
+            if (ch < 0x20) sb_printf(&json, "\\u%04x", ch);
+            else sb_putn(&json, (const char *)&ch, 1);
+        }
+    }
+    sb_put(&json, "\"");
+    if (json.oom) b->oom = true;
+    else put_gbnf_literal(b, json.a, json.n);
+    free(json.a);
+}
+
+/* Grammar for one fixed JSON value (const / enum), whitespace allowed
+ * between tokens. */
+static bool put_json_value(jsc *c, sb *b, const json_t *v)
+{
+    if (++c->depth > 64) FAIL(c, EMBER_ERR_INVALID_ARG, "const/enum value nested deeper than 64");
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        sb_put(b, "\"{\" ws");
+        const char *k; json_t *x; bool first = true;
+        json_object_foreach((json_t *)v, k, x) {
+            if (!first) sb_put(b, " \",\" ws");
+            first = false;
+            sb_put(b, " ");
+            put_json_string(b, k, strlen(k));
+            sb_put(b, " ws \":\" ws ");
+            if (!put_json_value(c, b, x)) return false;
+            sb_put(b, " ws");
+        }
+        sb_put(b, " \"}\"");
+        break;
+    }
+    case JSON_ARRAY: {
+        sb_put(b, "\"[\" ws");
+        size_t i; json_t *x;
+        json_array_foreach(v, i, x) {
+            if (i) sb_put(b, " \",\" ws");
+            sb_put(b, " ");
+            if (!put_json_value(c, b, x)) return false;
+            sb_put(b, " ws");
+        }
+        sb_put(b, " \"]\"");
+        break;
+    }
+    case JSON_STRING: put_json_string(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_INTEGER: sb_printf(b, "\"%lld\"", (long long)json_integer_value(v)); break;
+    case JSON_REAL: {
+        char *t = json_dumps(v, JSON_ENCODE_ANY);
+        if (!t) FAIL(c, EMBER_ERR_NOMEM, "out of memory");
+        sb_printf(b, "\"%s\"", t);
+        free(t);
+        break;
+    }
+    case JSON_TRUE: sb_put(b, "\"true\""); break;
+    case JSON_FALSE: sb_put(b, "\"false\""); break;
+    case JSON_NULL: sb_put(b, "\"null\""); break;
+    }
+    c->depth--;
+    return true;
+}
+
+static bool gen(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out);
+
+/* A rule for sub-schema s; its name goes to out. */
+static bool gen_rule(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out)
+{
+    char *name = rule_name(c, hint);
+    if (!name) FAIL(c, EMBER_ERR_NOMEM, "out of memory");
+    sb body = {0};
+    bool ok = gen(c, s, hint, ptr, &body);
+    if (ok) { define_rule(c, name, &body); sb_put(out, name); }
+    free(body.a);
+    free(name);
+    return ok;
+}
+
+/* Resolve a local JSON pointer "#/a/b~1c" in the root document. */
+static const json_t *resolve_ref(jsc *c, const char *ref)
+{
+    if (ref[0] != '#') return NULL;
+    const json_t *cur = c->root;
+    const char *p = ref + 1;
+    if (*p == 0) return cur;
+    if (*p != '/') return NULL;
+    char tok[256];
+    while (*p == '/') {
+        p++;
+        size_t k = 0;
+        while (*p && *p != '/' && k + 1 < sizeof tok) {
+            if (p[0] == '~' && p[1] == '1') { tok[k++] = '/'; p += 2; }
+            else if (p[0] == '~' && p[1] == '0') { tok[k++] = '~'; p += 2; }
+            else if (p[0] == '%' && p[1] && p[2]) {   /* URI percent-encoding */
+                unsigned v; if (sscanf(p + 1, "%2x", &v) != 1) return NULL;
+                tok[k++] = (char)v; p += 3;
+            } else tok[k++] = *p++;
+        }
+        tok[k] = 0;
+        if (json_is_object(cur)) cur = json_object_get(cur, tok);
+        else if (json_is_array(cur)) { char *e; long i = strtol(tok, &e, 10); cur = (*e || i < 0) ? NULL : json_array_get(cur, (size_t)i); }
+        else return NULL;
+        if (!cur) return NULL;
+    }
+    return *p ? NULL : cur;
+}
+
+static bool gen_ref(jsc *c, const char *ref, sb *out)
+{
+    for (size_t i = 0; i < c->n_memo; i++)
+        if (strcmp(c->memo[i].ref, ref) == 0) { sb_put(out, c->memo[i].rule); return true; }
+    if (ref[0] != '#') FAIL(c, EMBER_ERR_UNSUPPORTED, "$ref '%.200s': only local references (#...) are supported", ref);
+    const json_t *t = resolve_ref(c, ref);
+    if (!t) FAIL(c, EMBER_ERR_NOT_FOUND, "$ref '%.200s' resolves to nothing", ref);
+    if (c->n_memo == c->cap_memo) {
+        size_t nc = c->cap_memo ? c->cap_memo * 2 : 8;
+        refmemo *m = realloc(c->memo, nc * sizeof *m);
+        if (!m) FAIL(c, EMBER_ERR_NOMEM, "out of memory");
+        c->memo = m; c->cap_memo = nc;
+    }
+    const char *slash = strrchr(ref, '/');
+    char *name = rule_name(c, slash ? slash + 1 : "ref");
+    char *rcopy = strdup(ref);
+    if (!name || !rcopy) { free(name); free(rcopy); FAIL(c, EMBER_ERR_NOMEM, "out of memory"); }
+    c->memo[c->n_memo].ref = rcopy; c->memo[c->n_memo].rule = name;
+    c->n_memo++;
+    sb body = {0};
+    bool ok = gen(c, t, slash ? slash + 1 : "ref", ref, &body);
+    if (ok) { define_rule(c, name, &body); sb_put(out, name); }
+    free(body.a);
+    return ok;
+}
+
+static bool get_uint(jsc *c, const json_t *s, const char *key, const char *ptr, long long *v)
+{
+    const json_t *x = json_object_get(s, key);
+    if (!x) return true;
+    if (json_is_integer(x) && json_integer_value(x) >= 0) { *v = json_integer_value(x); return true; }
+    if (json_is_real(x) && json_real_value(x) >= 0 && json_real_value(x) == (double)(long long)json_real_value(x)) { *v = (long long)json_real_value(x); return true; }
+    FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/%s must be a non-negative integer", ptr, key);
+}
+
+#define MAX_BOUND 10000
+
+static bool gen_string(jsc *c, const json_t *s, const char *ptr, sb *out)
+{
+    const json_t *fmt = json_object_get(s, "format");
+    if (fmt) {
+        if (!json_is_string(fmt)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/format must be a string", ptr);
+        const char *f = json_string_value(fmt);
+        static const char *const known[] = { "date", "time", "date-time", "uuid", "email", "ipv4" };
+        for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+            if (strcmp(f, known[i]) == 0) { sb_printf(out, "\"\\\"\" %s \"\\\"\"", f); return true; }
+        FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s/format '%.100s' is not supported", ptr, f);
+    }
+    long long lo = 0, hi = -1;
+    if (!get_uint(c, s, "minLength", ptr, &lo) || !get_uint(c, s, "maxLength", ptr, &hi)) return false;
+    if (lo == 0 && hi < 0) { sb_put(out, "string"); return true; }
+    if (lo > MAX_BOUND || hi > MAX_BOUND) FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s: string length bound over %d", ptr, MAX_BOUND);
+    if (hi >= 0 && hi < lo) { sb_put(out, "nothing"); return true; }
+    if (hi < 0) sb_printf(out, "\"\\\"\" char{%lld,} \"\\\"\"", lo);
+    else sb_printf(out, "\"\\\"\" char{%lld,%lld} \"\\\"\"", lo, hi);
+    return true;
+}
+
+static bool gen_array(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out)
+{
+    long long lo = 0, hi = -1;
+    if (!get_uint(c, s, "minItems", ptr, &lo) || !get_uint(c, s, "maxItems", ptr, &hi)) return false;
+    if (lo > MAX_BOUND || hi > MAX_BOUND) FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s: item count bound over %d", ptr, MAX_BOUND);
+    if (hi >= 0 && hi < lo) { sb_put(out, "nothing"); return true; }
+    const json_t *prefix = json_object_get(s, "prefixItems");
+    const json_t *items = json_object_get(s, "items");
+    if (json_is_array(items) && !prefix) { prefix = items; items = json_object_get(s, "additionalItems"); }  /* draft-07 tuples */
+    char sub[300];
+    /* the element list: prefix[0..np) then `items` repeated */
+    size_t np = prefix ? json_array_size(prefix) : 0;
+    if (prefix && !json_is_array(prefix)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/prefixItems must be an array", ptr);
+    if (json_is_false(items) && lo > (long long)np) { sb_put(out, "nothing"); return true; }
+    char **pnames = np ? calloc(np, sizeof *pnames) : NULL;
+    if (np && !pnames) FAIL(c, EMBER_ERR_NOMEM, "out of memory");
+    bool ok = true;
+    for (size_t i = 0; i < np && ok; i++) {
+        sb e = {0};
+        snprintf(sub, sizeof sub, "%.200s/prefixItems/%zu", ptr, i);
+        char h[64]; snprintf(h, sizeof h, "%.40s-%zu", hint, i);
+        ok = gen_rule(c, json_array_get(prefix, i), h, sub, &e);
+        pnames[i] = e.a;
+    }
+    sb item = {0};
+    bool more = true;   /* whether items after the prefix are allowed */
+    if (ok) {
+        if (json_is_false(items)) more = false;
+        else if (items) { snprintf(sub, sizeof sub, "%.200s/items", ptr); char h[64]; snprintf(h, sizeof h, "%.40s-item", hint); ok = gen_rule(c, items, h, sub, &item); }
+        else sb_put(&item, "value");
+    }
+    if (ok) {
+        /* counts: total n in [lo, hi]; prefix consumes the first np */
+        if (!more) { if (hi < 0 || hi > (long long)np) hi = (long long)np; }
+        sb_put(out, "\"[\" ws ");
+        /* build nested optional structure: element k is required iff k < lo */
+        size_t n_fixed = np;
+        long long total_hi = hi;   /* -1: unbounded */
+        /* emit elements 0..np-1 (prefix), each after the first preceded by "," */
+        size_t opened = 0;
+        for (size_t k = 0; k < n_fixed; k++) {
+            bool req = (long long)k < lo;
+            if (total_hi >= 0 && (long long)k >= total_hi) break;
+            if (!req) { sb_put(out, "( "); opened++; }
+            if (k) sb_put(out, "\",\" ws ");
+            sb_put(out, pnames[k]);
+            sb_put(out, " ws ");
+        }
+        if (more && (total_hi < 0 || total_hi > (long long)n_fixed)) {
+            long long rlo = lo > (long long)n_fixed ? lo - (long long)n_fixed : 0;
+            long long rhi = total_hi < 0 ? -1 : total_hi - (long long)n_fixed;
+            if (n_fixed == 0) {
+                /* item ( "," ws item ){rlo-1, rhi-1}, optional when rlo == 0 */
+                if (rlo == 0) sb_put(out, "( ");
+                sb_printf(out, "%s ws ", item.a);
+                long long a = rlo > 0 ? rlo - 1 : 0;
+                if (rhi < 0) sb_printf(out, "( \",\" ws %s ws ){%lld,}", item.a, a);
+                else if (rhi - 1 > 0 || a > 0) sb_printf(out, "( \",\" ws %s ws ){%lld,%lld}", item.a, a, rhi - 1);
+                if (rlo == 0) sb_put(out, " )?");
+            } else {
+                if (rhi < 0) sb_printf(out, "( \",\" ws %s ws ){%lld,}", item.a, rlo);
+                else sb_printf(out, "( \",\" ws %s ws ){%lld,%lld}", item.a, rlo, rhi);
+            }
+            sb_put(out, " ");
+        }
+        for (size_t k = 0; k < opened; k++) sb_put(out, ")? ");
+        sb_put(out, "\"]\"");
+    }
+    for (size_t i = 0; i < np; i++) free(pnames[i]);
+    free(pnames);
+    free(item.a);
+    return ok;
+}
+
+/* Keys other than the declared ones, for additional properties: a rule over
+ * a trie of the keys' JSON-encoded units (a character or an escape). A key
+ * written with a different escape of the same character (\u0061 for a) is
+ * not recognised as declared. */
+typedef struct ukey { char (*u)[8]; size_t n; } ukey;
+
+static bool key_units(const char *k, ukey *out)
+{
+    size_t L = strlen(k);
+    out->u = malloc((L + 1) * sizeof *out->u);
+    out->n = 0;
+    if (!out->u) return false;
+    for (size_t i = 0; i < L;) {
+        unsigned char ch = (unsigned char)k[i];
+        char *d = out->u[out->n++];
+        switch (ch) {
+        case '"': strcpy(d, "\\\""); i++; continue;
+        case '\\': strcpy(d, "\\\\"); i++; continue;
+        case '\n': strcpy(d, "\\n"); i++; continue;
+        case '\r': strcpy(d, "\\r"); i++; continue;
+        case '\t': strcpy(d, "\\t"); i++; continue;
+        case '\b': strcpy(d, "\\b"); i++; continue;
+        case '\f': strcpy(d, "\\f"); i++; continue;
+        default: break;
+        }
+        if (ch < 0x20) { snprintf(d, 8, "\\u%04x", ch); i++; continue; }
+        size_t n = ch < 0x80 ? 1 : ch < 0xE0 ? 2 : ch < 0xF0 ? 3 : 4;
+        if (i + n > L) n = L - i;
+        memcpy(d, k + i, n);
+        d[n] = 0;
+        i += n;
+    }
+    return true;
+}
+
+static bool gen_notkey(jsc *c, const ukey *keys, const size_t *idx, size_t nidx, size_t depth, char **name_out)
+{
+    char *name = rule_name(c, "other-key");
+    if (!name) FAIL(c, EMBER_ERR_NOMEM, "out of memory");
+    sb body = {0}, plain = {0}, escl = {0};
+    bool terminal = false, ok = true;
+    size_t *sub = malloc((nidx + 1) * sizeof *sub);
+    bool *done = calloc(nidx + 1, sizeof *done);
+    if (!sub || !done) { free(sub); free(done); free(name); FAIL(c, EMBER_ERR_NOMEM, "out of memory"); }
+    for (size_t a = 0; a < nidx && ok; a++) {
+        const ukey *ka = &keys[idx[a]];
+        if (ka->n == depth) { terminal = true; continue; }
+        if (done[a]) continue;
+        const char *u = ka->u[depth];
+        size_t ns = 0;
+        for (size_t b = a; b < nidx; b++) {
+            const ukey *kb = &keys[idx[b]];
+            if (kb->n > depth && !done[b] && strcmp(kb->u[depth], u) == 0) { sub[ns++] = idx[b]; done[b] = true; }
+        }
+        char *child = NULL;
+        if (!(ok = gen_notkey(c, keys, sub, ns, depth + 1, &child))) break;
+        if (body.n) sb_put(&body, " | ");
+        put_gbnf_literal(&body, u, strlen(u));
+        sb_put(&body, " ");
+        sb_put(&body, child);
+        free(child);
+        if (u[0] == '\\') { if (u[1] != 'u') sb_putn(&escl, u + 1, 1); }
+        else if (strchr("]-^\\", u[0])) { sb_put(&plain, "\\"); sb_put(&plain, u); }
+        else sb_put(&plain, u);
+    }
+    free(sub); free(done);
+    if (!ok) { free(body.a); free(plain.a); free(escl.a); free(name); return false; }
+    if (body.n) sb_put(&body, " | ");
+    sb_printf(&body, "[^\"\\\\\\x00-\\x1F%s] string-tail", plain.a ? plain.a : "");
+    /* escapes other than those that continue a declared key */
+    sb esc = {0};
+    const char *all = "\"\\/bfnrt";
+    for (const char *e = all; *e; e++) {
+        if (escl.a && memchr(escl.a, *e, escl.n)) continue;
+        if (*e == '"' || *e == '\\') sb_putn(&esc, "\\", 1);
+        sb_putn(&esc, e, 1);
+    }
+    sb_put(&body, " | \"\\\\\" ( ");
+    if (esc.n) sb_printf(&body, "[%s] | ", esc.a);
+    sb_put(&body, "\"u\" hex{4} ) string-tail");
+    if (!terminal) sb_put(&body, " | \"\\\"\"");
+    define_rule(c, name, &body);
+    free(body.a); free(plain.a); free(escl.a); free(esc.a);
+    *name_out = name;
+    return true;
+}
+
+static bool gen_other_key(jsc *c, const json_t *props, sb *out)
+{
+    size_t n = json_object_size(props);
+    if (n == 0) { sb_put(out, "string"); return true; }
+    ukey *keys = calloc(n, sizeof *keys);
+    size_t *idx = calloc(n, sizeof *idx);
+    bool ok = keys && idx;
+    size_t i = 0;
+    const char *k; json_t *v;
+    if (ok) json_object_foreach((json_t *)props, k, v) { if (!key_units(k, &keys[i])) { ok = false; break; } idx[i] = i; i++; }
+    char *root = NULL;
+    if (!ok) c->err = ember_error(EMBER_ERR_NOMEM, "json_schema: out of memory");
+    else ok = gen_notkey(c, keys, idx, n, 0, &root);
+    if (ok) { sb_put(out, "\"\\\"\" "); sb_put(out, root); }
+    free(root);
+    for (size_t j = 0; keys && j < n; j++) free(keys[j].u);
+    free(keys); free(idx);
+    return ok;
+}
+
+static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out)
+{
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *req = json_object_get(s, "required");
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    if (props && !json_is_object(props)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/properties must be an object", ptr);
+    if (req && !json_is_array(req)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/required must be an array", ptr);
+    size_t n = props ? json_object_size(props) : 0;
+    char **kv = n ? calloc(n, sizeof *kv) : NULL;
+    bool *isreq = n ? calloc(n, sizeof *isreq) : NULL;
+    if (n && (!kv || !isreq)) { free(kv); free(isreq); FAIL(c, EMBER_ERR_NOMEM, "out of memory"); }
+    bool ok = true;
+    size_t i = 0;
+    const char *key; json_t *sub;
+    if (props) json_object_foreach((json_t *)props, key, sub) {
+        if (!ok) break;
+        sb e = {0};
+        put_json_string(&e, key, strlen(key));
+        sb_put(&e, " ws \":\" ws ");
+        char p2[300]; snprintf(p2, sizeof p2, "%.200s/properties/%.80s", ptr, key);
+        ok = gen_rule(c, sub, key, p2, &e);
+        sb_put(&e, " ws");
+        kv[i] = e.a;
+        size_t j; json_t *r;
+        if (req) json_array_foreach(req, j, r) if (json_is_string(r) && strcmp(json_string_value(r), key) == 0) isreq[i] = true;
+        i++;
+    }
+    /* required names that are not in properties: any value under that key */
+    /* (rare; they are allowed through additional properties if permitted) */
+    sb akv = {0};
+    bool more = true;
+    if (ok) {
+        if (json_is_false(addl)) more = false;
+        else if (addl && !json_is_true(addl)) {
+            ok = gen_other_key(c, props, &akv);
+            sb_put(&akv, " ws \":\" ws ");
+            char p2[300]; snprintf(p2, sizeof p2, "%.200s/additionalProperties", ptr);
+            char h[64]; snprintf(h, sizeof h, "%.40s-additional", hint);
+            ok = ok && gen_rule(c, addl, h, p2, &akv);
+            sb_put(&akv, " ws");
+        } else {
+            ok = gen_other_key(c, props, &akv);
+            sb_put(&akv, " ws \":\" ws value ws");
+        }
+    }
+    if (ok) {
+        /* REST(k): items k..n-1 each preceded by ","; FIRST(k): no item yet.
+         * REST(k) = [","kv_k] REST(k+1) ; REST(n) = ("," akv)*
+         * FIRST(k) = kv_k REST(k+1) | FIRST(k+1) (optional k) ; kv_k REST(k+1) (required)
+         * FIRST(n) = (akv ("," akv)*)? */
+        char **rest = calloc(n + 1, sizeof *rest), **first = calloc(n + 1, sizeof *first);
+        if (!rest || !first) { free(rest); free(first); ok = false; c->err = ember_error(EMBER_ERR_NOMEM, "json_schema: out of memory"); }
+        for (size_t k = n + 1; ok && k-- > 0;) {
+            char h[64]; snprintf(h, sizeof h, "%.40s-rest", hint);
+            rest[k] = rule_name(c, h);
+            snprintf(h, sizeof h, "%.40s-first", hint);
+            first[k] = rule_name(c, h);
+            if (!rest[k] || !first[k]) { ok = false; c->err = ember_error(EMBER_ERR_NOMEM, "json_schema: out of memory"); break; }
+            sb rb = {0}, fb = {0};
+            if (k == n) {
+                if (more) { sb_printf(&rb, "( \",\" ws %s )*", akv.a); sb_printf(&fb, "( %s ( \",\" ws %s )* )?", akv.a, akv.a); }
+            } else {
+                if (isreq[k]) sb_printf(&rb, "\",\" ws %s %s", kv[k], rest[k + 1]);
+                else sb_printf(&rb, "( \",\" ws %s )? %s", kv[k], rest[k + 1]);
+                if (isreq[k]) sb_printf(&fb, "%s %s", kv[k], rest[k + 1]);
+                else sb_printf(&fb, "%s %s | %s", kv[k], rest[k + 1], first[k + 1]);
+            }
+            define_rule(c, rest[k], &rb);
+            define_rule(c, first[k], &fb);
+            free(rb.a); free(fb.a);
+        }
+        if (ok) sb_printf(out, "\"{\" ws %s \"}\"", first[0]);
+        for (size_t k = 0; k <= n; k++) { if (rest) free(rest[k]); if (first) free(first[k]); }
+        free(rest); free(first);
+    }
+    for (size_t k = 0; k < n; k++) free(kv[k]);
+    free(kv); free(isreq); free(akv.a);
+    return ok;
+}
+
+static bool gen_type(jsc *c, const json_t *s, const char *t, const char *hint, const char *ptr, sb *out)
+{
+    if (!strcmp(t, "string")) return gen_string(c, s, ptr, out);
+    if (!strcmp(t, "integer")) { sb_put(out, "integer"); return true; }
+    if (!strcmp(t, "number")) { sb_put(out, "number"); return true; }
+    if (!strcmp(t, "boolean")) { sb_put(out, "boolean"); return true; }
+    if (!strcmp(t, "null")) { sb_put(out, "null"); return true; }
+    if (!strcmp(t, "object")) return gen_object(c, s, hint, ptr, out);
+    if (!strcmp(t, "array")) return gen_array(c, s, hint, ptr, out);
+    FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s/type '%.40s' is unknown", ptr, t);
+}
+
+static bool gen(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out)
+{
+    if (json_is_true(s)) { sb_put(out, "value"); return true; }
+    if (json_is_false(s)) { sb_put(out, "nothing"); return true; }
+    if (!json_is_object(s)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s: a schema must be an object or a boolean", ptr[0] ? ptr : "#");
+    if (++c->depth > 200) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s: schema nested deeper than 200", ptr);
+    bool ok = true;
+    const json_t *x;
+    if (json_object_get(s, "allOf")) FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s/allOf is not supported", ptr);
+    if (json_object_get(s, "not")) FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s/not is not supported", ptr);
+    if ((x = json_object_get(s, "$ref"))) {
+        if (!json_is_string(x)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/$ref must be a string", ptr);
+        ok = gen_ref(c, json_string_value(x), out);
+    } else if ((x = json_object_get(s, "const"))) {
+        ok = put_json_value(c, out, x);
+    } else if ((x = json_object_get(s, "enum"))) {
+        if (!json_is_array(x) || json_array_size(x) == 0) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/enum must be a non-empty array", ptr);
+        size_t i; json_t *v;
+        sb_put(out, "( ");
+        json_array_foreach(x, i, v) {
+            if (i) sb_put(out, " | ");
+            if (!(ok = put_json_value(c, out, v))) break;
+        }
+        sb_put(out, " )");
+    } else if ((x = json_object_get(s, "anyOf")) || (x = json_object_get(s, "oneOf"))) {
+        const char *kw = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
+        if (!json_is_array(x) || json_array_size(x) == 0) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/%s must be a non-empty array", ptr, kw);
+        size_t i; json_t *v;
+        sb_put(out, "( ");
+        json_array_foreach(x, i, v) {
+            if (i) sb_put(out, " | ");
+            char p2[300]; snprintf(p2, sizeof p2, "%.200s/%s/%zu", ptr, kw, i);
+            char h[64]; snprintf(h, sizeof h, "%.40s-%zu", hint, i);
+            /* sibling keywords (e.g. "type" next to anyOf) are ignored */
+            if (!(ok = gen_rule(c, v, h, p2, out))) break;
+        }
+        sb_put(out, " )");
+    } else if ((x = json_object_get(s, "type"))) {
+        if (json_is_string(x)) ok = gen_type(c, s, json_string_value(x), hint, ptr, out);
+        else if (json_is_array(x) && json_array_size(x) > 0) {
+            size_t i; json_t *v;
+            sb_put(out, "( ");
+            json_array_foreach(x, i, v) {
+                if (!json_is_string(v)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/type/%zu must be a string", ptr, i);
+                if (i) sb_put(out, " | ");
+                if (!(ok = gen_type(c, s, json_string_value(v), hint, ptr, out))) break;
+            }
+            sb_put(out, " )");
+        } else FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/type must be a string or a non-empty array", ptr);
+    } else if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties") || json_object_get(s, "required")) {
+        ok = gen_object(c, s, hint, ptr, out);
+    } else if (json_object_get(s, "items") || json_object_get(s, "prefixItems") || json_object_get(s, "minItems") || json_object_get(s, "maxItems")) {
+        ok = gen_array(c, s, hint, ptr, out);
+    } else if (json_object_get(s, "format") || json_object_get(s, "minLength") || json_object_get(s, "maxLength")) {
+        ok = gen_string(c, s, ptr, out);
+    } else {
+        sb_put(out, "value");
+    }
+    c->depth--;
+    if (out->oom) FAIL(c, EMBER_ERR_NOMEM, "out of memory");
+    return ok;
+}
+
+ember_status ember_json_schema_to_gbnf(const json_t *schema, char **out)
+{
+    if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "json_schema: out is NULL");
+    *out = NULL;
+    if (!schema) return ember_error(EMBER_ERR_INVALID_ARG, "json_schema: schema is NULL");
+    jsc c;
+    memset(&c, 0, sizeof c);
+    c.root = schema;
+    sb rootb = {0};
+    bool ok = gen(&c, schema, "root", "#", &rootb);
+    ember_status st = EMBER_OK;
+    if (ok) {
+        sb all = {0};
+        sb_put(&all, "root ::= ");
+        sb_putn(&all, rootb.a ? rootb.a : "", rootb.n);
+        sb_put(&all, "\n");
+        sb_putn(&all, c.rules.a ? c.rules.a : "", c.rules.n);
+        sb_put(&all, PRIMITIVES);
+        if (all.oom || c.rules.oom || rootb.oom) { free(all.a); st = ember_error(EMBER_ERR_NOMEM, "json_schema: out of memory"); }
+        else *out = all.a;
+    } else st = c.err ? c.err : ember_error(EMBER_ERR_INTERNAL, "json_schema: failed");
+    free(rootb.a); free(c.rules.a);
+    for (size_t i = 0; i < c.n_memo; i++) { free(c.memo[i].ref); free(c.memo[i].rule); }
+    free(c.memo);
+    return st;
+}
+
+ember_status ember_json_object_gbnf(char **out)
+{
+    if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "json_schema: out is NULL");
+    sb all = {0};
+    sb_put(&all, "root ::= object\n");
+    sb_put(&all, PRIMITIVES);
+    if (all.oom) { free(all.a); return ember_error(EMBER_ERR_NOMEM, "json_schema: out of memory"); }
+    *out = all.a;
+    return EMBER_OK;
+}
+
+ember_status ember_grammar_from_request(const json_t *body, char **out)
+{
+    if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "request: out is NULL");
+    *out = NULL;
+    if (!json_is_object(body)) return ember_error(EMBER_ERR_INVALID_ARG, "request: body must be an object");
+    const json_t *grammar = json_object_get(body, "grammar");
+    const json_t *schema = json_object_get(body, "json_schema");
+    const json_t *rf = json_object_get(body, "response_format");
+    if (json_is_null(grammar)) grammar = NULL;
+    if (json_is_null(schema)) schema = NULL;
+    if (json_is_null(rf)) rf = NULL;
+    const json_t *use_schema = NULL;
+    bool json_object = false;
+    if (rf) {
+        if (!json_is_object(rf)) return ember_error(EMBER_ERR_INVALID_ARG, "request: response_format must be an object");
+        const json_t *t = json_object_get(rf, "type");
+        if (!json_is_string(t)) return ember_error(EMBER_ERR_INVALID_ARG, "request: response_format.type must be a string");
+        const char *ts = json_string_value(t);
+        if (!strcmp(ts, "text")) { /* no grammar */ }
+        else if (!strcmp(ts, "json_object")) {
+            use_schema = json_object_get(rf, "schema");
+            if (!use_schema) json_object = true;
+        } else if (!strcmp(ts, "json_schema")) {
+            const json_t *js = json_object_get(rf, "json_schema");
+            if (!json_is_object(js)) return ember_error(EMBER_ERR_INVALID_ARG, "request: response_format.json_schema must be an object");
+            use_schema = json_object_get(js, "schema");
+            if (!use_schema) return ember_error(EMBER_ERR_INVALID_ARG, "request: response_format.json_schema.schema is missing");
+        } else return ember_error(EMBER_ERR_INVALID_ARG, "request: response_format.type '%.60s' is not one of text, json_object, json_schema", ts);
+    }
+    int n_src = (grammar != NULL) + (schema != NULL) + (use_schema != NULL || json_object);
+    if (n_src > 1) return ember_error(EMBER_ERR_INVALID_ARG, "request: give only one of grammar, json_schema and a JSON response_format");
+    if (grammar) {
+        if (!json_is_string(grammar)) return ember_error(EMBER_ERR_INVALID_ARG, "request: grammar must be a string");
+        *out = strndup(json_string_value(grammar), json_string_length(grammar));
+        return *out ? EMBER_OK : ember_error(EMBER_ERR_NOMEM, "request: out of memory");
+    }
+    if (schema) use_schema = schema;
+    if (use_schema) return ember_json_schema_to_gbnf(use_schema, out);
+    if (json_object) return ember_json_object_gbnf(out);
+    return EMBER_OK;
+}

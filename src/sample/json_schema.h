@@ -1,0 +1,63 @@
+/*
+ * json_schema.h — JSON Schema to GBNF, and the request fields that ask for a
+ * grammar.
+ *
+ * Owns: compiling a JSON Schema (jansson value) to GBNF text for grammar.h,
+ * and reading the OpenAI / llama.cpp request fields response_format,
+ * grammar and json_schema into GBNF. Must not: parse GBNF, sample, or answer
+ * HTTP (the server maps errors to 400).
+ *
+ * Supported (JSON Schema 2020-12 / draft-07 terms): type (one or a list),
+ * properties, required, additionalProperties (true, false or a schema;
+ * default true as the specification says), enum, const, items, prefixItems,
+ * minItems, maxItems, nested objects, anyOf, oneOf, $ref to "#", "#/$defs/..",
+ * "#/definitions/.." (any local JSON pointer; recursion allowed), minLength,
+ * maxLength, format (date, time, date-time, uuid, email, ipv4), boolean
+ * schemas true / false.
+ * Known limits (the grammar is then looser or stricter than the schema):
+ * properties must appear in the order of "properties" and additional
+ * properties after them (an additional key is any string but a declared
+ * name, though a declared name spelt with a \u escape slips through);
+ * oneOf is treated as anyOf; numeric bounds (minimum, maximum, multipleOf),
+ * pattern, minProperties/maxProperties, uniqueItems, not and allOf are not
+ * enforced (allOf, not and remote $ref are reported as unsupported); a date
+ * is checked by shape (2023-02-30 passes); an integer in exponent or ".0"
+ * form (which JSON Schema counts as an integer) is not produced. Whitespace
+ * between tokens: at most 20 of space, tab, newline at each place.
+ * Reference for the generated grammar's shape: llama.cpp's
+ * examples/json_schema_to_grammar.py (facts only, our own code).
+ */
+#ifndef EMBER_SAMPLE_JSON_SCHEMA_H
+#define EMBER_SAMPLE_JSON_SCHEMA_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "ember.h"
+
+/* Compile `schema` to GBNF with start rule "root". *out is malloc'd,
+ * NUL-terminated; caller frees. Errors: EMBER_ERR_INVALID_ARG (not an object
+ * or boolean, a keyword of the wrong type; the message names the JSON
+ * pointer), EMBER_ERR_NOT_FOUND (a $ref that resolves to nothing),
+ * EMBER_ERR_UNSUPPORTED (allOf, not, remote $ref, unknown type or format),
+ * EMBER_ERR_NOMEM. */
+ember_status ember_json_schema_to_gbnf(const json_t *schema, char **out);
+
+/* GBNF for any JSON object (response_format json_object). Caller frees. */
+ember_status ember_json_object_gbnf(char **out);
+
+/* Read the grammar a request asks for (a JSON request body object):
+ *   "grammar": "<GBNF>"                          (llama.cpp)
+ *   "json_schema": {...}                         (llama.cpp)
+ *   "response_format": {"type": "text"}          (OpenAI: no grammar)
+ *   "response_format": {"type": "json_object"}   (OpenAI; an optional
+ *        "schema" member is llama.cpp's extension)
+ *   "response_format": {"type": "json_schema",
+ *        "json_schema": {"name": .., "schema": {...}, "strict": ..}}  (OpenAI)
+ * *out: malloc'd GBNF, or NULL when the request asks for none. Errors:
+ * EMBER_ERR_INVALID_ARG naming the field (wrong type, unknown
+ * response_format type, both grammar and a schema given), and those of
+ * ember_json_schema_to_gbnf. */
+ember_status ember_grammar_from_request(const json_t *body, char **out);
+
+#endif

@@ -1,0 +1,129 @@
+/*
+ * formats.h — internal interface between the output parser (parse.c) and the
+ * per-format tool-call scanners (one file per syntax in this folder), plus the
+ * small text/JSON helpers they share (common.c).
+ *
+ * Owns: the scanner contract below.
+ * Must not: emit events or keep state between calls — a scanner is a pure
+ * function of the bytes it is shown, so the result cannot depend on how the
+ * output was chunked.
+ */
+#ifndef EMBER_CHAT_FORMATS_H
+#define EMBER_CHAT_FORMATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <jansson.h>
+
+/* growable byte string */
+typedef struct fmt_buf {
+    char *p;
+    size_t len, cap;
+    bool oom;                 /* an append failed; contents are incomplete */
+} fmt_buf;
+
+void fmt_buf_put(fmt_buf *b, const char *s, size_t n);
+void fmt_buf_putc(fmt_buf *b, char c);
+void fmt_buf_puts(fmt_buf *b, const char *s);
+void fmt_buf_free(fmt_buf *b);
+
+typedef struct fmt_call {
+    char *name;               /* malloc'd, NUL-terminated */
+    char *arguments;          /* malloc'd JSON text of an object */
+} fmt_call;
+
+typedef struct fmt_calls {
+    fmt_call *v;
+    size_t n, cap;
+    bool oom;
+} fmt_calls;
+
+/* takes ownership of name/arguments (frees them on failure) */
+void fmt_calls_push(fmt_calls *c, char *name, char *arguments);
+void fmt_calls_clear(fmt_calls *c);
+/* drop (and free) the calls after the first n */
+void fmt_calls_truncate(fmt_calls *c, size_t n);
+
+typedef enum fmt_result {
+    FMT_NEED_MORE,            /* not decided; show more bytes (never returned when at_eof) */
+    FMT_OK,                   /* calls appended; *consumed bytes were the call(s) */
+    FMT_MALFORMED,            /* not a valid call; the first *consumed bytes (>= 1) are content */
+} fmt_result;
+
+/* A scanner is shown the text from a start marker (or, for bare-JSON
+ * formats, from the '{') to the end of what has arrived. */
+typedef fmt_result (*fmt_scan_fn)(const char *s, size_t n, bool at_eof, const json_t *tools,
+                                  size_t *consumed, fmt_calls *out);
+
+typedef struct fmt_ops {
+    const char *const *markers;   /* strings that open a call region */
+    size_t n_markers;
+    bool bare_json;               /* a '{' opening the (so far empty) content also opens a region */
+    fmt_scan_fn scan;
+} fmt_ops;
+
+extern const fmt_ops fmt_hermes, fmt_qwen3_coder, fmt_gemma4, fmt_llama3, fmt_mistral;
+
+/* ---- helpers (common.c) ---- */
+
+static inline bool fmt_is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+size_t fmt_skip_ws(const char *s, size_t n, size_t i);
+/* 1 if s[i..n) starts with lit, 0 if it is a proper prefix of lit (more
+ * bytes could still match), -1 if it cannot match. */
+int fmt_starts(const char *s, size_t n, size_t i, const char *lit);
+/* first occurrence of lit in s[i..n), or (size_t)-1 */
+size_t fmt_find(const char *s, size_t n, size_t i, const char *lit);
+
+/* Span of the JSON value starting at s[i] (after no whitespace).
+ * Returns 1 and *end (one past the value) when it is complete, 0 when the
+ * text ends first, -1 on a syntax error seen by this lexical scan (unbalanced
+ * brackets, bad token start). Scalars at the very end of the text count as
+ * incomplete (a number may go on). Depth is limited to 256. The full grammar
+ * is checked afterwards with jansson. */
+int fmt_json_span(const char *s, size_t n, size_t i, size_t *end);
+
+/* Within the complete JSON object s[b..e), the value span of member `key`
+ * (first occurrence). Returns true and [*vb, *ve) if present. */
+bool fmt_json_member(const char *s, size_t b, size_t e, const char *key, size_t *vb, size_t *ve);
+
+/* true if s[0..n) is one valid JSON text (any value) */
+bool fmt_json_valid(const char *s, size_t n, bool object_only);
+
+/* append s[0..n) as a JSON string literal (with quotes) */
+void fmt_json_put_string(fmt_buf *b, const char *s, size_t n);
+
+/* malloc'd copy of s[0..n) */
+char *fmt_strndup(const char *s, size_t n);
+
+/* A function name: 1..256 bytes of [A-Za-z0-9_.-/] (OpenAI allows
+ * [A-Za-z0-9_-]; '.' and '/' appear in namespaced tool names). */
+bool fmt_valid_name(const char *s, size_t n);
+
+/* Build arguments text for a call from a JSON value span that is an object,
+ * or a string holding an object (double-encoded). NULL if neither. */
+char *fmt_arguments_from_span(const char *s, size_t b, size_t e);
+
+/* Decoded string value of member `key` of the complete object s[b..e), or
+ * NULL (absent, not a string). malloc'd. */
+char *fmt_json_member_string(const char *s, size_t b, size_t e, const char *key);
+
+/* The region is malformed: it is content up to and including the next
+ * `close` at or after `from`; without one, all of it at the end of output,
+ * else undecided (FMT_NEED_MORE). */
+fmt_result fmt_malformed_until(const char *s, size_t n, bool at_eof, size_t from, const char *close,
+                               size_t *consumed);
+
+/* A JSON call object s[b..e) ({"name": STRING, "arguments"|"parameters":
+ * OBJECT or STRING holding an object; absent -> {}}) appended to out; false
+ * (nothing appended) if it is not one. (hermes.c) */
+bool fmt_object_call(const char *s, size_t b, size_t e, fmt_calls *out);
+
+/* shorthand: text ran out before the region was decided */
+static inline fmt_result fmt_incomplete(size_t n, bool at_eof, size_t *consumed)
+{
+    if (!at_eof) return FMT_NEED_MORE;
+    *consumed = n;
+    return FMT_MALFORMED;
+}
+
+#endif

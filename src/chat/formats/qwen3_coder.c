@@ -91,12 +91,13 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
             if (ke >= n) goto incomplete_fn;
             if (ke == kb || memchr(s + kb, '<', ke - kb)) goto malformed_fn;
             size_t vb = ke + 1;
+            /* the value ends at the first </parameter>; a </tool_call> before
+             * it means the parameter was never closed (decided on the first
+             * occurrences, so later text cannot change the outcome) */
             size_t ve = fmt_find(s, n, vb, "</parameter>");
-            if (ve == (size_t)-1) {
-                /* an end of function/call before the parameter closes is malformed */
-                if (fmt_find(s, n, vb, close_tag) != (size_t)-1) goto malformed_fn;
-                goto incomplete_fn;
-            }
+            size_t vc = fmt_find(s, n, vb, close_tag);
+            if (vc < ve) goto malformed_fn;
+            if (ve == (size_t)-1) goto incomplete_fn;
             i = ve + sizeof "</parameter>" - 1;
             if (vb < ve && s[vb] == '\n') vb++;
             if (ve > vb && s[ve - 1] == '\n') ve--;

@@ -111,7 +111,8 @@ void ember_chat_detect_format(const char *t, ember_tool_format *tool, ember_reas
             f = EMBER_TOOL_FORMAT_QWEN3_CODER;
         else if (strstr(t, "[TOOL_CALLS]"))
             f = EMBER_TOOL_FORMAT_MISTRAL;
-        else if (tc && (strstr(t, "{\"name\"") || strstr(t, "{\\\"name\\\"")) && !strstr(t, "<arg_key>"))
+        else if (tc && (strstr(t, "{\"name\"") || strstr(t, "{\\\"name\\\"")) && !strstr(t, "<arg_key>") &&
+                 !strstr(t, "<tool_calls>"))
             f = EMBER_TOOL_FORMAT_HERMES;
         else if (strstr(t, "<|python_tag|>") || (strstr(t, "ipython") && strstr(t, "<|start_header_id|>")))
             f = EMBER_TOOL_FORMAT_LLAMA3;

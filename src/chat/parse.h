@@ -72,9 +72,10 @@ bool ember_reasoning_syntax_from_name(const char *name, ember_reasoning_syntax *
  * source text (tokenizer.chat_template). Rules, first match wins:
  *   tools: "<|tool_call>" -> GEMMA4; "<tool_call>" with "<function=" and
  *   "<parameter=" -> QWEN3_CODER; "[TOOL_CALLS]" -> MISTRAL; "<tool_call>"
- *   with a JSON call shape ({"name" or {\"name\") and no "<arg_key>" ->
- *   HERMES; "<|python_tag|>", or "ipython" with Llama 3's
- *   "<|start_header_id|>" -> LLAMA3; else NONE.
+ *   with a JSON call shape ({"name" or {\"name\"), no "<arg_key>" (GLM's
+ *   key/value form) and no "<tool_calls>" (Apriel's list form) -> HERMES;
+ *   "<|python_tag|>", or "ipython" with Llama 3's "<|start_header_id|>" ->
+ *   LLAMA3; else NONE.
  *   reasoning: "<|channel>" -> GEMMA4; "<think>" -> THINK; "[THINK]" ->
  *   MISTRAL; else NONE.
  * NULL template: both NONE. Pointers may be NULL. */

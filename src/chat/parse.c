@@ -502,6 +502,40 @@ ember_status ember_chat_parser_message(const ember_chat_parser *p, json_t **out)
     return EMBER_OK;
 }
 
+ember_status ember_chat_event_delta(const ember_chat_event *ev, json_t **out)
+{
+    if (!ev || !out) return ember_error(EMBER_ERR_INVALID_ARG, "ember_chat_event_delta: NULL argument");
+    *out = NULL;
+    json_t *d = NULL;
+    switch (ev->kind) {
+    case EMBER_CHAT_EV_CONTENT:
+    case EMBER_CHAT_EV_REASONING:
+        d = json_object();
+        if (d && json_object_set_new(d, ev->kind == EMBER_CHAT_EV_CONTENT ? "content" : "reasoning_content",
+                                     json_stringn(ev->text ? ev->text : "", ev->len))) {
+            json_decref(d);
+            d = NULL;
+        }
+        break;
+    case EMBER_CHAT_EV_TOOL_START:
+        if (!ev->id || !ev->name) return ember_error(EMBER_ERR_INVALID_ARG, "ember_chat_event_delta: TOOL_START without id/name");
+        d = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", ev->tool_index, "id", ev->id,
+                      "type", "function", "function", "name", ev->name, "arguments", "");
+        break;
+    case EMBER_CHAT_EV_TOOL_ARGS:
+        d = json_pack("{s:[{s:i, s:{s:s%}}]}", "tool_calls", "index", ev->tool_index, "function", "arguments",
+                      ev->text ? ev->text : "", ev->text ? ev->len : (size_t)0);
+        break;
+    case EMBER_CHAT_EV_TOOL_END:
+        return EMBER_OK;
+    default:
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_chat_event_delta: unknown event kind %d", (int)ev->kind);
+    }
+    if (!d) return ember_error(EMBER_ERR_NOMEM, "ember_chat_event_delta: out of memory (or text not UTF-8)");
+    *out = d;
+    return EMBER_OK;
+}
+
 ember_status ember_chat_parse_whole(const ember_chat_parser_config *cfg, const char *text, size_t len, json_t **out)
 {
     ember_chat_parser *p;

@@ -149,6 +149,18 @@ bool ember_chat_parser_in_reasoning(const ember_chat_parser *p);
  * *out is a new reference. Errors: EMBER_ERR_NOMEM. */
 ember_status ember_chat_parser_message(const ember_chat_parser *p, json_t **out);
 
+/* The "delta" object of an OpenAI chat.completion.chunk for one event
+ * (OpenAI API reference, streaming chat completions; tool-call deltas carry
+ * "index", and only the first one of a call carries id, type and name):
+ *   CONTENT    -> {"content": TEXT}
+ *   REASONING  -> {"reasoning_content": TEXT}   (llama.cpp / DeepSeek field)
+ *   TOOL_START -> {"tool_calls":[{"index":I,"id":ID,"type":"function",
+ *                                 "function":{"name":NAME,"arguments":""}}]}
+ *   TOOL_ARGS  -> {"tool_calls":[{"index":I,"function":{"arguments":TEXT}}]}
+ *   TOOL_END   -> *out = NULL (nothing to send)
+ * *out is a new reference. Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM. */
+ember_status ember_chat_event_delta(const ember_chat_event *ev, json_t **out);
+
 /* Parse a whole output at once: new + feed + finish + message. cfg->on_event
  * is honoured. Same errors as those. */
 ember_status ember_chat_parse_whole(const ember_chat_parser_config *cfg, const char *text, size_t len,

@@ -18,7 +18,7 @@
 #include <string.h>
 
 static const char *const markers[] = {"<|tool_call>"};
-static const char open_tag[] = "<|tool_call>";
+
 static const char close_tag[] = "<tool_call|>";
 static const char quote[] = "<|\"|>";
 #define QLEN (sizeof quote - 1)
@@ -149,7 +149,7 @@ static int value(const char *s, size_t n, size_t *i, fmt_buf *o, int depth)
 static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools, size_t *consumed,
                        fmt_calls *out)
 {
-    size_t i = sizeof open_tag - 1;
+    size_t i = sizeof "<|tool_call>" - 1;
     int t = fmt_starts(s, n, i, "call:");
     if (t == 0) return fmt_incomplete(n, at_eof, consumed);
     if (t < 0) return fmt_malformed_until(s, n, at_eof, i, close_tag, consumed);

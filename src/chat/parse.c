@@ -42,6 +42,8 @@ struct ember_chat_parser {
     parsed_call *calls;
     size_t n_calls, cap_calls;
     fmt_calls scratch;
+    size_t tool_scanned;           /* region bytes at the last undecided scan (0: none yet) */
+    size_t tool_checked;           /* region bytes already looked at for a reason to scan again */
     uint64_t rng;
 };
 
@@ -309,10 +311,30 @@ static size_t partial_suffix(const char *s, size_t n, const char *lit)
     return 0;
 }
 
+/* Whether a call region that was undecided when it had `scanned` bytes,
+ * whose bytes up to `*checked` were already looked at, and that now has
+ * `n` bytes may have become decidable (see fmt_ops.close / triggers). */
+static bool rescan_due(const fmt_ops *f, const char *s, size_t n, size_t scanned, size_t *checked)
+{
+    size_t from = *checked;
+    *checked = n;
+    if (n >= 2 * scanned) return true;
+    if (f->close) {
+        size_t m = strlen(f->close);
+        return fmt_find(s, n, from >= m ? from - m + 1 : 0, f->close) != (size_t)-1;
+    }
+    if (!f->triggers) return true;
+    for (size_t i = from ? from - 1 : 0; i < n; i++)
+        if (s[i] && strchr(f->triggers, s[i])) return true;
+    return false;
+}
+
 /* Decide as much of the pending input as can be decided. */
 static void run(ember_chat_parser *p, bool eof)
 {
     size_t pos = 0;
+    if (!p->in.p) fmt_buf_put(&p->in, "", 0);   /* finish without any feed */
+    mark_oom(p, &p->in);
     while (!p->oom) {
         const char *s = p->in.p + pos;
         size_t n = p->in.len - pos;
@@ -376,11 +398,15 @@ static void run(ember_chat_parser *p, bool eof)
             pos += k;
             break;
         } else { /* M_TOOL */
+            if (!eof && p->tool_scanned && !rescan_due(p->fmt, s, n, p->tool_scanned, &p->tool_checked)) break;
             size_t consumed = 0;
             fmt_result r = p->fmt->scan(s, n, eof, p->cfg.tools, &consumed, &p->scratch);
             if (p->scratch.oom) { p->oom = true; break; }
             if (r == FMT_NEED_MORE) {
-                if (!eof) break;
+                if (!eof) {
+                    p->tool_scanned = p->tool_checked = n;
+                    break;
+                }
                 r = FMT_MALFORMED;          /* scanners do not do this; be safe */
                 consumed = n;
             }
@@ -394,6 +420,7 @@ static void run(ember_chat_parser *p, bool eof)
             }
             pos += consumed;
             p->mode = M_CONTENT;
+            p->tool_scanned = 0;
             if (n == 0) break;
         }
     }

@@ -60,6 +60,16 @@ typedef struct fmt_ops {
     size_t n_markers;
     bool bare_json;               /* a '{' opening the (so far empty) content also opens a region */
     fmt_scan_fn scan;
+    /* When to scan again after FMT_NEED_MORE (so a long call costs linear,
+     * not quadratic, time): `close` — every decision short of the end of
+     * output needs an occurrence of this string, so scan only when a new one
+     * arrives; else `triggers` — scan only when a new byte (or the last old
+     * one) is one of these. The parser also scans whenever the region has
+     * doubled, and always at the end of output. Skipping a scan may delay a
+     * decision but cannot change it: decisions depend on first occurrences
+     * only, so they are stable as text is appended. */
+    const char *close;
+    const char *triggers;
 } fmt_ops;
 
 extern const fmt_ops fmt_hermes, fmt_qwen3_coder, fmt_gemma4, fmt_llama3, fmt_mistral;

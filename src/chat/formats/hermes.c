@@ -58,7 +58,7 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
     return FMT_OK;
 }
 
-const fmt_ops fmt_hermes = {markers, 1, false, scan};
+const fmt_ops fmt_hermes = {markers, 1, false, scan, close_tag, NULL};
 
 /* Shared with llama3.c and mistral.c: a JSON call object. */
 bool fmt_object_call(const char *s, size_t b, size_t e, fmt_calls *out) { return object_call(s, b, e, out); }

@@ -49,4 +49,4 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
     return FMT_OK;
 }
 
-const fmt_ops fmt_llama3 = {markers, 1, true, scan};
+const fmt_ops fmt_llama3 = {markers, 1, true, scan, NULL, "}]"};

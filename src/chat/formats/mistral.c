@@ -89,4 +89,4 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
     return FMT_OK;
 }
 
-const fmt_ops fmt_mistral = {markers, 1, false, scan};
+const fmt_ops fmt_mistral = {markers, 1, false, scan, NULL, "[]}"};

@@ -138,4 +138,4 @@ malformed:
     return res;
 }
 
-const fmt_ops fmt_qwen3_coder = {markers, 1, false, scan};
+const fmt_ops fmt_qwen3_coder = {markers, 1, false, scan, close_tag, NULL};

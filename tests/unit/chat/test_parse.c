@@ -479,6 +479,21 @@ static void test_bad_args(void **state)
     assert_int_equal(ember_chat_parser_feed(p, "y", 1), EMBER_ERR_INVALID_ARG);
     ember_chat_parser_free(p);
     ember_chat_parser_free(NULL);
+    /* nothing fed at all; an empty feed */
+    cfg.reasoning = EMBER_REASONING_THINK;
+    cfg.tool_format = EMBER_TOOL_FORMAT_LLAMA3;
+    assert_int_equal(ember_chat_parser_new(&cfg, &p), EMBER_OK);
+    assert_int_equal(ember_chat_parser_feed(p, NULL, 0), EMBER_OK);
+    assert_int_equal(ember_chat_parser_finish(p), EMBER_OK);
+    json_t *m = NULL;
+    assert_int_equal(ember_chat_parser_message(p, &m), EMBER_OK);
+    assert_string_equal(json_string_value(json_object_get(m, "content")), "");
+    assert_null(json_object_get(m, "tool_calls"));
+    json_decref(m);
+    ember_chat_parser_free(p);
+    assert_int_equal(ember_chat_parser_new(&cfg, &p), EMBER_OK);
+    assert_int_equal(ember_chat_parser_finish(p), EMBER_OK);
+    ember_chat_parser_free(p);
 }
 
 int main(void)

@@ -44,6 +44,12 @@ struct ember_chat_parser {
     fmt_calls scratch;
     size_t tool_scanned;           /* region bytes at the last undecided scan (0: none yet) */
     size_t tool_checked;           /* region bytes already looked at for a reason to scan again */
+    /* stream_arguments: the call announced from the current region */
+    bool ann;                      /* a call was announced and is not finished */
+    size_t ann_index;              /* its index in calls[] */
+    fmt_buf ann_args;              /* arguments text sent so far */
+    fmt_jtrack jt;                 /* JSON checker over the produced arguments text */
+    size_t partial_at;             /* region bytes at the last look for progress (0: none) */
     uint64_t rng;
 };
 
@@ -272,32 +278,131 @@ static void emit_reasoning(ember_chat_parser *p, const char *s, size_t n)
     emit_text(p, EMBER_CHAT_EV_REASONING, &p->reasoning, &p->ws_reasoning, s, n);
 }
 
+static void send(ember_chat_parser *p, ember_chat_event_kind kind, size_t idx, const char *text, size_t len)
+{
+    if (p->oom || !p->cfg.on_event) return;
+    parsed_call *c = &p->calls[idx];
+    ember_chat_event ev = {.kind = kind, .tool_index = (int)idx, .text = text, .len = len};
+    if (kind == EMBER_CHAT_EV_TOOL_START) {
+        ev.id = c->id;
+        ev.name = c->name;
+    }
+    p->cfg.on_event(p->cfg.user, &ev);
+}
+
+/* append a call (taking name, and arguments which may be NULL while it
+ * streams); returns its index or -1 */
+static long add_call(ember_chat_parser *p, char *name, char *arguments)
+{
+    if (p->n_calls == p->cap_calls) {
+        size_t cap = p->cap_calls ? p->cap_calls * 2 : 4;
+        parsed_call *v = realloc(p->calls, cap * sizeof *v);
+        if (!v) {
+            p->oom = true;
+            free(name);
+            free(arguments);
+            return -1;
+        }
+        p->calls = v;
+        p->cap_calls = cap;
+    }
+    parsed_call *c = &p->calls[p->n_calls];
+    make_id(p, c->id);
+    c->name = name;
+    c->arguments = arguments;
+    return (long)p->n_calls++;
+}
+
+/* the calls a scan found; the first completes an announced call */
 static void emit_calls(ember_chat_parser *p)
 {
     for (size_t i = 0; i < p->scratch.n && !p->oom; i++) {
-        if (p->n_calls == p->cap_calls) {
-            size_t cap = p->cap_calls ? p->cap_calls * 2 : 4;
-            parsed_call *v = realloc(p->calls, cap * sizeof *v);
-            if (!v) { p->oom = true; break; }
-            p->calls = v;
-            p->cap_calls = cap;
-        }
-        parsed_call *c = &p->calls[p->n_calls++];
-        make_id(p, c->id);
-        c->name = p->scratch.v[i].name;
-        c->arguments = p->scratch.v[i].arguments;
+        char *name = p->scratch.v[i].name, *args = p->scratch.v[i].arguments;
         p->scratch.v[i].name = p->scratch.v[i].arguments = NULL;
-        if (!p->cfg.on_event) continue;
-        int idx = (int)(p->n_calls - 1);
-        ember_chat_event ev = {.kind = EMBER_CHAT_EV_TOOL_START, .tool_index = idx, .id = c->id, .name = c->name};
-        p->cfg.on_event(p->cfg.user, &ev);
-        ev = (ember_chat_event){.kind = EMBER_CHAT_EV_TOOL_ARGS, .tool_index = idx, .text = c->arguments,
-                                .len = strlen(c->arguments)};
-        p->cfg.on_event(p->cfg.user, &ev);
-        ev = (ember_chat_event){.kind = EMBER_CHAT_EV_TOOL_END, .tool_index = idx};
-        p->cfg.on_event(p->cfg.user, &ev);
+        if (i == 0 && p->ann) {
+            parsed_call *c = &p->calls[p->ann_index];
+            size_t al = strlen(args);
+            free(name);
+            c->arguments = args;
+            /* the sent text is a prefix of the final arguments by construction */
+            size_t sent = p->ann_args.len <= al && !memcmp(args, p->ann_args.p, p->ann_args.len) ? p->ann_args.len : al;
+            if (al > sent) send(p, EMBER_CHAT_EV_TOOL_ARGS, p->ann_index, args + sent, al - sent);
+            send(p, EMBER_CHAT_EV_TOOL_END, p->ann_index, NULL, 0);
+            p->ann = false;
+            continue;
+        }
+        long idx = add_call(p, name, args);
+        if (idx < 0) break;
+        send(p, EMBER_CHAT_EV_TOOL_START, (size_t)idx, NULL, 0);
+        send(p, EMBER_CHAT_EV_TOOL_ARGS, (size_t)idx, args, strlen(args));
+        send(p, EMBER_CHAT_EV_TOOL_END, (size_t)idx, NULL, 0);
     }
     fmt_calls_truncate(&p->scratch, 0);
+}
+
+/* stream_arguments: look at the region s[0..n); announce its call when the
+ * header is decided and send what the checker says is final. Returns
+ * whether the header is decided. */
+static bool stream_progress(ember_chat_parser *p, const char *s, size_t n)
+{
+    char *name = NULL;
+    fmt_buf args = {0};
+    size_t raw_at = (size_t)-1;
+    bool hdr = p->fmt->partial(s, n, p->cfg.tools, &name, &args, &raw_at);
+    p->partial_at = n;
+    if (args.oom) p->oom = true;
+    const char *text = args.p;
+    size_t len = args.len;
+    if (raw_at != (size_t)-1) {
+        text = s + raw_at;
+        len = n - raw_at;
+    }
+    if (hdr && !p->oom) {
+        if (!p->ann) {
+            long idx = add_call(p, name, NULL);
+            name = NULL;
+            if (idx >= 0) {
+                p->ann = true;
+                p->ann_index = (size_t)idx;
+                p->ann_args.len = 0;
+                memset(&p->jt, 0, sizeof p->jt);
+                send(p, EMBER_CHAT_EV_TOOL_START, (size_t)idx, NULL, 0);
+            }
+        }
+        if (p->ann && len > p->jt.pos) {
+            size_t sent = p->ann_args.len;
+            fmt_jtrack_feed(&p->jt, text + p->jt.pos, len - p->jt.pos);
+            if (p->jt.ok_len > sent) {
+                fmt_buf_put(&p->ann_args, text + sent, p->jt.ok_len - sent);
+                mark_oom(p, &p->ann_args);
+                send(p, EMBER_CHAT_EV_TOOL_ARGS, p->ann_index, text + sent, p->jt.ok_len - sent);
+            }
+        }
+    }
+    free(name);
+    fmt_buf_free(&args);
+    return hdr;
+}
+
+/* stream_arguments: the announced call's region turned out malformed;
+ * close its arguments at the last closable point. */
+static void close_broken_call(ember_chat_parser *p, const char *s, size_t n)
+{
+    stream_progress(p, s, n);
+    if (!p->ann || p->oom) return;
+    fmt_buf tail = {0};
+    fmt_jtrack_closers(&p->jt, &tail);
+    fmt_buf_put(&p->ann_args, tail.p, tail.len);
+    mark_oom(p, &tail);
+    mark_oom(p, &p->ann_args);
+    if (!p->oom) {
+        if (tail.len) send(p, EMBER_CHAT_EV_TOOL_ARGS, p->ann_index, tail.p, tail.len);
+        p->calls[p->ann_index].arguments = fmt_strndup(p->ann_args.p, p->ann_args.len);
+        if (!p->calls[p->ann_index].arguments) p->oom = true;
+        send(p, EMBER_CHAT_EV_TOOL_END, p->ann_index, NULL, 0);
+    }
+    fmt_buf_free(&tail);
+    p->ann = false;
 }
 
 /* ------------------------------------------------------------ machine */
@@ -398,7 +503,18 @@ static void run(ember_chat_parser *p, bool eof)
             pos += k;
             break;
         } else { /* M_TOOL */
-            if (!eof && p->tool_scanned && !rescan_due(p->fmt, s, n, p->tool_scanned, &p->tool_checked)) break;
+            bool stream = p->cfg.stream_arguments && p->fmt->partial;
+            if (!eof && p->tool_scanned && !rescan_due(p->fmt, s, n, p->tool_scanned, &p->tool_checked)) {
+                /* no decision yet; maybe progress: on every feed for raw JSON
+                 * arguments, else when the region grew by 1/8 (at least 16
+                 * bytes), which keeps re-conversion linear overall */
+                size_t step = p->fmt->raw_arguments ? 1 : p->partial_at / 8 > 16 ? p->partial_at / 8 : 16;
+                if (stream && n >= p->partial_at + step) stream_progress(p, s, n);
+                break;
+            }
+            /* the header is looked at before any decision, so whether the
+             * region is a call never depends on how the text was cut */
+            bool hdr = stream && stream_progress(p, s, n);
             size_t consumed = 0;
             fmt_result r = p->fmt->scan(s, n, eof, p->cfg.tools, &consumed, &p->scratch);
             if (p->scratch.oom) { p->oom = true; break; }
@@ -414,6 +530,10 @@ static void run(ember_chat_parser *p, bool eof)
             if (r == FMT_OK) {
                 p->ws_content.len = 0;
                 emit_calls(p);
+            } else if (hdr) {
+                fmt_calls_truncate(&p->scratch, 0);
+                p->ws_content.len = 0;
+                close_broken_call(p, s, n);
             } else {
                 fmt_calls_truncate(&p->scratch, 0);
                 emit_content(p, s, consumed);
@@ -421,6 +541,7 @@ static void run(ember_chat_parser *p, bool eof)
             pos += consumed;
             p->mode = M_CONTENT;
             p->tool_scanned = 0;
+            p->partial_at = 0;
             if (n == 0) break;
         }
     }
@@ -466,6 +587,7 @@ void ember_chat_parser_free(ember_chat_parser *p)
     }
     free(p->calls);
     fmt_calls_clear(&p->scratch);
+    fmt_buf_free(&p->ann_args);
     free(p);
 }
 
@@ -514,7 +636,9 @@ ember_status ember_chat_parser_message(const ember_chat_parser *p, json_t **out)
             json_t *a = json_array();
             bad |= json_object_set_new(m, "tool_calls", a);
             for (size_t i = 0; i < p->n_calls && a; i++) {
-                json_t *fn = json_pack("{s:s, s:s}", "name", p->calls[i].name, "arguments", p->calls[i].arguments);
+                const char *args = p->calls[i].arguments;
+                if (!args) args = p->ann_args.p ? p->ann_args.p : "";   /* still streaming */
+                json_t *fn = json_pack("{s:s, s:s}", "name", p->calls[i].name, "arguments", args);
                 json_t *c = fn ? json_pack("{s:s, s:s, s:o}", "id", p->calls[i].id, "type", "function", "function", fn)
                                : NULL;
                 bad |= json_array_append_new(a, c);

@@ -25,6 +25,16 @@
  *  - Whatever the chunking, the events' concatenated content, reasoning and
  *    calls equal the result of parsing the whole text at once
  *    (ember_chat_parse_whole); tests/unit/chat/test_parse*.c check it.
+ *  - Streamed arguments (config.stream_arguments): a call is announced as
+ *    soon as its name is known and its arguments object has begun, and
+ *    TOOL_ARGS deltas follow at every point where the text so far can be
+ *    closed into valid JSON (inside a string value, after a complete value;
+ *    Gemma 4 strings and Qwen3-Coder parameters arrive whole). A call that
+ *    then breaks (bad syntax, end of output) is closed, not turned into
+ *    content: its arguments are the longest such prefix before the first
+ *    error, closed ("}" / "\"}" ...), and its remaining raw text is dropped.
+ *    Stream and whole parses still agree. Without the flag, calls are
+ *    announced whole and malformed ones become content (as above).
  *  - Content and reasoning are trimmed of leading and trailing whitespace;
  *    whitespace just before a tool call is dropped.
  */
@@ -117,6 +127,8 @@ typedef struct ember_chat_parser_config {
                                           values (a "string" parameter stays a string). Borrowed for the
                                           parser's lifetime. */
     uint64_t id_seed;                  /* seed of tool-call ids; 0: seeded from the clock and address */
+    bool stream_arguments;             /* announce a call once its name is known and stream its arguments
+                                          (see "Streamed arguments" above) */
     ember_chat_event_fn on_event;      /* may be NULL (only the final result is wanted) */
     void *user;
 } ember_chat_parser_config;

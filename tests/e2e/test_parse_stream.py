@@ -38,10 +38,14 @@ def chunk(delta, finish=None):
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
 
+@pytest.mark.parametrize("stream_arguments", [False, True], ids=["whole_calls", "stream_arguments"])
 @pytest.mark.parametrize("txt", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_stream_through_openai_accumulator(txt, tmp_path):
+def test_stream_through_openai_accumulator(txt, stream_arguments, tmp_path):
     spec = json.loads(txt.with_suffix(".json").read_text())
     exp = spec["expected"]
+    if stream_arguments:
+        exp = spec.get("expected_stream_arguments", exp)
+    env = dict(os.environ, EMBER_STREAM_ARGUMENTS="1" if stream_arguments else "0")
     args = [tool_path(), spec["tool_format"], spec["reasoning"], "1" if spec["reasoning_open_at_start"] else "0"]
     extra = []
     if "tools" in spec:
@@ -49,7 +53,8 @@ def test_stream_through_openai_accumulator(txt, tmp_path):
         tp.write_text(json.dumps(spec["tools"]))
         extra = [str(tp)]
     for size in (1, 2, 3, 7, 16, 1 << 20):
-        out = subprocess.run(args + [str(size), str(txt)] + extra, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(args + [str(size), str(txt)] + extra, capture_output=True, text=True, check=True,
+                             env=env).stdout
         lines = [json.loads(l) for l in out.splitlines()]
         final = lines[-1]["final"]
         deltas = lines[:-1]
@@ -69,5 +74,8 @@ def test_stream_through_openai_accumulator(txt, tmp_path):
             assert got.function.name == want["name"]
             assert json.loads(got.function.arguments) == want["arguments"]
             assert got.function.arguments == fin["function"]["arguments"]
-        # the non-streamed parse of the same output agrees
+        # the parser's own message for the same output agrees
         assert (final["content"] or "") == exp["content"]
+        if stream_arguments and size == 1:
+            n_args = sum(1 for d in deltas for c in d.get("tool_calls", []) if c["function"].get("arguments"))
+            assert n_args >= len(exp["tool_calls"])

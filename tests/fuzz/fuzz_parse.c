@@ -1,7 +1,7 @@
 /*
  * fuzz_parse.c — libFuzzer target for the output parser: byte 0 picks the
  * tool format, reasoning syntax and forced-open thought, byte 1 the chunk
- * size; the rest is model output. It is parsed whole and streamed in those
+ * size (low 4 bits) and stream_arguments (bit 4); the rest is model output. It is parsed whole and streamed in those
  * chunks; the two messages must be equal (abort otherwise), and nothing may
  * crash, hang or leak. Build: cmake -DEMBER_FUZZ=ON (clang); seed corpus:
  * tests/data/tool_outputs/ (any file works; the first two bytes are settings).
@@ -22,6 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .reasoning = (ember_reasoning_syntax)((data[0] / EMBER_TOOL_FORMAT_COUNT) % EMBER_REASONING_COUNT),
         .reasoning_open_at_start = (data[0] & 0x80) != 0,
         .id_seed = 1,
+        .stream_arguments = (data[1] & 0x10) != 0,
     };
     size_t chunk = 1 + data[1] % 16;
     const char *text = (const char *)data + 2;

@@ -4,6 +4,7 @@
  * the OpenAI chunk "delta" of every event (ember_chat_event_delta), then a
  * last line {"final": MESSAGE} with the parser's own message.
  * Usage: parse_stream TOOL_FORMAT REASONING OPEN(0|1) CHUNK FILE [TOOLS.json]
+ * EMBER_STREAM_ARGUMENTS=1 in the environment sets stream_arguments.
  * Exit 0 on success, 2 on usage/IO, 1 on a parser error.
  * Must not: be used by the server; it exists for tests (tests/e2e/test_parse_stream.py).
  */
@@ -41,6 +42,8 @@ int main(int argc, char **argv)
         return 2;
     }
     cfg.reasoning_open_at_start = atoi(argv[3]) != 0;
+    const char *sa = getenv("EMBER_STREAM_ARGUMENTS");
+    cfg.stream_arguments = sa && atoi(sa) != 0;
     size_t chunk = (size_t)atol(argv[4]);
     if (chunk == 0) chunk = 1;
     FILE *f = fopen(argv[5], "rb");

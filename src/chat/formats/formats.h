@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <jansson.h>
 
 /* growable byte string */
@@ -70,6 +71,19 @@ typedef struct fmt_ops {
      * only, so they are stable as text is appended. */
     const char *close;
     const char *triggers;
+    /* Streaming of arguments (ember_chat_parser_config.stream_arguments):
+     * for the region s[0..n) so far (undecided or malformed), true when the
+     * first call's header is decided — its name is known and valid and its
+     * arguments object has begun. Then *name is set (malloc'd) and the
+     * arguments text produced so far is appended to `args` (or, for raw
+     * JSON formats, *raw_at is set to where it starts in s): always a prefix
+     * of what the complete call's arguments string would be (for raw JSON
+     * formats it may run past the object; the JSON checker stops at its end).
+     * Pure function of the bytes, decided on first occurrences like scan. */
+    bool (*partial)(const char *s, size_t n, const json_t *tools, char **name, fmt_buf *args, size_t *raw_at);
+    /* the arguments are raw JSON text of the output (partial copies a slice
+     * and costs little), so progress can be looked for on every feed */
+    bool raw_arguments;
 } fmt_ops;
 
 extern const fmt_ops fmt_hermes, fmt_qwen3_coder, fmt_gemma4, fmt_llama3, fmt_mistral;
@@ -95,6 +109,8 @@ int fmt_json_span(const char *s, size_t n, size_t i, size_t *end);
 /* Within the complete JSON object s[b..e), the value span of member `key`
  * (first occurrence). Returns true and [*vb, *ve) if present. */
 bool fmt_json_member(const char *s, size_t b, size_t e, const char *key, size_t *vb, size_t *ve);
+/* the same for the first member named key or key2 */
+bool fmt_json_member2(const char *s, size_t b, size_t e, const char *key, const char *key2, size_t *vb, size_t *ve);
 
 /* true if s[0..n) is one valid JSON text (any value) */
 bool fmt_json_valid(const char *s, size_t n, bool object_only);
@@ -127,6 +143,33 @@ fmt_result fmt_malformed_until(const char *s, size_t n, bool at_eof, size_t from
  * OBJECT or STRING holding an object; absent -> {}}) appended to out; false
  * (nothing appended) if it is not one. (hermes.c) */
 bool fmt_object_call(const char *s, size_t b, size_t e, fmt_calls *out);
+
+/* Strict incremental JSON checker for one object, fed in pieces (RFC 8259
+ * grammar, UTF-8 checked, surrogate escapes paired). It records the last
+ * "closable" point: a prefix length ok_len such that the prefix plus
+ * fmt_jtrack_closers() is valid JSON (after '{' or '[', after a complete
+ * value, inside a value string, after a digit of a valid number). Feeding
+ * stops at the first error or when the object closes. Zero-initialise. */
+typedef struct fmt_jtrack {
+    char stack[256];
+    size_t depth;
+    size_t pos;                 /* bytes consumed */
+    size_t ok_len, ok_depth;    /* last closable point */
+    bool ok_in_string;
+    bool error, is_key, want_low;
+    uint8_t st, num, lit_i, hex_left, utf8_left, utf8_len;
+    uint32_t u, cp;
+    const char *lit;
+} fmt_jtrack;
+
+void fmt_jtrack_feed(fmt_jtrack *t, const char *s, size_t n);
+bool fmt_jtrack_done(const fmt_jtrack *t);
+void fmt_jtrack_closers(const fmt_jtrack *t, fmt_buf *out);
+
+/* Header of a JSON call object at s[i] == '{': {"name": STRING, then
+ * "arguments" or "parameters" whose value starts with '{' (at *args_at).
+ * Only this member order streams; anything else waits for the whole call. */
+bool fmt_partial_json_header(const char *s, size_t n, size_t i, char **name, size_t *args_at);
 
 /* shorthand: text ran out before the region was decided */
 static inline fmt_result fmt_incomplete(size_t n, bool at_eof, size_t *consumed)

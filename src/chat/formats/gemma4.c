@@ -184,4 +184,23 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
     return FMT_OK;
 }
 
-const fmt_ops fmt_gemma4 = {markers, 1, false, scan, close_tag, NULL};
+static bool partial(const char *s, size_t n, const json_t *tools, char **name, fmt_buf *args, size_t *raw_at)
+{
+    size_t i = sizeof "<|tool_call>" - 1;
+    if (fmt_starts(s, n, i, "call:") != 1) return false;
+    i += 5;
+    size_t j = i;
+    while (j < n && s[j] != '{' && j - i <= 256) j++;
+    if (j >= n || j - i > 256) return false;
+    size_t name_e = j;
+    while (name_e > i && fmt_is_ws(s[name_e - 1])) name_e--;
+    if (!fmt_valid_name(s + i, name_e - i)) return false;
+    *name = fmt_strndup(s + i, name_e - i);
+    if (!*name) return false;
+    /* what the converter has written before running out or failing is final */
+    size_t k = j;
+    value(s, n, &k, args, 0);
+    return true;
+}
+
+const fmt_ops fmt_gemma4 = {markers, 1, false, scan, close_tag, NULL, partial, false};

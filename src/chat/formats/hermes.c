@@ -27,7 +27,7 @@ static bool object_call(const char *s, size_t b, size_t e, fmt_calls *out)
     if (!name || !fmt_valid_name(name, strlen(name))) { free(name); return false; }
     size_t vb, ve;
     char *args;
-    if (fmt_json_member(s, b, e, "arguments", &vb, &ve) || fmt_json_member(s, b, e, "parameters", &vb, &ve))
+    if (fmt_json_member2(s, b, e, "arguments", "parameters", &vb, &ve))
         args = fmt_arguments_from_span(s, vb, ve);
     else
         args = fmt_strndup("{}", 2);
@@ -58,7 +58,15 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
     return FMT_OK;
 }
 
-const fmt_ops fmt_hermes = {markers, 1, false, scan, close_tag, NULL};
+static bool partial(const char *s, size_t n, const json_t *tools, char **name, fmt_buf *args, size_t *raw_at)
+{
+    size_t i = fmt_skip_ws(s, n, sizeof "<tool_call>" - 1), a;
+    if (!fmt_partial_json_header(s, n, i, name, &a)) return false;
+    *raw_at = a;
+    return true;
+}
+
+const fmt_ops fmt_hermes = {markers, 1, false, scan, close_tag, NULL, partial, true};
 
 /* Shared with llama3.c and mistral.c: a JSON call object. */
 bool fmt_object_call(const char *s, size_t b, size_t e, fmt_calls *out) { return object_call(s, b, e, out); }

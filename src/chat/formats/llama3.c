@@ -49,4 +49,13 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
     return FMT_OK;
 }
 
-const fmt_ops fmt_llama3 = {markers, 1, true, scan, NULL, "}]"};
+static bool partial(const char *s, size_t n, const json_t *tools, char **name, fmt_buf *args, size_t *raw_at)
+{
+    size_t i = 0, a;
+    if (fmt_starts(s, n, 0, markers[0]) == 1) i = fmt_skip_ws(s, n, sizeof "<|python_tag|>" - 1);
+    if (!fmt_partial_json_header(s, n, i, name, &a)) return false;
+    *raw_at = a;
+    return true;
+}
+
+const fmt_ops fmt_llama3 = {markers, 1, true, scan, NULL, "}]", partial, true};

@@ -89,4 +89,31 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
     return FMT_OK;
 }
 
-const fmt_ops fmt_mistral = {markers, 1, false, scan, NULL, "[]}"};
+static bool partial(const char *s, size_t n, const json_t *tools, char **name, fmt_buf *args, size_t *raw_at)
+{
+    size_t i = fmt_skip_ws(s, n, MARK_LEN), a;
+    if (i >= n) return false;
+    if (s[i] == '[') {
+        if (!fmt_partial_json_header(s, n, fmt_skip_ws(s, n, i + 1), name, &a)) return false;
+    } else {
+        size_t j = i;
+        while (j < n && s[j] != '[' && j - i <= 256) j++;
+        if (j >= n || j - i > 256 || !fmt_valid_name(s + i, j - i)) return false;
+        size_t name_b = i, name_e = j;
+        if (fmt_starts(s, n, j, "[CALL_ID]") == 1) {
+            size_t k = j + sizeof "[CALL_ID]" - 1, k0 = k;
+            while (k < n && s[k] != '[' && k - k0 <= 128) k++;
+            if (k >= n || k - k0 > 128) return false;
+            j = k;
+        }
+        if (fmt_starts(s, n, j, "[ARGS]") != 1) return false;
+        a = fmt_skip_ws(s, n, j + sizeof "[ARGS]" - 1);
+        if (a >= n || s[a] != '{') return false;
+        *name = fmt_strndup(s + name_b, name_e - name_b);
+        if (!*name) return false;
+    }
+    *raw_at = a;
+    return true;
+}
+
+const fmt_ops fmt_mistral = {markers, 1, false, scan, NULL, "[]}", partial, true};

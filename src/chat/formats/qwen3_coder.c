@@ -45,12 +45,84 @@ static const char *param_type(const json_t *tools, const char *name, const char 
     return NULL;
 }
 
+/* One <function=NAME>...</function> block at s[*i]. Returns 1 (complete;
+ * *i past it), 0 (text ran out), -1 (malformed). Once the name is read,
+ * *name is set (the caller frees it) and `args` holds "{" plus every
+ * complete parameter so far — a prefix of the final arguments text. */
+static int function_block(const char *s, size_t n, size_t *pi, const json_t *tools, char **name, fmt_buf *args)
+{
+    size_t i = *pi;
+    int t = fmt_starts(s, n, i, "<function=");
+    if (t <= 0) return t;
+    size_t nb = i + sizeof "<function=" - 1, ne = nb;
+    while (ne < n && s[ne] != '>' && ne - nb <= 256) ne++;
+    if (ne - nb > 256) return -1;
+    if (ne >= n) return 0;
+    if (!fmt_valid_name(s + nb, ne - nb)) return -1;
+    *name = fmt_strndup(s + nb, ne - nb);
+    if (!*name) return -1;
+    fmt_buf_putc(args, '{');
+    i = ne + 1;
+    for (;;) {
+        i = fmt_skip_ws(s, n, i);
+        if (i >= n) return 0;
+        t = fmt_starts(s, n, i, "</function>");
+        if (t == 0) return 0;
+        if (t == 1) {
+            i += sizeof "</function>" - 1;
+            break;
+        }
+        t = fmt_starts(s, n, i, "<parameter=");
+        if (t <= 0) return t;
+        size_t kb = i + sizeof "<parameter=" - 1, ke = kb;
+        while (ke < n && s[ke] != '>' && ke - kb <= 256) ke++;
+        if (ke - kb > 256) return -1;
+        if (ke >= n) return 0;
+        if (ke == kb || memchr(s + kb, '<', ke - kb)) return -1;
+        size_t vb = ke + 1;
+        /* the value ends at the first </parameter>; a </tool_call> before
+         * it means the parameter was never closed (decided on the first
+         * occurrences, so later text cannot change the outcome) */
+        size_t ve = fmt_find(s, n, vb, "</parameter>");
+        size_t vc = fmt_find(s, n, vb, close_tag);
+        if (vc < ve) return -1;
+        if (ve == (size_t)-1) return 0;
+        i = ve + sizeof "</parameter>" - 1;
+        if (vb < ve && s[vb] == '\n') vb++;
+        if (ve > vb && s[ve - 1] == '\n') ve--;
+        fmt_buf item = {0};
+        if (args->len > 1) fmt_buf_putc(&item, ',');
+        fmt_json_put_string(&item, s + kb, ke - kb);
+        fmt_buf_putc(&item, ':');
+        const char *type = tools ? param_type(tools, *name, s + kb, ke - kb) : NULL;
+        size_t tb = fmt_skip_ws(s, ve, vb), te = ve;
+        while (te > tb && fmt_is_ws(s[te - 1])) te--;
+        if ((!type || strcmp(type, "string")) && te > tb && fmt_json_valid(s + tb, te - tb, false))
+            fmt_buf_put(&item, s + tb, te - tb);
+        else
+            fmt_json_put_string(&item, s + vb, ve - vb);
+        /* a parameter joins the arguments only whole and valid (UTF-8) */
+        fmt_buf probe = {0};
+        fmt_buf_putc(&probe, '{');
+        fmt_buf_put(&probe, item.p + (args->len > 1), item.len - (args->len > 1));
+        fmt_buf_putc(&probe, '}');
+        bool ok = !item.oom && !probe.oom && fmt_json_valid(probe.p, probe.len, true);
+        if (ok) fmt_buf_put(args, item.p, item.len);
+        fmt_buf_free(&item);
+        fmt_buf_free(&probe);
+        if (!ok) return -1;
+    }
+    fmt_buf_putc(args, '}');
+    if (args->oom) return -1;
+    *pi = i;
+    return 1;
+}
+
 static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools, size_t *consumed,
                        fmt_calls *out)
 {
     size_t before = out->n;
     size_t i = sizeof "<tool_call>" - 1;
-    fmt_result res;
     for (;;) {
         i = fmt_skip_ws(s, n, i);
         if (i >= n) goto incomplete;
@@ -60,73 +132,16 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
             *consumed = i + sizeof close_tag - 1;
             return FMT_OK;
         }
-        t = fmt_starts(s, n, i, "<function=");
-        if (t == 0) goto incomplete;
-        if (t < 0) goto malformed;
-        size_t nb = i + sizeof "<function=" - 1, ne = nb;
-        while (ne < n && s[ne] != '>' && ne - nb <= 256) ne++;
-        if (ne - nb > 256) goto malformed;
-        if (ne >= n) goto incomplete;
-        if (!fmt_valid_name(s + nb, ne - nb)) goto malformed;
-        char *name = fmt_strndup(s + nb, ne - nb);
-        if (!name) goto malformed;
+        char *name = NULL;
         fmt_buf args = {0};
-        fmt_buf_putc(&args, '{');
-        i = ne + 1;
-        for (;;) {
-            i = fmt_skip_ws(s, n, i);
-            if (i >= n) goto incomplete_fn;
-            t = fmt_starts(s, n, i, "</function>");
-            if (t == 0) goto incomplete_fn;
-            if (t == 1) {
-                i += sizeof "</function>" - 1;
-                break;
-            }
-            t = fmt_starts(s, n, i, "<parameter=");
-            if (t == 0) goto incomplete_fn;
-            if (t < 0) goto malformed_fn;
-            size_t kb = i + sizeof "<parameter=" - 1, ke = kb;
-            while (ke < n && s[ke] != '>' && ke - kb <= 256) ke++;
-            if (ke - kb > 256) goto malformed_fn;
-            if (ke >= n) goto incomplete_fn;
-            if (ke == kb || memchr(s + kb, '<', ke - kb)) goto malformed_fn;
-            size_t vb = ke + 1;
-            /* the value ends at the first </parameter>; a </tool_call> before
-             * it means the parameter was never closed (decided on the first
-             * occurrences, so later text cannot change the outcome) */
-            size_t ve = fmt_find(s, n, vb, "</parameter>");
-            size_t vc = fmt_find(s, n, vb, close_tag);
-            if (vc < ve) goto malformed_fn;
-            if (ve == (size_t)-1) goto incomplete_fn;
-            i = ve + sizeof "</parameter>" - 1;
-            if (vb < ve && s[vb] == '\n') vb++;
-            if (ve > vb && s[ve - 1] == '\n') ve--;
-            if (args.len > 1) fmt_buf_putc(&args, ',');
-            fmt_json_put_string(&args, s + kb, ke - kb);
-            fmt_buf_putc(&args, ':');
-            const char *type = tools ? param_type(tools, name, s + kb, ke - kb) : NULL;
-            size_t tb = fmt_skip_ws(s, ve, vb), te = ve;
-            while (te > tb && fmt_is_ws(s[te - 1])) te--;
-            if ((!type || strcmp(type, "string")) && te > tb && fmt_json_valid(s + tb, te - tb, false))
-                fmt_buf_put(&args, s + tb, te - tb);
-            else
-                fmt_json_put_string(&args, s + vb, ve - vb);
+        int r = function_block(s, n, &i, tools, &name, &args);
+        if (r == 1) {
+            fmt_calls_push(out, name, args.p);
+            continue;
         }
-        fmt_buf_putc(&args, '}');
-        if (args.oom || !fmt_json_valid(args.p, args.len, true)) {
-            fmt_buf_free(&args);
-            free(name);
-            goto malformed;
-        }
-        fmt_calls_push(out, name, args.p);
-        continue;
-    incomplete_fn:
-        fmt_buf_free(&args);
         free(name);
-        goto incomplete;
-    malformed_fn:
         fmt_buf_free(&args);
-        free(name);
+        if (r == 0) goto incomplete;
         goto malformed;
     }
 incomplete:
@@ -134,8 +149,15 @@ incomplete:
     return fmt_incomplete(n, at_eof, consumed);
 malformed:
     fmt_calls_truncate(out, before);
-    res = fmt_malformed_until(s, n, at_eof, sizeof "<tool_call>" - 1, close_tag, consumed);
-    return res;
+    return fmt_malformed_until(s, n, at_eof, sizeof "<tool_call>" - 1, close_tag, consumed);
 }
 
-const fmt_ops fmt_qwen3_coder = {markers, 1, false, scan, close_tag, NULL};
+static bool partial(const char *s, size_t n, const json_t *tools, char **name, fmt_buf *args, size_t *raw_at)
+{
+    size_t i = fmt_skip_ws(s, n, sizeof "<tool_call>" - 1);
+    *name = NULL;
+    function_block(s, n, &i, tools, name, args);
+    return *name != NULL;
+}
+
+const fmt_ops fmt_qwen3_coder = {markers, 1, false, scan, close_tag, NULL, partial, false};

@@ -13,7 +13,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 W = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
      "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}
 
-def fx(fmt, name, text, expected, tool_format=None, reasoning="none", open_at_start=False, tools=None, source=""):
+def fx(fmt, name, text, expected, tool_format=None, reasoning="none", open_at_start=False, tools=None, source="",
+       streamed=None):
     d = os.path.join(HERE, fmt)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name + ".txt"), "wb") as f:
@@ -24,6 +25,11 @@ def fx(fmt, name, text, expected, tool_format=None, reasoning="none", open_at_st
          "reasoning_open_at_start": open_at_start, "expected": exp}
     if tools is not None:
         j["tools"] = tools
+    if streamed is not None:
+        # with stream_arguments a call whose name and "{" were seen is closed, not turned into content
+        j["expected_stream_arguments"] = {"content": streamed.get("content", ""),
+                                          "reasoning_content": streamed.get("reasoning_content", ""),
+                                          "tool_calls": streamed.get("tool_calls", [])}
     with open(os.path.join(d, name + ".json"), "w") as f:
         json.dump(j, f, indent=1, ensure_ascii=False)
         f.write("\n")
@@ -54,9 +60,9 @@ fx("hermes", "pretty_printed", '<tool_call>\n{\n  "name": "get_weather",\n  "arg
 fx("hermes", "plain_answer", 'Hello! How can I help you today?',
    {"content": "Hello! How can I help you today?"}, source=HS)
 fx("hermes", "malformed_bad_json", 'Calling.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": }}\n</tool_call>\nDone.',
-   {"content": 'Calling.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": }}\n</tool_call>\nDone.'}, source="malformed on purpose: bad JSON degrades to content")
+   {"content": 'Calling.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": }}\n</tool_call>\nDone.'}, source="malformed on purpose: bad JSON degrades to content", streamed={"content": "Calling.\nDone.", "tool_calls": [call("get_weather", {})]})
 fx("hermes", "malformed_unterminated", 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
-   {"content": 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'}, source="malformed on purpose: output ends inside the call")
+   {"content": 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'}, source="malformed on purpose: output ends inside the call", streamed={"content": "Sure.", "tool_calls": [call("get_weather", {"city": "Par"})]})
 fx("hermes", "malformed_no_name", '<tool_call>\n{"arguments": {"city": "Paris"}}\n</tool_call>',
    {"content": '<tool_call>\n{"arguments": {"city": "Paris"}}\n</tool_call>'}, source="malformed on purpose: no name")
 
@@ -79,9 +85,9 @@ fx("qwen3_coder", "qwen35_thinking_open", 'The user asks for Rome weather.\n</th
 fx("qwen3_coder", "no_params", '<tool_call>\n<function=get_time>\n</function>\n</tool_call>',
    {"tool_calls": [call("get_time", {})]}, source=QS)
 fx("qwen3_coder", "malformed_missing_close", '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>',
-   {"content": '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>'}, tools=[W], source="malformed on purpose: </parameter> missing")
+   {"content": '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>'}, tools=[W], source="malformed on purpose: </parameter> missing", streamed={"tool_calls": [call("get_weather", {})]})
 fx("qwen3_coder", "malformed_unterminated", 'Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar',
-   {"content": 'Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar'}, tools=[W], source="malformed on purpose: output ends inside the call")
+   {"content": 'Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar'}, tools=[W], source="malformed on purpose: output ends inside the call", streamed={"content": "Ok.", "tool_calls": [call("get_weather", {})]})
 
 # ---------------------------------------------------------------- gemma4
 GS = "google-gemma-4-31B-it.jinja: '<|tool_call>call:' + name + '{' + key:format_argument(value) ... + '}<tool_call|>'; strings in <|\"|>, keys bare, dictsort order"
@@ -105,9 +111,9 @@ fx("gemma4", "content_then_call", f'Let me check that.<|tool_call>call:get_weath
 fx("gemma4", "quoted_keys", f'<|tool_call>call:lookup{{query:{{{Q}first name{Q}:{Q}Ada{Q}}},limit:10}}<tool_call|>',
    {"tool_calls": [call("lookup", {"query": {"first name": "Ada"}, "limit": 10})]}, source=GS + "; format_argument(escape_keys=True) quotes nested keys with <|\"|>")
 fx("gemma4", "malformed_unterminated_string", f'Checking.<|tool_call>call:get_weather{{city:{Q}London}}<tool_call|>',
-   {"content": f'Checking.<|tool_call>call:get_weather{{city:{Q}London}}<tool_call|>'}, source="malformed on purpose: string never closed")
+   {"content": f'Checking.<|tool_call>call:get_weather{{city:{Q}London}}<tool_call|>'}, source="malformed on purpose: string never closed", streamed={"content": "Checking.", "tool_calls": [call("get_weather", {})]})
 fx("gemma4", "malformed_syntax", f'<|tool_call>call:get_weather{{city:{Q}Rome{Q} days:2}}<tool_call|> ok',
-   {"content": f'<|tool_call>call:get_weather{{city:{Q}Rome{Q} days:2}}<tool_call|> ok'}, source="malformed on purpose: missing comma")
+   {"content": f'<|tool_call>call:get_weather{{city:{Q}Rome{Q} days:2}}<tool_call|> ok'}, source="malformed on purpose: missing comma", streamed={"content": "ok", "tool_calls": [call("get_weather", {"city": "Rome"})]})
 
 # ---------------------------------------------------------------- llama3
 LS = "Llama 3.1 model card, JSON based tool calling: {\"name\": function name, \"parameters\": dictionary of argument name and its value}; templates meta-llama-Llama-3.*.jinja"
@@ -127,7 +133,7 @@ fx("llama3", "builtin_code", '<|python_tag|>brave_search.call(query="current wea
    {"content": '<|python_tag|>brave_search.call(query="current weather in Menlo Park, California")'},
    source="Llama 3.1 model card: built-in tools are called as python after <|python_tag|>; not a JSON call, kept as content")
 fx("llama3", "malformed_unterminated", '{"name": "get_weather", "parameters": {"city": "Par',
-   {"content": '{"name": "get_weather", "parameters": {"city": "Par'}, source="malformed on purpose")
+   {"content": '{"name": "get_weather", "parameters": {"city": "Par'}, source="malformed on purpose", streamed={"tool_calls": [call("get_weather", {"city": "Par"})]})
 
 # ---------------------------------------------------------------- mistral
 MS = "Mistral Nemo template: '[TOOL_CALLS][' + calls as {\"name\",\"arguments\",\"id\"} + ']'"
@@ -146,7 +152,7 @@ fx("mistral", "think_call", '[THINK]The user wants Paris weather.[/THINK][TOOL_C
    {"reasoning_content": "The user wants Paris weather.", "tool_calls": [call("get_weather", {"city": "Paris"})]},
    reasoning="mistral", source="mistralai-Ministral-3-14B-Reasoning-2512.jinja: '[THINK]' + thinking + '[/THINK]', then " + MS2)
 fx("mistral", "malformed_args", '[TOOL_CALLS]get_weather[ARGS]{"city": }',
-   {"content": '[TOOL_CALLS]get_weather[ARGS]{"city": }'}, source="malformed on purpose")
+   {"content": '[TOOL_CALLS]get_weather[ARGS]{"city": }'}, source="malformed on purpose", streamed={"tool_calls": [call("get_weather", {})]})
 fx("mistral", "malformed_no_args", '[TOOL_CALLS]get weather now',
    {"content": '[TOOL_CALLS]get weather now'}, source="malformed on purpose")
 

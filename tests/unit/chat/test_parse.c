@@ -42,6 +42,7 @@ typedef struct {
     sbuf args;            /* arguments of the open call */
     int open;             /* index of the open call, -1 none */
     int n_events;
+    int n_args_events;
 } collector;
 
 static bool utf8_ok(const char *s, size_t n)
@@ -77,6 +78,7 @@ static void on_event(void *user, const ember_chat_event *ev)
     case EMBER_CHAT_EV_TOOL_ARGS:
         assert_int_equal(ev->tool_index, c->open);
         sb_put(&c->args, ev->text, ev->len);
+        c->n_args_events++;
         break;
     case EMBER_CHAT_EV_TOOL_END: {
         assert_int_equal(ev->tool_index, c->open);
@@ -170,6 +172,8 @@ static void fixture_free(fixture *fx)
 
 /* parse text streamed in the given cuts; returns the events' message and
  * checks it equals the parser's own message */
+static int last_args_events;
+
 static json_t *parse_cuts(const ember_chat_parser_config *base, const char *text, size_t len, const size_t *cuts,
                           size_t n_cuts)
 {
@@ -196,6 +200,7 @@ static json_t *parse_cuts(const ember_chat_parser_config *base, const char *text
     }
     json_decref(ev);
     ember_chat_parser_free(p);
+    last_args_events = c.n_args_events;
     collector_free(&c);
     return own;
 }
@@ -203,6 +208,8 @@ static json_t *parse_cuts(const ember_chat_parser_config *base, const char *text
 static void check_message(const fixture *fx, json_t *msg)
 {
     json_t *exp = json_object_get(fx->spec, "expected");
+    if (fx->cfg.stream_arguments && json_object_get(fx->spec, "expected_stream_arguments"))
+        exp = json_object_get(fx->spec, "expected_stream_arguments");
     const char *content = json_string_value(json_object_get(msg, "content"));
     const char *want = json_string_value(json_object_get(exp, "content"));
     if (strcmp(content ? content : "", want))
@@ -244,6 +251,8 @@ static uint64_t rng_next(uint64_t *s)
     return *s;
 }
 
+static int args_events_chunk1, calls_chunk1;
+
 static void run_fixture(fixture *fx, int *n_streams)
 {
     /* whole */
@@ -261,6 +270,10 @@ static void run_fixture(fixture *fx, int *n_streams)
         size_t k = 0;
         for (size_t at = c; at < fx->len; at += c) cuts[k++] = at;
         json_t *m = parse_cuts(&fx->cfg, fx->text, fx->len, cuts, k);
+        if (c == 1) {
+            args_events_chunk1 += last_args_events;
+            calls_chunk1 += (int)json_array_size(json_object_get(m, "tool_calls"));
+        }
         if (!json_equal(whole, m)) {
             char *a = json_dumps(whole, JSON_COMPACT), *b = json_dumps(m, JSON_COMPACT);
             fail_msg("%s: chunk size %zu\n  whole  %s\n  stream %s", fx->path, c, a, b);
@@ -289,9 +302,9 @@ static void run_fixture(fixture *fx, int *n_streams)
     json_decref(whole);
 }
 
-static void test_fixtures(void **state)
+static void fixtures(bool stream_arguments)
 {
-    (void)state;
+    args_events_chunk1 = calls_chunk1 = 0;
     const char *root = "tests/data/tool_outputs";
     static const char *const dirs[] = {"hermes", "qwen3_coder", "gemma4", "llama3", "mistral", "think"};
     int n_fixtures = 0, n_streams = 0;
@@ -309,6 +322,7 @@ static void test_fixtures(void **state)
             snprintf(base, sizeof base, "%.*s", (int)(l - 4), e->d_name);
             fixture fx;
             fixture_load(&fx, dir, base);
+            fx.cfg.stream_arguments = stream_arguments;
             run_fixture(&fx, &n_streams);
             fixture_free(&fx);
             here++;
@@ -317,7 +331,23 @@ static void test_fixtures(void **state)
         if (here < 5) fail_msg("%s: only %d fixtures", dir, here);
         n_fixtures += here;
     }
-    print_message("%d fixtures, %d streamed parses\n", n_fixtures, n_streams);
+    print_message("%d fixtures, %d streamed parses, chunk size 1: %d calls in %d argument deltas\n", n_fixtures,
+                  n_streams, calls_chunk1, args_events_chunk1);
+    if (stream_arguments) assert_true(args_events_chunk1 > 4 * calls_chunk1);   /* arguments did stream */
+    else assert_int_equal(args_events_chunk1, calls_chunk1);
+}
+
+static void test_fixtures(void **state)
+{
+    (void)state;
+    fixtures(false);
+}
+
+/* the same outputs with arguments streamed as they are generated */
+static void test_fixtures_stream_arguments(void **state)
+{
+    (void)state;
+    fixtures(true);
 }
 
 /* ------------------------------------------- random outputs per format */
@@ -381,7 +411,7 @@ static void test_random_outputs(void **state)
                 memcpy(text + len, pc, l);
                 len += l;
             }
-            ember_chat_parser_config cfg = {.tool_format = sets[si].f, .id_seed = 7};
+            ember_chat_parser_config cfg = {.tool_format = sets[si].f, .id_seed = 7, .stream_arguments = r % 2 == 1};
             cfg.reasoning = (ember_reasoning_syntax)(rng_next(&seed) % EMBER_REASONING_COUNT);
             cfg.reasoning_open_at_start = rng_next(&seed) % 4 == 0;
             json_t *whole = NULL;
@@ -500,6 +530,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures),
+        cmocka_unit_test(test_fixtures_stream_arguments),
         cmocka_unit_test(test_random_outputs),
         cmocka_unit_test(test_utf8_split_and_invalid),
         cmocka_unit_test(test_ids_seeded),

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "chat/parse.h"
+#include "chat/formats/formats.h"
 
 /* ------------------------------------------------------------ collector */
 
@@ -455,6 +456,71 @@ static void test_random_outputs(void **state)
     assert_true(with_calls > total / 3);   /* the generator does reach the call paths */
 }
 
+/* ------------------------------------------------ JSON checker vs jansson */
+
+/* The strict incremental checker behind streamed arguments, against jansson
+ * (the independent parser): on random JSON-like texts fed in random pieces,
+ * it finishes without error exactly when jansson accepts the text as an
+ * object, and every closable prefix it reports, closed with its closers,
+ * is accepted by jansson. */
+static void test_json_checker(void **state)
+{
+    (void)state;
+    static const char *const toks[] = {
+        "{", "}", "[", "]", ",", ":", " ", "\"", "\"a\"", "\"k\":", "1", "-", "0", ".5", "e", "E+", "12",
+        "true", "fals", "e", "null", "\\", "\\n", "\\u00e9", "\\ud83d\\ude00", "\\ud83d", "\\x",
+        "\xc3\xa9", "\xc3", "\xe6\x9d\xb1", "\xff", "\x01", "x", "\"v\"", "{\"a\":1}", "[1,2]"};
+    const size_t nt = sizeof toks / sizeof *toks;
+    uint64_t seed = 0x1234567ull;
+    int accepted = 0, closable_checked = 0;
+    char text[512];
+    for (int r = 0; r < 100000; r++) {
+        size_t len = 0;
+        if (rng_next(&seed) % 4) text[len++] = '{';
+        int k = 1 + (int)(rng_next(&seed) % 14);
+        for (int i = 0; i < k; i++) {
+            const char *t = toks[rng_next(&seed) % nt];
+            size_t l = strlen(t);
+            if (len + l >= sizeof text) break;
+            memcpy(text + len, t, l);
+            len += l;
+        }
+        fmt_jtrack jt;
+        memset(&jt, 0, sizeof jt);
+        for (size_t at = 0; at < len;) {
+            size_t step = 1 + rng_next(&seed) % 5;
+            if (at + step > len) step = len - at;
+            fmt_jtrack_feed(&jt, text + at, step);
+            at += step;
+            /* the closable point so far must close into valid JSON */
+            if (jt.ok_len) {
+                fmt_buf b = {0};
+                fmt_buf_put(&b, text, jt.ok_len);
+                fmt_jtrack_closers(&jt, &b);
+                json_error_t err;
+                json_t *v = json_loadb(b.p, b.len, JSON_ALLOW_NUL, &err);
+                if (!json_is_object(v)) fail_msg("closable prefix not JSON: [%s]", b.p);
+                json_decref(v);
+                fmt_buf_free(&b);
+                closable_checked++;
+            }
+        }
+        json_error_t err;
+        json_t *v = json_loadb(text, len, JSON_ALLOW_NUL | JSON_DISABLE_EOF_CHECK, &err);
+        bool jansson_ok = json_is_object(v);
+        size_t used = jansson_ok ? err.position : 0;
+        json_decref(v);
+        /* jansson (with DISABLE_EOF_CHECK) stops after the object like the checker */
+        bool ours = fmt_jtrack_done(&jt) && !jt.error;
+        if (ours != jansson_ok || (ours && used != jt.pos))
+            fail_msg("checker %d (pos %zu) vs jansson %d (pos %zu) on [%.*s]", ours, jt.pos, jansson_ok, used,
+                     (int)len, text);
+        accepted += ours;
+    }
+    print_message("%d texts accepted by both, %d closable prefixes checked\n", accepted, closable_checked);
+    assert_true(accepted > 1000);
+}
+
 /* ----------------------------------------------------------- specifics */
 
 static void test_utf8_split_and_invalid(void **state)
@@ -532,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_fixtures_stream_arguments),
         cmocka_unit_test(test_random_outputs),
+        cmocka_unit_test(test_json_checker),
         cmocka_unit_test(test_utf8_split_and_invalid),
         cmocka_unit_test(test_ids_seeded),
         cmocka_unit_test(test_bad_args),

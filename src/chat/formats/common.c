@@ -185,8 +185,14 @@ bool fmt_json_valid(const char *s, size_t n, bool object_only)
 
 void fmt_json_put_string(fmt_buf *b, const char *s, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
     fmt_buf_putc(b, '"');
+    fmt_json_put_string_body(b, s, n);
+    fmt_buf_putc(b, '"');
+}
+
+void fmt_json_put_string_body(fmt_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -216,7 +222,6 @@ void fmt_json_put_string(fmt_buf *b, const char *s, size_t n)
         }
     }
     fmt_buf_put(b, s + n - run, run);
-    fmt_buf_putc(b, '"');
 }
 
 char *fmt_strndup(const char *s, size_t n)

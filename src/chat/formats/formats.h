@@ -117,6 +117,9 @@ bool fmt_json_valid(const char *s, size_t n, bool object_only);
 
 /* append s[0..n) as a JSON string literal (with quotes) */
 void fmt_json_put_string(fmt_buf *b, const char *s, size_t n);
+/* the same without the quotes (per-character escaping: the body of a prefix
+ * is a prefix of the body) */
+void fmt_json_put_string_body(fmt_buf *b, const char *s, size_t n);
 
 /* malloc'd copy of s[0..n) */
 char *fmt_strndup(const char *s, size_t n);

@@ -25,12 +25,25 @@ static const char quote[] = "<|\"|>";
 #define MAX_DEPTH 64
 
 /* 1 ok (*i past the value), 0 text ran out, -1 not this syntax */
-static int value(const char *s, size_t n, size_t *i, fmt_buf *o, int depth);
+static int value(const char *s, size_t n, size_t *i, fmt_buf *o, int depth, bool part);
 
-static int quoted(const char *s, size_t n, size_t *i, fmt_buf *o)
+/* A <|"|>-quoted string. With `part` (streaming a call that is not
+ * complete yet), an unclosed string writes its opening quote and the text
+ * that cannot be the start of the closing <|"|> — final bytes, since
+ * escaping is per character. */
+static int quoted(const char *s, size_t n, size_t *i, fmt_buf *o, bool part)
 {
     size_t e = fmt_find(s, n, *i + QLEN, quote);
-    if (e == (size_t)-1) return 0;
+    if (e == (size_t)-1) {
+        if (part) {
+            size_t b = *i + QLEN, hold = 0;
+            for (size_t k = QLEN - 1; k > 0 && !hold; k--)
+                if (n >= b + k && !memcmp(s + n - k, quote, k)) hold = k;
+            fmt_buf_putc(o, '"');
+            if (n > b + hold) fmt_json_put_string_body(o, s + b, n - hold - b);
+        }
+        return 0;
+    }
     fmt_json_put_string(o, s + *i + QLEN, e - *i - QLEN);
     *i = e + QLEN;
     return 1;
@@ -41,7 +54,7 @@ static int key(const char *s, size_t n, size_t *i, fmt_buf *o)
     *i = fmt_skip_ws(s, n, *i);
     if (*i >= n) return 0;
     int t = fmt_starts(s, n, *i, quote);
-    if (t == 1) return quoted(s, n, i, o);
+    if (t == 1) return quoted(s, n, i, o, false);
     if (s[*i] == '"') {
         size_t e;
         int r = fmt_json_span(s, n, *i, &e);
@@ -84,7 +97,7 @@ static int literal(const char *s, size_t n, size_t *i, fmt_buf *o)
     return 1;
 }
 
-static int container(const char *s, size_t n, size_t *i, fmt_buf *o, int depth, bool is_obj)
+static int container(const char *s, size_t n, size_t *i, fmt_buf *o, int depth, bool is_obj, bool part)
 {
     char close = is_obj ? '}' : ']';
     fmt_buf_putc(o, is_obj ? '{' : '[');
@@ -106,7 +119,7 @@ static int container(const char *s, size_t n, size_t *i, fmt_buf *o, int depth, 
             fmt_buf_putc(o, ':');
             (*i)++;
         }
-        if ((r = value(s, n, i, o, depth + 1)) <= 0) return r;
+        if ((r = value(s, n, i, o, depth + 1, part)) <= 0) return r;
         *i = fmt_skip_ws(s, n, *i);
         if (*i >= n) return 0;
         if (s[*i] == ',') {
@@ -121,7 +134,7 @@ static int container(const char *s, size_t n, size_t *i, fmt_buf *o, int depth, 
     }
 }
 
-static int value(const char *s, size_t n, size_t *i, fmt_buf *o, int depth)
+static int value(const char *s, size_t n, size_t *i, fmt_buf *o, int depth, bool part)
 {
     if (depth > MAX_DEPTH) return -1;
     *i = fmt_skip_ws(s, n, *i);
@@ -130,9 +143,9 @@ static int value(const char *s, size_t n, size_t *i, fmt_buf *o, int depth)
     if (c == '<') {
         int t = fmt_starts(s, n, *i, quote);
         if (t <= 0) return t;
-        return quoted(s, n, i, o);
+        return quoted(s, n, i, o, part);
     }
-    if (c == '{' || c == '[') return container(s, n, i, o, depth, c == '{');
+    if (c == '{' || c == '[') return container(s, n, i, o, depth, c == '{', part);
     if (c == '"') {
         size_t e;
         int r = fmt_json_span(s, n, *i, &e);
@@ -163,7 +176,7 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
     if (!fmt_valid_name(s + i, name_e - i)) return fmt_malformed_until(s, n, at_eof, i, close_tag, consumed);
     fmt_buf args = {0};
     size_t k = j;
-    int r = value(s, n, &k, &args, 0);
+    int r = value(s, n, &k, &args, 0, false);
     if (r == 0) {
         fmt_buf_free(&args);
         return fmt_incomplete(n, at_eof, consumed);
@@ -199,7 +212,7 @@ static bool partial(const char *s, size_t n, const json_t *tools, char **name, f
     if (!*name) return false;
     /* what the converter has written before running out or failing is final */
     size_t k = j;
-    value(s, n, &k, args, 0);
+    value(s, n, &k, args, 0, true);
     return true;
 }
 

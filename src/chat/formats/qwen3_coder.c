@@ -49,7 +49,17 @@ static const char *param_type(const json_t *tools, const char *name, const char 
  * *i past it), 0 (text ran out), -1 (malformed). Once the name is read,
  * *name is set (the caller frees it) and `args` holds "{" plus every
  * complete parameter so far — a prefix of the final arguments text. */
-static int function_block(const char *s, size_t n, size_t *pi, const json_t *tools, char **name, fmt_buf *args)
+/* longest suffix of s[0..n) (after `from`) that is a proper prefix of lit */
+static size_t tail_prefix(const char *s, size_t n, size_t from, const char *lit)
+{
+    size_t m = strlen(lit);
+    for (size_t k = m - 1; k > 0; k--)
+        if (n >= from + k && !memcmp(s + n - k, lit, k)) return k;
+    return 0;
+}
+
+static int function_block(const char *s, size_t n, size_t *pi, const json_t *tools, char **name, fmt_buf *args,
+                          bool part)
 {
     size_t i = *pi;
     int t = fmt_starts(s, n, i, "<function=");
@@ -85,8 +95,27 @@ static int function_block(const char *s, size_t n, size_t *pi, const json_t *too
          * occurrences, so later text cannot change the outcome) */
         size_t ve = fmt_find(s, n, vb, "</parameter>");
         size_t vc = fmt_find(s, n, vb, close_tag);
-        if (vc < ve) return -1;
-        if (ve == (size_t)-1) return 0;
+        const char *type = tools ? param_type(tools, *name, s + kb, ke - kb) : NULL;
+        if (vc < ve || ve == (size_t)-1) {
+            /* Streaming: a parameter the schema types as string is final
+             * text as it arrives, short of what could still be framing (a
+             * last '\n', the start of a closing tag). A call that breaks
+             * here keeps the text up to the stray </tool_call>. */
+            if (part && type && !strcmp(type, "string") && vb < n) {
+                size_t b = vb + (s[vb] == '\n'), e = vc < ve ? vc : n;
+                if (vc >= ve) {
+                    size_t h1 = tail_prefix(s, n, b, "</parameter>"), h2 = tail_prefix(s, n, b, close_tag);
+                    e -= h1 > h2 ? h1 : h2;
+                }
+                if (e > b && s[e - 1] == '\n') e--;
+                if (args->len > 1) fmt_buf_putc(args, ',');
+                fmt_json_put_string(args, s + kb, ke - kb);
+                fmt_buf_putc(args, ':');
+                fmt_buf_putc(args, '"');
+                if (e > b) fmt_json_put_string_body(args, s + b, e - b);
+            }
+            return vc < ve ? -1 : 0;
+        }
         i = ve + sizeof "</parameter>" - 1;
         if (vb < ve && s[vb] == '\n') vb++;
         if (ve > vb && s[ve - 1] == '\n') ve--;
@@ -94,7 +123,6 @@ static int function_block(const char *s, size_t n, size_t *pi, const json_t *too
         if (args->len > 1) fmt_buf_putc(&item, ',');
         fmt_json_put_string(&item, s + kb, ke - kb);
         fmt_buf_putc(&item, ':');
-        const char *type = tools ? param_type(tools, *name, s + kb, ke - kb) : NULL;
         size_t tb = fmt_skip_ws(s, ve, vb), te = ve;
         while (te > tb && fmt_is_ws(s[te - 1])) te--;
         if ((!type || strcmp(type, "string")) && te > tb && fmt_json_valid(s + tb, te - tb, false))
@@ -107,7 +135,9 @@ static int function_block(const char *s, size_t n, size_t *pi, const json_t *too
         fmt_buf_put(&probe, item.p + (args->len > 1), item.len - (args->len > 1));
         fmt_buf_putc(&probe, '}');
         bool ok = !item.oom && !probe.oom && fmt_json_valid(probe.p, probe.len, true);
-        if (ok) fmt_buf_put(args, item.p, item.len);
+        /* written even when invalid: a streamed call that breaks here is
+         * closed where the JSON checker stops, as it was streamed */
+        if (ok || part) fmt_buf_put(args, item.p, item.len);
         fmt_buf_free(&item);
         fmt_buf_free(&probe);
         if (!ok) return -1;
@@ -134,7 +164,7 @@ static fmt_result scan(const char *s, size_t n, bool at_eof, const json_t *tools
         }
         char *name = NULL;
         fmt_buf args = {0};
-        int r = function_block(s, n, &i, tools, &name, &args);
+        int r = function_block(s, n, &i, tools, &name, &args, false);
         if (r == 1) {
             fmt_calls_push(out, name, args.p);
             continue;
@@ -156,7 +186,7 @@ static bool partial(const char *s, size_t n, const json_t *tools, char **name, f
 {
     size_t i = fmt_skip_ws(s, n, sizeof "<tool_call>" - 1);
     *name = NULL;
-    function_block(s, n, &i, tools, name, args);
+    function_block(s, n, &i, tools, name, args, true);
     return *name != NULL;
 }
 

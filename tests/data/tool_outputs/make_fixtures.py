@@ -85,9 +85,9 @@ fx("qwen3_coder", "qwen35_thinking_open", 'The user asks for Rome weather.\n</th
 fx("qwen3_coder", "no_params", '<tool_call>\n<function=get_time>\n</function>\n</tool_call>',
    {"tool_calls": [call("get_time", {})]}, source=QS)
 fx("qwen3_coder", "malformed_missing_close", '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>',
-   {"content": '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>'}, tools=[W], source="malformed on purpose: </parameter> missing", streamed={"tool_calls": [call("get_weather", {})]})
+   {"content": '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>'}, tools=[W], source="malformed on purpose: </parameter> missing", streamed={"tool_calls": [call("get_weather", {"city": "Paris\n</function>"})]})
 fx("qwen3_coder", "malformed_unterminated", 'Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar',
-   {"content": 'Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar'}, tools=[W], source="malformed on purpose: output ends inside the call", streamed={"content": "Ok.", "tool_calls": [call("get_weather", {})]})
+   {"content": 'Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar'}, tools=[W], source="malformed on purpose: output ends inside the call", streamed={"content": "Ok.", "tool_calls": [call("get_weather", {"city": "Par"})]})
 
 # ---------------------------------------------------------------- gemma4
 GS = "google-gemma-4-31B-it.jinja: '<|tool_call>call:' + name + '{' + key:format_argument(value) ... + '}<tool_call|>'; strings in <|\"|>, keys bare, dictsort order"
@@ -111,7 +111,7 @@ fx("gemma4", "content_then_call", f'Let me check that.<|tool_call>call:get_weath
 fx("gemma4", "quoted_keys", f'<|tool_call>call:lookup{{query:{{{Q}first name{Q}:{Q}Ada{Q}}},limit:10}}<tool_call|>',
    {"tool_calls": [call("lookup", {"query": {"first name": "Ada"}, "limit": 10})]}, source=GS + "; format_argument(escape_keys=True) quotes nested keys with <|\"|>")
 fx("gemma4", "malformed_unterminated_string", f'Checking.<|tool_call>call:get_weather{{city:{Q}London}}<tool_call|>',
-   {"content": f'Checking.<|tool_call>call:get_weather{{city:{Q}London}}<tool_call|>'}, source="malformed on purpose: string never closed", streamed={"content": "Checking.", "tool_calls": [call("get_weather", {})]})
+   {"content": f'Checking.<|tool_call>call:get_weather{{city:{Q}London}}<tool_call|>'}, source="malformed on purpose: string never closed", streamed={"content": "Checking.", "tool_calls": [call("get_weather", {"city": "London}<tool_call|>"})]})
 fx("gemma4", "malformed_syntax", f'<|tool_call>call:get_weather{{city:{Q}Rome{Q} days:2}}<tool_call|> ok',
    {"content": f'<|tool_call>call:get_weather{{city:{Q}Rome{Q} days:2}}<tool_call|> ok'}, source="malformed on purpose: missing comma", streamed={"content": "ok", "tool_calls": [call("get_weather", {"city": "Rome"})]})
 

@@ -393,6 +393,13 @@ static void test_random_outputs(void **state)
          "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"},
     };
     const size_t n_common = sizeof pieces_common / sizeof *pieces_common;
+    json_error_t jerr;
+    json_t *qwen_tools = json_loads(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"a\":{\"type\":\"string\"}}}}},{\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+        "\"n\":{\"type\":\"integer\"}}}}}]", 0, &jerr);
+    assert_non_null(qwen_tools);
     uint64_t seed = 88172645463325252ull;
     int with_calls = 0, total = 0;
     char text[2048];
@@ -413,6 +420,7 @@ static void test_random_outputs(void **state)
                 len += l;
             }
             ember_chat_parser_config cfg = {.tool_format = sets[si].f, .id_seed = 7, .stream_arguments = r % 2 == 1};
+            if (r % 4 >= 2) cfg.tools = qwen_tools;   /* string-typed parameters (stream as text) */
             cfg.reasoning = (ember_reasoning_syntax)(rng_next(&seed) % EMBER_REASONING_COUNT);
             cfg.reasoning_open_at_start = rng_next(&seed) % 4 == 0;
             json_t *whole = NULL;
@@ -452,6 +460,7 @@ static void test_random_outputs(void **state)
             json_decref(whole);
         }
     }
+    json_decref(qwen_tools);
     print_message("%d random outputs, %d with tool calls\n", total, with_calls);
     assert_true(with_calls > total / 3);   /* the generator does reach the call paths */
 }

@@ -16,7 +16,7 @@
  *    of a tool call is held back until it is decided.
  *  - Content and reasoning deltas are whole UTF-8 (an invalid byte becomes
  *    U+FFFD); their concatenations are the final content / reasoning_content.
- *  - A tool call is announced when it is complete and valid: TOOL_START
+ *  - By default a tool call is announced when it is complete and valid: TOOL_START
  *    (index, id, name), TOOL_ARGS (the arguments JSON text; all TOOL_ARGS of
  *    one call concatenate to exactly its final arguments string), TOOL_END.
  *    So no argument byte is lost or repeated (llama.cpp issue 22722), and a
@@ -29,7 +29,8 @@
  *    soon as its name is known and its arguments object has begun, and
  *    TOOL_ARGS deltas follow at every point where the text so far can be
  *    closed into valid JSON (inside a string value, after a complete value;
- *    Gemma 4 strings and Qwen3-Coder parameters arrive whole). A call that
+ *    Gemma 4 strings stream too; Qwen3-Coder parameters stream when the
+ *    tool schema types them "string", else arrive whole). A call that
  *    then breaks (bad syntax, end of output) is closed, not turned into
  *    content: its arguments are the longest such prefix before the first
  *    error, closed ("}" / "\"}" ...), and its remaining raw text is dropped.
@@ -37,6 +38,17 @@
  *    announced whole and malformed ones become content (as above).
  *  - Content and reasoning are trimmed of leading and trailing whitespace;
  *    whitespace just before a tool call is dropped.
+ *
+ * Use from the server, per request:
+ *    ember_chat_detect_format(template_text, &tf, &rs);        once per model
+ *    cfg.tool_format = has_tools && tool_choice != "none" ? tf : NONE;
+ *    cfg.reasoning = reasoning_format_none ? NONE : rs;
+ *    cfg.reasoning_open_at_start = ember_chat_prompt_opens_reasoning(prompt, n, rs);
+ *    cfg.on_event = fn;   fn: ember_chat_event_delta(ev, &delta) -> SSE chunk
+ *    ember_chat_parser_new(&cfg, &p);
+ *    per detokenized piece: ember_chat_parser_feed(p, piece, len);
+ *    at the end: ember_chat_parser_finish(p); ember_chat_parser_message(p, &msg)
+ *    (finish_reason "tool_calls" when msg has tool_calls).
  */
 #ifndef EMBER_CHAT_PARSE_H
 #define EMBER_CHAT_PARSE_H

@@ -121,10 +121,53 @@ static void test_against_llama_cpp(void **state)
     assert_true(agree >= 34);
 }
 
+/* Where llama.cpp returns a call cut short (arguments text that is not
+ * JSON yet), ember with stream_arguments returns the same call closed: its
+ * arguments begin with llama.cpp's text and are valid JSON. */
+static void test_truncated_calls_stream_arguments(void **state)
+{
+    (void)state;
+    static const char *const keys[] = {"hermes/malformed_unterminated", "llama3/malformed_unterminated",
+                                       "qwen3_coder/malformed_unterminated", "gemma4/malformed_unterminated_string"};
+    json_error_t err;
+    json_t *gold = json_load_file("tests/golden/parse/llama_cpp.json", 0, &err);
+    assert_non_null(gold);
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        json_t *c = json_object_get(json_object_get(gold, "cases"), keys[k]);
+        const char *theirs = json_string_value(json_object_get(json_array_get(json_object_get(c, "tool_calls"), 0), "arguments"));
+        assert_non_null(theirs);
+        char path[512];
+        snprintf(path, sizeof path, "tests/data/tool_outputs/%s.json", keys[k]);
+        json_t *spec = json_load_file(path, 0, &err);
+        snprintf(path, sizeof path, "tests/data/tool_outputs/%s.txt", keys[k]);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        char text[65536];
+        size_t n = fread(text, 1, sizeof text, f);
+        fclose(f);
+        ember_chat_parser_config cfg = {.id_seed = 3, .stream_arguments = true};
+        assert_true(ember_tool_format_from_name(json_string_value(json_object_get(spec, "tool_format")), &cfg.tool_format));
+        cfg.tools = json_object_get(spec, "tools");
+        json_t *m = NULL;
+        assert_int_equal(ember_chat_parse_whole(&cfg, text, n, &m), EMBER_OK);
+        const char *ours = json_string_value(json_object_get(
+            json_object_get(json_array_get(json_object_get(m, "tool_calls"), 0), "function"), "arguments"));
+        assert_non_null(ours);
+        if (strncmp(ours, theirs, strlen(theirs))) fail_msg("%s: ember %s, llama.cpp %s", keys[k], ours, theirs);
+        json_t *v = json_loads(ours, 0, &err);
+        assert_true(json_is_object(v));
+        json_decref(v);
+        json_decref(m);
+        json_decref(spec);
+    }
+    json_decref(gold);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_llama_cpp),
+        cmocka_unit_test(test_truncated_calls_stream_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,7 +15,7 @@
  * A string array keeps n+1 offsets into the blob (element j spans
  * stroff[s+j] .. stroff[s+j+1]-1), so element access is O(1). An array of
  * arrays keeps n consecutive sub-array nodes. Keys and tensor names are found
- * through open-addressing hash tables (FNV-1a).
+ * through open-addressing hash tables (seeded FNV-1a + fmix64).
  */
 #include "gguf/gguf.h"
 
@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,6 +81,7 @@ struct ember_gguf {
 
     int64_t *kv_hash; uint64_t kv_mask;   /* slots hold index+1, 0 = empty */
     int64_t *t_hash; uint64_t t_mask;
+    uint64_t seed;          /* hash basis, random per reader */
 };
 
 /* ------------------------------------------------------------------------- */
@@ -328,13 +330,21 @@ static ember_status parse_kv(pctx *c, gkv *kv)
 /* ------------------------------------------------------------------------- */
 /* hash tables                                                               */
 
-static uint64_t fnv1a(const char *s, size_t n)
+/* FNV-1a from a per-reader random basis, then the murmur3 fmix64 finalizer,
+ * so that a file cannot be crafted to make every key collide (which would
+ * turn parsing quadratic). */
+static uint64_t name_hash(const ember_gguf *g, const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 1469598103934665603ull ^ g->seed;
     for (size_t i = 0; i < n; i++) {
         h ^= (uint8_t)s[i];
         h *= 1099511628211ull;
     }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return h;
 }
 
@@ -353,7 +363,7 @@ static int64_t hash_insert(int64_t *tab, uint64_t mask, const char *name, int64_
                            const char *(*name_of)(const ember_gguf *, int64_t), const ember_gguf *g)
 {
     size_t len = strlen(name);
-    for (uint64_t h = fnv1a(name, len) & mask;; h = (h + 1) & mask) {
+    for (uint64_t h = name_hash(g, name, len) & mask;; h = (h + 1) & mask) {
         if (!tab[h]) {
             tab[h] = i + 1;
             return -1;
@@ -367,7 +377,7 @@ static int64_t hash_find(const int64_t *tab, uint64_t mask, const char *name,
 {
     if (!tab || !name) return -1;
     size_t len = strlen(name);
-    for (uint64_t h = fnv1a(name, len) & mask;; h = (h + 1) & mask) {
+    for (uint64_t h = name_hash(g, name, len) & mask;; h = (h + 1) & mask) {
         if (!tab[h]) return -1;
         if (!strcmp(name_of(g, tab[h] - 1), name)) return tab[h] - 1;
     }
@@ -608,6 +618,8 @@ static ember_status open_over(const void *data, size_t size, bool mapped, ember_
     g->base = data;
     g->size = size;
     g->mapped = mapped;
+    if (getrandom(&g->seed, sizeof g->seed, GRND_NONBLOCK) != (ssize_t)sizeof g->seed)
+        g->seed = (uint64_t)(uintptr_t)g * 0x9e3779b97f4a7c15ull; /* ASLR as a fallback */
     ember_status s = parse(g);
     if (s) {
         ember_gguf_close(g);
@@ -725,7 +737,7 @@ static ember_status kv_int(const gkv *kv, bool *neg, uint64_t *u, int64_t *i)
 
 ember_status ember_gguf_get_u32(const ember_gguf *g, const char *key, uint32_t *out)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     bool neg; uint64_t u; int64_t i;
@@ -738,7 +750,7 @@ ember_status ember_gguf_get_u32(const ember_gguf *g, const char *key, uint32_t *
 
 ember_status ember_gguf_get_i64(const ember_gguf *g, const char *key, int64_t *out)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     bool neg; uint64_t u; int64_t i;
@@ -753,7 +765,7 @@ ember_status ember_gguf_get_i64(const ember_gguf *g, const char *key, int64_t *o
 
 ember_status ember_gguf_get_f32(const ember_gguf *g, const char *key, float *out)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     if (kv->type == EMBER_GGUF_F32 || kv->type == EMBER_GGUF_F64) *out = (float)kv->s.f;
@@ -767,7 +779,7 @@ ember_status ember_gguf_get_f32(const ember_gguf *g, const char *key, float *out
 
 ember_status ember_gguf_get_bool(const ember_gguf *g, const char *key, bool *out)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     if (kv->type != EMBER_GGUF_BOOL)
@@ -779,7 +791,7 @@ ember_status ember_gguf_get_bool(const ember_gguf *g, const char *key, bool *out
 
 ember_status ember_gguf_get_str(const ember_gguf *g, const char *key, const char **out, size_t *len)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     if (kv->type != EMBER_GGUF_STRING)

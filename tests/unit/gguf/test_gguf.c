@@ -376,6 +376,53 @@ static void test_large_string_array(void **state)
     free(store);
 }
 
+/* Many keys and tensors: every one is found at its own index. */
+static void test_many_keys_and_tensors(void **state)
+{
+    (void)state;
+    enum { NK = 5000, NT = 700 };
+    ember_gguf_writer *w;
+    assert_int_equal(ember_gguf_writer_new(0, &w), EMBER_OK);
+    char name[32];
+    for (int i = 0; i < NK; i++) {
+        snprintf(name, sizeof name, "blk.%d.key", i);
+        assert_int_equal(ember_gguf_writer_set_u32(w, name, (uint32_t)i * 3), EMBER_OK);
+    }
+    float x[32] = {0};
+    int64_t ne[1] = {32};
+    for (int i = 0; i < NT; i++) {
+        snprintf(name, sizeof name, "blk.%d.weight", i);
+        x[0] = (float)i;
+        assert_int_equal(ember_gguf_writer_add_tensor(w, name, 0, 1, ne, x), EMBER_OK);
+    }
+    void *buf;
+    size_t n;
+    assert_int_equal(ember_gguf_writer_write_buffer(w, &buf, &n), EMBER_OK);
+    ember_gguf_writer_free(w);
+    ember_gguf *g = open_buf(buf, n);
+    for (int i = 0; i < NK; i++) {
+        snprintf(name, sizeof name, "blk.%d.key", i);
+        assert_int_equal(ember_gguf_find_key(g, name), i);
+        uint32_t v;
+        assert_int_equal(ember_gguf_get_u32(g, name, &v), EMBER_OK);
+        assert_int_equal(v, (uint32_t)i * 3);
+    }
+    for (int i = 0; i < NT; i++) {
+        snprintf(name, sizeof name, "blk.%d.weight", i);
+        const ember_gguf_tensor *t = ember_gguf_get_tensor(g, name);
+        assert_non_null(t);
+        float f0;
+        memcpy(&f0, t->data, 4);
+        assert_true(f0 == (float)i);
+        assert_int_equal(t->offset, (uint64_t)i * 128);
+    }
+    assert_int_equal(ember_gguf_find_key(g, "blk.5000.key"), -1);
+    assert_int_equal(ember_gguf_find_key(g, ""), -1);
+    assert_int_equal(ember_gguf_find_tensor(g, "blk.700.weight"), -1);
+    ember_gguf_close(g);
+    free(buf);
+}
+
 /* ---- independently made files -------------------------------------------- */
 
 /* The valid file packed by make_malformed.py decodes to what it packed. */
@@ -572,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_write_file_and_mmap),
         cmocka_unit_test(test_writer_rejects_bad_input),
         cmocka_unit_test(test_large_string_array),
+        cmocka_unit_test(test_many_keys_and_tensors),
         cmocka_unit_test(test_python_made_valid_file),
         cmocka_unit_test(test_malformed_manifest),
         cmocka_unit_test(test_every_truncation_fails),

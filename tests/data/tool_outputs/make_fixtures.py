@@ -132,6 +132,12 @@ fx("llama3", "json_not_a_call", '{"answer": 42, "unit": "none"}',
 fx("llama3", "builtin_code", '<|python_tag|>brave_search.call(query="current weather in Menlo Park, California")',
    {"content": '<|python_tag|>brave_search.call(query="current weather in Menlo Park, California")'},
    source="Llama 3.1 model card: built-in tools are called as python after <|python_tag|>; not a JSON call, kept as content")
+fx("llama3", "function_tag", 'Let me look.<function=spotify_trending_songs>{"n": "5"}</function>',
+   {"content": "Let me look.", "tool_calls": [call("spotify_trending_songs", {"n": "5"})]},
+   source="Llama 3.1 prompt guide, custom tools: '<function=example_function_name>{\"example_name\": \"example_value\"}</function>'; functionary v3.1 template renders calls so")
+fx("llama3", "function_tag_bad_json", '<function=get_weather>{"city": Paris}</function> then text',
+   {"content": '<function=get_weather>{"city": Paris}</function> then text'}, source="malformed on purpose",
+   streamed={"content": "then text", "tool_calls": [call("get_weather", {})]})
 fx("llama3", "malformed_unterminated", '{"name": "get_weather", "parameters": {"city": "Par',
    {"content": '{"name": "get_weather", "parameters": {"city": "Par'}, source="malformed on purpose", streamed={"tool_calls": [call("get_weather", {"city": "Par"})]})
 

@@ -33,6 +33,8 @@ OVERRIDES = {
     "gemma4/thinking_call": ("google-gemma-4-31B-it", 1),
     "gemma4/thinking_answer": ("google-gemma-4-31B-it", 1),
     "llama3/two_calls": ("meta-llama-Llama-3.2-3B-Instruct", 0),
+    "llama3/function_tag": ("meetkai-functionary-medium-v3.1", 0),
+    "llama3/function_tag_bad_json": ("meetkai-functionary-medium-v3.1", 0),
     "mistral/nemo_array": ("mistralai-Mistral-Nemo-Instruct-2407", 0),
     "mistral/nemo_parallel": ("mistralai-Mistral-Nemo-Instruct-2407", 0),
     "mistral/call_id_form": ("Mistral-Small-3.2-24B-Instruct-2506", 0),

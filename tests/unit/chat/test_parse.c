@@ -366,7 +366,7 @@ static const char *const pieces_gemma[] = {
     "<|tool_call>", "<tool_call|>", "call:f", "call:get_x{", "<|\"|>", "a:", "b:1", "{", "}", "[1,2]"};
 static const char *const pieces_llama[] = {
     "<|python_tag|>", "{\"name\": \"f\", \"parameters\": {}}", "; ", "{\"name\": \"g\", \"parameters\": {\"q\": [1]}}",
-    "{\"name\":", "\"parameters\""};
+    "{\"name\":", "\"parameters\"", "<function=f>", "</function>", "<function=get_w>{\"q\": \"a\"}</function>"};
 static const char *const pieces_mistral[] = {
     "[TOOL_CALLS]", "f", "[ARGS]", "[CALL_ID]", "abc", "{\"a\": 1}", "[{\"name\": \"f\", \"arguments\": {}}]", "get_y"};
 

@@ -84,7 +84,7 @@ static const struct {
     {"ibm-granite-granite-4.0", HERMES, R_NONE},
     {"ibm-granite-granite-4.1", HERMES, R_NONE},
     {"inclusionai-ling-3.0-flash", T_NONE, THINK},            /* <arg_key> form */
-    {"meetkai-functionary-medium-v3.1", LLAMA3, R_NONE},      /* Llama 3.1 base: <|python_tag|>; its <function=N>{..} form is not parsed */
+    {"meetkai-functionary-medium-v3.1", LLAMA3, R_NONE},      /* Llama 3.1 base: <|python_tag|>, <function=N>{..}</function> */
     {"meetkai-functionary-medium-v3.2", T_NONE, R_NONE},      /* >>>NAME\n{..} */
     {"meta-llama-Llama-3.1-8B-Instruct", LLAMA3, R_NONE},
     {"meta-llama-Llama-3.2-3B-Instruct", LLAMA3, R_NONE},

@@ -37,6 +37,7 @@ struct server {
     int port;
     int64_t created;
     atomic_uint_fast64_t n_http, n_http_errors, next_id;
+    atomic_int n_active;      /* completions in flight (streams until their last byte) */
 };
 
 typedef struct conn {
@@ -303,6 +304,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     stream *st = cls;
+    atomic_fetch_sub(&st->s->n_active, 1);
     engine_req_cancel(st->r);    /* no-op when finished; frees the slot when the client left */
     engine_req_release(st->r);
     oai_req_free(&st->rq);
@@ -356,9 +358,16 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
         return send_error(s, mc, &err);
     }
 
+    atomic_fetch_add(&s->n_active, 1);
     if (rq.stream) {
         stream *sm = calloc(1, sizeof *sm);
-        if (!sm) { engine_req_cancel(r); engine_req_release(r); oai_req_free(&rq); return MHD_NO; }
+        if (!sm) {
+            atomic_fetch_sub(&s->n_active, 1);
+            engine_req_cancel(r);
+            engine_req_release(r);
+            oai_req_free(&rq);
+            return MHD_NO;
+        }
         sm->s = s;
         sm->rq = rq;
         sm->r = r;
@@ -384,6 +393,7 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
             engine_req_unlock(r);
             if (client_gone(fd)) {
                 engine_req_cancel(r);
+                atomic_fetch_sub(&s->n_active, 1);
                 c->req = NULL;
                 engine_req_release(r);
                 oai_req_free(&rq);
@@ -410,6 +420,7 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
     }
     engine_req_release(r);
     oai_req_free(&rq);
+    atomic_fetch_sub(&s->n_active, 1);
     return ret;
 }
 
@@ -751,6 +762,11 @@ void server_quiesce(server *s)
 void server_stop(server *s)
 {
     if (!s) return;
+    /* let answers of cancelled requests reach their clients (at most 3 s) */
+    for (int i = 0; i < 300 && atomic_load(&s->n_active) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (s->d) MHD_stop_daemon(s->d);
     free(s);
 }

@@ -63,7 +63,8 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
 int server_port(const server *s);
 /* Stop accepting connections (before engine_stop), keep serving open ones. */
 void server_quiesce(server *s);
-/* Close all connections and join the HTTP threads; then free. */
+/* Wait (at most 3 s) for answers in flight to be sent, then close all
+ * connections, join the HTTP threads and free. Call after engine_stop. */
 void server_stop(server *s);
 
 #endif

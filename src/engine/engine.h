@@ -56,6 +56,8 @@ typedef struct engine_config {
     int32_t n_slots;      /* --parallel */
     int32_t n_ctx;        /* -c: most tokens (prompt + generated) one slot may hold */
     int32_t n_batch;      /* most batch entries per step (decode tokens + prefill chunks) */
+    int32_t n_prefill_chunk; /* most prefill entries per step while some slot generates
+                              * (bounds the stall a long prompt causes); <= 0: n_batch */
     int32_t n_queue_max;  /* requests waiting beyond the slots before submit says NOMEM */
 } engine_config;
 

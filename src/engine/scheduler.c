@@ -130,12 +130,17 @@ static int32_t build_batch(engine *e, const bool *deferred)
 {
     e->batch.n_tokens = 0;
     int32_t budget = e->cfg.n_batch, n_prefill = 0;
+    bool generating = false;
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
         s->n_batch_entries = 0;
         s->i_logits = -1;
-        if (s->state == SLOT_GENERATE && !deferred[i]) budget -= slot_propose(e, s, budget);
+        if (s->state == SLOT_GENERATE && !deferred[i]) {
+            budget -= slot_propose(e, s, budget);
+            generating = true;
+        }
     }
+    if (generating && e->cfg.n_prefill_chunk > 0 && budget > e->cfg.n_prefill_chunk) budget = e->cfg.n_prefill_chunk;
     for (;;) {   /* prefill in admission order */
         slot *next = NULL;
         for (int32_t i = 0; i < e->cfg.n_slots; i++) {

@@ -19,12 +19,15 @@ typedef struct fixture {
     engine *e;
 } fixture;
 
+static int32_t prefill_chunk;   /* engine_config.n_prefill_chunk for the next fx_init */
+
 static void fx_init(fixture *f, int32_t n_slots, int32_t n_ctx, uint32_t pool, int32_t n_batch, int32_t n_queue)
 {
     f->m = fake_model_new(n_slots, n_ctx, pool, n_batch);
     f->rt = fake_runtime(f->m);
     f->vocab = fake_vocab();
-    engine_config cfg = {.n_slots = n_slots, .n_ctx = n_ctx, .n_batch = n_batch, .n_queue_max = n_queue};
+    engine_config cfg = {.n_slots = n_slots, .n_ctx = n_ctx, .n_batch = n_batch, .n_queue_max = n_queue,
+                         .n_prefill_chunk = prefill_chunk};
     assert_int_equal(engine_new(&cfg, &f->rt, &f->vocab, &f->e), EMBER_OK);
 }
 
@@ -140,6 +143,34 @@ static void test_chunked_prefill_does_not_stall(void **state)
     run_until_done(&f, both, 2);
     expect_reference(a, "hi", 100);
     expect_reference(b, long_prompt, 4);
+    engine_req_release(a);
+    engine_req_release(b);
+    fx_free(&f);
+}
+
+/* With n_prefill_chunk, a prompt takes at most that many entries per step
+ * while another slot generates, and the whole n_batch when none does. */
+static void test_prefill_chunk_limit(void **state)
+{
+    fixture f;
+    prefill_chunk = 3;
+    fx_init(&f, 2, 512, 1024, 32, 4);
+    prefill_chunk = 0;
+    engine_req *a = submit(&f, "gen", 30);
+    engine_step(f.e);
+    char long_prompt[101];
+    memset(long_prompt, 'p', 100);
+    long_prompt[100] = 0;
+    engine_req *b = submit(&f, long_prompt, 2);
+    while (b->t_first_token == 0) {
+        engine_step(f.e);
+        if (a->finish == ENGINE_RUNNING) assert_true(f.m->entries_of_seq[b->slot] <= 3);
+        else assert_true(f.m->entries_of_seq[b->slot] <= 32);
+    }
+    engine_req *both[2] = {a, b};
+    run_until_done(&f, both, 2);
+    expect_reference(a, "gen", 30);
+    expect_reference(b, long_prompt, 2);
     engine_req_release(a);
     engine_req_release(b);
     fx_free(&f);
@@ -386,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_single_request_matches_reference),
         cmocka_unit_test(test_concurrent_equal_alone),
         cmocka_unit_test(test_chunked_prefill_does_not_stall),
+        cmocka_unit_test(test_prefill_chunk_limit),
         cmocka_unit_test(test_prefix_cache_reuse),
         cmocka_unit_test(test_prefix_fork_from_busy_slot),
         cmocka_unit_test(test_cancel_frees_slot_within_one_step),

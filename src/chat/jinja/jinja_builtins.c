@@ -335,6 +335,7 @@ static bool run_test_on(jx_render *r, const jx_node *at, jv item, const jx_args 
 
 static jv select_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a, bool attr, bool want)
 {
+    if (!jv_truthy(seq)) return jv_list_new(C(r), JV_LIST, 0);   /* jinja2: "if value:" */
     jv items = jx_iter_list(r, at, seq);
     jv out = jv_list_new(C(r), JV_LIST, 0);
     for (size_t i = 0; i < items.u.l->n; i++) {
@@ -351,6 +352,7 @@ static jv select_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *
 
 static jv map_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a)
 {
+    if (!jv_truthy(seq)) return jv_list_new(C(r), JV_LIST, 0);   /* jinja2: "if value:" */
     jv items = jx_iter_list(r, at, seq);
     jv out = jv_list_new(C(r), JV_LIST, items.u.l->n);
     jv attr = jx_arg(a, -1, "attribute", jv_undef());
@@ -424,25 +426,6 @@ static jv items_of(jx_render *r, const jx_node *at, jv d)
     return out;
 }
 
-static jv html_escape(jx_render *r, jv v)
-{
-    jv s = jv_to_str(C(r), v);
-    jx_buf b = {0};
-    jx_buf_put(C(r), &b, "", 0);
-    for (size_t i = 0; i < s.u.s->len; i++) {
-        char ch = s.u.s->s[i];
-        switch (ch) {
-        case '&': jx_buf_puts(C(r), &b, "&amp;"); break;
-        case '<': jx_buf_puts(C(r), &b, "&lt;"); break;
-        case '>': jx_buf_puts(C(r), &b, "&gt;"); break;
-        case '"': jx_buf_puts(C(r), &b, "&#34;"); break;
-        case '\'': jx_buf_puts(C(r), &b, "&#39;"); break;
-        default: jx_buf_putc(C(r), &b, ch);
-        }
-    }
-    return jv_str(C(r), b.p, b.n);
-}
-
 static jv indent(jx_render *r, jv s, jv width, bool first, bool blank)
 {
     jx_buf pad = {0};
@@ -484,7 +467,13 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         return in;
     }
     if (IS("tojson")) return to_json(r, at, in, a, 0);
-    if (IS("safe")) return in;
+    if (IS("safe")) {
+        if (in.k == JV_STR && in.u.s->markup) return in;
+        jv m = jv_to_str(C(r), in);
+        m = jv_str(C(r), m.u.s->s, m.u.s->len);
+        ((jx_str *)m.u.s)->markup = true;
+        return m;
+    }
     if (IS("string")) return jv_to_str(C(r), in);
     if (IS("length") || IS("count")) return jv_int((int64_t)py_len(r, at, in));
     if (IS("list")) {
@@ -582,7 +571,7 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
     }
     if (IS("attr")) return jx_getattr(r, at, in, need_str(r, at, jx_arg(a, 0, "name", jv_undef()), "attr").u.s->s,
                                        need_str(r, at, jx_arg(a, 0, "name", jv_undef()), "attr").u.s->len);
-    if (IS("escape") || IS("e") || IS("forceescape")) return html_escape(r, in);
+    if (IS("escape") || IS("e") || IS("forceescape")) return jv_html_escape(C(r), in);
     if (IS("dictsort")) {
         jv l = items_of(r, at, in);
         jv by = jx_arg(a, 1, "by", jv_cstr(C(r), "key"));
@@ -735,6 +724,53 @@ static bool all_cp(jv s, int kind)
     return kind >= 4 ? any_cased : true;
 }
 
+/* str.format with {}, {0}, {name}, optional !r/!s; format specs other than
+ * empty are refused rather than guessed. */
+static jv str_format(jx_render *r, const jx_node *at, jv fmt, const jx_args *a)
+{
+    jx_buf b = {0};
+    jx_buf_put(C(r), &b, "", 0);
+    const char *p = fmt.u.s->s;
+    size_t n = fmt.u.s->len, auto_i = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        if (ch == '}' ) {
+            if (i + 1 < n && p[i + 1] == '}') i++;
+            else jx_rfail(r, at, "Single '}' encountered in format string");
+            jx_buf_putc(C(r), &b, '}');
+            continue;
+        }
+        if (ch != '{') { jx_buf_putc(C(r), &b, ch); continue; }
+        if (i + 1 < n && p[i + 1] == '{') { jx_buf_putc(C(r), &b, '{'); i++; continue; }
+        size_t e = i + 1;
+        while (e < n && p[e] != '}') e++;
+        if (e >= n) jx_rfail(r, at, "Single '{' encountered in format string");
+        const char *f = p + i + 1;
+        size_t fl = e - i - 1, nl = 0;
+        while (nl < fl && f[nl] != '!' && f[nl] != ':') nl++;
+        if (nl < fl && f[nl] == ':' && nl + 1 < fl) jx_rfail(r, at, "format specs are not supported in str.format");
+        bool as_repr = nl + 1 < fl && f[nl] == '!' && f[nl + 1] == 'r';
+        jv v;
+        if (nl == 0) {
+            if (auto_i >= (size_t)a->n) jx_rfail(r, at, "Replacement index %zu out of range for positional args tuple", auto_i);
+            v = a->v[auto_i++];
+        } else if (f[0] >= '0' && f[0] <= '9') {
+            size_t k = (size_t)strtoul(f, NULL, 10);
+            if (k >= (size_t)a->n) jx_rfail(r, at, "Replacement index %zu out of range for positional args tuple", k);
+            v = a->v[k];
+        } else {
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)(nl < 127 ? nl : 127), f);
+            v = jx_arg(a, -1, name, jv_undef());
+            if (v.k == JV_UNDEF) jx_rfail(r, at, "KeyError: '%s'", name);
+        }
+        if (as_repr) jv_repr_into(C(r), &b, v);
+        else jv_str_into(C(r), &b, v);
+        i = e;
+    }
+    return jv_str(C(r), b.p, b.n);
+}
+
 jv jx_call_method(jx_render *r, const jx_node *at, jv self, const char *name, const jx_args *a)
 {
 #define IS(x) (strcmp(name, x) == 0)
@@ -810,6 +846,7 @@ jv jx_call_method(jx_render *r, const jx_node *at, jv self, const char *name, co
             for (size_t i = 0; i < items.u.l->n; i++) need_str(r, at, items.u.l->v[i], "str.join");
             return join(r, at, items, self, jv_none());
         }
+        if (IS("format")) return str_format(r, at, self, a);
         if (IS("isdigit")) return jv_bool(all_cp(self, 0));
         if (IS("isalpha")) return jv_bool(all_cp(self, 1));
         if (IS("isalnum")) return jv_bool(all_cp(self, 2));

@@ -362,10 +362,17 @@ static jv arith(jx_render *r, const jx_node *at, int op, jv a, jv b)
         }
     }
     if (op == OP_ADD && a.k == JV_STR && b.k == JV_STR) {
+        bool markup = a.u.s->markup || b.u.s->markup;   /* Markup + str escapes the str */
+        if (markup) {
+            a = jv_html_escape(&r->c, a);
+            b = jv_html_escape(&r->c, b);
+        }
         jx_buf s = {0};
         jx_buf_put(&r->c, &s, a.u.s->s, a.u.s->len);
         jx_buf_put(&r->c, &s, b.u.s->s, b.u.s->len);
-        return jv_str(&r->c, s.p, s.n);
+        jv out = jv_str(&r->c, s.p, s.n);
+        ((jx_str *)out.u.s)->markup = markup;
+        return out;
     }
     if (op == OP_ADD && (a.k == JV_LIST || a.k == JV_TUPLE) && a.k == b.k) {
         jv out = jv_list_new(&r->c, a.k, a.u.l->n + b.u.l->n);

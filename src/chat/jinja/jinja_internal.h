@@ -61,7 +61,9 @@ typedef enum {
     JV_LIST, JV_TUPLE, JV_DICT, JV_NS, JV_MACRO, JV_BUILTIN, JV_METHOD, JV_LOOP,
 } jv_kind;
 
-typedef struct jx_str { size_t len; char s[]; } jx_str;   /* NUL-terminated too */
+/* NUL-terminated too; markup: a jinja2 Markup (from |safe, |escape): adding a
+ * plain str to it HTML-escapes the plain one, as markupsafe does. */
+typedef struct jx_str { size_t len; bool markup; char s[]; } jx_str;
 typedef struct jx_list jx_list;
 typedef struct jx_dict jx_dict;
 struct jx_macro;
@@ -114,6 +116,7 @@ double jv_as_double(jv v);
 void jv_str_into(jx_ctx *c, jx_buf *b, jv v);
 void jv_repr_into(jx_ctx *c, jx_buf *b, jv v);
 jv jv_to_str(jx_ctx *c, jv v);            /* str(v) as a JV_STR */
+jv jv_html_escape(jx_ctx *c, jv v);       /* markupsafe.escape(v): a Markup */
 void jx_float_repr(char *out, size_t cap, double f);   /* Python repr(float) */
 
 /* json.dumps(v, ensure_ascii, indent, separators, sort_keys). indent < 0 is

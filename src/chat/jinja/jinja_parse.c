@@ -931,9 +931,12 @@ static void parse_body(P *p, const char *const *ends, token *opener, jx_node ***
         token *t = cur(p);
         if (t->t == T_EOF) {
             if (!ends) break;
-            char msg[200];
-            snprintf(msg, sizeof msg, "unexpected end of template; the block opened here needs '%s'", ends[0]);
-            jx_fail(p->c, EMBER_ERR_FORMAT, opener->line, opener->col, "%s", msg);
+            char msg[200], want[120] = "";
+            for (int k = 0; ends[k]; k++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s'%s'", k ? " or " : "", ends[k]);
+            snprintf(msg, sizeof msg, "unexpected end of template; the '%.*s' block opened at line %d, column %d needs %s",
+                     (int)(opener->n < 20 ? opener->n : 20), opener->p ? opener->p : "", opener->line, opener->col, want);
+            jx_fail(p->c, EMBER_ERR_FORMAT, t->line, t->col, "%s", msg);
         }
         if (t->t == T_BBEGIN && ends) {
             token *nm = peek(p, 1);

@@ -202,10 +202,17 @@ static bool key_eq(jv a, jv b)
     return jv_equal(a, b);
 }
 
+static void dict_append(jx_ctx *c, jx_dict *d, jv key, jv val);
+
 void jv_dict_set(jx_ctx *c, jx_dict *d, jv key, jv val)
 {
     for (size_t i = 0; i < d->n; i++)
         if (key_eq(d->key[i], key)) { d->val[i] = val; return; }
+    dict_append(c, d, key, val);
+}
+
+static void dict_append(jx_ctx *c, jx_dict *d, jv key, jv val)
+{
     if (d->n == d->cap) {
         size_t nc = d->cap ? d->cap * 2 : 4;
         jv *nk = jx_alloc(c, nc * sizeof(jv)), *nv = jx_alloc(c, nc * sizeof(jv));
@@ -265,8 +272,15 @@ double jv_as_double(jv v)
     return v.k == JV_FLOAT ? v.u.f : v.k == JV_INT ? (double)v.u.i : v.k == JV_BOOL ? (double)v.u.b : 0.0;
 }
 
-bool jv_equal(jv a, jv b)
+static bool equal_d(jv a, jv b, int depth);
+
+bool jv_equal(jv a, jv b) { return equal_d(a, b, 0); }
+
+/* Python ==; containers nested deeper than 200 compare unequal rather than
+ * recursing without bound. */
+static bool equal_d(jv a, jv b, int depth)
 {
+    if (depth > 200) return false;
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a.k != JV_FLOAT && b.k != JV_FLOAT) {
             int64_t x = a.k == JV_BOOL ? a.u.b : a.u.i, y = b.k == JV_BOOL ? b.u.b : b.u.i;
@@ -281,13 +295,13 @@ bool jv_equal(jv a, jv b)
     case JV_LIST: case JV_TUPLE:
         if (a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return false;
+            if (!equal_d(a.u.l->v[i], b.u.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jv o;
-            if (!jv_dict_get(b.u.d, a.u.d->key[i], &o) || !jv_equal(a.u.d->val[i], o)) return false;
+            if (!jv_dict_get(b.u.d, a.u.d->key[i], &o) || !equal_d(a.u.d->val[i], o, depth + 1)) return false;
         }
         return true;
     case JV_NS: return a.u.d == b.u.d;
@@ -451,6 +465,28 @@ jv jv_to_str(jx_ctx *c, jv v)
     return jv_str(c, b.p ? b.p : "", b.n);
 }
 
+jv jv_html_escape(jx_ctx *c, jv v)
+{
+    if (v.k == JV_STR && v.u.s->markup) return v;
+    jv s = jv_to_str(c, v);
+    jx_buf b = {0};
+    jx_buf_put(c, &b, "", 0);
+    for (size_t i = 0; i < s.u.s->len; i++) {
+        char ch = s.u.s->s[i];
+        switch (ch) {
+        case '&': jx_buf_puts(c, &b, "&amp;"); break;
+        case '<': jx_buf_puts(c, &b, "&lt;"); break;
+        case '>': jx_buf_puts(c, &b, "&gt;"); break;
+        case '"': jx_buf_puts(c, &b, "&#34;"); break;
+        case '\'': jx_buf_puts(c, &b, "&#39;"); break;
+        default: jx_buf_putc(c, &b, ch);
+        }
+    }
+    jv out = jv_str(c, b.p, b.n);
+    ((jx_str *)out.u.s)->markup = true;
+    return out;
+}
+
 /* ---- json.dumps ------------------------------------------------------------ */
 
 static void json_str(jx_ctx *c, jx_buf *b, const char *s, size_t n, bool ascii)
@@ -584,8 +620,8 @@ jv jv_from_json(jx_ctx *c, const json_t *j, int depth)
         jv d = jv_dict_new(c, JV_DICT);
         const char *k;
         json_t *val;
-        json_object_foreach((json_t *)j, k, val)
-            jv_dict_set(c, d.u.d, jv_cstr(c, k), jv_from_json(c, val, depth + 1));
+        json_object_foreach((json_t *)j, k, val)   /* JSON object keys are unique */
+            dict_append(c, d.u.d, jv_cstr(c, k), jv_from_json(c, val, depth + 1));
         return d;
     }
     }

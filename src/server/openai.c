@@ -213,6 +213,17 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
         json_t *tc = opt(m, "tool_calls");
         snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
         if (tc && !json_is_array(tc)) return bad(err, param, "Invalid type for '%s': expected an array.", param);
+        for (size_t k = 0; tc && k < json_array_size(tc); k++) {
+            /* OpenAI sends arguments as a JSON string; templates expect the object
+             * (Hugging Face's message shape), as llama-server converts too */
+            json_t *fn = json_object_get(json_array_get(tc, k), "function");
+            json_t *args = json_object_get(fn, "arguments");
+            if (json_is_string(args)) {
+                json_t *obj = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+                if (json_is_object(obj)) json_object_set_new(fn, "arguments", obj);
+                else json_decref(obj);
+            }
+        }
         if (!strcmp(r, "assistant") && json_is_null(json_object_get(m, "content")) && !tc)
             json_object_set_new(m, "content", json_string(""));
         json_t *name = opt(m, "name");

@@ -1,10 +1,9 @@
 /*
  * text_ember.c — tokenizer and chat template behind server_text/engine_vocab.
  *
- * Rendering: the template's context is what transformers'
+ * Rendering: src/chat/template.c builds the context transformers'
  * apply_chat_template passes (messages, tools, add_generation_prompt,
- * bos_token, eos_token) plus chat_template_kwargs at top level
- * (transformers/utils/chat_template_utils.py; llama-server does the same).
+ * bos_token, eos_token, chat_template_kwargs at top level).
  * Must not: sample, decode or know about HTTP.
  */
 #include "server/text_ember.h"
@@ -15,6 +14,7 @@
 
 #include "base/status.h"
 #include "chat/jinja/jinja.h"
+#include "chat/template.h"
 #include "gguf/gguf.h"
 
 struct text_ember {
@@ -121,18 +121,13 @@ static bool te_is_eog(void *ud, ember_token id)
 static ember_status te_template(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_gen, char **out)
 {
     text_ember *t = ud;
-    json_t *ctx = json_object();
-    if (kwargs) json_object_update(ctx, kwargs);
-    json_object_set(ctx, "messages", messages);
-    if (tools) json_object_set(ctx, "tools", tools);
-    json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_gen));
-    json_object_set_new(ctx, "bos_token", json_string(t->bos_text));
-    json_object_set_new(ctx, "eos_token", json_string(t->eos_text));
+    ember_chat_inputs in = {.messages = messages, .tools = tools, .add_generation_prompt = add_gen,
+                            .bos_token = t->bos_text, .eos_token = t->eos_text,
+                            .kwargs = kwargs && json_object_size(kwargs) ? kwargs : NULL};
     ember_jinja_error err;
     size_t len;
-    ember_status st = ember_jinja_render(t->tmpl, ctx, NULL, out, &len, &err);
-    json_decref(ctx);
-    if (st != EMBER_OK) return ember_error(st, "%s", err.message);
+    ember_status st = ember_chat_render(t->tmpl, &in, NULL, out, &len, &err);
+    if (st != EMBER_OK) return ember_error(st, "%s", err.message[0] ? err.message : ember_last_error());
     return EMBER_OK;
 }
 

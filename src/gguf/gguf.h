@@ -30,6 +30,10 @@ typedef enum ember_gguf_vtype {
 
 typedef struct ember_gguf ember_gguf;
 
+/* Short name of a value type as gguf-py's GGUFValueType lower-cased ("u32",
+ * "string", "array"); "?" for ids outside 0..12. */
+const char *ember_gguf_vtype_name(ember_gguf_vtype t);
+
 /* A tensor-table entry. ne[0] is the contiguous (row) dimension; unused dims
  * are 1. `data` points into the mapping; `nbytes` is the exact payload size. */
 typedef struct ember_gguf_tensor {
@@ -119,7 +123,11 @@ const ember_gguf_tensor *ember_gguf_get_tensor(const ember_gguf *g, const char *
 
 typedef struct ember_gguf_writer ember_gguf_writer;
 
-/* Start a GGUF v3 file with the given alignment (0 = 32). */
+/* Start a GGUF v3 file with the given alignment (0 = 32). An alignment other
+ * than 32 is recorded as the u32 KV general.alignment (gguf.md); setting that
+ * key later changes the alignment. Errors: EMBER_ERR_INVALID_ARG (not a power
+ * of two), EMBER_ERR_NOMEM. Setting a key that exists replaces its value in
+ * place; keys are written in first-set order, tensors in add order. */
 ember_status ember_gguf_writer_new(uint32_t alignment, ember_gguf_writer **out);
 void ember_gguf_writer_free(ember_gguf_writer *w);
 ember_status ember_gguf_writer_set_u32(ember_gguf_writer *w, const char *key, uint32_t v);
@@ -128,7 +136,25 @@ ember_status ember_gguf_writer_set_u64(ember_gguf_writer *w, const char *key, ui
 ember_status ember_gguf_writer_set_f32(ember_gguf_writer *w, const char *key, float v);
 ember_status ember_gguf_writer_set_bool(ember_gguf_writer *w, const char *key, bool v);
 ember_status ember_gguf_writer_set_str(ember_gguf_writer *w, const char *key, const char *v);
-/* Numeric array: `data` holds n packed elements of `elem_type`. */
+/* Any scalar type (not STRING/ARRAY): `v` points to one value of the
+ * matching C type (uint8_t, int8_t, ..., bool for BOOL, double for F64). */
+ember_status ember_gguf_writer_set_scalar(ember_gguf_writer *w, const char *key,
+                                          ember_gguf_vtype type, const void *v);
+/* String of `len` bytes (may contain NUL). */
+ember_status ember_gguf_writer_set_str_n(ember_gguf_writer *w, const char *key,
+                                         const char *v, size_t len);
+/* Write GGUF version 2 or 3 in the header (the layouts are identical for
+ * little-endian files; v2 only differs in the number). Default 3. */
+ember_status ember_gguf_writer_set_version(ember_gguf_writer *w, uint32_t version);
+/* Array of any element type, nested to 16 levels. Writer descriptor
+ * convention: `a->data` holds n packed numeric elements, n `bool` for BOOL,
+ * n `const char *` (NUL-terminated) for STRING, or n `ember_gguf_arr`
+ * descriptors for ARRAY; `impl` is ignored. An ember_gguf_arr returned by
+ * the reader is NOT a valid descriptor for STRING/ARRAY elements. */
+ember_status ember_gguf_writer_set_arr_value(ember_gguf_writer *w, const char *key,
+                                             const ember_gguf_arr *a);
+/* Numeric array: `data` holds n packed elements of `elem_type` (`bool` for
+ * BOOL). STRING/ARRAY elements: use set_arr_str / set_arr_value. */
 ember_status ember_gguf_writer_set_arr(ember_gguf_writer *w, const char *key,
                                        ember_gguf_vtype elem_type, const void *data, uint64_t n);
 ember_status ember_gguf_writer_set_arr_str(ember_gguf_writer *w, const char *key,

@@ -84,7 +84,7 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     free(tmpl);
     if (st != EMBER_OK) goto fail;
     if (text_ember_is_fallback(m->text))
-        fprintf(log, "ember: warning: the model has no chat template; using a plain 'role: content' format\n");
+        fprintf(log, "ember: warning: the model has no chat template; using ChatML (as llama-server does)\n");
 
     int32_t n_vocab = ember_model_n_vocab(m->model);
     m->rt = engine_runtime_ember(m->ctx, n_vocab);

@@ -25,10 +25,11 @@ struct text_ember {
     bool fallback;
 };
 
-/* used when a GGUF has no tokenizer.chat_template */
+/* used when a GGUF has no tokenizer.chat_template: ChatML, as llama-server
+ * falls back to (llama.cpp src/llama-chat.cpp, LLM_CHAT_TEMPLATE_CHATML) */
 static const char fallback_template[] =
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}";
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 static char *token_text(const ember_vocab *v, ember_token t)
 {

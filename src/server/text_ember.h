@@ -14,7 +14,7 @@ typedef struct text_ember text_ember;
 /* Bind `vocab` (must outlive the result) and a chat template: the source in
  * `template_src` (e.g. from --chat-template-file) or else the GGUF's
  * tokenizer.chat_template read from `gguf_path`. A model without a template
- * gets a plain "role: content" fallback (the log says so).
+ * gets ChatML, as llama-server does (the log says so).
  * Errors: EMBER_ERR_IO / EMBER_ERR_FORMAT (the file, or the template does not
  * parse: message with line and column), EMBER_ERR_NOMEM. */
 ember_status text_ember_new(const char *gguf_path, const ember_vocab *vocab, const char *template_src,

@@ -130,6 +130,7 @@ def main():
     ap.add_argument("--llama-server", default=LLAMA_SERVER)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "server-cpu.md"))
     ap.add_argument("--only", choices=["ember", "llama"], default=None)
+    ap.add_argument("--llama-extra", default="", help="extra llama-server arguments, e.g. '--poll 0'")
     a = ap.parse_args()
     streams = [int(s) for s in a.streams.split(",")]
     logdir = pathlib.Path("/tmp")
@@ -144,7 +145,8 @@ def main():
         port = free_port()
         res["llama"] = bench_server("llama-server", [a.llama_server, "-m", a.model, "-c", str(a.ctx * a.parallel),
                                                      "-np", str(a.parallel), "-t", str(a.threads), "--port", str(port),
-                                                     "--host", "127.0.0.1"], port, streams, a.max_tokens, logdir)
+                                                     "--host", "127.0.0.1"] + a.llama_extra.split(), port, streams,
+                                    a.max_tokens, logdir)
     load_after = os.getloadavg()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     lines = [f"# Server throughput: ember serve vs llama-server (CPU)\n",
@@ -153,7 +155,8 @@ def main():
              f"- machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
              f"- load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} "
              f"(the machine is shared with other agents' builds and tests: numbers are noisy)",
-             f"- llama-server: `{a.llama_server}` with -c {a.ctx * a.parallel} (it divides -c by -np)",
+             f"- llama-server: `{a.llama_server}` with -c {a.ctx * a.parallel} (it divides -c by -np)"
+             f"{' ' + a.llama_extra if a.llama_extra else ''}",
              f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; script: bench/serve_bench.py\n",
              "| streams | ember agg tok/s | llama agg tok/s | ratio | ember per-stream tok/s | llama per-stream tok/s "
              "| ember TTFT ms (median/max) | llama TTFT ms (median/max) |",

@@ -181,6 +181,24 @@ static int32_t step(engine *e)
         if (s->req && atomic_load(&s->req->cancel)) release_busy(e, s, ENGINE_FINISH_CANCELLED, NULL);
     }
 
+    /* requests cancelled while waiting leave the queue now, not when a slot frees */
+    engine_req *dropped[e->q_cap];
+    int32_t n_dropped = 0;
+    pthread_mutex_lock(&e->mu);
+    int32_t kept = 0;
+    for (int32_t i = 0; i < e->q_len; i++) {
+        engine_req *r = e->queue[(e->q_head + i) % e->q_cap];
+        if (atomic_load(&r->cancel)) dropped[n_dropped++] = r;
+        else e->queue[(e->q_head + kept++) % e->q_cap] = r;
+    }
+    e->q_len = kept;
+    e->st.n_queued = kept;
+    pthread_mutex_unlock(&e->mu);
+    for (int32_t i = 0; i < n_dropped; i++) {
+        engine_req_finish(dropped[i], ENGINE_FINISH_CANCELLED, NULL);
+        engine_req_release(dropped[i]);
+    }
+
     pthread_mutex_lock(&e->mu);
     while (e->q_len > 0 && !e->stopping) {
         bool any_free = false;

@@ -335,7 +335,9 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->max_tokens = kind == OAI_COMPLETION ? 16 : -1;   /* OpenAI's defaults */
-    out->sampling = (ember_sampler_params){.temp = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
+    /* sampling fields a request leaves out take llama-server's defaults
+     * (common/common.h: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, last_n 64) */
+    out->sampling = (ember_sampler_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                                            .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0};
     if (!json_is_object(body)) return bad(err, NULL, "The request body must be a JSON object.");
     if (kind == OAI_CHAT) {
@@ -397,7 +399,7 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
     d = 1;
     if (!get_number(body, "repeat_penalty", 0, 10, &d, err)) return false;
     out->sampling.repeat_penalty = (float)d;
-    int64_t k = 0;
+    int64_t k = out->sampling.top_k;
     if (!get_int(body, "top_k", 0, INT32_MAX, &k, err)) return false;
     out->sampling.top_k = (int32_t)k;
     int64_t seed = -1;

@@ -158,6 +158,8 @@ def test_models_and_metrics(client, smol):
     assert fams["ember_prompt_tokens_cached"].samples[0].value > 0
     assert fams["ember_slots"].samples[0].value == 8
     assert fams["ember_kv_cache_tokens"].samples[0].value == 8 * N_CTX
+    # the concurrent-streams test ran before: several slots shared one decode batch
+    assert fams["ember_batch_max_seen_tokens"].samples[0].value >= 4
 
 
 def test_completions_endpoint(client):

@@ -228,6 +228,15 @@ static void test_cancel_frees_slot_within_one_step(void **state)
     for (int i = 0; i < 5; i++) engine_step(f.e);
     assert_int_equal(a->finish, ENGINE_RUNNING);
     assert_int_equal(b->slot, -1);
+    engine_req *c = submit(&f, "queued then cancelled", 3);
+    engine_req_cancel(c);
+    engine_step(f.e);
+    assert_int_equal(c->finish, ENGINE_FINISH_CANCELLED);   /* left the queue while a still runs */
+    assert_int_equal(a->finish, ENGINE_RUNNING);
+    engine_stats st;
+    engine_get_stats(f.e, &st, NULL);
+    assert_int_equal(st.n_queued, 1);
+    engine_req_release(c);
     engine_req_cancel(a);
     engine_step(f.e);
     assert_int_equal(a->finish, ENGINE_FINISH_CANCELLED);

@@ -41,8 +41,11 @@ static void test_chat_defaults(void **state)
     assert_true(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", OAI_CHAT, &r, &err));
     assert_int_equal(r.max_tokens, -1);
     assert_false(r.stream);
-    assert_float_equal(r.sampling.temp, 1.0, 1e-6);
-    assert_float_equal(r.sampling.top_p, 1.0, 1e-6);
+    /* absent sampling fields: llama-server's defaults (common/common.h) */
+    assert_float_equal(r.sampling.temp, 0.8, 1e-6);
+    assert_float_equal(r.sampling.top_p, 0.95, 1e-6);
+    assert_int_equal(r.sampling.top_k, 40);
+    assert_float_equal(r.sampling.min_p, 0.05, 1e-6);
     assert_int_equal(r.n_stop, 0);
     assert_int_equal(json_array_size(r.messages), 1);
     oai_req_free(&r);

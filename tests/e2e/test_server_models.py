@@ -205,3 +205,38 @@ def test_ember_chat_pipes(ember_bin, smollm2_path):
     replies = out.stdout.strip().split("\n")
     assert replies[0].startswith(case["stable_prefix"]) and len(case["stable_prefix"]) > 10
     assert len(replies) >= 2 and replies[-1]                 # a second turn was answered
+
+
+def test_serve_cli_errors(ember_bin, smollm2_path, tmp_path):
+    r = subprocess.run([ember_bin, "serve"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "-m FILE is required" in r.stderr
+    r = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "--chat-template-kwargs", "[1]"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2 and "JSON object" in r.stderr
+    r = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "-np", "0"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    r = subprocess.run([ember_bin, "serve", "-m", str(tmp_path / "missing.gguf")], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 1 and "missing.gguf" in r.stderr
+
+
+def test_template_file_and_kwargs(ember_bin, smollm2_path, tmp_path):
+    tmpl = tmp_path / "t.jinja"
+    tmpl.write_text("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+                    "{% if add_generation_prompt %}{{ greeting }}>{% endif %}")
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "1", "--port", str(port),
+                "--chat-template-file", str(tmpl), "--chat-template-kwargs", '{"greeting": "hey"}'], port)
+    try:
+        msgs = [{"role": "user", "content": "a"}]
+        p = requests.post(s.base + "/apply-template", json={"messages": msgs}).json()["prompt"]
+        assert p == "[user:a]hey>"
+        p = requests.post(s.base + "/apply-template",
+                          json={"messages": msgs, "chat_template_kwargs": {"greeting": "yo"}}).json()["prompt"]
+        assert p == "[user:a]yo>"
+        # the port is taken now: a second server says so and exits 1
+        r = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "1", "--port", str(port)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "cannot listen" in r.stderr
+    finally:
+        assert s.stop() == 0

@@ -227,7 +227,7 @@ void slot_after_decode(engine *e, slot *s)
         if (s->req) slot_release(e, s, ENGINE_FINISH_STOP, NULL);
         return;
     }
-    char buf[256];
+    char buf[1024];   /* longer than any vocabulary piece we know (pieces are < 256 bytes) */
     int32_t n = e->vocab.token_piece(e->vocab.ud, t, buf, (int32_t)sizeof buf);
     if (n < 0 || n > (int32_t)sizeof buf) n = 0;
     bool last = s->n_generated >= s->n_predict;

@@ -639,7 +639,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         if (!post) goto method;
         return handle_completion(s, mc, c, OAI_CHAT);
     }
-    if (!strcmp(path, "/completions") || !strcmp(path, "/completion")) {
+    if (!strcmp(path, "/completions")) {
         if (!post) goto method;
         return handle_completion(s, mc, c, OAI_COMPLETION);
     }

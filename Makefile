@@ -47,5 +47,11 @@ cuda: setup
 	@cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON >/dev/null
 	@cmake --build build-cuda -j$(JOBS)
 
+# ember vs llama.cpp (built from source, cached outside the repo) on both models:
+# bench/results/<date>-<machine>.md/.json/.png
+bench: build models
+	@$(PY) -c "import matplotlib" 2>/dev/null || .venv/bin/pip install -q matplotlib
+	$(PY) bench/make_bench.py
+
 clean:
 	rm -rf $(BUILD) build-san build-fuzz build-cuda

@@ -66,7 +66,9 @@ int main(int argc, char **argv)
         int pos = n_ids;
         for (int g = 0; g < n_gen; g++) {
             if (ember_decode(ctx, &b)) { fprintf(stderr, "decode: %s\n", ember_last_error()); return 1; }
-            int t = argmax(ember_get_logits(ctx, b.n_tokens - 1), nv);
+            const float *lg = ember_get_logits(ctx, b.n_tokens - 1);
+            int t = argmax(lg, nv);
+            if (getenv("RT_DEBUG")) fprintf(stderr, "step %d: %f %f %f best %d=%f\n", g, lg[0], lg[1], lg[100], t, lg[t]);
             printf("%d%c", t, g == n_gen - 1 ? '\n' : ' ');
             b.n_tokens = 1; b.token[0] = t; b.pos[0] = pos++; b.seq_id[0] = 0; b.logits[0] = 1;
         }

@@ -170,9 +170,8 @@ static ember_status load_common_hparams(ember_model *m)
 
 /* ---- load / free ---------------------------------------------------------- */
 
-/* TODO(tok): ember_vocab_load(m->gguf, &m->vocab) once src/tokenizer lands. */
-static ember_status ember_model_load_vocab(ember_model *m) { (void)m; return EMBER_OK; }
-static void ember_model_free_vocab(ember_model *m) { (void)m; }
+static ember_status ember_model_load_vocab(ember_model *m) { return ember_vocab_load(m->gguf, &m->vocab); }
+static void ember_model_free_vocab(ember_model *m) { ember_vocab_free(m->vocab); m->vocab = NULL; }
 const struct ember_vocab *ember_model_vocab(const ember_model *m) { return m->vocab; }
 
 ember_status ember_model_load(const char *path, const ember_model_params *params, ember_model **out)

@@ -18,6 +18,15 @@
  *       rounding, and no activation conversion on the hot path)
  *   Q8_1, Q8_K are activation-only formats (no vec_dot of their own).
  *
+ * Use in a matmul (weights W of type t, one activation row a of n floats):
+ *     const ember_quant_traits *wt = ember_quant_traits_get(t);
+ *     const ember_quant_traits *at = ember_quant_traits_get(wt->vec_dot_type);
+ *     at->from_float(a, abuf, n);            // once per activation row (SIMD)
+ *     for each row r: wt->vec_dot(n, &out[r], W + r * row_bytes, abuf);
+ * n must be a multiple of both block sizes (ggml requires the same).
+ * Functions are reached only through the traits rows: ember_quant_traits_get()
+ * also initializes the tables the SIMD kernels read.
+ *
  * All vec_dot variants compute the same integer block sums; they differ from
  * the scalar reference only in the order of float accumulation across blocks
  * (tests/unit/quant/test_quant.c bounds the difference).

@@ -43,6 +43,12 @@ jv jx_iter_list(jx_render *r, const jx_node *at, jv v)
     switch (v.k) {
     case JV_LIST: case JV_TUPLE: return v;
     case JV_UNDEF: return jv_list_new(C(r), JV_LIST, 0);
+    case JV_ITER: {   /* one-shot iterators yield what is left, once */
+        jv l = jv_list_new(C(r), JV_LIST, v.u.l->n - v.u.l->pos);
+        for (size_t i = v.u.l->pos; i < v.u.l->n; i++) jv_list_push(C(r), &l, v.u.l->v[i]);
+        if (!v.u.l->view) v.u.l->pos = v.u.l->n;
+        return l;
+    }
     case JV_DICT: case JV_NS: {
         jv l = jv_list_new(C(r), JV_LIST, v.u.d->n);
         for (size_t i = 0; i < v.u.d->n; i++) jv_list_push(C(r), &l, v.u.d->key[i]);
@@ -63,6 +69,24 @@ jv jx_iter_list(jx_render *r, const jx_node *at, jv v)
     }
 }
 
+/* jinja2's make_attrgetter: "a.b.0" looks up a, then b, then item 0; an int
+ * attribute (dictsort's by-value index) is a plain item. */
+static jv attr_path(jx_render *r, const jx_node *at, jv item, jv attr)
+{
+    if (attr.k != JV_STR) return jx_getitem(r, at, item, attr);
+    const char *p = attr.u.s->s, *end = p + attr.u.s->len;
+    for (;;) {
+        const char *dot = memchr(p, '.', (size_t)(end - p));
+        const char *e = dot ? dot : end;
+        bool digits = e > p;
+        for (const char *q = p; q < e; q++) if (*q < '0' || *q > '9') digits = false;
+        jv key = digits ? jv_int(strtoll(p, NULL, 10)) : jv_str(C(r), p, (size_t)(e - p));
+        item = jx_getitem(r, at, item, key);
+        if (!dot) return item;
+        p = dot + 1;
+    }
+}
+
 static size_t py_len(jx_render *r, const jx_node *at, jv v)
 {
     switch (v.k) {
@@ -70,6 +94,7 @@ static size_t py_len(jx_render *r, const jx_node *at, jv v)
     case JV_LIST: case JV_TUPLE: return v.u.l->n;
     case JV_DICT: case JV_NS: return v.u.d->n;
     case JV_UNDEF: return 0;
+    case JV_ITER: if (v.u.l->view) return v.u.l->n; /* fall through */
     default: jx_rfail(r, at, "object of type '%s' has no len()", jv_type_name(v));
     }
 }
@@ -248,7 +273,7 @@ static jv join(jx_render *r, const jx_node *at, jv seq, jv sep, jv attr)
     for (size_t i = 0; i < items.u.l->n; i++) {
         if (i && sep.k == JV_STR) jx_buf_put(C(r), &b, sep.u.s->s, sep.u.s->len);
         jv x = items.u.l->v[i];
-        if (attr.k == JV_STR) x = jx_getitem(r, at, x, attr);
+        if (attr.k == JV_STR) x = attr_path(r, at, x, attr);
         jv_str_into(C(r), &b, x);
     }
     return jv_str(C(r), b.p, b.n);
@@ -287,7 +312,7 @@ typedef struct { jx_render *r; const jx_node *at; jv attr; bool fold; bool rever
 
 static jv sort_key(sort_ctx *s, jv v)
 {
-    if (s->attr.k == JV_STR) v = jx_getitem(s->r, s->at, v, s->attr);
+    if (s->attr.k == JV_STR) v = attr_path(s->r, s->at, v, s->attr);
     if (s->fold && v.k == JV_STR) v = change_case(s->r, v, CASE_LOWER);
     return v;
 }
@@ -335,7 +360,7 @@ static bool run_test_on(jx_render *r, const jx_node *at, jv item, const jx_args 
 
 static jv select_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a, bool attr, bool want)
 {
-    if (!jv_truthy(seq)) return jv_list_new(C(r), JV_LIST, 0);   /* jinja2: "if value:" */
+    if (!jv_truthy(seq)) return jv_iter_from(C(r), jv_list_new(C(r), JV_LIST, 0), "generator", false);   /* jinja2: "if value:" */
     jv items = jx_iter_list(r, at, seq);
     jv out = jv_list_new(C(r), JV_LIST, 0);
     for (size_t i = 0; i < items.u.l->n; i++) {
@@ -343,16 +368,16 @@ static jv select_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *
         if (attr) {
             if (a->n < 1) jx_rfail(r, at, "selectattr/rejectattr need an attribute name");
             jv an = need_str(r, at, a->v[0], "attribute name");
-            probe = jx_getitem(r, at, it, an);
+            probe = attr_path(r, at, it, an);
         }
         if (run_test_on(r, at, probe, a, attr ? 1 : 0) == want) jv_list_push(C(r), &out, it);
     }
-    return out;
+    return jv_iter_from(C(r), out, "generator", false);
 }
 
 static jv map_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a)
 {
-    if (!jv_truthy(seq)) return jv_list_new(C(r), JV_LIST, 0);   /* jinja2: "if value:" */
+    if (!jv_truthy(seq)) return jv_iter_from(C(r), jv_list_new(C(r), JV_LIST, 0), "generator", false);   /* jinja2: "if value:" */
     jv items = jx_iter_list(r, at, seq);
     jv out = jv_list_new(C(r), JV_LIST, items.u.l->n);
     jv attr = jx_arg(a, -1, "attribute", jv_undef());
@@ -360,7 +385,7 @@ static jv map_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a)
     for (size_t i = 0; i < items.u.l->n; i++) {
         jv it = items.u.l->v[i];
         if (attr.k == JV_STR) {
-            jv v = jx_getitem(r, at, it, attr);
+            jv v = attr_path(r, at, it, attr);
             if (v.k == JV_UNDEF && dflt.k != JV_UNDEF) v = dflt;
             jv_list_push(C(r), &out, v);
         } else if (attr.k == JV_UNDEF && a->n >= 1) {
@@ -369,7 +394,7 @@ static jv map_filter(jx_render *r, const jx_node *at, jv seq, const jx_args *a)
             jv_list_push(C(r), &out, jx_apply_filter(r, at, fn.u.s->s, it, &rest));
         } else jv_list_push(C(r), &out, it);
     }
-    return out;
+    return jv_iter_from(C(r), out, "generator", false);
 }
 
 static jv to_int(jx_render *r, jv v, jv dflt, int64_t base)
@@ -482,7 +507,33 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         for (size_t i = 0; i < l.u.l->n; i++) jv_list_push(C(r), &out, l.u.l->v[i]);
         return out;
     }
-    if (IS("items")) return items_of(r, at, in);
+    if (IS("items")) {
+        if (in.k != JV_UNDEF && in.k != JV_DICT && in.k != JV_NS) jx_rfail(r, at, "Can only get item pairs from a mapping.");
+        return jv_iter_from(C(r), items_of(r, at, in), "generator", false);
+    }
+    if (IS("batch")) {
+        int64_t size = need_int(r, at, jx_arg(a, 0, "linecount", jv_undef()), "batch");
+        jv fill = jx_arg(a, 1, "fill_with", jv_undef());
+        if (size <= 0) jx_rfail(r, at, "batch size must be positive");
+        jv l = jx_iter_list(r, at, in), out = jv_list_new(C(r), JV_LIST, 0), cur = jv_undef();
+        for (size_t i = 0; i < l.u.l->n; i++) {
+            if (cur.k == JV_UNDEF) cur = jv_list_new(C(r), JV_LIST, (size_t)size);
+            jv_list_push(C(r), &cur, l.u.l->v[i]);
+            if ((int64_t)cur.u.l->n == size) { jv_list_push(C(r), &out, cur); cur = jv_undef(); }
+        }
+        if (cur.k != JV_UNDEF) {
+            if (fill.k != JV_UNDEF) while ((int64_t)cur.u.l->n < size) jv_list_push(C(r), &cur, fill);
+            jv_list_push(C(r), &out, cur);
+        }
+        return jv_iter_from(C(r), out, "generator", false);
+    }
+    if (IS("first") && in.k == JV_ITER && !in.u.l->view) {   /* next(iter(value)) */
+        if (in.u.l->pos < in.u.l->n) return in.u.l->v[in.u.l->pos++];
+        jv u = jv_undef();
+        u.u.s = jv_cstr(C(r), "No first item, sequence was empty.").u.s;
+        return u;
+    }
+    if (IS("last") && in.k == JV_ITER && !in.u.l->view) jx_rfail(r, at, "'%s' object is not reversible", jv_type_name(in));
     if (IS("first") || IS("last")) {
         jv l = jx_iter_list(r, at, in);
         if (l.u.l->n == 0) {
@@ -498,6 +549,8 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
     if (IS("reject")) return select_filter(r, at, in, a, false, false);
     if (IS("selectattr")) return select_filter(r, at, in, a, true, true);
     if (IS("rejectattr")) return select_filter(r, at, in, a, true, false);
+    if (in.k == JV_UNDEF && (IS("int") || IS("float") || IS("indent") || IS("dictsort")))
+        jx_fail_undefined(r, at, in);   /* these read the value; the rest treat Undefined as empty */
     if (IS("int")) return to_int(r, in, jx_arg(a, 0, "default", jv_int(0)), need_int(r, at, jx_arg(a, 1, "base", jv_int(10)), "int base"));
     if (IS("float")) return to_float(r, in, jx_arg(a, 0, "default", jv_float(0.0)));
     if (IS("abs")) {
@@ -513,10 +566,11 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
             for (size_t i = l.u.l->n; i-- > 0;) jx_buf_put(C(r), &b, l.u.l->v[i].u.s->s, l.u.l->v[i].u.s->len);
             return jv_str(C(r), b.p, b.n);
         }
+        bool was_seq = in.k == JV_LIST || in.k == JV_TUPLE;
         jv l = jx_iter_list(r, at, in);
         jv out = jv_list_new(C(r), JV_LIST, l.u.l->n);
         for (size_t i = l.u.l->n; i-- > 0;) jv_list_push(C(r), &out, l.u.l->v[i]);
-        return out;
+        return was_seq ? jv_iter_from(C(r), out, "list_reverseiterator", false) : out;
     }
     if (IS("sort"))
         return sorted(r, at, in, jv_truthy(jx_arg(a, 0, "reverse", jv_bool(false))),
@@ -528,13 +582,13 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         jv out = jv_list_new(C(r), JV_LIST, 0), seen = jv_list_new(C(r), JV_LIST, 0);
         for (size_t i = 0; i < l.u.l->n; i++) {
             jv k = l.u.l->v[i];
-            if (attr.k == JV_STR) k = jx_getitem(r, at, k, attr);
+            if (attr.k == JV_STR) k = attr_path(r, at, k, attr);
             if (!cs && k.k == JV_STR) k = change_case(r, k, CASE_LOWER);
             bool dup = false;
             for (size_t j = 0; j < seen.u.l->n && !dup; j++) dup = jv_equal(seen.u.l->v[j], k);
             if (!dup) { jv_list_push(C(r), &seen, k); jv_list_push(C(r), &out, l.u.l->v[i]); }
         }
-        return out;
+        return jv_iter_from(C(r), out, "generator", false);
     }
     if (IS("min") || IS("max")) {
         jv l = jx_iter_list(r, at, in);
@@ -552,7 +606,7 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         jv acc = jx_arg(a, 1, "start", jv_int(0));
         for (size_t i = 0; i < l.u.l->n; i++) {
             jv x = l.u.l->v[i];
-            if (attr.k == JV_STR) x = jx_getitem(r, at, x, attr);
+            if (attr.k == JV_STR) x = attr_path(r, at, x, attr);
             if (!jv_is_number(acc) || !jv_is_number(x)) jx_rfail(r, at, "sum: unsupported operand types");
             if (acc.k == JV_FLOAT || x.k == JV_FLOAT) acc = jv_float(jv_as_double(acc) + jv_as_double(x));
             else acc = jv_int((acc.k == JV_INT ? acc.u.i : acc.u.b) + (x.k == JV_INT ? x.u.i : x.u.b));
@@ -564,6 +618,8 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         jv m = jx_arg(a, 1, "method", jv_undef());
         double x = jv_as_double(in), f = pow(10.0, (double)prec), y;
         if (!jv_is_number(in)) jx_rfail(r, at, "round expects a number");
+        bool common = !(m.k == JV_STR && (!strcmp(m.u.s->s, "floor") || !strcmp(m.u.s->s, "ceil")));
+        if (common && in.k != JV_FLOAT && prec >= 0) return jv_int(in.k == JV_INT ? in.u.i : in.u.b);   /* round(int, n) is an int */
         if (m.k == JV_STR && !strcmp(m.u.s->s, "floor")) y = floor(x * f) / f;
         else if (m.k == JV_STR && !strcmp(m.u.s->s, "ceil")) y = ceil(x * f) / f;
         else y = nearbyint(x * f) / f;   /* Python's round(): half to even */
@@ -592,18 +648,33 @@ jv jx_apply_filter(jx_render *r, const jx_node *at, const char *name, jv in, con
         jv cnt = jx_arg(a, 2, "count", jv_none());
         return replace(r, s, old, nw, cnt.k == JV_INT ? cnt.u.i : -1);
     }
-    if (IS("wordcount")) return jv_int((int64_t)split(r, at, s, jv_none(), -1).u.l->n);
+    if (IS("wordcount")) {   /* len(re.findall(r"\w+", s)) */
+        int64_t words = 0;
+        bool in_word = false;
+        size_t i = 0;
+        while (i < s.u.s->len) {
+            uint32_t cp = next_cp(s.u.s->s, s.u.s->len, &i);
+            utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+            bool w = cp == '_' || (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
+                     (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO) || c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC;
+            if (w && !in_word) words++;
+            in_word = w;
+        }
+        return jv_int(words);
+    }
     if (IS("indent"))
         return indent(r, s, jx_arg(a, 0, "width", jv_int(4)), jv_truthy(jx_arg(a, 1, "first", jv_bool(false))),
                       jv_truthy(jx_arg(a, 2, "blank", jv_bool(false))));
     if (IS("format")) {
         jv t = jv_list_new(C(r), JV_TUPLE, (size_t)a->n);
         for (int i = 0; i < a->n; i++) jv_list_push(C(r), &t, a->v[i]);
-        return jx_call_method(r, at, s, "__mod__", &(jx_args){&t, 1, NULL, NULL, 0});
+        return jx_percent_format(r, at, s, t);
     }
     jx_rfail(r, at, "no filter named '%s'", name);
 #undef IS
 }
+
+static bool all_cp(jv s, int kind);
 
 /* ---- tests ------------------------------------------------------------------ */
 
@@ -623,7 +694,7 @@ bool jx_apply_test(jx_render *r, const jx_node *at, const char *name, jv v, cons
     if (IS("string")) return v.k == JV_STR;
     if (IS("mapping")) return v.k == JV_DICT;
     if (IS("sequence")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT;
-    if (IS("iterable")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT || v.k == JV_UNDEF || v.k == JV_NS;
+    if (IS("iterable")) return v.k == JV_STR || v.k == JV_LIST || v.k == JV_TUPLE || v.k == JV_DICT || v.k == JV_UNDEF || v.k == JV_ITER;
     if (IS("callable")) return v.k == JV_MACRO || v.k == JV_BUILTIN || v.k == JV_METHOD;
     if (IS("sameas")) {
         if (v.k != x.k) return false;
@@ -643,22 +714,31 @@ bool jx_apply_test(jx_render *r, const jx_node *at, const char *name, jv v, cons
         if (x.k == JV_STR) return v.k == JV_STR && memmem(x.u.s->s, x.u.s->len, v.u.s->s, v.u.s->len) != NULL;
         if (x.k == JV_LIST || x.k == JV_TUPLE) { for (size_t i = 0; i < x.u.l->n; i++) if (jv_equal(x.u.l->v[i], v)) return true; return false; }
         if (x.k == JV_DICT) { jv o; return jv_dict_get(x.u.d, v, &o); }
+        if (x.k == JV_ITER) { jv l = jx_iter_list(r, at, x); for (size_t i = 0; i < l.u.l->n; i++) if (jv_equal(l.u.l->v[i], v)) return true; return false; }
         jx_rfail(r, at, "argument of type '%s' is not iterable", jv_type_name(x));
     }
-    if (IS("odd") || IS("even")) {
-        int64_t i = need_int(r, at, v, name);
-        bool odd = (i % 2) != 0;
-        return IS("odd") ? odd : !odd;
+    if (IS("odd") || IS("even") || IS("divisibleby")) {   /* value % 2 == 1, value % 2 == 0, value % num == 0 */
+        jv d = IS("divisibleby") ? x : jv_int(2);
+        if (v.k == JV_UNDEF) jx_fail_undefined(r, at, v);
+        if (!jv_is_number(v) || !jv_is_number(d)) jx_rfail(r, at, "test '%s' needs numbers, got '%s'", name, jv_type_name(v));
+        double m;
+        if (v.k != JV_FLOAT && d.k != JV_FLOAT) {
+            int64_t a = v.k == JV_INT ? v.u.i : v.u.b, b = d.k == JV_INT ? d.u.i : d.u.b;
+            if (b == 0) jx_rfail(r, at, "integer division or modulo by zero");
+            int64_t q = a % b;
+            if (q != 0 && ((q < 0) != (b < 0))) q += b;
+            m = (double)q;
+        } else {
+            double a = jv_as_double(v), b = jv_as_double(d);
+            if (b == 0) jx_rfail(r, at, "float modulo");
+            m = fmod(a, b);
+            if (m != 0 && ((m < 0) != (b < 0))) m += b;
+        }
+        return IS("odd") ? m == 1 : m == 0;
     }
-    if (IS("divisibleby")) {
-        int64_t i = need_int(r, at, v, name), d = need_int(r, at, x, name);
-        if (d == 0) jx_rfail(r, at, "integer division or modulo by zero");
-        return i % d == 0;
-    }
-    if (IS("lower") || IS("upper")) {
-        if (v.k != JV_STR) jx_rfail(r, at, "test '%s' expects a string", name);
-        jv c = change_case(r, v, IS("lower") ? CASE_LOWER : CASE_UPPER);
-        return c.u.s->len == v.u.s->len && memcmp(c.u.s->s, v.u.s->s, v.u.s->len) == 0;
+    if (IS("lower") || IS("upper")) {   /* jinja2: str(value).islower() */
+        v = jv_to_str(C(r), v);
+        return all_cp(v, IS("lower") ? 4 : 5);
     }
     if (IS("escaped")) return false;
     jx_rfail(r, at, "no test named '%s'", name);
@@ -776,27 +856,6 @@ jv jx_call_method(jx_render *r, const jx_node *at, jv self, const char *name, co
 #define IS(x) (strcmp(name, x) == 0)
     jx_step(r, at);
     if (self.k == JV_STR) {
-        if (IS("__mod__")) {
-            jv args = a->v[0];
-            /* delegate to the % operator semantics */
-            const jx_list *al = args.u.l;
-            jx_buf b = {0};
-            jx_buf_put(C(r), &b, "", 0);
-            size_t ai = 0;
-            for (size_t i = 0; i < self.u.s->len; i++) {
-                char ch = self.u.s->s[i];
-                if (ch != '%') { jx_buf_putc(C(r), &b, ch); continue; }
-                if (++i >= self.u.s->len) jx_rfail(r, at, "incomplete format");
-                if (self.u.s->s[i] == '%') { jx_buf_putc(C(r), &b, '%'); continue; }
-                if (ai >= al->n) jx_rfail(r, at, "not enough arguments for format string");
-                jv x = al->v[ai++];
-                if (self.u.s->s[i] == 's') jv_str_into(C(r), &b, x);
-                else if (self.u.s->s[i] == 'r') jv_repr_into(C(r), &b, x);
-                else if (self.u.s->s[i] == 'd') jx_buf_printf(C(r), &b, "%lld", (long long)need_int(r, at, x, "%d"));
-                else jx_rfail(r, at, "unsupported format character");
-            }
-            return jv_str(C(r), b.p, b.n);
-        }
         if (IS("strip") || IS("lstrip") || IS("rstrip"))
             return strip(r, self, jx_arg(a, 0, "chars", jv_none()), !IS("rstrip"), !IS("lstrip"));
         if (IS("split") || IS("rsplit")) {
@@ -867,12 +926,12 @@ jv jx_call_method(jx_render *r, const jx_node *at, jv self, const char *name, co
             return out;
         }
     } else if (self.k == JV_DICT) {
-        if (IS("items")) return items_of(r, at, self);
-        if (IS("keys")) return jx_iter_list(r, at, self);
+        if (IS("items")) return jv_iter_from(C(r), items_of(r, at, self), "dict_items", true);
+        if (IS("keys")) return jv_iter_from(C(r), jx_iter_list(r, at, self), "dict_keys", true);
         if (IS("values")) {
             jv out = jv_list_new(C(r), JV_LIST, self.u.d->n);
             for (size_t i = 0; i < self.u.d->n; i++) jv_list_push(C(r), &out, self.u.d->val[i]);
-            return out;
+            return jv_iter_from(C(r), out, "dict_values", true);
         }
         if (IS("get")) {
             jv v;
@@ -893,6 +952,86 @@ jv jx_call_method(jx_render *r, const jx_node *at, jv self, const char *name, co
     }
     jx_rfail(r, at, "'%s' object has no method '%s'", jv_type_name(self), name);
 #undef IS
+}
+
+/* ---- printf-style formatting ------------------------------------------------- */
+
+jv jx_percent_format(jx_render *r, const jx_node *at, jv fmt, jv args)
+{
+    const jx_list *al = args.k == JV_TUPLE ? args.u.l : NULL;
+    size_t ai = 0;
+    bool used_single = false;
+    jx_buf b = {0};
+    jx_buf_put(C(r), &b, "", 0);
+    const char *s = fmt.u.s->s;
+    size_t n = fmt.u.s->len;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%') { jx_buf_putc(C(r), &b, s[i]); continue; }
+        size_t st = i++;
+        char spec[32];
+        size_t k = 0;
+        spec[k++] = '%';
+        while (i < n && strchr("-+ #0", s[i]) && k < 8) spec[k++] = s[i++];
+        while (i < n && s[i] >= '0' && s[i] <= '9' && k < 16) spec[k++] = s[i++];
+        if (i < n && s[i] == '.') { spec[k++] = s[i++]; while (i < n && s[i] >= '0' && s[i] <= '9' && k < 24) spec[k++] = s[i++]; }
+        if (i >= n) jx_rfail(r, at, "incomplete format");
+        char conv = s[i];
+        if (conv == '%' && i == st + 1) { jx_buf_putc(C(r), &b, '%'); continue; }
+        jv a;
+        if (al) {
+            if (ai >= al->n) jx_rfail(r, at, "not enough arguments for format string");
+            a = al->v[ai++];
+        } else {
+            if (used_single) jx_rfail(r, at, "not enough arguments for format string");
+            used_single = true;
+            a = args;
+        }
+        char out[512];
+        switch (conv) {
+        case 's': case 'r': {
+            jx_buf t = {0};
+            jx_buf_put(C(r), &t, "", 0);
+            if (conv == 's') jv_str_into(C(r), &t, a); else jv_repr_into(C(r), &t, a);
+            spec[k++] = 's';
+            spec[k] = 0;
+            if (k == 2) jx_buf_put(C(r), &b, t.p, t.n);
+            else {
+                int m = snprintf(out, sizeof out, spec, t.p);
+                if (m < 0 || (size_t)m >= sizeof out) jx_buf_put(C(r), &b, t.p, t.n);
+                else jx_buf_put(C(r), &b, out, (size_t)m);
+            }
+            continue;
+        }
+        case 'd': case 'i': case 'x': case 'X': case 'o': {
+            if (!jv_is_number(a)) jx_rfail(r, at, "%%%c format: a real number is required, not %s", conv, jv_type_name(a));
+            long long v = a.k == JV_FLOAT ? (long long)a.u.f : (long long)(a.k == JV_INT ? a.u.i : a.u.b);
+            spec[k++] = 'l';
+            spec[k++] = 'l';
+            spec[k++] = conv == 'i' ? 'd' : conv;
+            spec[k] = 0;
+            int m = snprintf(out, sizeof out, spec, v);
+            if (m < 0 || (size_t)m >= sizeof out) jx_rfail(r, at, "format width or precision too large");
+            break;
+        }
+        case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
+            if (!jv_is_number(a)) jx_rfail(r, at, "%%%c format: a real number is required, not %s", conv, jv_type_name(a));
+            spec[k++] = conv;
+            spec[k] = 0;
+            int m = snprintf(out, sizeof out, spec, jv_as_double(a));
+            if (m < 0 || (size_t)m >= sizeof out) jx_rfail(r, at, "format width or precision too large");
+            break;
+        }
+        case 'c': {
+            jv_str_into(C(r), &b, a);
+            continue;
+        }
+        default: jx_rfail(r, at, "unsupported format character '%c'", conv);
+        }
+        jx_buf_puts(C(r), &b, out);
+    }
+    if ((al && ai < al->n) || (!al && !used_single && args.k != JV_DICT))
+        jx_rfail(r, at, "not all arguments converted during string formatting");
+    return jv_str(C(r), b.p, b.n);
 }
 
 /* ---- global functions ---------------------------------------------------------- */

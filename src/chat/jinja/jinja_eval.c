@@ -11,6 +11,7 @@
  */
 #include "chat/jinja/jinja_internal.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -215,7 +216,7 @@ static jv do_slice(jx_render *r, const jx_node *at, jv obj, jv start, jv stop, j
     bool is_str = obj.k == JV_STR;
     if (is_str) n = jx_utf8_len(obj.u.s->s, obj.u.s->len);
     else if (obj.k == JV_LIST || obj.k == JV_TUPLE) n = obj.u.l->n;
-    else jx_rfail(r, at, "'%s' object is not subscriptable", jv_type_name(obj));
+    else jx_rfail(r, at, "'%s' object is not subscriptable", jv_type_name(obj));   /* jinja2 compiles slices to a plain subscript */
     int64_t len = (int64_t)n, a, b;
     jv bounds[2] = {start, stop};
     int64_t res[2];
@@ -277,40 +278,6 @@ static jv repeat(jx_render *r, const jx_node *at, jv seq, int64_t times)
     for (int64_t i = 0; i < times; i++)
         for (size_t k = 0; k < seq.u.l->n; k++) jv_list_push(&r->c, &out, seq.u.l->v[k]);
     return out;
-}
-
-static jv str_percent(jx_render *r, const jx_node *at, jv fmt, jv args)
-{
-    const jx_list *al = (args.k == JV_TUPLE) ? args.u.l : NULL;
-    size_t ai = 0;
-    jx_buf b = {0};
-    jx_buf_put(&r->c, &b, "", 0);
-    const char *s = fmt.u.s->s;
-    size_t n = fmt.u.s->len;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') { jx_buf_putc(&r->c, &b, s[i]); continue; }
-        if (++i >= n) jx_rfail(r, at, "incomplete format");
-        if (s[i] == '%') { jx_buf_putc(&r->c, &b, '%'); continue; }
-        jv a;
-        if (al) {
-            if (ai >= al->n) jx_rfail(r, at, "not enough arguments for format string");
-            a = al->v[ai++];
-        } else {
-            if (ai++) jx_rfail(r, at, "not enough arguments for format string");
-            a = args;
-        }
-        switch (s[i]) {
-        case 's': jv_str_into(&r->c, &b, a); break;
-        case 'r': jv_repr_into(&r->c, &b, a); break;
-        case 'd': case 'i':
-            if (!jv_is_number(a)) jx_rfail(r, at, "%%d format: a number is required, not %s", jv_type_name(a));
-            jx_buf_printf(&r->c, &b, "%lld", (long long)(a.k == JV_FLOAT ? (int64_t)a.u.f : as_int(a)));
-            break;
-        default: jx_rfail(r, at, "unsupported format character '%c'", s[i]);
-        }
-    }
-    if (al && ai < al->n) jx_rfail(r, at, "not all arguments converted during string formatting");
-    return jv_str(&r->c, b.p, b.n);
 }
 
 static jv arith(jx_render *r, const jx_node *at, int op, jv a, jv b)
@@ -384,7 +351,7 @@ static jv arith(jx_render *r, const jx_node *at, int op, jv a, jv b)
         return repeat(r, at, a, as_int(b));
     if (op == OP_MUL && (b.k == JV_STR || b.k == JV_LIST || b.k == JV_TUPLE) && is_intlike(a))
         return repeat(r, at, b, as_int(a));
-    if (op == OP_MOD && a.k == JV_STR) return str_percent(r, at, a, b);
+    if (op == OP_MOD && a.k == JV_STR) return jx_percent_format(r, at, a, b);
     bad_operands(r, at, opname[op], a, b);
 ovf:
     jx_fail(&r->c, EMBER_ERR_RANGE, at->line, at->col, "integer overflow in '%s'", opname[op]);
@@ -428,6 +395,14 @@ static bool contains(jx_render *r, const jx_node *at, jv needle, jv hay)
         return false;
     case JV_DICT: { jv v; return jv_dict_get(hay.u.d, needle, &v); }
     case JV_UNDEF: return false;
+    case JV_ITER:   /* consumes a one-shot iterator up to the match, as Python does */
+        for (size_t i = hay.u.l->pos; i < hay.u.l->n; i++)
+            if (jv_equal(hay.u.l->v[i], needle)) {
+                if (!hay.u.l->view) hay.u.l->pos = i + 1;
+                return true;
+            }
+        if (!hay.u.l->view) hay.u.l->pos = hay.u.l->n;
+        return false;
     default: jx_rfail(r, at, "argument of type '%s' is not iterable", jv_type_name(hay));
     }
 }
@@ -755,7 +730,7 @@ static int exec_stmt(jx_render *r, const jx_node *s, jx_frame *f)
 
 /* ---- entry point ----------------------------------------------------------- */
 
-ember_status ember_jinja_render(const ember_jinja_template *t, const json_t *context,
+static ember_status render_impl(const ember_jinja_template *t, const json_t *context,
                                 const ember_jinja_render_opts *opts, char **out, size_t *out_len,
                                 ember_jinja_error *err)
 {
@@ -807,4 +782,19 @@ ember_status ember_jinja_render(const ember_jinja_template *t, const json_t *con
     jx_arena_free(&r->c);
     free(r);
     return EMBER_OK;
+}
+
+ember_status ember_jinja_render(const ember_jinja_template *t, const json_t *context,
+                                const ember_jinja_render_opts *opts, char **out, size_t *out_len,
+                                ember_jinja_error *err)
+{
+    /* numbers print as Python prints them whatever the process locale is */
+    locale_t cloc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    locale_t old = cloc ? uselocale(cloc) : (locale_t)0;
+    ember_status st = render_impl(t, context, opts, out, out_len, err);
+    if (cloc) {
+        uselocale(old);
+        freelocale(cloc);
+    }
+    return st;
 }

@@ -59,6 +59,8 @@ void jx_buf_printf(jx_ctx *c, jx_buf *b, const char *fmt, ...) __attribute__((fo
 typedef enum {
     JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR,
     JV_LIST, JV_TUPLE, JV_DICT, JV_NS, JV_MACRO, JV_BUILTIN, JV_METHOD, JV_LOOP,
+    JV_ITER,   /* a Python iterator (generator from map/select/..., list_reverseiterator)
+                  or dict view (dict.items()/keys()/values()); u.l holds the items */
 } jv_kind;
 
 /* NUL-terminated too; markup: a jinja2 Markup (from |safe, |escape): adding a
@@ -86,7 +88,14 @@ typedef struct jv {
     } u;
 } jv;
 
-struct jx_list { size_t n, cap; jv *v; };
+struct jx_list {
+    size_t n, cap;
+    jv *v;
+    /* JV_ITER only: */
+    size_t pos;          /* items before pos were consumed (one-shot iterators) */
+    bool view;           /* dict view: re-iterable, has len(), truthy when non-empty */
+    const char *tname;   /* Python type name: "generator", "dict_items", ... */
+};
 struct jx_dict { size_t n, cap; jv *key; jv *val; };
 
 struct jx_method { jv self; const char *name; };
@@ -100,6 +109,7 @@ static inline jv jv_float(double f) { jv v = {.k = JV_FLOAT}; v.u.f = f; return 
 jv jv_str(jx_ctx *c, const char *s, size_t n);
 jv jv_cstr(jx_ctx *c, const char *s);
 jv jv_list_new(jx_ctx *c, jv_kind k, size_t cap);   /* JV_LIST or JV_TUPLE */
+jv jv_iter_from(jx_ctx *c, jv list, const char *tname, bool view);   /* wrap a list's items */
 void jv_list_push(jx_ctx *c, jv *list, jv item);
 jv jv_dict_new(jx_ctx *c, jv_kind k);               /* JV_DICT or JV_NS */
 void jv_dict_set(jx_ctx *c, jx_dict *d, jv key, jv val);
@@ -230,3 +240,6 @@ bool jx_has_method(jv self, const char *name);
 jv jx_iter_list(jx_render *r, const jx_node *at, jv v);
 int jx_compare(jx_render *r, const jx_node *at, jv a, jv b);   /* <0, 0, >0 or fails */
 void jx_step(jx_render *r, const jx_node *at);
+/* Python's "fmt % args" (printf-style): %s %r %d %i %f %F %e %E %g %G %x %X %o %c %%,
+ * with flags, width and precision; args is a tuple or a single value. */
+jv jx_percent_format(jx_render *r, const jx_node *at, jv fmt, jv args);

@@ -14,6 +14,7 @@
  */
 #include "chat/jinja/jinja_internal.h"
 
+#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -294,7 +295,8 @@ static bool match_word_tag(P *p, size_t pos, const char *word, size_t *end, char
     q += wl;
     while (q < n && is_ws(s[q])) q++;
     *ctrl_close = 0;
-    if (q < n && (s[q] == '-' || s[q] == '+')) *ctrl_close = s[q++];
+    /* jinja2's raw_begin accepts "%}" and "-%}" only; endraw also "+%}" */
+    if (q < n && (s[q] == '-' || (s[q] == '+' && strcmp(word, "endraw") == 0))) *ctrl_close = s[q++];
     if (q + 1 >= n + 0 || s[q] != '%' || s[q + 1] != '}') return false;
     *end = q + 2;
     return true;
@@ -1156,7 +1158,7 @@ static void check_loops(P *p, jx_node **v, int n, bool in_loop)
     }
 }
 
-ember_status ember_jinja_parse(const char *src, size_t len, ember_jinja_template **out, ember_jinja_error *err)
+static ember_status parse_impl(const char *src, size_t len, ember_jinja_template **out, ember_jinja_error *err)
 {
     if (err) memset(err, 0, sizeof *err);
     if (!out || (!src && len)) return ember_error(EMBER_ERR_INVALID_ARG, "ember_jinja_parse: NULL argument");
@@ -1193,6 +1195,19 @@ ember_status ember_jinja_parse(const char *src, size_t len, ember_jinja_template
     t->root = root;
     *out = t;
     return EMBER_OK;
+}
+
+ember_status ember_jinja_parse(const char *src, size_t len, ember_jinja_template **out, ember_jinja_error *err)
+{
+    /* number literals parse as Python parses them whatever the process locale is */
+    locale_t cloc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    locale_t old = cloc ? uselocale(cloc) : (locale_t)0;
+    ember_status st = parse_impl(src, len, out, err);
+    if (cloc) {
+        uselocale(old);
+        freelocale(cloc);
+    }
+    return st;
 }
 
 void ember_jinja_free(ember_jinja_template *t)

@@ -175,6 +175,17 @@ jv jv_list_new(jx_ctx *c, jv_kind k, size_t cap)
     return v;
 }
 
+jv jv_iter_from(jx_ctx *c, jv list, const char *tname, bool view)
+{
+    jv v = {.k = JV_ITER};
+    v.u.l = jx_alloc(c, sizeof *v.u.l);
+    *v.u.l = *list.u.l;
+    v.u.l->pos = 0;
+    v.u.l->view = view;
+    v.u.l->tname = tname;
+    return v;
+}
+
 void jv_list_push(jx_ctx *c, jv *list, jv item)
 {
     jx_list *l = list->u.l;
@@ -261,6 +272,7 @@ bool jv_truthy(jv v)
     case JV_STR: return v.u.s->len != 0;
     case JV_LIST: case JV_TUPLE: return v.u.l->n != 0;
     case JV_DICT: return v.u.d->n != 0;
+    case JV_ITER: return v.u.l->view ? v.u.l->n != 0 : true;
     default: return true;
     }
 }
@@ -305,6 +317,7 @@ static bool equal_d(jv a, jv b, int depth)
         }
         return true;
     case JV_NS: return a.u.d == b.u.d;
+    case JV_ITER: return a.u.l == b.u.l;
     case JV_MACRO: return a.u.m == b.u.m;
     case JV_BUILTIN: return a.u.builtin == b.u.builtin;
     default: return false;
@@ -314,7 +327,9 @@ static bool equal_d(jv a, jv b, int depth)
 const char *jv_type_name(jv v)
 {
     static const char *names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list",
-                                  "tuple", "dict", "Namespace", "Macro", "function", "method", "LoopContext"};
+                                  "tuple", "dict", "Namespace", "Macro", "function", "method", "LoopContext",
+                                  "generator"};
+    if (v.k == JV_ITER && v.u.l->tname) return v.u.l->tname;
     return names[v.k];
 }
 
@@ -426,7 +441,13 @@ static void repr_depth(jx_ctx *c, jx_buf *b, jv v, bool top, int depth)
 {
     if (depth > 200) jx_fail(c, EMBER_ERR_RANGE, 0, 0, "value nested too deeply to print");
     switch (v.k) {
-    case JV_STR: repr_str(c, b, v.u.s); return;
+    case JV_STR:
+        if (v.u.s->markup) {   /* markupsafe: Markup('...') */
+            jx_buf_puts(c, b, "Markup(");
+            repr_str(c, b, v.u.s);
+            jx_buf_putc(c, b, ')');
+        } else repr_str(c, b, v.u.s);
+        return;
     case JV_UNDEF: if (!top) jx_buf_puts(c, b, "Undefined"); return;
     case JV_LIST: case JV_TUPLE:
         jx_buf_putc(c, b, v.k == JV_LIST ? '[' : '(');
@@ -450,6 +471,18 @@ static void repr_depth(jx_ctx *c, jx_buf *b, jv v, bool top, int depth)
     case JV_MACRO: jx_buf_puts(c, b, "<Macro>"); return;
     case JV_BUILTIN: case JV_METHOD: jx_buf_puts(c, b, "<built-in function>"); return;
     case JV_LOOP: jx_buf_puts(c, b, "<LoopContext>"); return;
+    case JV_ITER:
+        if (v.u.l->view) {   /* dict_items([('a', 1)]) */
+            jx_buf_puts(c, b, v.u.l->tname);
+            jx_buf_puts(c, b, "([");
+            for (size_t i = 0; i < v.u.l->n; i++) {
+                if (i) jx_buf_puts(c, b, ", ");
+                repr_depth(c, b, v.u.l->v[i], false, depth + 1);
+            }
+            jx_buf_puts(c, b, "])");
+        } else
+            jx_buf_printf(c, b, "<%s object>", v.u.l->tname ? v.u.l->tname : "generator");
+        return;
     default: str_depth(c, b, v, depth); return;
     }
 }

@@ -11,6 +11,13 @@ Output, one file per type, tests/data/quant/<TYPE>.bin (little-endian):
     raw blocks (n_blocks*block_bytes bytes), expected float32
     (n_blocks*block_size values).
 
+Also, for the types gguf-py can quantize (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; its
+quantizers mirror ggml's quantize_row_*_ref), tests/data/quant/quantize_<TYPE>.bin:
+    b"EQQ1", u32 type id, u32 n_blocks, u32 block_bytes, u32 block_size,
+    input float32 (n_blocks*block_size), expected blocks from gguf.quants.quantize.
+Inputs: normal data at several scales, an all-zero block, a block with +-max
+of equal magnitude, constant blocks, and a block of tiny values.
+
 Run from the repository root:  .venv/bin/python tests/data/quant/make_goldens.py
 """
 import os
@@ -82,8 +89,36 @@ def write(qtype, raw, expected):
     print(f"{path}: {n_blocks} blocks", file=sys.stderr)
 
 
+def make_inputs(rng, n_blocks, bs):
+    x = (rng.standard_normal((n_blocks, bs)) * rng.choice([1e-3, 0.05, 1.0, 30.0], size=(n_blocks, 1))).astype(np.float32)
+    x[0] = 0.0                                   # zero block
+    x[1, :] = rng.standard_normal(bs).astype(np.float32)
+    x[1, 3], x[1, 7] = -4.0, 4.0                 # equal-magnitude extremes: first one wins
+    x[2] = 0.75                                  # constant positive
+    x[3] = -0.3                                  # constant negative
+    x[4] = (rng.standard_normal(bs) * 1e-6).astype(np.float32)  # fp16-subnormal scales
+    return x
+
+
+def write_quantize(qtype, x, blocks):
+    bs, tb = GGML_QUANT_SIZES[qtype]
+    n_blocks = x.shape[0]
+    assert blocks.shape == (n_blocks, tb)
+    path = os.path.join(OUT, f"quantize_{qtype.name}.bin")
+    with open(path, "wb") as f:
+        f.write(b"EQQ1" + struct.pack("<4I", int(qtype), n_blocks, tb, bs))
+        f.write(x.astype("<f4").tobytes())
+        f.write(blocks.tobytes())
+    print(f"{path}: {n_blocks} blocks", file=sys.stderr)
+
+
 def main():
     rng = np.random.default_rng(20261129)
+    for qtype in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):
+        bs, tb = GGML_QUANT_SIZES[qtype]
+        x = make_inputs(rng, 24, bs)
+        q = gguf.quants.quantize(x, qtype).reshape(24, tb)
+        write_quantize(qtype, x, q)
     for qtype in F16_FIELDS:
         bs, _ = GGML_QUANT_SIZES[qtype]
         n_blocks = 48 if bs == 32 else 12

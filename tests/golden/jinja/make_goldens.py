@@ -26,6 +26,7 @@ Run: .venv/bin/python tests/golden/jinja/make_goldens.py
 import glob
 import json
 import os
+import random
 from datetime import datetime, timezone
 
 import jinja2
@@ -153,6 +154,18 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "6", "reasoning_content": "Two times three is six.", "thinking": "Two times three is six."},
         {"role": "user", "content": "3*4?"}], "add_generation_prompt": True,
         "kwargs": {"reasoning_effort": "low"}},
+    "tool_call_string_args": {"messages": [
+        {"role": "system", "content": "Use tools when useful."},
+        {"role": "user", "content": "Search for 'jinja' docs."},
+        {"role": "assistant", "content": "Let me search.", "tool_calls": [
+            {"id": "call00005", "type": "function", "function": {"name": "web_search", "arguments": "{\"query\": \"jinja docs\"}"}}]},
+        {"role": "tool", "tool_call_id": "call00005", "name": "web_search", "content": "jinja.palletsprojects.com"},
+        {"role": "assistant", "content": "Found: jinja.palletsprojects.com"}],
+        "tools": [SEARCH], "add_generation_prompt": False},
+    "long_history": {"messages": [SYS] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": ("Turn %d: " % i) + "word " * (i % 7)}
+        for i in range(24)] + [{"role": "user", "content": "Summarize."}], "add_generation_prompt": True,
+        "kwargs": {"enable_thinking": False}},
     "not_alternating": {"messages": [
         {"role": "assistant", "content": "I speak first."},
         {"role": "user", "content": "Odd."},
@@ -234,10 +247,14 @@ FEATURES = [
     ("filters_seq", "{{ users | map(attribute='name') | join(',') }}|{{ users | selectattr('admin') | map(attribute='name') | list }}"
      "|{{ users | rejectattr('admin') | map(attribute='name') | list }}|{{ users | selectattr('age', 'gt', 30) | list | length }}"
      "|{{ users | selectattr('name', 'equalto', 'bo') | first }}|{{ [1, 2, 3, 4] | select('odd') | list }}|{{ [1, 2, 3, 4] | reject('even') | list }}"
-     "|{{ ['a', 'B'] | map('upper') | list }}|{{ d | items | list }}|{{ d | dictsort }}|{{ users | sort(attribute='age') | map(attribute='name') | join }}"
+     "|{{ ['a', 'B'] | map('upper') | list }}|{{ d | items | list }}|{{ d | dictsort }}|{{ {'x': 3, 'y': 1, 'Z': 2} | dictsort(by='value') }}|{{ {'b': 1, 'A': 2} | dictsort(true) }}|{{ {'b': 1, 'a': 2} | dictsort(false, 'key', true) }}|{{ users | sort(attribute='age') | map(attribute='name') | join }}"
      "|{{ users | map(attribute='nick', default='?') | join }}|{{ [none, 0, 'x'] | select | list }}|{{ users | sum(attribute='age') }}",
      {"users": [{"name": "al", "admin": True, "age": 40}, {"name": "bo", "admin": False, "age": 25}, {"name": "cy", "admin": True, "age": 31}],
       "d": {"b": 2, "a": 1}}),
+    ("attribute_paths", "{{ tools | map(attribute='function.name') | join(',') }}|{{ tools | selectattr('function.name', 'equalto', 'b') | list | length }}"
+     "|{{ tools | sort(attribute='function.name', reverse=true) | map(attribute='function.name') | list }}|{{ tools | map(attribute='tags.0') | list }}"
+     "|{{ tools | sum(attribute='function.n') }}|{{ tools | map(attribute='function.missing', default='-') | join }}",
+     {"tools": [{"function": {"name": "a", "n": 1}, "tags": ["x", "y"]}, {"function": {"name": "b", "n": 2}, "tags": ["z"]}]}),
     ("tojson", "{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ d | tojson(separators=(',', ':')) }}|{{ d | tojson(sort_keys=true) }}"
      "|{{ d | tojson(ensure_ascii=true) }}|{{ 'x\u2028\x7f\t' | tojson }}|{{ [[], {}, [1, [2]]] | tojson(indent=1) }}|{{ 1.0 | tojson }}"
      "|{{ none | tojson }}|{{ (1, 2) | tojson }}|{{ d | tojson(indent='\t') }}",
@@ -258,7 +275,31 @@ FEATURES = [
      "|{{ strftime_now('%Y-%m-%d %H:%M %B %d %b') }}|{% filter upper %}shout {{ 'this' }}{% endfilter %}"
      "|{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}|{{ messages[0].content }}|{{ bos_token }}{{ eos_token }}|{% generation %}gen{% endgeneration %}",
      {"messages": [{"role": "user", "content": "hi"}], "bos_token": "<s>", "eos_token": "</s>"}),
-    ("markup", "{{ 'a<b'|safe + '<i>' }}|{{ '<i>' + 'x'|safe }}|{{ ('<' ~ 'b')|e }}|{{ ('x'|safe + ' & ') ~ '<' }}", {}),
+    ("round_and_numbers", "{{ 3 | round }} {{ 3 | round(1, 'floor') }} {{ 2.5 | round }} {{ 3.14159 | round(3) }} {{ 2.7 | round(0, 'floor') }}"
+     " {{ 2.1 | round(0, 'ceil') }} {{ 10 | float }} {{ '7' | int * 2 }} {{ 5 // 2.0 }} {{ 5.5 % 2 }} {{ 2 ** 0.5 }}", {}),
+    ("percent_format", "{{ '%s|%5s|%-4s|%r' % ('a', 'b', 'c', 'd') }} {{ '%d %05d %+d %x %X %o' % (7, 42, 3, 255, 255, 8) }}"
+     " {{ '%.2f %8.3f %e %g %%' % (3.14159, 2.5, 12345.678, 0.0001) }} {{ '%s' % 5 }} {{ 'v=%.1f' | format(2.25) }}", {}),
+    ("generators", "{% set g = xs | select('odd') %}{% for x in g %}{{ x }}{% endfor %}/{% for x in g %}{{ x }}{% endfor %}"
+     "|{% if [] | select %}truthy{% endif %}|{% if [] | list %}no{% else %}empty{% endif %}|{{ xs | map('string') | first }}"
+     "|{% set h = xs | select %}{{ 3 in h }}{{ h | list }}|{{ d.items() }}|{{ d.keys() | length }}|{{ d.values() | list }}"
+     "|{% if d.items() %}view{% endif %}|[{{ (xs | select)[0] }}]|{{ xs | reverse | list }}|{{ 'a b_c 3.5 é' | wordcount }}"
+     "|{{ xs | unique | join('-') }}|{{ d | items | list }}", {"xs": [1, 2, 3, 4, 5], "d": {"k": 1, "j": 2}}),
+    ("err_generator_length", "{{ [1, 2] | map('string') | length }}", {}),
+    ("err_generator_last", "{{ [1, 2] | select | last }}", {}),
+    ("err_generator_tojson", "{{ [1, 2] | select | tojson }}", {}),
+    ("undefined_is_empty", "[{{ u | items | list }}{{ u | length }}{{ u | join }}{{ u | list }}{{ u | first }}{{ u | sort }}{{ u | trim }}"
+     "{{ u | string }}{{ u | upper }}{{ u | select | list }}{{ u | sum }}{{ u | replace('a', 'b') }}{{ u | wordcount }}{{ u | e }}{{ u ~ 1 }}"
+     "{{ 1 in u }}{{ u is string }}{{ u | default(2) }}{{ u == u }}{{ u | unique | list }}{{ u | batch(2) | list }}]", {}),
+    ("err_undefined_int", "{{ u | int }}", {}),
+    ("err_undefined_float", "{{ u | float }}", {}),
+    ("err_undefined_indent", "{{ u | indent }}", {}),
+    ("err_undefined_dictsort", "{{ u | dictsort }}", {}),
+    ("err_undefined_tojson", "{{ u | tojson }}", {}),
+    ("err_undefined_add", "{{ u + 1 }}", {}),
+    ("err_undefined_iter_attr", "{% for m in messages %}{{ m.content.text }}{% endfor %}", {"messages": [{"role": "user"}]}),
+    ("err_raw_plus_open", "{% raw +%}x{% endraw %}", {}),
+    ("raw_plus_close", "a\n{% raw %}x{% endraw +%}\nb", {}),
+    ("markup", "{{ 'a<b'|safe + '<i>' }}|{{ '<i>' + 'x'|safe }}|{{ ('<' ~ 'b')|e }}|{{ ('x'|safe + ' & ') ~ '<' }}|{{ [true | e, 'a' | safe, 'b'] }}", {}),
     # failures: jinja2 raises, so must ember
     ("err_unclosed_if", "line1\n{% if x %}\nbody\n", {}),
     ("err_unknown_tag", "a\nb {% frobnicate %}", {}),
@@ -280,6 +321,82 @@ FEATURES = [
 ]
 
 
+def random_cases(env, seed, n):
+    """Random templates with a fixed seed: whitespace control around nested
+    blocks (the most byte-sensitive part of jinja2's lexer) and expressions
+    mixing operators, filters, tests and methods over several value types.
+    Filters that jinja2 evaluates lazily (map, select, batch, ...) stay out:
+    ember evaluates eagerly, which only differs on inputs they never iterate."""
+    rnd = random.Random(seed)
+    ws = ["", " ", "  ", "\n", " \n", "\n  ", "\t", "\n\n", "x", " y\n"]
+
+    def tag(body):
+        return rnd.choice(["{%", "{%-", "{%+"]) + " " + body + " " + rnd.choice(["%}", "-%}", "+%}"])
+
+    def block(d=0):
+        parts = []
+        for _ in range(rnd.randint(1, 4)):
+            parts.append(rnd.choice(ws))
+            r = rnd.random()
+            if d < 3 and r < 0.25:
+                parts.append(tag("if %s" % rnd.choice(["true", "false", "x", "not x"])) + block(d + 1)
+                             + rnd.choice(["", tag("else") + block(d + 1)]) + tag("endif"))
+            elif d < 3 and r < 0.45:
+                parts.append(tag("for i in [1, 2]") + block(d + 1) + tag("endfor"))
+            elif r < 0.6:
+                parts.append(rnd.choice(["{{", "{{-"]) + " " + rnd.choice(["x", "'v'", "i | default(0)", "loop.index | default('-')"])
+                             + " " + rnd.choice(["}}", "-}}"]))
+            elif r < 0.7:
+                parts.append(rnd.choice(["{#", "{#-"]) + " c " + rnd.choice(["#}", "-#}"]))
+            elif r < 0.8:
+                parts.append(tag("set y = 1"))
+            elif r < 0.85:
+                parts.append(tag("raw") + rnd.choice(ws) + "{{ r }}" + rnd.choice(ws) + tag("endraw"))
+            else:
+                parts.append(rnd.choice(["a", "b\n", "  c", "\td"]))
+            parts.append(rnd.choice(ws))
+        return "".join(parts)
+
+    atoms = ["1", "0", "-2", "2.5", "'ab'", "''", "'Hé'", "none", "true", "false", "[1, 2]", "[]", "{'a': 1}",
+             "x", "y", "s", "l", "d", "u", "(1, 'a')", "'a b '"]
+    binops = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", ">=", "in", "not in", "and", "or"]
+    filters = ["length", "trim", "upper", "lower", "first", "last", "list", "string", "int", "float", "tojson", "join(',')",
+               "default('z')", "sort", "title", "capitalize", "abs", "sum", "min", "max", "tojson(indent=2)",
+               "replace('a','b')", "count", "wordcount", "round", "dictsort"]
+    tests = ["defined", "none", "string", "number", "mapping", "sequence", "iterable", "odd", "even", "integer", "float",
+             "boolean", "true", "lower"]
+    methods = [".strip()", ".split()", ".upper()", ".startswith('a')", ".get('a')", ".count('a')", ".find('b')", "[0]",
+               "[-1]", ".a", "['a']"]
+
+    def expr(d=0):
+        r = rnd.random()
+        if d > 3 or r < 0.3:
+            return rnd.choice(atoms)
+        if r < 0.5:
+            return "(%s %s %s)" % (expr(d + 1), rnd.choice(binops), expr(d + 1))
+        if r < 0.65:
+            return "(%s | %s)" % (expr(d + 1), rnd.choice(filters))
+        if r < 0.75:
+            return "(%s is %s%s)" % (expr(d + 1), rnd.choice(["", "not "]), rnd.choice(tests))
+        if r < 0.85:
+            return "(%s)%s" % (expr(d + 1), rnd.choice(methods))
+        if r < 0.92:
+            return "(%s if %s else %s)" % (expr(d + 1), expr(d + 1), expr(d + 1))
+        return "[%s, %s]" % (expr(d + 1), expr(d + 1))
+
+    ctx = {"x": 3, "y": "yo", "s": " Hello World ", "l": [3, 1, 2, 1], "d": {"b": 2, "a": 1}}
+    out = []
+    for i in range(n):
+        src = block() + rnd.choice(["", "\n", "\n\n"]) if i % 2 == 0 else "{{ %s }}" % expr()
+        case = {"name": "random_%d_%d" % (seed, i), "template": src, "context": ctx}
+        try:
+            case["output"] = env.from_string(src).render(**ctx)
+        except Exception as e:
+            case["error"] = "%s: %s" % (type(e).__name__, e)
+        out.append(case)
+    return out
+
+
 def render_features(env):
     out = []
     for name, src, ctx in FEATURES:
@@ -292,6 +409,7 @@ def render_features(env):
         except Exception as e:
             case["error"] = "%s: %s" % (type(e).__name__, e)
         out.append(case)
+    out += random_cases(env, 20250115, 600)
     with open(os.path.join(HERE, "features.json"), "w", encoding="utf-8") as f:
         json.dump({"jinja2_version": jinja2.__version__, "fixed_now": FIXED_NOW, "cases": out}, f, ensure_ascii=False, indent=1)
         f.write("\n")

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 #include "chat/template.h"
 
@@ -121,11 +122,60 @@ static void test_context_checks(void **state)
     json_decref(obj);
 }
 
+/* one compiled template rendered from several threads at once gives the
+ * same bytes everywhere (the server renders concurrently) */
+typedef struct { ember_jinja_template *t; const ember_chat_inputs *in; const char *want; int ok; } thr_arg;
+
+static void *render_many(void *p)
+{
+    thr_arg *a = p;
+    a->ok = 1;
+    for (int i = 0; i < 200; i++) {
+        char *out = NULL;
+        ember_jinja_render_opts o = {.use_fixed_now = 1, .fixed_now = 1736942400};
+        if (ember_chat_render(a->t, a->in, &o, &out, NULL, NULL) != EMBER_OK || strcmp(out, a->want) != 0) a->ok = 0;
+        free(out);
+    }
+    return NULL;
+}
+
+static void test_concurrent_renders(void **state)
+{
+    (void)state;
+    json_error_t je;
+    json_t *exp = json_load_file("tests/golden/jinja/expected.json", 0, &je);
+    json_t *convs = json_load_file("tests/golden/jinja/conversations.json", 0, &je);
+    const char *tmpl = "meta-llama-Llama-3.2-3B-Instruct", *conv = "tools_available";
+    json_t *c = json_object_get(json_object_get(convs, "conversations"), conv);
+    json_t *sp = json_object_get(json_object_get(convs, "special_tokens"), tmpl);
+    ember_chat_inputs in = {
+        .messages = json_object_get(c, "messages"), .tools = json_object_get(c, "tools"),
+        .add_generation_prompt = true, .bos_token = json_string_value(json_array_get(sp, 0)),
+        .eos_token = json_string_value(json_array_get(sp, 1)),
+    };
+    ember_jinja_template *t = load(tmpl);
+    thr_arg args[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thr_arg){t, &in, expected(exp, tmpl, conv), 0};
+        assert_non_null(args[i].want);
+        assert_int_equal(pthread_create(&th[i], NULL, render_many, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(args[i].ok);
+    }
+    ember_jinja_free(t);
+    json_decref(exp);
+    json_decref(convs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_matches_transformers),
         cmocka_unit_test(test_context_checks),
+        cmocka_unit_test(test_concurrent_renders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,10 @@
  *    subnormal fp16 scales, all-0x00 and all-0xFF quant bytes) equals gguf-py
  *    gguf.quants.dequantize bit for bit (goldens: tests/data/quant/TYPE.bin,
  *    made by tests/data/quant/make_goldens.py);
+ *  - the reference quantizers of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 give the bytes of
+ *    gguf-py gguf.quants.quantize (which mirrors ggml quantize_row_*_ref) on
+ *    inputs with zero, constant, tiny and equal-magnitude-extreme blocks
+ *    (goldens: tests/data/quant/quantize_TYPE.bin);
  *  - fp32->fp16 rounds every value to nearest even (IEEE 754 §4.3.1): all
  *    halves round-trip, midpoints between neighbours go to the even one;
  *  - quantize-then-dequantize error within ggml tests/test-quantize-fns.cpp
@@ -154,6 +158,37 @@ static void test_dequant_goldens(void **state)
         golden_free(&g);
     }
     assert_int_equal(files, (int)N_WEIGHT_TYPES - 1);
+}
+
+static void test_quantize_goldens(void **state)
+{
+    (void)state;
+    const uint32_t types[] = {EMBER_TYPE_Q4_0, EMBER_TYPE_Q4_1, EMBER_TYPE_Q5_0, EMBER_TYPE_Q5_1, EMBER_TYPE_Q8_0};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const ember_quant_traits *tr = ember_quant_traits_get(types[k]);
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/quant/quantize_%s.bin", tr->name);
+        FILE *f = fopen(path, "rb");
+        if (!f) fail_msg("missing %s", path);
+        char magic[4];
+        uint32_t h[4];
+        assert_true(fread(magic, 1, 4, f) == 4 && !memcmp(magic, "EQQ1", 4) && fread(h, 4, 4, f) == 4);
+        assert_int_equal(h[0], tr->type);
+        assert_int_equal(h[2], tr->block_bytes);
+        assert_int_equal(h[3], tr->block_size);
+        const int64_t n = (int64_t)h[1] * h[3];
+        float *x = xmalloc(n * sizeof(float));
+        uint8_t *want = xmalloc((size_t)h[1] * h[2]), *got = xmalloc((size_t)h[1] * h[2]);
+        assert_true(fread(x, sizeof(float), (size_t)n, f) == (size_t)n);
+        assert_true(fread(want, h[2], h[1], f) == h[1]);
+        fclose(f);
+        tr->from_float_ref(x, got, n);
+        for (size_t i = 0; i < (size_t)h[1] * h[2]; i++)
+            if (got[i] != want[i])
+                fail_msg("%s quantize: block %zu byte %zu: 0x%02x, gguf-py 0x%02x", tr->name, i / h[2], i % h[2],
+                         got[i], want[i]);
+        free(x); free(want); free(got);
+    }
 }
 
 /* ---- quantize -> dequantize ---------------------------------------------------- */
@@ -487,6 +522,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_env_override),
         cmocka_unit_test(test_fp16_rounding),
         cmocka_unit_test(test_dequant_goldens),
+        cmocka_unit_test(test_quantize_goldens),
         cmocka_unit_test(test_quantize_roundtrip),
         cmocka_unit_test(test_activation_quantizers),
         cmocka_unit_test(test_simd_dots_match_scalar),

@@ -47,14 +47,10 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
 {
     memset(m, 0, sizeof *m);
     ember_status st;
-    ember_gguf *g = NULL;
     char *tmpl = NULL;
-    if ((st = ember_gguf_open(o->model_path, &g)) != EMBER_OK) goto fail;
-    st = ember_vocab_load(g, &m->vocab);
-    ember_gguf_close(g);
-    if (st != EMBER_OK) goto fail;
     ember_model_params mp = ember_model_default_params();
     if ((st = ember_model_load(o->model_path, &mp, &m->model)) != EMBER_OK) goto fail;
+    m->vocab = ember_model_vocab(m->model);
 
     int32_t n_ctx_train = ember_model_n_ctx_train(m->model);
     m->n_ctx = o->n_ctx > 0 ? o->n_ctx : (n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096);
@@ -112,7 +108,6 @@ void serve_model_close(serve_model *m)
     if (m->e) engine_free(m->e);
     text_ember_free(m->text);
     if (m->ctx) ember_context_free(m->ctx);
-    if (m->model) ember_model_free(m->model);
-    if (m->vocab) ember_vocab_free(m->vocab);
+    if (m->model) ember_model_free(m->model);   /* owns the vocab */
     memset(m, 0, sizeof *m);
 }

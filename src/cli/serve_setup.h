@@ -28,7 +28,7 @@ typedef struct serve_opts {
 
 typedef struct serve_model {
     ember_model *model;
-    ember_vocab *vocab;
+    const ember_vocab *vocab;   /* owned by model */
     ember_context *ctx;
     text_ember *text;
     engine_runtime rt;

@@ -388,8 +388,11 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
     int fd = conn_fd(mc);
     c->req = r;
     engine_req_lock(r);
+    double t_check = engine_now();
     while (r->finish == ENGINE_RUNNING) {
-        if (!engine_req_wait(r, 50)) {
+        engine_req_wait(r, 50);
+        if (engine_now() - t_check >= 0.05) {   /* tokens may wake us often: check by time */
+            t_check = engine_now();
             engine_req_unlock(r);
             if (client_gone(fd)) {
                 engine_req_cancel(r);

@@ -63,7 +63,8 @@ def test_stream_equals_non_stream(client):
     chunks = list(client.chat.completions.create(model="smol", messages=Q, max_tokens=12, temperature=0, stream=True,
                                                  stream_options={"include_usage": True}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == whole.choices[0].message.content
+    # the stream's prompt comes from the prefix cache but its last token
+    assert text == whole.choices[0].message.content, "logits depend on batch shape? (compare with EMBER_NO_GEMM=1)"
     usage = chunks[-1].usage
     assert usage.completion_tokens == whole.usage.completion_tokens
     assert usage.prompt_tokens == whole.usage.prompt_tokens

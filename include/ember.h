@@ -82,6 +82,10 @@ int32_t ember_model_n_embd(const ember_model *m);
 int32_t ember_model_n_layer(const ember_model *m);
 /* Bytes of weights the model uses (mapped or uploaded). */
 uint64_t ember_model_size_bytes(const ember_model *m);
+/* The model's vocabulary (tokenizer.ggml.*), owned by the model; use it with
+ * src/tokenizer/tokenizer.h. Never NULL for a loaded model. */
+struct ember_vocab;
+const struct ember_vocab *ember_model_vocab(const ember_model *m);
 
 typedef struct ember_context_params {
     uint32_t n_ctx;        /* -c: the most tokens one sequence may hold */
@@ -127,7 +131,8 @@ void ember_batch_free(ember_batch *b);
 ember_status ember_decode(ember_context *ctx, const ember_batch *batch);
 
 /* Logits [n_vocab] of batch entry `i` of the last ember_decode; NULL if that
- * entry did not ask for logits. Valid until the next ember_decode. */
+ * entry did not ask for logits. i = -1: the last entry that asked for logits.
+ * Valid until the next ember_decode (a failed decode leaves none). */
 const float *ember_get_logits(ember_context *ctx, int32_t i);
 
 /* Sequences. A sequence exists once it holds a token; these edit it:

@@ -1,0 +1,49 @@
+/*
+ * cpu.h — internals shared by the CPU backend's files (not a public API).
+ *
+ * Owns: the CPU backend state (thread pool, scratch) and the SIMD helpers the
+ * kernels pick at run time. Must not: be included outside src/backend/cpu/.
+ */
+#ifndef EMBER_BACKEND_CPU_H
+#define EMBER_BACKEND_CPU_H
+
+#include "backend/backend.h"
+#include "base/threadpool.h"
+#include "quant/quant.h"
+
+#include <stdatomic.h>
+
+typedef struct cpu_thread_scratch {
+    float *scores;    /* [max_kv_tokens] */
+    float *vrow;      /* [max_head_dim] */
+    float *acc;       /* [max_head_dim] */
+    void *qconv;      /* query head in K's dot format, max_head_dim*4 bytes */
+} cpu_thread_scratch;
+
+typedef struct cpu_backend {
+    ember_backend base;
+    ember_threadpool *tp;
+    int32_t n_threads;
+    ember_backend_limits lim;
+    void *act;            /* quantized activations [max_tokens, max_n_in] of any vec_dot_type */
+    size_t act_bytes;
+    cpu_thread_scratch *ts;
+    uint64_t scratch_bytes;
+} cpu_backend;
+
+/* f16 -> f32 by table (exact), f32 -> f16 round-to-nearest-even. */
+extern float ember_cpu_f16_table[65536];
+static inline float cpu_f16_to_f32(uint16_t h) { return ember_cpu_f16_table[h]; }
+
+/* dot of n f16 values with n f16 values, f32 accumulation. */
+float ember_cpu_dot_f16(int64_t n, const uint16_t *a, const uint16_t *b);
+float ember_cpu_dot_f16_avx2(int64_t n, const uint16_t *a, const uint16_t *b);
+/* y[i] += a * f16(x[i]) */
+void ember_cpu_axpy_f16(int64_t n, float a, const uint16_t *x, float *y);
+void ember_cpu_axpy_f16_avx2(int64_t n, float a, const uint16_t *x, float *y);
+float ember_cpu_dot_f32(int64_t n, const float *a, const float *b);
+float ember_cpu_dot_f32_avx2(int64_t n, const float *a, const float *b);
+void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y);
+void ember_cpu_f32_to_f16_row_avx2(int64_t n, const float *x, uint16_t *y);
+
+#endif

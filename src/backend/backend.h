@@ -93,6 +93,14 @@ typedef struct ember_backend_ops {
                  int32_t n_rot, const ember_pos *pos, float base, float freq_scale,
                  ember_rope_mode mode);
 
+    /* rope with per-pair frequency divisors: pair i turns by pos[t] * freq_scale *
+     * base^(-2i/n_rot) / freq_factors[i], i < n_rot/2 (ggml_rope_ext's freq_factors).
+     * Gemma 4 "proportional" RoPE on full-attention layers stores 1e30 for the pairs
+     * past partial_rotary_factor, which leaves them unrotated. freq_factors NULL = rope. */
+    void (*rope_ext)(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                     int32_t n_rot, const ember_pos *pos, float base, float freq_scale,
+                     ember_rope_mode mode, const float *freq_factors);
+
     /* gate[i] = act(gate[i]) * up[i], i < n. GEGLU with GELU-tanh evaluated on
      * the f16-rounded input and rounded to f16 (ggml's GELU table), SwiGLU with
      * silu(x) = x / (1 + e^-x). Shazeer 2020. */

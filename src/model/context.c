@@ -109,9 +109,9 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     };
     if ((st = ember_kv_new(&kp, &c->kv))) goto fail;
 
-    const int64_t sizes[8] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff};
+    const int64_t sizes[9] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff, ub * hp->n_aux};
     int64_t total = 0;
-    for (int i = 0; i < 8; i++) total += (sizes[i] + 15) & ~(int64_t)15;
+    for (int i = 0; i < 9; i++) total += (sizes[i] + 15) & ~(int64_t)15;
     c->scratch_mem = calloc((size_t)total, sizeof(float));
     c->scratch_bytes = (uint64_t)total * sizeof(float);
     const size_t nb = p.n_batch, ns = p.n_seq_max;
@@ -130,8 +130,8 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         goto fail;
     }
     float *f = c->scratch_mem;
-    float **dst[8] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2};
-    for (int i = 0; i < 8; i++) { *dst[i] = f; f += (sizes[i] + 15) & ~(int64_t)15; }
+    float **dst[9] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2, &c->s.aux};
+    for (int i = 0; i < 9; i++) { *dst[i] = sizes[i] ? f : NULL; f += (sizes[i] + 15) & ~(int64_t)15; }
     c->scratch_bytes += ember_backend_scratch_bytes(c->be);
     *out = c;
     return EMBER_OK;

@@ -271,6 +271,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
 typedef struct rope_task {
     float *x; int64_t n_tokens; int32_t n_head, head_dim, n_rot; const ember_pos *pos;
     float base, freq_scale; ember_rope_mode mode;
+    const float *freq_factors;   /* NULL: all 1 */
 } rope_task;
 
 static void rope_rows(void *arg, int ith, int nth)
@@ -284,7 +285,7 @@ static void rope_rows(void *arg, int ith, int nth)
     for (int64_t t = lo; t < hi; t++) {
         float theta = (float)a->pos[t];
         for (int32_t i = 0; i < half; i++) {
-            const float th = a->freq_scale * theta;
+            const float th = a->freq_scale * (a->freq_factors ? theta / a->freq_factors[i] : theta);
             cs[i] = cosf(th);
             sn[i] = sinf(th);
             theta *= theta_scale;
@@ -311,7 +312,15 @@ static void rope_rows(void *arg, int ith, int nth)
 static void op_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
                     int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode)
 {
-    rope_task a = {x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode};
+    rope_task a = {x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, NULL};
+    ember_threadpool_run_n(CPU(be)->tp, threads_for(CPU(be), n_tokens * n_head * head_dim), rope_rows, &a);
+}
+
+static void op_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                        int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode,
+                        const float *freq_factors)
+{
+    rope_task a = {x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, freq_factors};
     ember_threadpool_run_n(CPU(be)->tp, threads_for(CPU(be), n_tokens * n_head * head_dim), rope_rows, &a);
 }
 
@@ -500,6 +509,7 @@ static const ember_backend_ops cpu_ops = {
     .swiglu = op_swiglu,
     .add = op_add,
     .scale = op_scale,
+    .rope_ext = op_rope_ext,
     .kv_store = op_kv_store,
     .attention = op_attention,
 };

@@ -33,10 +33,21 @@
  *   rope_freqs tensor holding 1 for rotated pairs and 1e30 for the rest.
  *   logits = softcap(norm(x) E^T), softcap(z) = c tanh(z / c) when
  *   final_logit_softcapping is set.
- * The MoE block (26B-A4B) is not implemented yet: such files are refused.
+ *   MoE layers (26B-A4B: ffn_gate_inp present) add an expert branch to the
+ *   dense MLP, both fed by h:
+ *     f1 = post_ffw_norm_1(mlp(rms(h) * ffn_norm))
+ *     router: z = ffn_gate_inp (rms(h) * ffn_gate_inp.scale / sqrt(n_embd));
+ *             p = softmax(z); top expert_used_count by p, renormalized to sum
+ *             1, times ffn_down_exps.scale[e]
+ *     f2 = post_ffw_norm_2(sum_e w_e down_e(gelu_tanh(gate_e u) * up_e u)),
+ *          u = rms(h) * pre_ffw_norm_2
+ *     x = h + post_ffw_norm(f1 + f2)
+ *   Experts come as ffn_gate_up_exps [n_expert][2 * n_ff_exp][n_embd] (gate
+ *   rows first) or as separate ffn_gate_exps / ffn_up_exps.
  */
 #include "model/model.h"
 #include "base/status.h"
+#include "quant/quant.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -54,6 +65,12 @@ typedef struct g4_layer {
     ember_weight ple_proj;     /* proj: [n_embd, P] */
     const float *ple_post_norm;
     float out_scale;           /* layer_output_scale, 1 when absent */
+    /* MoE block (NULL exp_* when the layer is dense) */
+    ember_weight router;       /* ffn_gate_inp: [n_expert, n_embd] */
+    const float *router_scale; /* ffn_gate_inp.scale: [n_embd] */
+    const float *exp_scale;    /* ffn_down_exps.scale: [n_expert], NULL = 1 */
+    const float *pre_norm_2, *post_norm_1, *post_norm_2;
+    ember_weight *exp_gate, *exp_up, *exp_down;   /* [n_expert] each */
 } g4_layer;
 
 typedef struct g4_model {
@@ -62,12 +79,20 @@ typedef struct g4_model {
     ember_weight ple_model_proj; /* per_layer_model_proj: [n_layer * P, n_embd] */
     const float *ple_proj_norm;  /* [P] */
     int64_t n_kv_row;          /* elements of a KV-cache row (hp n_head_kv * head_dim_k) */
+    int32_t n_expert, n_expert_used, n_ff_exp;
+    int64_t aux_moe;           /* offset (floats per token) of the MoE scratch in aux */
     g4_layer *layers;
 } g4_model;
 
 static void gemma4_free(ember_model *m)
 {
     g4_model *g = m->arch_priv;
+    if (g && g->layers)
+        for (int32_t il = 0; il < m->hp.n_layer; il++) {
+            free(g->layers[il].exp_gate);
+            free(g->layers[il].exp_up);
+            free(g->layers[il].exp_down);
+        }
     if (g) free(g->layers);
     free(g);
     m->arch_priv = NULL;
@@ -85,6 +110,40 @@ static ember_status get_bool_per_layer(ember_model *m, const char *suffix, bool 
         return ember_error(EMBER_ERR_FORMAT, "%s: metadata key '%s' must be %d bools (has %llu of type %s)", m->path, key,
                            m->hp.n_layer, (unsigned long long)a.n, ember_gguf_vtype_name(a.type));
     for (int32_t il = 0; il < m->hp.n_layer; il++) out[il] = ember_gguf_arr_scalar(&a, (uint64_t)il).b;
+    return EMBER_OK;
+}
+
+/* Bind the stacked expert tensor `name` (GGUF ne = {n_in, n_out * n_split,
+ * n_expert}) as n_split weights per expert: outs[k][e] holds rows
+ * [k * n_out, (k + 1) * n_out) of expert e. Errors name the tensor. */
+static ember_status bind_experts(ember_model *m, const char *name, int64_t n_in, int64_t n_out, int32_t n_split,
+                                 int32_t n_expert, ember_weight **outs)
+{
+    const ember_gguf_tensor *t = ember_gguf_get_tensor(m->gguf, name);
+    if (!t) return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor '%s' (architecture gemma4)", m->path, name);
+    if (t->ne[0] != n_in || t->ne[1] != n_out * n_split || t->ne[2] != n_expert || t->ne[3] != 1)
+        return ember_error(EMBER_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %d]", m->path, name,
+                           (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in,
+                           (long long)(n_out * n_split), n_expert);
+    const ember_quant_traits *tr = ember_quant_traits_get(t->type);
+    uint64_t rb;
+    if (!tr || !tr->vec_dot || !ember_type_row_bytes(t->type, (uint64_t)n_in, &rb) ||
+        rb * (uint64_t)(n_out * n_split) * (uint64_t)n_expert != t->nbytes)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' (%s) has no CPU kernels or rows of %lld are not whole blocks",
+                           m->path, name, ember_type_name(t->type), (long long)n_in);
+    for (int32_t k = 0; k < n_split; k++) {
+        outs[k] = calloc((size_t)n_expert, sizeof(ember_weight));
+        if (!outs[k]) return ember_error(EMBER_ERR_NOMEM, "gemma4: out of memory");
+        for (int32_t e = 0; e < n_expert; e++) {
+            ember_weight *w = &outs[k][e];
+            w->type = t->type;
+            w->n_in = n_in;
+            w->n_out = n_out;
+            w->row_bytes = (size_t)rb;
+            w->data = (const uint8_t *)t->data + ((size_t)e * (size_t)n_split + (size_t)k) * (size_t)n_out * (size_t)rb;
+            w->name = t->name;
+        }
+    }
     return EMBER_OK;
 }
 
@@ -116,6 +175,12 @@ static ember_status gemma4_load(ember_model *m)
     if ((st = ember_model_get_u32(m, "rope.dimension_count_swa", false, &n_rot_swa))) return st;
     if ((st = ember_model_get_u32(m, "attention.shared_kv_layers", false, &n_shared))) return st;
     if ((st = ember_model_get_u32(m, "embedding_length_per_layer_input", false, &g->n_pl))) return st;
+    if ((st = ember_model_get_u32(m, "expert_count", false, &g->n_expert))) return st;
+    if ((st = ember_model_get_u32(m, "expert_used_count", false, &g->n_expert_used))) return st;
+    if ((st = ember_model_get_u32(m, "expert_feed_forward_length", false, &g->n_ff_exp))) return st;
+    if (g->n_expert > 0 && (g->n_expert > 1024 || g->n_expert_used < 1 || g->n_expert_used > g->n_expert || g->n_ff_exp < 1))
+        return ember_error(EMBER_ERR_FORMAT, "%s: gemma4 expert_count %d, expert_used_count %d, expert_feed_forward_length %d out of range",
+                           m->path, g->n_expert, g->n_expert_used, g->n_ff_exp);
     if (head_dim_full < 2 || head_dim_swa < 2 || head_dim_full > 1024 || head_dim_swa > 1024 ||
         n_rot_full < 2 || n_rot_full > head_dim_full || n_rot_full % 2 || n_rot_swa < 2 || n_rot_swa > head_dim_swa ||
         n_rot_swa % 2 || n_shared < 0 || n_shared >= n_layer || g->n_pl < 0 || g->n_pl > 65536 || hp->n_swa < 0)
@@ -174,6 +239,13 @@ static ember_status gemma4_load(ember_model *m)
          * layer-major copies) and one layer's gate */
         hp->n_aux = 2 * (int64_t)n_layer * P + P;
     }
+    g->aux_moe = hp->n_aux;
+    if (g->n_expert > 0) {
+        /* per token: expert input, gather, expert output, sum (n_embd each),
+         * router probabilities [n_expert], chosen experts and weights [used each] */
+        hp->n_aux += 4 * n_embd + g->n_expert + 2 * (int64_t)g->n_expert_used;
+        if (g->n_ff_exp > hp->n_ff) hp->n_ff = g->n_ff_exp;   /* expert hidden rows live in hb/hb2 */
+    }
     const float *rope_freqs = NULL;
     if (ember_gguf_get_tensor(m->gguf, "rope_freqs.weight"))
         if ((st = ember_model_bind_vector(m, "rope_freqs.weight", head_dim_full / 2, &rope_freqs))) return st;
@@ -187,10 +259,6 @@ static ember_status gemma4_load(ember_model *m)
         ember_layer *L = &m->layers[il];
         g4_layer *G = &g->layers[il];
         const int64_t hd = G->head_dim, n_q = (int64_t)hp->n_head * hd, n_k = (int64_t)G->n_head_kv * hd;
-        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
-        if (ember_gguf_get_tensor(m->gguf, name))
-            return ember_error(EMBER_ERR_UNSUPPORTED, "%s: layer %d is a mixture-of-experts block ('%s'); gemma4 MoE is not supported yet",
-                               m->path, il, name);
         snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
         if (ember_gguf_get_tensor(m->gguf, name))
             return ember_error(EMBER_ERR_UNSUPPORTED, "%s: fused '%s' is not supported", m->path, name);
@@ -214,6 +282,35 @@ static ember_status gemma4_load(ember_model *m)
             MAT(G->ple_gate, "inp_gate", n_embd, P);
             MAT(G->ple_proj, "proj", P, n_embd);
             VEC(G->ple_post_norm, "post_norm", n_embd);
+        }
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+        if (ember_gguf_get_tensor(m->gguf, name)) {
+            if (g->n_expert < 1)
+                return ember_error(EMBER_ERR_NOT_FOUND, "%s: layer %d has '%s' but no gemma4.expert_count", m->path, il, name);
+            const int32_t E = g->n_expert;
+            const int64_t I = g->n_ff_exp;
+            MAT(G->router, "ffn_gate_inp", n_embd, E);
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
+            if ((st = ember_model_bind_vector(m, name, n_embd, &G->router_scale))) return st;
+            snprintf(name, sizeof name, "blk.%d.ffn_down_exps.scale", il);
+            if (ember_gguf_get_tensor(m->gguf, name) && (st = ember_model_bind_vector(m, name, E, &G->exp_scale))) return st;
+            VEC(G->pre_norm_2, "pre_ffw_norm_2", n_embd);
+            VEC(G->post_norm_1, "post_ffw_norm_1", n_embd);
+            VEC(G->post_norm_2, "post_ffw_norm_2", n_embd);
+            ember_weight *gu[2] = {NULL, NULL};
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", il);
+            if (ember_gguf_get_tensor(m->gguf, name)) {
+                if ((st = bind_experts(m, name, n_embd, I, 2, E, gu))) { free(gu[0]); return st; }
+            } else {
+                snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", il);
+                if ((st = bind_experts(m, name, n_embd, I, 1, E, &gu[0]))) return st;
+                snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
+                if ((st = bind_experts(m, name, n_embd, I, 1, E, &gu[1]))) { free(gu[0]); return st; }
+            }
+            G->exp_gate = gu[0];
+            G->exp_up = gu[1];
+            snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
+            if ((st = bind_experts(m, name, I, n_embd, 1, E, &G->exp_down))) return st;
         }
         snprintf(name, sizeof name, "blk.%d.layer_output_scale.weight", il);
         if (ember_gguf_get_tensor(m->gguf, name)) {
@@ -267,6 +364,78 @@ static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, cons
         for (int32_t l = 0; l < n_layer; l++)
             memcpy(p + ((int64_t)l * n + t) * P, e + (int64_t)t * LP + (int64_t)l * P, (size_t)P * sizeof(float));
     return p;
+}
+
+/* The expert branch of a MoE layer: out [n, n_embd] = f2 (before its
+ * post norm) for residual h [n, n_embd]. Tokens are grouped by expert so each
+ * expert's weights are read once per ubatch. */
+static void gemma4_moe(const ember_run *r, const g4_layer *G, int32_t n, const float *h, float *out)
+{
+    const ember_model *m = r->m;
+    const g4_model *g = m->arch_priv;
+    const ember_backend_ops *op = r->be->ops;
+    ember_backend *be = r->be;
+    ember_scratch *s = r->s;
+    const int64_t n_embd = m->hp.n_embd;
+    const int32_t E = g->n_expert, K = g->n_expert_used;
+    float *u = r->s->aux + (int64_t)n * g->aux_moe;   /* [n, n_embd] expert input */
+    float *gat = u + (int64_t)n * n_embd;             /* [n, n_embd] gathered rows */
+    float *eo = gat + (int64_t)n * n_embd;            /* [n, n_embd] expert outputs */
+    float *prob = eo + (int64_t)n * n_embd;           /* [n, E] */
+    float *sel = prob + (int64_t)n * E;               /* [n, K] chosen experts (as floats) */
+    float *wsel = sel + (int64_t)n * K;               /* [n, K] their weights; out follows */
+
+    /* router */
+    op->rms_norm(be, gat, h, G->router_scale, n, n_embd, m->hp.norm_eps);
+    op->scale(be, gat, 1.0f / sqrtf((float)n_embd), n * n_embd);
+    ember_project(r, gat, n, &G->router, prob, NULL, NULL, NULL, NULL);
+    for (int32_t t = 0; t < n; t++) {
+        float *p = prob + (int64_t)t * E;
+        float mx = p[0], sum = 0.0f;
+        for (int32_t e = 1; e < E; e++) if (p[e] > mx) mx = p[e];
+        for (int32_t e = 0; e < E; e++) { p[e] = expf(p[e] - mx); sum += p[e]; }
+        for (int32_t e = 0; e < E; e++) p[e] /= sum;
+        float wsum = 0.0f;
+        for (int32_t k = 0; k < K; k++) {   /* top K, ties to the lower id */
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (int32_t j = 0; j < k; j++) taken |= (int32_t)sel[(int64_t)t * K + j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[(int64_t)t * K + k] = (float)best;
+            wsel[(int64_t)t * K + k] = p[best];
+            wsum += p[best];
+        }
+        for (int32_t k = 0; k < K; k++) {
+            const int32_t e = (int32_t)sel[(int64_t)t * K + k];
+            wsel[(int64_t)t * K + k] = wsel[(int64_t)t * K + k] / wsum * (G->exp_scale ? G->exp_scale[e] : 1.0f);
+        }
+    }
+
+    /* experts */
+    op->rms_norm(be, u, h, G->pre_norm_2, n, n_embd, m->hp.norm_eps);
+    memset(out, 0, (size_t)n * n_embd * sizeof(float));
+    for (int32_t e = 0; e < E; e++) {
+        int32_t rows = 0;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t k = 0; k < K; k++)
+                if ((int32_t)sel[(int64_t)t * K + k] == e)
+                    memcpy(gat + (int64_t)rows++ * n_embd, u + (int64_t)t * n_embd, (size_t)n_embd * sizeof(float));
+        if (rows == 0) continue;
+        ember_project(r, gat, rows, &G->exp_gate[e], s->hb, &G->exp_up[e], s->hb2, NULL, NULL);
+        op->geglu(be, s->hb, s->hb2, (int64_t)rows * g->n_ff_exp);
+        ember_project(r, s->hb, rows, &G->exp_down[e], eo, NULL, NULL, NULL, NULL);
+        int32_t row = 0;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t k = 0; k < K; k++)
+                if ((int32_t)sel[(int64_t)t * K + k] == e) {
+                    const float w = wsel[(int64_t)t * K + k];
+                    const float *src = eo + (int64_t)row++ * n_embd;
+                    float *dst = out + (int64_t)t * n_embd;
+                    for (int64_t i = 0; i < n_embd; i++) dst[i] += w * src[i];
+                }
+    }
 }
 
 static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
@@ -325,6 +494,14 @@ static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
         ember_project(r, s->xb, n, &L->ffn_gate, s->hb, &L->ffn_up, s->hb2, NULL, NULL);
         op->geglu(be, s->hb, s->hb2, (int64_t)n * G->n_ff);
         ember_project(r, s->hb, n, &L->ffn_down, s->xb, NULL, NULL, NULL, NULL);
+        if (G->exp_gate) {
+            /* the last slot of the MoE scratch (see gemma4_moe) */
+            float *f2 = s->aux + (int64_t)n * (g->aux_moe + 3 * n_embd + g->n_expert + 2 * (int64_t)g->n_expert_used);
+            op->rms_norm(be, s->xb, s->xb, G->post_norm_1, n, n_embd, eps);
+            gemma4_moe(r, G, n, s->x, f2);
+            op->rms_norm(be, f2, f2, G->post_norm_2, n, n_embd, eps);
+            op->add(be, s->xb, f2, n * n_embd);
+        }
         op->rms_norm(be, s->xb, s->xb, L->post_ffw_norm, n, n_embd, eps);
         op->add(be, s->x, s->xb, n * n_embd);
 

@@ -24,7 +24,7 @@ Notes:
 - Every weight is re-drawn with a larger spread than transformers' init
   (std 0.02 would give near-zero logits and a test that cannot fail): matrices
   N(0, 1/fan_in) * 1.5, norm weights 1 + N(0, 0.2), embeddings N(0, 1),
-  layer scalars U(0.5, 1.5).
+  layer scalars and per-expert scales U(0.5, 1.5), router scale 1 + N(0, 0.2).
 """
 import argparse
 import json
@@ -149,6 +149,25 @@ def gemma4_kv_config(n_vocab):
     )
 
 
+def gemma4_moe_config(n_vocab):
+    """26B-A4B-like: every layer has the dense MLP plus a mixture-of-experts
+    block (router with its scale and per-expert scales, 6 experts, top 2),
+    attention_k_eq_v on full layers."""
+    from transformers import Gemma4TextConfig
+    return Gemma4TextConfig(
+        vocab_size=n_vocab, hidden_size=48, intermediate_size=64, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+        num_global_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-6, sliding_window=5,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                            "rope_theta": 1000000.0}},
+        final_logit_softcapping=30.0, hidden_size_per_layer_input=0, num_kv_shared_layers=0,
+        attention_k_eq_v=True, enable_moe_block=True, num_experts=6, top_k_experts=2,
+        moe_intermediate_size=24, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+
+
 def qwen3_config(n_vocab):
     from transformers import Qwen3Config
     return Qwen3Config(
@@ -163,6 +182,7 @@ MODELS = {
     # name: (arch dir, config fn, tokenizer fn, model class name)
     "tiny-gemma4-e": ("gemma4", gemma4_e_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
     "tiny-gemma4-kv": ("gemma4", gemma4_kv_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
+    "tiny-gemma4-moe": ("gemma4", gemma4_moe_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
     "tiny-qwen3": ("qwen3", qwen3_config, qwen3_tokenizer, "Qwen3ForCausalLM"),
 }
 
@@ -175,8 +195,12 @@ def randomize(model, gen):
         for name, p in tensors:
             if not p.is_floating_point():
                 continue
-            if name.endswith("layer_scalar"):
+            if name.endswith("layer_scalar") or name.endswith("per_expert_scale"):
                 p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
+            elif name.endswith("router.scale"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 3:   # stacked experts [n_expert, n_out, n_in]
+                p.copy_(torch.randn(p.shape, generator=gen) * (1.5 / p.shape[2] ** 0.5))
             elif "norm" in name and p.dim() == 1:
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
             elif "embed" in name:

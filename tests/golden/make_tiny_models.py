@@ -43,7 +43,10 @@ HERE = Path(__file__).resolve().parent
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>",
             "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>",
             "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
-            "<|tool_response>", "<tool_response|>", '<|"|>']
+            "<|tool_response>", "<tool_response|>", '<|"|>', "<|image|>", "<|audio|>", "<|video|>"]
+# Whole pieces the scripted chat model (tiny-gemma4-chat) emits: vocabulary
+# entries that no merge reaches, so prompts never tokenize into them.
+SCRIPT_PIECES = ["thought\nSunny\u2581in\u2581Paris.", 'call:weather{city:<|"|>Paris<|"|>}']
 WORDS = ["the", "and", "model", "user", "system", "thought", "call", "response",
          "declaration", "hello", "world", "weather", "city", "Paris", "name",
          "description", "parameters", "type", "string", "object", "properties"]
@@ -76,6 +79,8 @@ def gemma4_tokenizer(dirpath: Path):
         if ch not in vocab:
             vocab[ch] = len(vocab)
     merges = build_merges(vocab, WORDS, "\u2581")
+    for piece in SCRIPT_PIECES:
+        vocab[piece] = len(vocab)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, unk_token="<unk>", fuse_unk=True))
     tok.normalizer = normalizers.Replace(" ", "\u2581")
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
@@ -85,6 +90,10 @@ def gemma4_tokenizer(dirpath: Path):
     (dirpath / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<eos>",
         "pad_token": "<pad>", "unk_token": "<unk>", "add_bos_token": True, "model_max_length": 4096,
+        # the chat markers are special tokens (CONTROL in the GGUF; the converter
+        # makes the ones a parser must see USER_DEFINED), as in Gemma 4's own files
+        "extra_special_tokens": SPECIALS[5:],
+        "chat_template": (HERE.parent / "data/templates/google-gemma-4-31B-it.jinja").read_text(),
     }))
     return len(vocab)
 
@@ -168,6 +177,60 @@ def gemma4_moe_config(n_vocab):
     )
 
 
+def gemma4_chat_config(n_vocab):
+    """The scripted chat model: a plain gemma4 whose weights are set by
+    script_weights() so greedy decoding follows a fixed token chain."""
+    from transformers import Gemma4TextConfig
+    return Gemma4TextConfig(
+        vocab_size=n_vocab, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=32,
+        max_position_embeddings=1024, rms_norm_eps=1e-6, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], final_logit_softcapping=30.0,
+        hidden_size_per_layer_input=0, num_kv_shared_layers=0, attention_k_eq_v=False,
+        tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+
+
+# The chat fixture: messages with a tool declaration, an earlier tool call and
+# its response, and thinking on; the reply the scripted model gives.
+CHAT_TOOLS = [{"type": "function", "function": {
+    "name": "weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "name"}},
+                   "required": ["city"]}}}]
+CHAT_MESSAGES = [
+    {"role": "system", "content": "You are a helpful model."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    {"role": "user", "content": "And again?"},
+]
+# after the generation prompt's final "\n": thinking, then one tool call, then <eos>
+CHAT_SCRIPT = ["<|channel>", SCRIPT_PIECES[0], "<channel|>", "<|tool_call>", SCRIPT_PIECES[1], "<tool_call|>", "<eos>"]
+
+
+def script_weights(model, tok):
+    """Make greedy decoding a lookup table next(t) for the tokens of
+    ["\n"] + CHAT_SCRIPT: every layer's output projections are zeroed (the
+    residual stream stays the scaled embedding), token t of the chain gets the
+    basis embedding b_i, and the LM head row of its successor gets 10 b_i."""
+    ids = [tok.convert_tokens_to_ids(t) for t in ["\n"] + CHAT_SCRIPT]
+    assert len(set(ids)) == len(ids) and tok.unk_token_id not in ids, ids
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        emb = model.model.embed_tokens.weight
+        head = model.lm_head.weight
+        head.mul_(0.01)
+        model.model.norm.weight.fill_(1.0)
+        for i, (t, nxt) in enumerate(zip(ids[:-1], ids[1:])):
+            emb[t].zero_()
+            emb[t, i] = 1.0
+            head[nxt, i] += 10.0
+    return ids
+
+
 def qwen3_config(n_vocab):
     from transformers import Qwen3Config
     return Qwen3Config(
@@ -183,6 +246,7 @@ MODELS = {
     "tiny-gemma4-e": ("gemma4", gemma4_e_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
     "tiny-gemma4-kv": ("gemma4", gemma4_kv_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
     "tiny-gemma4-moe": ("gemma4", gemma4_moe_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
+    "tiny-gemma4-chat": ("gemma4", gemma4_chat_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
     "tiny-qwen3": ("qwen3", qwen3_config, qwen3_tokenizer, "Qwen3ForCausalLM"),
 }
 
@@ -233,6 +297,29 @@ def convert(llama: Path, src: Path, dst: Path, patch_pre: str | None):
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
+def write_chat_fixture(model, tok, script, path):
+    """Oracle for the chat path: transformers renders the template
+    (apply_chat_template, thinking on), tokenizes the prompt and decodes
+    greedily; the reply must be the script."""
+    import transformers
+    prompt = tok.apply_chat_template(CHAT_MESSAGES, tools=CHAT_TOOLS, add_generation_prompt=True, tokenize=False,
+                                     enable_thinking=True)
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    assert prompt_ids[-1] == script[0], "the prompt must end with the chain's first token"
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=16, do_sample=False)
+    gen_ids = out[0, len(prompt_ids):].tolist()
+    assert gen_ids == script[1:], (gen_ids, script)
+    rec = {
+        "transformers": transformers.__version__, "messages": CHAT_MESSAGES, "tools": CHAT_TOOLS,
+        "enable_thinking": True, "prompt": prompt, "prompt_ids": prompt_ids, "reply_ids": gen_ids,
+        "reply_text": tok.decode(gen_ids[:-1], skip_special_tokens=False),
+        "expected": {"reasoning_content": "Sunny in Paris.",
+                     "tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]},
+    }
+    path.write_text(json.dumps(rec, indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama", type=Path, default=Path("/opt/llama/llama_cpp_python-0.3.36/vendor/llama.cpp"))
@@ -250,11 +337,19 @@ def main():
             torch.manual_seed(0)
             model = getattr(transformers, cls_name)(cfg).eval().to(torch.float32)
             randomize(model, gen)
+            script = None
+            if name == "tiny-gemma4-chat":
+                tok = transformers.AutoTokenizer.from_pretrained(td)
+                script = script_weights(model, tok)
             model.save_pretrained(td)
             out_dir = HERE / arch
             out_dir.mkdir(exist_ok=True)
             gguf_path = out_dir / f"{name}.gguf"
             convert(args.llama, td, gguf_path, "qwen2" if arch == "qwen3" else None)
+            if script is not None:
+                write_chat_fixture(model, tok, script, out_dir / f"{name}.chat.json")
+                print(f"{name}: {gguf_path.stat().st_size} bytes, vocab {n_vocab}")
+                continue
             seqs = sequences(n_vocab, gen, cfg.bos_token_id)
             logits = []
             with torch.no_grad():

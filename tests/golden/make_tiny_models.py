@@ -330,8 +330,9 @@ def main():
         if args.only and name not in args.only:
             continue
         gen = torch.Generator().manual_seed(sum(map(ord, name)))
-        with tempfile.TemporaryDirectory() as td:
-            td = Path(td)
+        with tempfile.TemporaryDirectory() as tmp:
+            td = Path(tmp) / name   # the converter names the model after its folder
+            td.mkdir()
             n_vocab = tok_fn(td)
             cfg = cfg_fn(n_vocab)
             torch.manual_seed(0)

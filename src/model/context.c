@@ -11,6 +11,10 @@
  * Must not: know an architecture's math (model files), or KV block internals
  * (kv/).
  */
+#ifdef EMBER_CUDA
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "model/model.h"
 #include "base/status.h"
 
@@ -99,6 +103,11 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .max_tokens = ub, .max_n_in = max_in, .max_kv_tokens = p.n_ctx,
         .max_head_dim = hp->head_dim_k > hp->head_dim_v ? hp->head_dim_k : hp->head_dim_v,
     };
+#ifdef EMBER_CUDA
+    if (m->n_gpu_layers != 0 && ember_cuda_device_count() > 0) {
+        if ((st = ember_backend_cuda_new(m->device, &lim, &c->be))) goto fail;
+    } else
+#endif
     if ((st = ember_backend_cpu_new(p.n_threads, &lim, &c->be))) goto fail;
 
     ember_kv_params kp = {
@@ -132,6 +141,9 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     float *f = c->scratch_mem;
     float **dst[8] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2};
     for (int i = 0; i < 8; i++) { *dst[i] = f; f += (sizes[i] + 15) & ~(int64_t)15; }
+#ifdef EMBER_CUDA
+    if (!ember_backend_is_cuda(c->be))
+#endif
     c->scratch_bytes += ember_backend_scratch_bytes(c->be);
     *out = c;
     return EMBER_OK;

@@ -61,6 +61,8 @@ struct ember_model {
     const float *output_norm;
     struct ember_vocab *vocab;
     uint64_t size_bytes;
+    int32_t n_gpu_layers;     /* from ember_model_params: != 0 runs on the GPU (CUDA builds) */
+    int32_t device;
 };
 
 /* One micro-batch as a forward pass sees it: n entries with their token,

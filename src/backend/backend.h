@@ -114,6 +114,13 @@ typedef struct ember_backend_ops {
      * cache, q8_0 for Q8_0) as ggml's mul_mat does. Vaswani et al. 2017. */
     void (*attention)(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
                       const float *q, const ember_attn_query *queries, int32_t n, float *out);
+
+    /* Optional (NULL: the layer views are the only copy). Called after the
+     * kv module copied rows [src_row, src_row + n_rows) to dst_row in the
+     * host view of a layer (copy on write of a forked block), so a backend
+     * that mirrors the cache elsewhere (device memory) can do the same. */
+    void (*kv_copy)(ember_backend *be, const ember_kv_layer_view *kv, int64_t dst_row, int64_t src_row,
+                    int64_t n_rows);
 } ember_backend_ops;
 
 struct ember_backend {

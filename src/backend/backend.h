@@ -81,8 +81,10 @@ typedef struct ember_backend_ops {
     void (*rms_norm)(ember_backend *be, float *y, const float *x, const float *w,
                      int64_t n_rows, int64_t n, float eps);
 
-    /* For each k < n_w: ys[k] [n_tokens, ws[k]->n_out] = x [n_tokens, n_in] ws[k]^T.
-     * All ws[k] share n_in; x is quantized once per distinct vec_dot_type. */
+    /* For each k < n_w (1 <= n_w <= 16): ys[k] [n_tokens, ws[k]->n_out] =
+     * x [n_tokens, n_in] ws[k]^T. All ws[k] share n_in; x is quantized once
+     * per distinct vec_dot_type. n_tokens >= 2 may take a tiled GEMM path:
+     * the same exact int block products summed in another float order. */
     void (*matmul)(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w,
                    const ember_weight *const *ws, float *const *ys);
 

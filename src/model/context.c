@@ -11,6 +11,10 @@
  * Must not: know an architecture's math (model files), or KV block internals
  * (kv/).
  */
+#ifdef EMBER_CUDA
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "model/model.h"
 #include "base/status.h"
 
@@ -41,6 +45,18 @@ struct ember_context {
     float *logits;
     int64_t logits_rows;  /* capacity in rows of n_vocab */
 };
+
+/* Mirror a copy-on-write block copy into a backend that keeps its own copy
+ * of the cache. */
+static void kv_copy_to_backend(void *ud, const ember_kv *kv, int32_t dst, int32_t src)
+{
+    ember_context *c = ud;
+    const int64_t bt = ember_kv_block_tokens(kv);
+    for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
+        const ember_kv_layer_view view = ember_kv_layer(kv, il);
+        c->be->ops->kv_copy(c->be, &view, dst * bt, src * bt, bt);
+    }
+}
 
 ember_context_params ember_context_default_params(void)
 {
@@ -99,6 +115,11 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .max_tokens = ub, .max_n_in = max_in, .max_kv_tokens = p.n_ctx,
         .max_head_dim = hp->head_dim_k > hp->head_dim_v ? hp->head_dim_k : hp->head_dim_v,
     };
+#ifdef EMBER_CUDA
+    if (m->n_gpu_layers != 0 && ember_cuda_device_count() > 0) {
+        if ((st = ember_backend_cuda_new(m->device, &lim, &c->be))) goto fail;
+    } else
+#endif
     if ((st = ember_backend_cpu_new(p.n_threads, &lim, &c->be))) goto fail;
 
     ember_kv_params kp = {
@@ -108,6 +129,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .n_seq_max = (int32_t)p.n_seq_max, .n_ctx = (int32_t)p.n_ctx,
     };
     if ((st = ember_kv_new(&kp, &c->kv))) goto fail;
+    if (c->be->ops->kv_copy) ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
 
     const int64_t sizes[9] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff, ub * hp->n_aux};
     int64_t total = 0;
@@ -132,6 +154,9 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     float *f = c->scratch_mem;
     float **dst[9] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2, &c->s.aux};
     for (int i = 0; i < 9; i++) { *dst[i] = sizes[i] ? f : NULL; f += (sizes[i] + 15) & ~(int64_t)15; }
+#ifdef EMBER_CUDA
+    if (!ember_backend_is_cuda(c->be))
+#endif
     c->scratch_bytes += ember_backend_scratch_bytes(c->be);
     *out = c;
     return EMBER_OK;

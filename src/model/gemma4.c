@@ -61,6 +61,7 @@ typedef struct g4_layer {
     int32_t n_head_kv, head_dim, n_rot, n_ff;
     float rope_base;
     const float *rope_freqs;   /* full layers: [head_dim / 2] frequency divisors */
+    int32_t rope_pairs;        /* with rope_freqs: the leading pairs whose divisor is 1 (the rest >= 1e20) */
     ember_weight ple_gate;     /* inp_gate: [P, n_embd] */
     ember_weight ple_proj;     /* proj: [n_embd, P] */
     const float *ple_post_norm;
@@ -322,6 +323,19 @@ static ember_status gemma4_load(ember_model *m)
             if (!rope_freqs && G->n_rot != G->head_dim)
                 return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor 'rope_freqs.weight' (proportional RoPE of full layers)", m->path);
             G->rope_freqs = rope_freqs;
+            if (rope_freqs) {
+                /* the converter writes 1 for rotated pairs, then 1e30 */
+                int32_t k = 0;
+                while (k < head_dim_full / 2 && rope_freqs[k] == 1.0f) k++;
+                for (int32_t i = k; i < head_dim_full / 2; i++)
+                    if (!(rope_freqs[i] >= 1e20f))
+                        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: rope_freqs.weight[%d] = %g: only 1 (rotated) then >= 1e20 (unrotated) is supported",
+                                           m->path, i, rope_freqs[i]);
+                if (k == 0 || G->n_rot != G->head_dim)
+                    return ember_error(EMBER_ERR_FORMAT, "%s: rope_freqs.weight rotates no pair, or rope.dimension_count %d != key_length %d",
+                                       m->path, G->n_rot, G->head_dim);
+                G->rope_pairs = k;
+            }
         }
     }
 #undef MAT
@@ -438,6 +452,38 @@ static void gemma4_moe(const ember_run *r, const g4_layer *G, int32_t n, const f
     }
 }
 
+/* RoPE (NEOX) of x [n, n_head, head_dim] for layer G. Full layers with
+ * rope_freqs use the backend's rope_ext; a backend without it gets the same
+ * result from plain rope over the rotated pairs gathered into tmp
+ * [n, n_head, 2 * rope_pairs]: pair i turns at base^(-2i/head_dim) =
+ * base'^(-2i/(2 rope_pairs)) with base' = base^(2 rope_pairs / head_dim). */
+static void gemma4_rope(const ember_run *r, const g4_layer *G, float *x, int32_t n, int32_t n_head,
+                        const ember_pos *pos, float *tmp)
+{
+    const ember_backend_ops *op = r->be->ops;
+    const int32_t hd = G->head_dim;
+    if (!G->rope_freqs) {
+        op->rope(r->be, x, n, n_head, hd, G->n_rot, pos, G->rope_base, 1.0f, EMBER_ROPE_NEOX);
+        return;
+    }
+    if (op->rope_ext) {
+        op->rope_ext(r->be, x, n, n_head, hd, G->n_rot, pos, G->rope_base, 1.0f, EMBER_ROPE_NEOX, G->rope_freqs);
+        return;
+    }
+    const int32_t k = G->rope_pairs, half = hd / 2;
+    const int64_t rows = (int64_t)n * n_head;
+    for (int64_t i = 0; i < rows; i++) {
+        memcpy(tmp + i * 2 * k, x + i * hd, (size_t)k * sizeof(float));
+        memcpy(tmp + i * 2 * k + k, x + i * hd + half, (size_t)k * sizeof(float));
+    }
+    op->rope(r->be, tmp, n, n_head, 2 * k, 2 * k, pos, powf(G->rope_base, 2.0f * (float)k / (float)hd), 1.0f,
+             EMBER_ROPE_NEOX);
+    for (int64_t i = 0; i < rows; i++) {
+        memcpy(x + i * hd, tmp + i * 2 * k, (size_t)k * sizeof(float));
+        memcpy(x + i * hd + half, tmp + i * 2 * k + k, (size_t)k * sizeof(float));
+    }
+}
+
 static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
 {
     const ember_model *m = r->m;
@@ -470,12 +516,12 @@ static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
             memcpy(s->v, s->k, (size_t)n * n_kv * hd * sizeof(float));
         }
         op->rms_norm(be, s->q, s->q, L->attn_q_norm, (int64_t)n * hp->n_head, hd, eps);
-        op->rope_ext(be, s->q, n, hp->n_head, hd, G->n_rot, ub->pos, G->rope_base, 1.0f, EMBER_ROPE_NEOX, G->rope_freqs);
+        gemma4_rope(r, G, s->q, n, hp->n_head, ub->pos, s->att);   /* att is free until attention */
         const ember_kv_layer_view view = ember_kv_layer(r->kv, G->kv_src);
         if (G->has_kv) {
             op->rms_norm(be, s->k, s->k, L->attn_k_norm, (int64_t)n * n_kv, hd, eps);
             op->rms_norm(be, s->v, s->v, NULL, (int64_t)n * n_kv, hd, eps);
-            op->rope_ext(be, s->k, n, n_kv, hd, G->n_rot, ub->pos, G->rope_base, 1.0f, EMBER_ROPE_NEOX, G->rope_freqs);
+            gemma4_rope(r, G, s->k, n, n_kv, ub->pos, s->att);
             widen_rows(s->k, n, (int64_t)n_kv * hd, g->n_kv_row);
             widen_rows(s->v, n, (int64_t)n_kv * hd, g->n_kv_row);
             op->kv_store(be, &view, s->k, s->v, ub->kv_row, n);

@@ -233,11 +233,12 @@ ember_status ember_model_load(const char *path, const ember_model_params *params
     if (!path) return ember_error(EMBER_ERR_INVALID_ARG, "ember_model_load: path is NULL");
     ember_model_params def = ember_model_default_params();
     if (!params) params = &def;
-    if (params->n_gpu_layers != 0) {
-        /* CPU only for now; a request for GPU layers is honoured by running on CPU */
-    }
     ember_model *m = calloc(1, sizeof *m);
     if (!m) return ember_error(EMBER_ERR_NOMEM, "ember_model_load: out of memory");
+    /* Any n_gpu_layers != 0 puts the whole model on the GPU when the build has
+     * CUDA and a device exists (per-layer split: not yet); else CPU. */
+    m->n_gpu_layers = params->n_gpu_layers;
+    m->device = params->device;
     snprintf(m->path, sizeof m->path, "%s", path);
     ember_status st = ember_gguf_open(path, &m->gguf);
     if (st != EMBER_OK) { free(m); return st; }

@@ -62,6 +62,8 @@ struct ember_model {
     const float *output_norm;
     struct ember_vocab *vocab;
     uint64_t size_bytes;
+    int32_t n_gpu_layers;     /* from ember_model_params: != 0 runs on the GPU (CUDA builds) */
+    int32_t device;
     void *arch_priv;          /* architecture-private data (per-layer shapes, extra weights); freed by arch->free */
 };
 

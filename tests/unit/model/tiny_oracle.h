@@ -64,7 +64,9 @@ static void cmp_row(const float *a, json_t *ref, int32_t n_vocab, double *max_di
 static void run_oracle(const char *gguf_path, const char *json_path, const char *arch)
 {
     ember_model *m = NULL;
-    if (ember_model_load(gguf_path, NULL, &m) != EMBER_OK) fail_msg("%s", ember_last_error());
+    ember_model_params mp = ember_model_default_params();
+    if (getenv("EMBER_TEST_GPU")) mp.n_gpu_layers = -1;   /* CUDA builds: run the same checks on the GPU */
+    if (ember_model_load(gguf_path, &mp, &m) != EMBER_OK) fail_msg("%s", ember_last_error());
     assert_string_equal(ember_model_arch(m), arch);
     oracle o;
     oracle_load(json_path, &o);

@@ -187,7 +187,7 @@ def test_oversized_body_is_413_and_not_buffered(smol, background):
     s.close()
     assert data.startswith(b"HTTP/1.1 413"), data[:200]
     assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["message"]
-    assert rss_kib(smol.proc.pid) - rss0 < 24 << 10
+    assert rss_kib(smol.proc.pid) - rss0 < 48 << 10   # buffering would add >= 64 MiB (ASan's quarantine adds ~36)
 
 
 def test_deeply_nested_json_is_400(smol, background):
@@ -222,7 +222,7 @@ def test_huge_max_tokens_is_clamped_to_the_context(smol, background):
     prompt = "one two three four five six seven eight nine ten " * 12
     n_prompt = len(post(smol, "/tokenize", json={"content": prompt, "add_special": True}).json()["tokens"])
     assert n_prompt < N_CTX - 8
-    r = post(smol, "/v1/completions", timeout=120,
+    r = post(smol, "/v1/completions", timeout=600,
              json={"prompt": prompt, "max_tokens": 2**31 - 1, "temperature": 0, "ignore_eos": True})
     assert r.status_code == 200, r.text
     u = r.json()["usage"]

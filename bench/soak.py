@@ -70,9 +70,11 @@ def one_stream(base, hdr, body, timeout):
                 ev = json.loads(line[6:])
                 if "error" in ev:
                     return False, ttft, time.monotonic() - t0, n, f"error event: {ev['error']}"
-                if ttft is None:
-                    ttft = time.monotonic() - t0
-                n += 1
+                delta = ev["choices"][0].get("delta", {}) if ev.get("choices") else {}
+                if delta.get("content"):
+                    if ttft is None:   # the first chunk that carries text (the role-only chunk comes at once)
+                        ttft = time.monotonic() - t0
+                    n += 1
             if not done:
                 return False, ttft, time.monotonic() - t0, n, "stream ended without [DONE]"
     except requests.RequestException as ex:
@@ -166,7 +168,7 @@ def main():
             "argv": " ".join(argv[1:]), "clients": a.clients, "seconds": a.seconds, "max_tokens": a.max_tokens,
             "wall_s": round(wall, 1), "requests": len(results), "ok": len(ok), "errors": len(errs),
             "error_samples": errs[:5], "client_threads_hung": hung, "slots_busy_after": busy,
-            "content_chunks": chunks, "chunks_per_s": round(chunks / wall, 1),
+            "text_chunks": chunks, "text_chunks_per_s": round(chunks / wall, 1),
             "ttft_s": {p: round(pct(ttft, p), 3) for p in (50, 90, 99)} if ttft else None,
             "latency_s": {p: round(pct(total, p), 3) for p in (50, 90, 99)} if total else None,
             "latency_mean_s": round(statistics.mean(total), 3) if total else None,

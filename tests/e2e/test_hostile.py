@@ -363,6 +363,11 @@ def test_api_key_is_enforced_on_every_route_but_health(smol):
         assert r.status_code != 401
     for path in ("/health", "/v1/health"):
         assert requests.get(smol.base + path, timeout=10).json() == {"status": "ok"}
+    # with the key: unknown routes and wrong methods still answer OpenAI-shaped errors
+    assert_oai_error(requests.get(smol.base + "/v1/no-such-route", headers=HDR, timeout=10), 404, code="not_found")
+    assert_oai_error(requests.delete(smol.base + "/v1/models", headers=HDR, timeout=10), 405,
+                     code="method_not_allowed")
+    assert_oai_error(requests.get(smol.base + "/metrics", headers=HDR, timeout=10), 501)
 
 
 def listening_addrs(pid):

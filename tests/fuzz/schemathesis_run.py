@@ -80,7 +80,7 @@ def main():
                "--max-time", str(a.max_time), "-w", "1", "--generation-allow-x00", "false",
                "--report", "ndjson", "--report-dir", rep_dir]
         t0 = time.time()
-        st = subprocess.run(cmd, capture_output=True, text=True)
+        st = subprocess.run(cmd, capture_output=True, text=True, cwd=rep_dir)
         wall = time.time() - t0
         alive = proc.poll() is None
         summary_lines = st.stdout[st.stdout.find("SUMMARY"):].splitlines() if "SUMMARY" in st.stdout else st.stdout[-3000:].splitlines()

@@ -24,6 +24,13 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+static double cpu_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 static int cmpd(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -43,7 +50,7 @@ int main(int argc, char **argv)
     char *text = malloc((size_t)n + 1);
     if (!text || fread(text, 1, (size_t)n, f) != (size_t)n) { fclose(f); return 1; }
     fclose(f);
-    double t0 = now_ms();
+    double t0 = now_ms(), c0 = cpu_ms();
     ember_gguf *g;
     ember_vocab *v;
     if (ember_gguf_open(argv[1], &g) || ember_vocab_load(g, &v)) {
@@ -51,24 +58,28 @@ int main(int argc, char **argv)
         return 1;
     }
     ember_gguf_close(g);
-    double t1 = now_ms();
+    double t1 = now_ms(), c1 = cpu_ms();
     double *ms = malloc(sizeof(double) * (size_t)reps);
+    double *cpu = malloc(sizeof(double) * (size_t)reps);
     size_t nt = 0;
     for (int r = 0; r < reps; r++) {
         ember_token *ids;
-        double a = now_ms();
+        double a = now_ms(), c = cpu_ms();
         if (ember_tokenize(v, text, (size_t)n, false, false, &ids, &nt)) {
             fprintf(stderr, "%s\n", ember_last_error());
             return 1;
         }
         ms[r] = now_ms() - a;
+        cpu[r] = cpu_ms() - c;
         free(ids);
     }
     qsort(ms, (size_t)reps, sizeof *ms, cmpd);
-    printf("ember load_ms=%.1f tokenize_ms_min=%.1f tokenize_ms_median=%.1f n_tokens=%zu\n",
-           t1 - t0, ms[0], ms[reps / 2], nt);
+    qsort(cpu, (size_t)reps, sizeof *cpu, cmpd);
+    printf("ember load_ms=%.1f load_cpu_ms=%.1f tokenize_ms_min=%.1f tokenize_ms_median=%.1f cpu_ms_min=%.1f n_tokens=%zu\n",
+           t1 - t0, c1 - c0, ms[0], ms[reps / 2], cpu[0], nt);
     ember_vocab_free(v);
     free(ms);
+    free(cpu);
     free(text);
     return 0;
 }

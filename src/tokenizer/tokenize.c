@@ -121,12 +121,35 @@ typedef struct sym {
     int32_t id;          /* BPE: interned id of the symbol's string, -1 unknown */
 } sym;
 
+/* Per-call cache of BPE results by word (long texts repeat their words).
+ * Switched on after WC_AFTER words, so that short prompts pay nothing. */
+#define WC_SLOTS (1u << 15)
+#define WC_MAX_WORD 64
+#define WC_AFTER 256
+typedef struct wc_slot {
+    uint64_t h;          /* 0 = empty */
+    uint32_t key_off, ids_off;
+    uint16_t key_len, n_ids;
+} wc_slot;
+
+typedef struct word_cache {
+    wc_slot *slots;
+    uint32_t used;
+    char *keys;
+    size_t keys_n, keys_cap;
+    ember_token *ids;
+    size_t ids_n, ids_cap;
+    size_t n_words;      /* words seen this call */
+    bool off;            /* allocation failed: run without */
+} word_cache;
+
 typedef struct work {
     sym *syms;
     size_t cap;
     heap_t heap;
     char *buf;           /* escaped / encoded text */
     size_t bufcap;
+    word_cache wc;
 } work;
 
 static bool work_syms(work *w, size_t n)
@@ -295,6 +318,65 @@ static void bpe_word(const ember_vocab *v, work *w, const char *word, size_t n, 
     }
 }
 
+static void wc_free(word_cache *c)
+{
+    free(c->slots);
+    free(c->keys);
+    free(c->ids);
+    memset(c, 0, sizeof *c);
+}
+
+/* bpe_word through the cache. A cached entry holds exactly the ids
+ * bpe_word produced for the same bytes (the vocab is immutable). */
+static void bpe_word_cached(const ember_vocab *v, work *w, const char *word, size_t n, ids_t *out)
+{
+    word_cache *c = &w->wc;
+    if (c->off || n > WC_MAX_WORD || ++c->n_words < WC_AFTER) { bpe_word(v, w, word, n, out); return; }
+    if (!c->slots) {
+        c->slots = calloc(WC_SLOTS, sizeof *c->slots);
+        if (!c->slots) { c->off = true; bpe_word(v, w, word, n, out); return; }
+    }
+    uint64_t h = tok_hash(word, n) | 1;
+    uint32_t mask = WC_SLOTS - 1, i = (uint32_t)h & mask;
+    for (;;) {
+        const wc_slot *sl = &c->slots[i];
+        if (!sl->h) break;
+        if (sl->h == h && sl->key_len == n && !memcmp(c->keys + sl->key_off, word, n)) {
+            for (uint32_t k = 0; k < sl->n_ids; k++) ids_push(out, c->ids[sl->ids_off + k]);
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+    size_t before = out->n;
+    bpe_word(v, w, word, n, out);
+    if (out->oom || c->used >= WC_SLOTS / 2) return;
+    size_t nid = out->n - before;
+    if (nid > 0xFFFF) return;
+    if (c->keys_n + n > c->keys_cap) {
+        size_t cap = c->keys_cap ? c->keys_cap * 2 : 1 << 16;
+        while (cap < c->keys_n + n) cap *= 2;
+        char *k = realloc(c->keys, cap);
+        if (!k) { c->off = true; return; }
+        c->keys = k;
+        c->keys_cap = cap;
+    }
+    if (c->ids_n + nid > c->ids_cap) {
+        size_t cap = c->ids_cap ? c->ids_cap * 2 : 1 << 14;
+        while (cap < c->ids_n + nid) cap *= 2;
+        ember_token *d = realloc(c->ids, cap * sizeof *d);
+        if (!d) { c->off = true; return; }
+        c->ids = d;
+        c->ids_cap = cap;
+    }
+    memcpy(c->keys + c->keys_n, word, n);
+    memcpy(c->ids + c->ids_n, out->v + before, nid * sizeof *out->v);
+    c->slots[i] = (wc_slot){.h = h, .key_off = (uint32_t)c->keys_n, .ids_off = (uint32_t)c->ids_n,
+                            .key_len = (uint16_t)n, .n_ids = (uint16_t)nid};
+    c->keys_n += n;
+    c->ids_n += nid;
+    c->used++;
+}
+
 /* Replace each byte not in a well-formed UTF-8 sequence by U+FFFD. Returns
  * the text to use (`raw` itself if it was valid) and its length in *n. */
 static const char *sanitize(const char *raw, size_t len, char **tmp, size_t *n)
@@ -350,7 +432,7 @@ static void bpe_fragment(const ember_vocab *v, work *w, const char *raw, size_t 
         const char *wd = text + words[2 * i];
         size_t wl = words[2 * i + 1];
         if (v->type == EMBER_VOCAB_GEMMA4) {
-            bpe_word(v, w, wd, wl, out);
+            bpe_word_cached(v, w, wd, wl, out);
             continue;
         }
         /* GPT-2 byte map */
@@ -361,7 +443,7 @@ static void bpe_fragment(const ember_vocab *v, work *w, const char *raw, size_t 
             memcpy(w->buf + k, v->byte_char[c], v->byte_char_len[c]);
             k += v->byte_char_len[c];
         }
-        bpe_word(v, w, w->buf, k, out);
+        bpe_word_cached(v, w, w->buf, k, out);
     }
 done:
     free(words);
@@ -372,32 +454,24 @@ done:
 /* ---- special-token partition --------------------------------------------- */
 
 typedef struct match_t {
-    int32_t rank;
     int32_t token;
-    size_t pos, len;
+    uint32_t len;
+    size_t pos;
 } match_t;
 
-static int cmp_match(const void *pa, const void *pb)
-{
-    const match_t *a = pa, *b = pb;
-    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
-    return a->pos < b->pos ? -1 : a->pos > b->pos;
-}
-
-static int cmp_pos(const void *pa, const void *pb)
-{
-    const match_t *a = pa, *b = pb;
-    return a->pos < b->pos ? -1 : a->pos > b->pos;
-}
-
 /* Accepted special-token matches of text, sorted by position. Returns the
- * count, or -1 on allocation failure. */
+ * count, or -1 on allocation failure. All occurrences are collected with the
+ * trie in position order, bucketed by the token's priority (a counting sort,
+ * stable, so each bucket stays in position order), then accepted greedily:
+ * a match is kept if none of its bytes belongs to a match kept before. This
+ * is llama.cpp's one-token-at-a-time split, computed in one pass. */
 static int64_t partition(const ember_vocab *v, const char *text, size_t len, bool parse_special, match_t **out)
 {
     *out = NULL;
     match_t *m = NULL;
     size_t n = 0, cap = 0;
     const uint32_t skip = parse_special ? 0 : (EMBER_TOKEN_CONTROL | EMBER_TOKEN_UNKNOWN);
+    int32_t max_rank = -1;
     for (size_t p = 0; p < len; p++) {
         if (!v->special_first[(unsigned char)text[p]]) continue;
         int32_t node = 0;
@@ -415,24 +489,40 @@ static int64_t partition(const ember_vocab *v, const char *text, size_t len, boo
                     if (!nm) { free(m); return -1; }
                     m = nm;
                 }
-                m[n++] = (match_t){.rank = v->special_rank[tok], .token = tok, .pos = p, .len = q - p + 1};
+                m[n++] = (match_t){.token = tok, .len = (uint32_t)(q - p + 1), .pos = p};
+                if (v->special_rank[tok] > max_rank) max_rank = v->special_rank[tok];
             }
         }
     }
     if (!n) { free(m); return 0; }
-    qsort(m, n, sizeof *m, cmp_match);
+    size_t *count = calloc((size_t)max_rank + 2, sizeof *count);
+    match_t *sorted = malloc(sizeof *sorted * n);
     unsigned char *covered = calloc(len, 1);
-    if (!covered) { free(m); return -1; }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        bool free_ = true;
-        for (size_t j = 0; j < m[i].len && free_; j++) free_ = !covered[m[i].pos + j];
-        if (!free_) continue;
-        memset(covered + m[i].pos, 1, m[i].len);
-        m[k++] = m[i];
+    size_t *start = malloc(sizeof *start * len);
+    if (!count || !sorted || !covered || !start) {
+        free(count); free(sorted); free(covered); free(start); free(m);
+        return -1;
     }
+    for (size_t i = 0; i < n; i++) count[v->special_rank[m[i].token] + 1]++;
+    for (int32_t r = 0; r <= max_rank; r++) count[r + 1] += count[r];
+    for (size_t i = 0; i < n; i++) sorted[count[v->special_rank[m[i].token]]++] = m[i];
+    /* covered: 0 free, 1 inside a kept match, 2 first byte of a kept match */
+    for (size_t i = 0; i < n; i++) {
+        const match_t *x = &sorted[i];
+        bool free_ = true;
+        for (uint32_t j = 0; j < x->len && free_; j++) free_ = !covered[x->pos + j];
+        if (!free_) continue;
+        memset(covered + x->pos, 1, x->len);
+        covered[x->pos] = 2;
+        start[x->pos] = i;
+    }
+    size_t k = 0;
+    for (size_t p = 0; p < len; p++)
+        if (covered[p] == 2) m[k++] = sorted[start[p]];
+    free(count);
+    free(sorted);
     free(covered);
-    qsort(m, k, sizeof *m, cmp_pos);
+    free(start);
     *out = m;
     return (int64_t)k;
 }
@@ -447,6 +537,8 @@ ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
         return ember_error(EMBER_ERR_INVALID_ARG, "tokenize: NULL argument");
     *out_ids = NULL;
     *n_out = 0;
+    if (len >= UINT32_MAX / 4)   /* symbol offsets are 32-bit; escaping may triple the text */
+        return ember_error(EMBER_ERR_RANGE, "tokenize: text of %zu bytes is too long (limit %u)", len, UINT32_MAX / 4);
     ids_t out = {0};
     work w = {0};
     match_t *m = NULL;
@@ -480,6 +572,7 @@ ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
     free(w.syms);
     free(w.heap.v);
     free(w.buf);
+    wc_free(&w.wc);
     if (out.oom) {
         free(out.v);
         return ember_error(EMBER_ERR_NOMEM, "tokenize: out of memory (%zu bytes of text)", len);

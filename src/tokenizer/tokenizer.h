@@ -97,7 +97,8 @@ ember_token ember_vocab_find(const ember_vocab *v, const char *text, size_t len)
  * before encoding (both as llama.cpp does). Never fails on content.
  * Output: *out_ids (malloc'd, never NULL on success, caller frees with
  * free()) holds *n_out ids.
- * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM. */
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_RANGE (text of 1 GiB or more),
+ * EMBER_ERR_NOMEM. */
 ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
                             bool add_special, bool parse_special,
                             ember_token **out_ids, size_t *n_out);
@@ -112,7 +113,8 @@ ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
 const char *ember_token_to_piece(const ember_vocab *v, ember_token id, bool special, size_t *len);
 
 /* Concatenate the pieces of ids[0..n) into a malloc'd NUL-terminated string
- * (*out, *out_len). Errors: EMBER_ERR_INVALID_ARG (an id out of range),
+ * (*out, *out_len). No clean-up of spaces: for a vocab with add_space_prefix
+ * (not Gemma 3) the space that tokenize put in front comes back. Errors: EMBER_ERR_INVALID_ARG (an id out of range),
  * EMBER_ERR_NOMEM. */
 ember_status ember_detokenize(const ember_vocab *v, const ember_token *ids, size_t n,
                               bool special, char **out, size_t *out_len);

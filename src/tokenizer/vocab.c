@@ -46,12 +46,13 @@ uint64_t tok_hash(const void *p, size_t n)
 int32_t str_find(const str_table *t, const char *s, size_t n)
 {
     if (!t->n_slots) return -1;
-    uint32_t mask = t->n_slots - 1;
-    uint32_t i = (uint32_t)tok_hash(s, n) & mask;
+    uint64_t h = tok_hash(s, n);
+    uint32_t mask = t->n_slots - 1, tag = (uint32_t)(h >> 32);
+    uint32_t i = (uint32_t)h & mask;
     for (;;) {
-        int32_t id = t->slots[i];
-        if (id < 0) return -1;
-        if (t->len[id] == n && !memcmp(t->pool + t->off[id], s, n)) return id;
+        const struct str_slot *sl = &t->slots[i];
+        if (sl->id < 0) return -1;
+        if (sl->tag == tag && t->len[sl->id] == n && !memcmp(t->pool + t->off[sl->id], s, n)) return sl->id;
         i = (i + 1) & mask;
     }
 }
@@ -68,7 +69,7 @@ static ember_status str_init(str_table *t, int32_t cap, size_t pool_cap, uint32_
     t->slots = malloc(sizeof *t->slots * n_slots);
     if (!t->off || !t->len || !t->pool || !t->slots)
         return ember_error(EMBER_ERR_NOMEM, "tokenizer: out of memory for the string table");
-    memset(t->slots, 0xff, sizeof *t->slots * n_slots);
+    for (uint32_t i = 0; i < n_slots; i++) t->slots[i] = (struct str_slot){.id = -1, .tag = 0};
     return EMBER_OK;
 }
 
@@ -83,17 +84,18 @@ static void str_free(str_table *t)
 
 static ember_status str_rehash(str_table *t, uint32_t n_slots)
 {
-    int32_t *slots = malloc(sizeof *slots * n_slots);
+    struct str_slot *slots = malloc(sizeof *slots * n_slots);
     if (!slots) return ember_error(EMBER_ERR_NOMEM, "tokenizer: out of memory for the string table");
-    memset(slots, 0xff, sizeof *slots * n_slots);
+    for (uint32_t i = 0; i < n_slots; i++) slots[i] = (struct str_slot){.id = -1, .tag = 0};
     uint32_t mask = n_slots - 1;
     /* re-insert the ids the old table pointed to (duplicates stay hidden) */
     for (uint32_t k = 0; k < t->n_slots; k++) {
-        int32_t id = t->slots[k];
+        int32_t id = t->slots[k].id;
         if (id < 0) continue;
-        uint32_t i = (uint32_t)tok_hash(t->pool + t->off[id], t->len[id]) & mask;
-        while (slots[i] >= 0) i = (i + 1) & mask;
-        slots[i] = id;
+        uint64_t h = tok_hash(t->pool + t->off[id], t->len[id]);
+        uint32_t i = (uint32_t)h & mask;
+        while (slots[i].id >= 0) i = (i + 1) & mask;
+        slots[i] = (struct str_slot){.id = id, .tag = (uint32_t)(h >> 32)};
     }
     free(t->slots);
     t->slots = slots;
@@ -135,13 +137,14 @@ static ember_status str_add(str_table *t, const char *s, size_t n, bool replace,
     memcpy(t->pool + t->pool_len, s, n);
     t->pool[t->pool_len + n] = 0;
     t->pool_len += n + 1;
-    uint32_t mask = t->n_slots - 1;
-    uint32_t i = (uint32_t)tok_hash(s, n) & mask;
+    uint64_t h = tok_hash(s, n);
+    uint32_t mask = t->n_slots - 1, tag = (uint32_t)(h >> 32);
+    uint32_t i = (uint32_t)h & mask;
     for (;;) {
-        int32_t o = t->slots[i];
-        if (o < 0) { t->slots[i] = id; break; }
-        if (t->len[o] == n && !memcmp(t->pool + t->off[o], s, n)) {
-            if (replace) t->slots[i] = id;
+        int32_t o = t->slots[i].id;
+        if (o < 0) { t->slots[i] = (struct str_slot){.id = id, .tag = tag}; break; }
+        if (t->slots[i].tag == tag && t->len[o] == n && !memcmp(t->pool + t->off[o], s, n)) {
+            if (replace) t->slots[i].id = id;
             break;
         }
         i = (i + 1) & mask;
@@ -499,7 +502,7 @@ ember_status ember_vocab_load(const ember_gguf *g, ember_vocab **out)
     }
 
     uint32_t n_slots = 64;
-    while (n_slots < (uint64_t)n * 2) n_slots *= 2;
+    while (n_slots < (uint64_t)n * 2) n_slots *= 2;   /* grows when merges add strings */
     if ((st = str_init(&v->strs, n, (size_t)n * 8, n_slots))) goto fail;
     v->scores = malloc(sizeof *v->scores * (size_t)n);
     v->attr = malloc(sizeof *v->attr * (size_t)n);

@@ -14,12 +14,17 @@
  * (for duplicate texts the index points at the highest id, as llama.cpp's
  * token_to_id map does); strings from n_tokens on are merge parts/results
  * that are not tokens ("interned" strings of BPE). */
+struct str_slot {
+    int32_t id;
+    uint32_t tag;          /* high 32 bits of the hash: most misses end here */
+};
+
 typedef struct str_table {
     char *pool;            /* all strings back to back, each NUL-terminated */
     size_t pool_len, pool_cap;
     uint32_t *off, *len;   /* per string */
     int32_t n, cap;        /* strings used / allocated */
-    int32_t *slots;        /* open addressing; -1 = empty */
+    struct str_slot *slots; /* open addressing; id -1 = empty */
     uint32_t n_slots;      /* power of two */
 } str_table;
 

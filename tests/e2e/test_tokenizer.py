@@ -5,8 +5,9 @@ llama.cpp's llama_tokenize / llama_token_to_piece (oracle_llama.c) on the
 corpus of make_corpus.py (2,691 strings + a 1 MiB mixed text) for Gemma 3
 (SentencePiece), SmolLM2 (BPE, pre smollm), SmolLM2's vocabulary with the
 pre-tokenizers llama-bpe, qwen2 and default, and a tiny handmade gemma4 BPE
-vocabulary (variants.py rebuilds those vocab-only GGUFs here with gguf-py,
-exactly as for the goldens).
+vocabulary and a tiny SentencePiece one with add_space_prefix/add_eos
+(variants.py rebuilds those vocab-only GGUFs here with gguf-py, exactly as for
+the goldens).
 """
 import base64
 import gzip
@@ -23,7 +24,8 @@ sys.path.insert(0, str(GOLD))
 import variants  # noqa: E402
 from make_goldens import sanitize_utf8  # noqa: E402
 
-NAMES = ["gemma3", "smollm2"] + [f"smollm2-{p}" for p in variants.VARIANT_PRES] + ["tiny-gemma4"]
+TINY = ["tiny-gemma4", "tiny-spm"]
+NAMES = ["gemma3", "smollm2"] + [f"smollm2-{p}" for p in variants.VARIANT_PRES] + TINY
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +51,8 @@ def model_paths(corpus, gemma3_path, smollm2_path):
     variants.make_variants(smollm2_path, todo)
     paths["tiny-gemma4"] = str(corpus["dir"] / "tiny-gemma4.gguf")
     variants.make_tiny_gemma4(paths["tiny-gemma4"])
+    paths["tiny-spm"] = str(corpus["dir"] / "tiny-spm.gguf")
+    variants.make_tiny_spm(paths["tiny-spm"])
     return paths
 
 
@@ -87,7 +91,7 @@ def test_ids_match_llama_cpp(ember_bin, corpus, model_paths, name):
     assert sum(1 for g in gold if "sp" in g) >= 250
 
 
-@pytest.mark.parametrize("name", NAMES[:-1])
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in TINY])
 def test_mixed_1mb_matches_llama_cpp(ember_bin, corpus, model_paths, name):
     _, gold_ids, _ = golden(name)
     out = subprocess.run([ember_bin, "tokenize", "-m", model_paths[name], "--ids", "--no-special",
@@ -96,7 +100,7 @@ def test_mixed_1mb_matches_llama_cpp(ember_bin, corpus, model_paths, name):
     assert len(ids) == len(gold_ids) and ids == gold_ids
 
 
-@pytest.mark.parametrize("name", ["gemma3", "smollm2", "tiny-gemma4"])
+@pytest.mark.parametrize("name", ["gemma3", "smollm2"] + TINY)
 def test_pieces_match_llama_cpp(ember_bin, corpus, model_paths, name):
     _, _, pieces = golden(name)
     ids = sorted(pieces)

@@ -28,6 +28,7 @@ static float (*dot_f16)(int64_t, const uint16_t *, const uint16_t *) = ember_cpu
 static void (*axpy_f16)(int64_t, float, const uint16_t *, float *) = ember_cpu_axpy_f16;
 static float (*dot_f32)(int64_t, const float *, const float *) = ember_cpu_dot_f32;
 static void (*to_f16_row)(int64_t, const float *, uint16_t *) = ember_cpu_f32_to_f16_row;
+static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
 
 static void init_tables(void)
 {
@@ -44,6 +45,7 @@ static void init_tables(void)
         axpy_f16 = ember_cpu_axpy_f16_avx2;
         dot_f32 = ember_cpu_dot_f32_avx2;
         to_f16_row = ember_cpu_f32_to_f16_row_avx2;
+        have_gemm = getenv("EMBER_NO_GEMM") == NULL;
     }
 }
 
@@ -102,7 +104,8 @@ static void quantize_row(uint32_t t, const float *x, void *dst, int64_t n)
     } else if (t == EMBER_TYPE_F16) {
         to_f16_row(n, x, dst);
     } else {
-        ember_quant_traits_get(t)->from_float_ref(x, dst, n);
+        const ember_quant_traits *tr = ember_quant_traits_get(t);
+        (tr->from_float ? tr->from_float : tr->from_float_ref)(x, dst, n);
     }
 }
 
@@ -206,6 +209,12 @@ static void mm_dot(void *arg, int ith, int nth)
         if (t1 > a->n_tokens) t1 = a->n_tokens;
         float *y = a->ys[k];
         const int64_t n_out = w->n_out;
+        /* the path depends on the call's token count only, so a token's result
+         * does not depend on where the tiles fall */
+        if (have_gemm && a->n_tokens >= 2 && ember_cpu_gemm_supported(w->type)) {
+            ember_cpu_gemm_q32_avx2(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
+            continue;
+        }
         for (int64_t r = r0; r < r1; r++) {
             const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
             for (int64_t t = t0; t < t1; t++) {

@@ -46,4 +46,11 @@ float ember_cpu_dot_f32_avx2(int64_t n, const float *a, const float *b);
 void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y);
 void ember_cpu_f32_to_f16_row_avx2(int64_t n, const float *x, uint16_t *y);
 
+/* Tiled matmul for Q4_0/Q5_0/Q8_0 (x Q8_0) and Q4_1/Q5_1 (x Q8_1) weights;
+ * see gemm_avx2.c. */
+bool ember_cpu_gemm_supported(uint32_t type);
+void ember_cpu_gemm_q32_avx2(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
+                             const uint8_t *xq, size_t xq_row, float *y, int64_t ldy,
+                             int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
 #endif

@@ -17,7 +17,8 @@ every id that appears above. control_ids.json: the ids of token_type 3
 Models: gemma3 (gemma-3-270m-q4_k_m.gguf, SentencePiece), smollm2
 (SmolLM2-135M-Instruct.Q4_1.gguf, BPE pre=smollm) and smollm2 copies with
 pre = llama-bpe, qwen2, default (variants.py), and tiny-gemma4, a handmade
-gemma4 BPE vocabulary (variants.make_tiny_gemma4).
+gemma4 BPE vocabulary (variants.make_tiny_gemma4), and tiny-spm, a handmade
+SentencePiece vocabulary with add_space_prefix and add_eos (make_tiny_spm).
 """
 import base64
 import gzip
@@ -111,6 +112,8 @@ def main():
         models.append((f"smollm2-{pre}", dst))
     variants.make_tiny_gemma4(tmp / "tiny-gemma4.gguf")
     models.append(("tiny-gemma4", tmp / "tiny-gemma4.gguf"))
+    variants.make_tiny_spm(tmp / "tiny-spm.gguf")
+    models.append(("tiny-spm", tmp / "tiny-spm.gguf"))
     for name, path in models:
         o = Oracle(str(exe), path)
         pieces = {}
@@ -118,7 +121,7 @@ def main():
             def put(obj):
                 gz.write((json.dumps(obj, separators=(",", ":")) + "\n").encode())
             for b, sub, invalid in corpus:
-                if invalid and name != "gemma3":
+                if invalid and name not in ("gemma3", "tiny-spm"):   # SPM keeps raw bytes
                     b = sanitize_utf8(b)
                 ids, ps = o.tokenize(b, False, False, pieces=True)
                 for i, p in zip(ids, ps):

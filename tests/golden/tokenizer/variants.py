@@ -81,3 +81,50 @@ def make_tiny_gemma4(dst):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+# A tiny SentencePiece vocabulary with the options Gemma 3 does not use:
+# add_space_prefix = true (a "▁" before the text and after each special
+# token), add_eos_token = true, a user-defined token, and scores that decide
+# the merge order.
+TINY_SPM_PIECES = [
+    ("▁", -1.0), ("e", -2.0), ("t", -2.1), ("a", -2.2), ("o", -2.3), ("h", -2.4), ("l", -2.5), ("n", -2.6),
+    ("s", -2.7), ("i", -2.8), ("▁t", -3.0), ("he", -3.1), ("▁the", -3.2), ("▁a", -3.3), ("ll", -3.4),
+    ("hell", -3.5), ("▁hello", -3.6), ("an", -3.7), ("▁an", -3.8), ("▁and", -3.9), ("nd", -4.0),
+    ("in", -4.1), ("is", -4.2), ("▁is", -4.3), ("▁▁", -4.4), ("▁▁▁▁", -4.5), ("日", -5.0), ("本", -5.0),
+    ("日本", -4.9), ("の", -5.1), ("é", -5.2), ("1", -6.0), ("2", -6.0), ("12", -5.5), (",", -6.1),
+    (".", -6.2), ("\n", -6.3), ("<", -7.0), (">", -7.0), ("|", -7.0), ("▁<", -6.9),
+]
+
+
+def make_tiny_spm(dst):
+    toks = ["<unk>", "<s>", "</s>", "<ctl>"] + ["<0x%02X>" % b for b in range(256)]
+    types = [2, 3, 3, 3] + [6] * 256
+    scores = [0.0] * len(toks)
+    for t, s in TINY_SPM_PIECES:
+        toks.append(t)
+        types.append(1)
+        scores.append(s)
+    toks.append("<ud>")
+    types.append(4)
+    scores.append(0.0)
+    w = gguf.GGUFWriter(str(dst), "llama")
+    w.add_uint32("llama.context_length", 128)
+    w.add_uint32("llama.embedding_length", 8)
+    w.add_uint32("llama.block_count", 1)
+    w.add_uint32("llama.feed_forward_length", 16)
+    w.add_uint32("llama.attention.head_count", 1)
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.add_array("tokenizer.ggml.tokens", toks)
+    w.add_array("tokenizer.ggml.token_type", types)
+    w.add_array("tokenizer.ggml.scores", scores)
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+    w.add_bool("tokenizer.ggml.add_space_prefix", True)
+    w.add_bool("tokenizer.ggml.add_bos_token", True)
+    w.add_bool("tokenizer.ggml.add_eos_token", True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -184,6 +184,56 @@ static void test_matmul_q8_0_exact(void **st)
     be->ops->free(be);
 }
 
+/* Matmul of every 32-block weight format over several tokens (the tiled
+ * prefill path) and one token (mat-vec), against the double-precision sum
+ * of dequantized weights times dequantized activations: the quantized
+ * product is exact in integers, so only float rounding may differ. */
+static void check_matmul_format(uint32_t wt, int64_t n_tokens)
+{
+    ember_backend *be = new_be(2);
+    enum { NIN = 256, NOUT = 37 };
+    const ember_quant_traits *tw = ember_quant_traits_get(wt);
+    const ember_quant_traits *ta = ember_quant_traits_get(tw->vec_dot_type);
+    const size_t rb = NIN / tw->block_size * tw->block_bytes, ab = NIN / ta->block_size * ta->block_bytes;
+    uint8_t *w = malloc(NOUT * rb), *aq = malloc(ab);
+    float *wf = malloc(sizeof(float) * NOUT * NIN), *x = malloc(sizeof(float) * 16 * NIN), *xd = malloc(sizeof(float) * NIN);
+    float *y = malloc(sizeof(float) * 16 * NOUT);
+    for (int i = 0; i < NOUT * NIN; i++) wf[i] = frand() + 0.3f;
+    for (int r = 0; r < NOUT; r++) tw->from_float_ref(wf + r * NIN, w + r * rb, NIN);
+    for (int r = 0; r < NOUT; r++) tw->to_float(w + r * rb, wf + r * NIN, NIN);
+    for (int i = 0; i < n_tokens * NIN; i++) x[i] = frand() * 4.0f + 0.5f;
+    ember_weight wd = {.type = wt, .n_in = NIN, .n_out = NOUT, .row_bytes = rb, .data = w, .name = "w"};
+    const ember_weight *ws[1] = {&wd};
+    float *ys[1] = {y};
+    be->ops->matmul(be, x, n_tokens, 1, ws, ys);
+    for (int64_t t = 0; t < n_tokens; t++) {
+        ta->from_float_ref(x + t * NIN, aq, NIN);
+        ta->to_float(aq, xd, NIN);
+        for (int r = 0; r < NOUT; r++) {
+            double s = 0, sa = 0;
+            for (int i = 0; i < NIN; i++) { s += (double)wf[r * NIN + i] * xd[i]; sa += fabs((double)wf[r * NIN + i] * xd[i]); }
+            /* Q8_1 keeps s = d * sum(q) in f16 (ggml's layout): 2^-11 relative */
+            const double tol = (tw->vec_dot_type == EMBER_TYPE_Q8_1 ? 3e-4 : 1e-5) * (1 + sa);
+            if (fabs(y[t * NOUT + r] - s) > tol)
+                fail_msg("%s, %lld tokens: y[%lld][%d] = %f, expected %f", tw->name, (long long)n_tokens, (long long)t, r, y[t * NOUT + r], s);
+        }
+    }
+    free(w); free(aq); free(wf); free(x); free(xd); free(y);
+    be->ops->free(be);
+}
+
+static void test_matmul_formats(void **st)
+{
+    (void)st;
+    const uint32_t types[] = {EMBER_TYPE_Q4_0, EMBER_TYPE_Q4_1, EMBER_TYPE_Q5_0, EMBER_TYPE_Q5_1, EMBER_TYPE_Q8_0,
+                              EMBER_TYPE_Q4_K, EMBER_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        check_matmul_format(types[i], 1);
+        check_matmul_format(types[i], 7);
+        check_matmul_format(types[i], 16);
+    }
+}
+
 /* Attention over a paged cache with blocks out of order, GQA 4 -> 2 heads. */
 static void check_attention(uint32_t type, int32_t n_swa, double tol)
 {
@@ -254,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_gated_activations),
         cmocka_unit_test(test_matmul_q8_0_exact),
+        cmocka_unit_test(test_matmul_formats),
         cmocka_unit_test(test_attention_f32),
         cmocka_unit_test(test_attention_f16),
         cmocka_unit_test(test_attention_q8_0),

@@ -8,14 +8,15 @@
  *   source sequence intact when the fork writes into a shared block;
  * - a full KV pool is reported as EMBER_ERR_RANGE;
  * - loading: unknown architecture and missing tensors are named.
- * These check invariants of the API (two paths that must agree bit for bit),
- * not numbers; agreement with llama.cpp is tested by tests/e2e goldens. */
+ * These check invariants of the API (two paths of the same batch shape
+ * must agree bit for bit), not numbers; agreement with llama.cpp is tested by tests/e2e goldens. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -60,6 +61,25 @@ static void set(ember_batch *b, int i, ember_token t, ember_pos p, ember_seq_id 
 
 static const ember_token prompt_a[] = {504, 3575, 282, 4649, 314, 7042, 30, 198, 198, 504, 1797, 1918, 553, 253, 2155, 282, 4723, 216, 35, 33};
 static const ember_token prompt_b[] = {761, 253, 1767, 2470, 288, 919, 1495};
+
+/* Same logits up to float summation order: a prefill tile and a single-token
+ * mat-vec add the same exact block products in a different order, and the
+ * int8 activation rounding downstream can amplify that (llama.cpp's own
+ * flash/non-flash paths differ by as much), so this bound is loose. */
+static void assert_logits_close(const float *a, const float *b)
+{
+    const int nv = ember_model_n_vocab(model);
+    float mx = 0, md = 0;
+    int ia = 0, ib = 0;
+    for (int i = 0; i < nv; i++) {
+        if (fabsf(b[i]) > mx) mx = fabsf(b[i]);
+        if (fabsf(a[i] - b[i]) > md) md = fabsf(a[i] - b[i]);
+        if (a[i] > a[ia]) ia = i;
+        if (b[i] > b[ib]) ib = i;
+    }
+    if (md > 0.05f * (1.0f + mx)) fail_msg("logits differ by %g (max |logit| %g)", md, mx);
+    assert_int_equal(ia, ib);
+}
 
 /* Decode tokens[0..n) into seq s starting at its current length, in one
  * batch; copy the last logits to out. */
@@ -158,16 +178,26 @@ static void test_fork_and_truncate_match_fresh(void **st)
     (void)st;
     if (!model) { skip(); return; }
     const int nv = ember_model_n_vocab(model);
-    float *ref = malloc(sizeof(float) * nv), *got = malloc(sizeof(float) * nv), *ref2 = malloc(sizeof(float) * nv);
+    const size_t bytes = sizeof(float) * (size_t)nv;
+    float *ref_a = malloc(bytes), *ref_b = malloc(bytes), *ref_c0 = malloc(bytes), *ref_c1 = malloc(bytes), *got = malloc(bytes);
     ember_batch b;
     assert_int_equal(ember_batch_init(64, &b), EMBER_OK);
+    const ember_token t42 = 42;
+    /* references, fresh sequences, same batch shapes as below:
+     * a[0..13) then 42; a[0..13) then a[13]; and a two-entry batch of both */
     ember_context *c = new_ctx(3, 0, EMBER_KV_Q8_0);
-    /* fresh: a[0..13) then token 42, and a[0..14) */
-    ember_token t1[14];
-    memcpy(t1, prompt_a, sizeof(ember_token) * 13);
-    t1[13] = 42;
-    run_seq(c, &b, 0, t1, 14, ref);
-    run_seq(c, &b, 1, prompt_a, 14, ref2);
+    run_seq(c, &b, 0, prompt_a, 13, got);
+    run_seq(c, &b, 0, &t42, 1, ref_a);
+    run_seq(c, &b, 1, prompt_a, 13, got);
+    run_seq(c, &b, 1, &prompt_a[13], 1, ref_b);
+    assert_int_equal(ember_seq_truncate(c, 0, 13), EMBER_OK);
+    assert_int_equal(ember_seq_truncate(c, 1, 13), EMBER_OK);
+    b.n_tokens = 2;
+    set(&b, 0, 42, 13, 0, 1);
+    set(&b, 1, prompt_a[13], 13, 1, 1);
+    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    memcpy(ref_c0, ember_get_logits(c, 0), bytes);
+    memcpy(ref_c1, ember_get_logits(c, 1), bytes);
     assert_int_equal(ember_seq_remove(c, 0), EMBER_OK);
     assert_int_equal(ember_seq_remove(c, 1), EMBER_OK);
     assert_int_equal(ember_kv_free_tokens(c), 256);
@@ -176,13 +206,12 @@ static void test_fork_and_truncate_match_fresh(void **st)
     run_seq(c, &b, 0, prompt_a, 20, got);
     assert_int_equal(ember_seq_fork(c, 0, 1, 13), EMBER_OK);
     assert_int_equal(ember_seq_len(c, 1), 13);
-    ember_token t42 = 42;
     run_seq(c, &b, 1, &t42, 1, got);           /* copy on write of the shared block */
-    assert_memory_equal(got, ref, sizeof(float) * nv);
+    assert_memory_equal(got, ref_a, bytes);
     /* the source is intact: roll it back to 13 and redo token 13 */
     assert_int_equal(ember_seq_truncate(c, 0, 13), EMBER_OK);
     run_seq(c, &b, 0, &prompt_a[13], 1, got);
-    assert_memory_equal(got, ref2, sizeof(float) * nv);
+    assert_memory_equal(got, ref_b, bytes);
     /* fork into a sequence and decode in the same batch as its source */
     assert_int_equal(ember_seq_truncate(c, 1, 13), EMBER_OK);
     assert_int_equal(ember_seq_truncate(c, 0, 13), EMBER_OK);
@@ -191,13 +220,14 @@ static void test_fork_and_truncate_match_fresh(void **st)
     set(&b, 0, 42, 13, 2, 1);
     set(&b, 1, prompt_a[13], 13, 0, 1);
     assert_int_equal(ember_decode(c, &b), EMBER_OK);
-    assert_memory_equal(ember_get_logits(c, 0), ref, sizeof(float) * nv);
-    assert_memory_equal(ember_get_logits(c, 1), ref2, sizeof(float) * nv);
+    assert_memory_equal(ember_get_logits(c, 0), ref_c0, bytes);
+    assert_memory_equal(ember_get_logits(c, 1), ref_c1, bytes);
+    /* the two-entry batch agrees with the one-entry decodes up to rounding */
+    assert_logits_close(ref_c0, ref_a);
+    assert_logits_close(ref_c1, ref_b);
     ember_context_free(c);
     ember_batch_free(&b);
-    free(ref);
-    free(got);
-    free(ref2);
+    free(ref_a); free(ref_b); free(ref_c0); free(ref_c1); free(got);
 }
 
 static void test_pool_full(void **st)

@@ -1,0 +1,153 @@
+/*
+ * serve.c — `ember serve`: the OpenAI-compatible server.
+ *
+ * Flags follow llama-server where they overlap (-m -c -np -t -b --host --port
+ * --api-key --alias --chat-template-file --chat-template-kwargs -ctk -ctv
+ * --metrics). Differences: -c is the context of EACH slot (llama-server
+ * divides it by -np); the slots share one KV pool of --kv-pool tokens
+ * (default -c x -np), so a slot may use up to -c tokens while the pool has
+ * room. SIGINT/SIGTERM: stop accepting, cancel running requests (their
+ * clients get a final event or a 503), drain, exit 0.
+ *
+ * Must not: parse HTTP (src/server) or schedule (src/engine).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+
+#include "base/status.h"
+#include "serve_setup.h"
+#include "server/server.h"
+#include "server/signals.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ember serve -m FILE [options]\n\n"
+            "  -m, --model FILE            GGUF model\n"
+            "  -c, --ctx-size N            tokens one slot may hold (prompt + output); default min(4096, n_ctx_train)\n"
+            "  -np, --parallel N           slots decoding at once (default 4); more requests wait in a queue\n"
+            "      --kv-pool N             KV pool tokens shared by the slots (default -c x -np)\n"
+            "  -t, --threads N             CPU threads (default: all cores)\n"
+            "  -b, --batch-size N          most tokens decoded per step (default 512)\n"
+            "      --prefill-chunk N       most prompt tokens per step while others generate (default 128)\n"
+            "  -ctk, --cache-type-k T      K cache type: f16 (default), q8_0, f32\n"
+            "  -ctv, --cache-type-v T      V cache type: f16 (default), q8_0, f32\n"
+            "      --host ADDR             listen address (default 127.0.0.1)\n"
+            "      --port N                listen port (default 8080; 0 picks a free one)\n"
+            "      --api-key KEY           require 'Authorization: Bearer KEY' (except /health)\n"
+            "      --alias NAME            model id reported to clients (default: the file name)\n"
+            "      --chat-template-file F  Jinja chat template to use instead of the GGUF's\n"
+            "      --chat-template-kwargs J  JSON object of default template variables, e.g. '{\"enable_thinking\":false}'\n"
+            "      --metrics               serve Prometheus metrics at /metrics\n");
+}
+
+static bool int_arg(const char *opt, const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "ember serve: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_opts o = {.n_parallel = 4, .n_batch = 512, .n_prefill_chunk = 128, .type_k = EMBER_KV_F16,
+                    .type_v = EMBER_KV_F16};
+    server_config sc = {.host = "127.0.0.1", .port = 8080};
+    const char *kwargs = NULL;
+    char alias_buf[256];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+#define TAKE() (i++, v)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) goto missing; o.model_path = TAKE(); }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!int_arg(a, TAKE(), 0, 1 << 24, &x)) return 2; o.n_ctx = (int32_t)x; }
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!int_arg(a, TAKE(), 1, 256, &x)) return 2; o.n_parallel = (int32_t)x; }
+        else if (!strcmp(a, "--kv-pool")) { if (!int_arg(a, TAKE(), 0, 1L << 30, &x)) return 2; o.kv_pool = x; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!int_arg(a, TAKE(), -1, 1024, &x)) return 2; o.n_threads = (int32_t)x; }
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!int_arg(a, TAKE(), 1, 1 << 16, &x)) return 2; o.n_batch = (int32_t)x; }
+        else if (!strcmp(a, "--prefill-chunk")) { if (!int_arg(a, TAKE(), 0, 1 << 16, &x)) return 2; o.n_prefill_chunk = (int32_t)x; }
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) {
+            if (!v || !serve_parse_kv_type(TAKE(), &o.type_k)) { fprintf(stderr, "ember serve: %s expects f16, q8_0 or f32\n", a); return 2; }
+        } else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+            if (!v || !serve_parse_kv_type(TAKE(), &o.type_v)) { fprintf(stderr, "ember serve: %s expects f16, q8_0 or f32\n", a); return 2; }
+        }
+        else if (!strcmp(a, "--host")) { if (!v) goto missing; sc.host = TAKE(); }
+        else if (!strcmp(a, "--port")) { if (!int_arg(a, TAKE(), 0, 65535, &x)) return 2; sc.port = (int)x; }
+        else if (!strcmp(a, "--api-key")) { if (!v) goto missing; sc.api_key = TAKE(); }
+        else if (!strcmp(a, "--alias")) { if (!v) goto missing; sc.alias = TAKE(); }
+        else if (!strcmp(a, "--chat-template-file")) { if (!v) goto missing; o.template_file = TAKE(); }
+        else if (!strcmp(a, "--chat-template-kwargs")) { if (!v) goto missing; kwargs = TAKE(); }
+        else if (!strcmp(a, "--metrics")) { sc.metrics = true; }
+        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
+            if (!v) goto missing;
+            i++;   /* accepted for llama-server compatibility; the CPU build ignores it */
+        } else {
+            fprintf(stderr, "ember serve: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        continue;
+    missing:
+        fprintf(stderr, "ember serve: %s needs a value\n", a);
+        return 2;
+    }
+#undef TAKE
+    if (!o.model_path) { fprintf(stderr, "ember serve: -m FILE is required\n"); usage(stderr); return 2; }
+    if (kwargs) {
+        json_error_t je;
+        sc.template_kwargs = json_loads(kwargs, 0, &je);
+        if (!json_is_object(sc.template_kwargs)) {
+            fprintf(stderr, "ember serve: --chat-template-kwargs must be a JSON object (%s)\n", je.text);
+            json_decref(sc.template_kwargs);
+            return 2;
+        }
+    }
+    if (!sc.alias) {
+        const char *base = strrchr(o.model_path, '/');
+        snprintf(alias_buf, sizeof alias_buf, "%s", base ? base + 1 : o.model_path);
+        char *dot = strstr(alias_buf, ".gguf");
+        if (dot) *dot = 0;
+        sc.alias = alias_buf;
+    }
+
+    server_block_signals();   /* before any thread exists */
+    serve_model m;
+    if (serve_model_open(&o, &m, stderr) != EMBER_OK) { json_decref(sc.template_kwargs); return 1; }
+    if (engine_start(m.e) != EMBER_OK) {
+        fprintf(stderr, "ember serve: %s\n", ember_last_error());
+        serve_model_close(&m);
+        return 1;
+    }
+    sc.model_path = o.model_path;
+    sc.kv_bytes = ember_context_kv_bytes(m.ctx);
+    sc.kv_pool_tokens = m.pool_tokens;
+    sc.weight_bytes = ember_model_size_bytes(m.model);
+    server_text text = text_ember_server(m.text);
+    server *srv;
+    if (server_start(&sc, m.e, &text, &srv) != EMBER_OK) {
+        fprintf(stderr, "ember serve: %s\n", ember_last_error());
+        serve_model_close(&m);
+        json_decref(sc.template_kwargs);
+        return 1;
+    }
+    fprintf(stderr, "ember: listening on http://%s:%d (model id '%s'%s)\n", sc.host, server_port(srv), sc.alias,
+            sc.api_key ? ", API key required" : "");
+    int sig = server_wait_for_signal();
+    fprintf(stderr, "ember: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    server_quiesce(srv);
+    engine_stop(m.e);
+    server_stop(srv);
+    serve_model_close(&m);
+    json_decref(sc.template_kwargs);
+    fprintf(stderr, "ember: stopped\n");
+    return 0;
+}

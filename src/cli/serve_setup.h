@@ -1,0 +1,52 @@
+/*
+ * serve_setup.h — what `ember serve` and `ember chat` share: loading the
+ * model, vocabulary, chat template and KV pool, and starting the engine.
+ *
+ * Must not: know about HTTP or the terminal.
+ */
+#ifndef EMBER_CLI_SERVE_SETUP_H
+#define EMBER_CLI_SERVE_SETUP_H
+
+#include <stdio.h>
+
+#include "ember.h"
+#include "engine/engine.h"
+#include "server/text_ember.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct serve_opts {
+    const char *model_path;     /* -m */
+    int32_t n_ctx;              /* -c: per slot; 0 = min(4096, n_ctx_train) */
+    int32_t n_parallel;         /* -np */
+    int32_t n_threads;          /* -t; <= 0: all cores */
+    int32_t n_batch;            /* -b */
+    int32_t n_prefill_chunk;    /* --prefill-chunk */
+    int64_t kv_pool;            /* --kv-pool tokens; 0 = n_ctx * n_parallel */
+    ember_kv_type type_k, type_v;
+    const char *template_file;  /* --chat-template-file */
+} serve_opts;
+
+typedef struct serve_model {
+    ember_model *model;
+    const ember_vocab *vocab;   /* owned by model */
+    ember_context *ctx;
+    text_ember *text;
+    engine_runtime rt;
+    engine_vocab ev;
+    engine *e;
+    int32_t n_ctx;
+    uint32_t pool_tokens;
+} serve_model;
+
+/* Load everything and create (not start) the engine; prints the memory plan
+ * (weights, KV pool tokens and bytes, scratch) to `log`. On failure prints
+ * the reason and returns it; nothing is held. */
+ember_status serve_model_open(const serve_opts *o, serve_model *out, FILE *log);
+void serve_model_close(serve_model *m);
+
+/* Parse a KV type name (f16, q8_0, f32). */
+bool serve_parse_kv_type(const char *s, ember_kv_type *out);
+/* Read a whole file into a malloc'd NUL-terminated string; NULL on failure. */
+char *serve_read_file(const char *path);
+
+#endif

@@ -1,0 +1,178 @@
+/*
+ * engine.h — the serving engine: a request queue, --parallel slots sharing one
+ * paged KV pool, and a step loop on its own thread (continuous batching,
+ * chunked prefill, prefix cache, cancellation).
+ *
+ * Owns: requests from submission to their last token, slots, the scheduler,
+ * detokenized output with stop strings applied, per-request timings.
+ * Must not: know about HTTP or JSON, render templates, or tokenize text (the
+ * caller hands it token ids). Only the engine thread touches the model.
+ *
+ * The model is reached through `engine_runtime` (a table of functions that
+ * mirrors include/ember.h: ember_decode, ember_seq_*, ember_sampler_*), so the
+ * scheduler is tested against a deterministic toy model (tests/common/) and
+ * bound to the real runtime in engine_rt_ember.c.
+ */
+#ifndef EMBER_ENGINE_ENGINE_H
+#define EMBER_ENGINE_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ember.h"
+
+/* The model side, as include/ember.h defines it. `ctx` is passed back to
+ * every call. Semantics are those of the ember_* function of the same name. */
+typedef struct engine_runtime {
+    void *ctx;
+    int32_t n_vocab;
+    ember_status (*decode)(void *ctx, const ember_batch *batch);
+    const float *(*get_logits)(void *ctx, int32_t i);
+    ember_status (*seq_remove)(void *ctx, ember_seq_id seq);
+    ember_status (*seq_truncate)(void *ctx, ember_seq_id seq, ember_pos n_keep);
+    ember_status (*seq_fork)(void *ctx, ember_seq_id src, ember_seq_id dst, ember_pos n);
+    ember_pos (*seq_len)(void *ctx, ember_seq_id seq);
+    uint32_t (*kv_free_tokens)(void *ctx);
+    ember_status (*sampler_new)(void *ctx, const ember_sampler_params *p, int32_t n_vocab, ember_sampler **out);
+    void (*sampler_free)(void *ctx, ember_sampler *s);
+    ember_token (*sampler_sample)(void *ctx, ember_sampler *s, const float *logits);
+    void (*sampler_accept)(void *ctx, ember_sampler *s, ember_token t);
+} engine_runtime;
+
+/* The vocabulary side: token -> bytes and end-of-generation tokens. `ud` is
+ * passed back. token_piece writes the bytes of `t` as they appear in output
+ * text (no leading-space stripping) into buf[cap] and returns their count
+ * (> cap: the piece did not fit; < 0: bad token). Must be thread-safe. */
+typedef struct engine_vocab {
+    void *ud;
+    int32_t (*token_piece)(void *ud, ember_token t, char *buf, int32_t cap);
+    bool (*is_eog)(void *ud, ember_token t);
+} engine_vocab;
+
+typedef struct engine_config {
+    int32_t n_slots;      /* --parallel */
+    int32_t n_ctx;        /* -c: most tokens (prompt + generated) one slot may hold */
+    int32_t n_batch;      /* most batch entries per step (decode tokens + prefill chunks) */
+    int32_t n_prefill_chunk; /* most prefill entries per step while some slot generates
+                              * (bounds the stall a long prompt causes); <= 0: n_batch */
+    int32_t n_queue_max;  /* requests waiting beyond the slots before submit says NOMEM */
+} engine_config;
+
+typedef enum engine_finish {
+    ENGINE_RUNNING = 0,
+    ENGINE_FINISH_STOP,      /* end-of-generation token or a stop string */
+    ENGINE_FINISH_LENGTH,    /* max tokens or the slot's n_ctx reached */
+    ENGINE_FINISH_CANCELLED, /* engine_req_cancel or shutdown */
+    ENGINE_FINISH_ERROR,     /* model failure; message in err */
+} engine_finish;
+
+#define ENGINE_MAX_TOP_LOGPROBS 20
+#define ENGINE_MAX_STOP 8
+
+/* What one request asks for. Copied by engine_submit (the caller keeps its
+ * arrays). */
+typedef struct engine_req_params {
+    const ember_token *prompt;   /* [n_prompt] token ids, n_prompt >= 1 */
+    int32_t n_prompt;
+    int32_t n_predict;           /* most tokens to generate; < 0: until n_ctx */
+    ember_sampler_params sampling; /* logit_bias array copied too */
+    const char *stop[ENGINE_MAX_STOP]; /* stop strings (not included in output) */
+    int32_t n_stop;
+    bool logprobs;               /* record the chosen token's log-probability */
+    int32_t top_logprobs;        /* [0, ENGINE_MAX_TOP_LOGPROBS] alternatives per token */
+    bool ignore_eos;
+} engine_req_params;
+
+/* One generated token as recorded for logprobs. */
+typedef struct engine_tok {
+    ember_token token;
+    float logprob;                      /* log softmax of the raw logits */
+    int32_t n_top;
+    ember_token top[ENGINE_MAX_TOP_LOGPROBS];
+    float top_logprob[ENGINE_MAX_TOP_LOGPROBS];
+} engine_tok;
+
+/* A submitted request. Fields below `mu` are shared with the engine thread:
+ * read them only between engine_req_lock and engine_req_unlock. */
+typedef struct engine_req {
+    engine_req_params p;          /* owned copies of prompt, logit_bias, stop */
+    uint64_t id;
+    atomic_int refs;              /* caller + engine */
+    atomic_bool cancel;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *text;                   /* committed output text (stop strings removed) */
+    size_t text_len, text_cap;
+    engine_tok *toks;             /* generated tokens (when logprobs was asked) */
+    int32_t n_toks, toks_cap;
+    engine_finish finish;         /* ENGINE_RUNNING until done */
+    char err[256];
+    int32_t slot;                 /* slot id once admitted, -1 while queued */
+    int32_t n_prompt;             /* prompt tokens */
+    int32_t n_cached;             /* prompt tokens taken from the prefix cache */
+    int32_t n_generated;          /* tokens sampled (including a final EOG) */
+    double t_queued, t_start, t_first_token, t_end; /* seconds, CLOCK_MONOTONIC */
+} engine_req;
+
+typedef struct engine engine;
+
+/* Create an engine over a runtime and vocabulary (both must outlive it).
+ * Errors: EMBER_ERR_INVALID_ARG (n_slots < 1, n_ctx < 2, n_batch < 1),
+ * EMBER_ERR_NOMEM. The step thread is not started. */
+ember_status engine_new(const engine_config *cfg, const engine_runtime *rt,
+                        const engine_vocab *vocab, engine **out);
+/* Start the step loop on its own thread. */
+ember_status engine_start(engine *e);
+/* Stop: refuse new requests, cancel queued and running ones (their finish
+ * becomes CANCELLED), join the thread. Idempotent. */
+void engine_stop(engine *e);
+void engine_free(engine *e);
+
+/* Queue a request. On success *out holds a reference the caller must drop
+ * with engine_req_release. Errors: EMBER_ERR_INVALID_ARG (empty prompt, token
+ * outside [0, n_vocab), bad top_logprobs), EMBER_ERR_RANGE (n_prompt >= n_ctx:
+ * the message says both numbers), EMBER_ERR_NOMEM (queue full), EMBER_ERR_IO
+ * (engine stopping). */
+ember_status engine_submit(engine *e, const engine_req_params *p, engine_req **out);
+/* Ask the engine to stop a request; its slot is freed within one step. */
+void engine_req_cancel(engine_req *r);
+void engine_req_release(engine_req *r);
+void engine_req_lock(engine_req *r);
+void engine_req_unlock(engine_req *r);
+/* With the lock held: wait until the output changes or `timeout_ms` passes.
+ * Returns false on timeout. */
+bool engine_req_wait(engine_req *r, int timeout_ms);
+
+/* Run one scheduling step on the calling thread (tests; the step thread does
+ * this in a loop). Returns the number of batch entries decoded (0: idle). */
+int32_t engine_step(engine *e);
+
+/* A snapshot for /slots, /metrics and /props. */
+typedef struct engine_slot_info {
+    int32_t id;
+    bool busy;
+    uint64_t req_id;
+    int32_t n_past;        /* tokens in this slot's KV (cache included) */
+    int32_t n_prompt, n_generated;
+} engine_slot_info;
+
+typedef struct engine_stats {
+    int32_t n_slots, n_ctx, n_batch;
+    int32_t n_busy, n_queued;
+    uint64_t n_prompt_tokens, n_prompt_tokens_cached, n_gen_tokens;
+    double t_prompt_s, t_gen_s;      /* step time spent on prefill / decode entries */
+    uint64_t n_steps, n_requests_done, n_requests_cancelled;
+    uint32_t kv_free_tokens;
+    int32_t max_batch_seen;
+} engine_stats;
+
+/* Copy the counters; `slots` (may be NULL) gets n_slots entries. */
+void engine_get_stats(engine *e, engine_stats *st, engine_slot_info *slots);
+
+double engine_now(void);   /* CLOCK_MONOTONIC seconds */
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * engine_internal.h — structures shared by the engine's files (queue.c,
+ * slot.c, scheduler.c, engine.c). Not for use outside src/engine/.
+ *
+ * Invariants:
+ * - slot i uses sequence id i of the runtime; its KV holds tokens[0, n_past).
+ * - an idle slot keeps its KV and tokens as a prefix cache until evicted.
+ * - only the engine thread touches slots and the runtime; the queue and the
+ *   counters are guarded by engine.mu.
+ */
+#ifndef EMBER_ENGINE_INTERNAL_H
+#define EMBER_ENGINE_INTERNAL_H
+
+#include "engine/engine.h"
+
+typedef enum slot_state {
+    SLOT_IDLE = 0,
+    SLOT_PREFILL,   /* prompt tokens [n_past, n_prompt) still to decode */
+    SLOT_GENERATE,  /* next entry is the last sampled token */
+} slot_state;
+
+typedef struct slot {
+    int32_t id;
+    slot_state state;
+    engine_req *req;
+    ember_token *tokens;      /* [n_tokens] prompt + sampled tokens (cap n_ctx + 1) */
+    int32_t n_tokens;
+    int32_t n_past;           /* tokens whose K/V is in the pool */
+    int32_t n_prompt;
+    int32_t n_generated;
+    int32_t n_predict;        /* resolved limit (<= n_ctx - n_prompt) */
+    ember_sampler *smpl;
+    uint64_t last_used;       /* step counter at last use (LRU eviction) */
+    uint64_t admitted;        /* admission order (prefill fairness) */
+    /* output text not yet committed to the request (stop-string and UTF-8
+     * hold-back), and the batch entry holding this slot's logits this step */
+    char *pending;
+    size_t pending_len, pending_cap;
+    int32_t i_logits;
+    int32_t n_batch_entries;  /* entries this slot put in the current batch */
+} slot;
+
+struct engine {
+    engine_config cfg;
+    engine_runtime rt;
+    engine_vocab vocab;
+    slot *slots;
+    ember_batch batch;
+    float *scratch;           /* [n_vocab] for logprobs */
+
+    pthread_mutex_t mu;       /* queue, counters, stopping */
+    pthread_cond_t cv;        /* new work or stop */
+    engine_req **queue;       /* FIFO ring of n_queue_max + n_slots */
+    int32_t q_head, q_len, q_cap;
+    bool stopping;
+    bool thread_started;
+    pthread_t thread;
+    uint64_t next_id;
+    uint64_t step_no, admit_no;
+    engine_stats st;          /* counters (under mu) */
+    engine_slot_info *slot_info; /* [n_slots] snapshot published after each step (under mu) */
+};
+
+/* engine.c */
+void engine_publish_slots(engine *e);   /* engine thread: copy slot state for readers */
+
+/* queue.c */
+engine_req *engine_queue_pop(engine *e);           /* mu held */
+void engine_req_finish(engine_req *r, engine_finish f, const char *err);
+
+/* slot.c: the per-slot seam "propose / sample / accept". */
+int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */
+void slot_after_decode(engine *e, slot *s);                /* sample, accept, emit */
+void slot_release(engine *e, slot *s, engine_finish f, const char *err);
+void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final);
+size_t stop_holdback(const char *text, size_t len, const char *const *stop, int32_t n_stop);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * runtime_ember.c — binds the engine's runtime table (engine.h) to the real
+ * runtime of include/ember.h: one ember_context whose sequence i is slot i.
+ *
+ * Owns: nothing but the adapters. Must not: add behaviour; each entry calls
+ * the ember_* function of the same name.
+ */
+#include "engine/runtime_ember.h"
+
+static ember_status rt_decode(void *c, const ember_batch *b) { return ember_decode(c, b); }
+static const float *rt_get_logits(void *c, int32_t i) { return ember_get_logits(c, i); }
+static ember_status rt_seq_remove(void *c, ember_seq_id s) { return ember_seq_remove(c, s); }
+static ember_status rt_seq_truncate(void *c, ember_seq_id s, ember_pos n) { return ember_seq_truncate(c, s, n); }
+static ember_status rt_seq_fork(void *c, ember_seq_id a, ember_seq_id b, ember_pos n) { return ember_seq_fork(c, a, b, n); }
+static ember_pos rt_seq_len(void *c, ember_seq_id s) { return ember_seq_len(c, s); }
+static uint32_t rt_kv_free(void *c) { return ember_kv_free_tokens(c); }
+static ember_status rt_sampler_new(void *c, const ember_sampler_params *p, int32_t n_vocab, ember_sampler **out)
+{
+    return ember_sampler_new(p, n_vocab, out);
+}
+static void rt_sampler_free(void *c, ember_sampler *s) { ember_sampler_free(s); }
+static ember_token rt_sample(void *c, ember_sampler *s, const float *l) { return ember_sampler_sample(s, l); }
+static void rt_accept(void *c, ember_sampler *s, ember_token t) { ember_sampler_accept(s, t); }
+
+engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab)
+{
+    return (engine_runtime){
+        .ctx = ctx, .n_vocab = n_vocab, .decode = rt_decode, .get_logits = rt_get_logits,
+        .seq_remove = rt_seq_remove, .seq_truncate = rt_seq_truncate, .seq_fork = rt_seq_fork,
+        .seq_len = rt_seq_len, .kv_free_tokens = rt_kv_free, .sampler_new = rt_sampler_new,
+        .sampler_free = rt_sampler_free, .sampler_sample = rt_sample, .sampler_accept = rt_accept,
+    };
+}

@@ -1,0 +1,292 @@
+/*
+ * scheduler.c — one step of the engine: drop cancelled requests, admit queued
+ * ones into free slots (reusing the longest cached prefix), build one batch of
+ * every generating slot's decode token plus prefill chunks within n_batch,
+ * make room in the KV pool, decode, then let each slot sample.
+ *
+ * Owns: slot choice, prefix-cache reuse (seq_truncate / seq_fork), KV-pool
+ * pressure (evict idle caches, defer prefill, stop the newest request).
+ * Must not: sample or detokenize (slot.c), or block on HTTP.
+ *
+ * Fairness: decode tokens of all generating slots go first, so a long prompt
+ * only takes what is left of n_batch and never stalls running streams.
+ */
+#include "engine/engine_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+static int32_t lcp(const ember_token *a, int32_t na, const ember_token *b, int32_t nb)
+{
+    int32_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+static void set_busy(engine *e, int32_t delta)
+{
+    pthread_mutex_lock(&e->mu);
+    e->st.n_busy += delta;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void slot_drop_cache(engine *e, slot *s)
+{
+    if (s->n_past > 0) e->rt.seq_remove(e->rt.ctx, s->id);
+    s->n_past = 0;
+    s->n_tokens = 0;
+}
+
+/* Put request r into a free slot. Returns false if no slot is free. */
+static bool admit(engine *e, engine_req *r)
+{
+    const ember_token *P = r->p.prompt;
+    int32_t n = r->p.n_prompt;
+    slot *target = NULL, *donor = NULL;
+    int32_t k_target = -1, k_donor = 0;
+    for (int32_t i = 0; i < e->cfg.n_slots; i++) {
+        slot *s = &e->slots[i];
+        int32_t k = lcp(P, n, s->tokens, s->n_past);
+        if (s->state == SLOT_IDLE &&
+            (k > k_target || (k == k_target && s->last_used < target->last_used))) {
+            target = s;
+            k_target = k;
+        }
+        if (k > k_donor) { donor = s; k_donor = k; }
+    }
+    if (!target) return false;
+
+    int32_t limit = n - 1;   /* the last prompt token is decoded again for its logits */
+    int32_t n_keep = 0;
+    if (donor && donor != target && k_donor > k_target && (k_donor < limit ? k_donor : limit) > k_target) {
+        int32_t k = k_donor < limit ? k_donor : limit;
+        slot_drop_cache(e, target);
+        if (e->rt.seq_fork(e->rt.ctx, donor->id, target->id, k) == EMBER_OK) {
+            memcpy(target->tokens, donor->tokens, sizeof *P * (size_t)k);
+            n_keep = k;
+        } else {
+            e->rt.seq_remove(e->rt.ctx, target->id);
+        }
+    } else {
+        n_keep = k_target < limit ? k_target : limit;
+        if (n_keep <= 0) {
+            slot_drop_cache(e, target);
+            n_keep = 0;
+        } else if (n_keep < target->n_past &&
+                   e->rt.seq_truncate(e->rt.ctx, target->id, n_keep) != EMBER_OK) {
+            slot_drop_cache(e, target);
+            n_keep = 0;
+        }
+    }
+    slot *s = target;
+    memcpy(s->tokens, P, sizeof *P * (size_t)n);
+    s->n_tokens = n;
+    s->n_past = n_keep;
+    s->n_prompt = n;
+    s->n_generated = 0;
+    s->n_predict = e->cfg.n_ctx - n;
+    if (r->p.n_predict >= 0 && r->p.n_predict < s->n_predict) s->n_predict = r->p.n_predict;
+    s->pending_len = 0;
+    s->req = r;
+    s->state = SLOT_PREFILL;
+    s->admitted = ++e->admit_no;
+    s->last_used = e->step_no;
+    set_busy(e, +1);
+
+    pthread_mutex_lock(&r->mu);
+    r->slot = s->id;
+    r->n_cached = n_keep;
+    r->t_start = engine_now();
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&e->mu);
+    e->st.n_prompt_tokens_cached += (uint64_t)n_keep;
+    pthread_mutex_unlock(&e->mu);
+
+    ember_status st = e->rt.sampler_new(e->rt.ctx, &r->p.sampling, e->rt.n_vocab, &s->smpl);
+    if (st != EMBER_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "sampler: %s", ember_last_error());
+        slot_release(e, s, ENGINE_FINISH_ERROR, msg);
+        set_busy(e, -1);
+    } else if (s->n_predict <= 0) {
+        slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
+        set_busy(e, -1);
+    }
+    return true;
+}
+
+static void release_busy(engine *e, slot *s, engine_finish f, const char *err)
+{
+    slot_release(e, s, f, err);
+    set_busy(e, -1);
+}
+
+/* Build the step's batch from every busy, non-deferred slot. Returns the
+ * number of prefill entries. */
+static int32_t build_batch(engine *e, const bool *deferred)
+{
+    e->batch.n_tokens = 0;
+    int32_t budget = e->cfg.n_batch, n_prefill = 0;
+    bool generating = false;
+    for (int32_t i = 0; i < e->cfg.n_slots; i++) {
+        slot *s = &e->slots[i];
+        s->n_batch_entries = 0;
+        s->i_logits = -1;
+        if (s->state == SLOT_GENERATE && !deferred[i]) {
+            budget -= slot_propose(e, s, budget);
+            generating = true;
+        }
+    }
+    if (generating && e->cfg.n_prefill_chunk > 0 && budget > e->cfg.n_prefill_chunk) budget = e->cfg.n_prefill_chunk;
+    for (;;) {   /* prefill in admission order */
+        slot *next = NULL;
+        for (int32_t i = 0; i < e->cfg.n_slots; i++) {
+            slot *s = &e->slots[i];
+            if (s->state == SLOT_PREFILL && !deferred[i] && s->n_batch_entries == 0 &&
+                (!next || s->admitted < next->admitted))
+                next = s;
+        }
+        if (!next || budget <= 0) break;
+        int32_t n = slot_propose(e, next, budget);
+        if (n == 0) break;
+        budget -= n;
+        n_prefill += n;
+    }
+    return n_prefill;
+}
+
+/* Free the pool of the least recently used idle cache. Returns false if none. */
+static bool evict_one_idle(engine *e)
+{
+    slot *lru = NULL;
+    for (int32_t i = 0; i < e->cfg.n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->state == SLOT_IDLE && s->n_past > 0 && (!lru || s->last_used < lru->last_used)) lru = s;
+    }
+    if (!lru) return false;
+    slot_drop_cache(e, lru);
+    return true;
+}
+
+static int32_t step(engine *e)
+{
+    e->step_no++;
+    int32_t n_slots = e->cfg.n_slots;
+
+    for (int32_t i = 0; i < n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->req && atomic_load(&s->req->cancel)) release_busy(e, s, ENGINE_FINISH_CANCELLED, NULL);
+    }
+
+    /* requests cancelled while waiting leave the queue now, not when a slot frees */
+    engine_req *dropped[e->q_cap];
+    int32_t n_dropped = 0;
+    pthread_mutex_lock(&e->mu);
+    int32_t kept = 0;
+    for (int32_t i = 0; i < e->q_len; i++) {
+        engine_req *r = e->queue[(e->q_head + i) % e->q_cap];
+        if (atomic_load(&r->cancel)) dropped[n_dropped++] = r;
+        else e->queue[(e->q_head + kept++) % e->q_cap] = r;
+    }
+    e->q_len = kept;
+    e->st.n_queued = kept;
+    pthread_mutex_unlock(&e->mu);
+    for (int32_t i = 0; i < n_dropped; i++) {
+        engine_req_finish(dropped[i], ENGINE_FINISH_CANCELLED, NULL);
+        engine_req_release(dropped[i]);
+    }
+
+    pthread_mutex_lock(&e->mu);
+    while (e->q_len > 0 && !e->stopping) {
+        bool any_free = false;
+        for (int32_t i = 0; i < n_slots; i++) any_free |= e->slots[i].state == SLOT_IDLE;
+        if (!any_free) break;
+        engine_req *r = engine_queue_pop(e);
+        pthread_mutex_unlock(&e->mu);
+        if (atomic_load(&r->cancel)) {
+            engine_req_finish(r, ENGINE_FINISH_CANCELLED, NULL);
+            engine_req_release(r);
+        } else {
+            admit(e, r);
+        }
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+
+    bool deferred[n_slots];
+    memset(deferred, 0, sizeof deferred);
+    int32_t n_prefill = build_batch(e, deferred);
+    if (e->batch.n_tokens == 0) return 0;
+
+    while (e->rt.kv_free_tokens(e->rt.ctx) < (uint32_t)e->batch.n_tokens && evict_one_idle(e)) {}
+
+    double t0 = engine_now();
+    ember_status st;
+    while ((st = e->rt.decode(e->rt.ctx, &e->batch)) == EMBER_ERR_RANGE) {
+        /* the pool is full: evict caches, then defer prefill, then stop the newest request */
+        if (!evict_one_idle(e)) {
+            slot *victim = NULL;
+            for (int32_t i = 0; i < n_slots; i++) {
+                slot *s = &e->slots[i];
+                if (s->state == SLOT_PREFILL && !deferred[i] && (!victim || s->admitted > victim->admitted))
+                    victim = s;
+            }
+            int32_t others = e->batch.n_tokens - (victim ? victim->n_batch_entries : 0);
+            if (victim && others > 0) {
+                deferred[victim->id] = true;
+            } else {
+                victim = NULL;
+                for (int32_t i = 0; i < n_slots; i++) {
+                    slot *s = &e->slots[i];
+                    if (s->state != SLOT_IDLE && (!victim || s->admitted > victim->admitted)) victim = s;
+                }
+                if (!victim) break;
+                release_busy(e, victim, victim->state == SLOT_GENERATE ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_ERROR,
+                             "the KV cache pool is full; retry later or start the server with a larger pool");
+            }
+        }
+        n_prefill = build_batch(e, deferred);
+        if (e->batch.n_tokens == 0) return 0;
+    }
+    if (st != EMBER_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "decode failed: %s: %s", ember_status_name(st), ember_last_error());
+        fprintf(stderr, "ember engine: %s\n", msg);
+        for (int32_t i = 0; i < n_slots; i++)
+            if (e->slots[i].n_batch_entries > 0) release_busy(e, &e->slots[i], ENGINE_FINISH_ERROR, msg);
+        return 0;
+    }
+    double dt = engine_now() - t0;
+    int32_t n_total = e->batch.n_tokens;
+
+    int32_t n_sampled = 0;
+    for (int32_t i = 0; i < n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->n_batch_entries == 0) continue;
+        s->last_used = e->step_no;
+        bool had_logits = s->i_logits >= 0;
+        slot_after_decode(e, s);
+        n_sampled += had_logits;
+        if (s->state == SLOT_IDLE) set_busy(e, -1);
+    }
+
+    pthread_mutex_lock(&e->mu);
+    e->st.n_steps++;
+    e->st.n_prompt_tokens += (uint64_t)n_prefill;
+    e->st.n_gen_tokens += (uint64_t)n_sampled;
+    e->st.t_prompt_s += dt * n_prefill / n_total;
+    e->st.t_gen_s += dt * (n_total - n_prefill) / n_total;
+    if (n_total > e->st.max_batch_seen) e->st.max_batch_seen = n_total;
+    pthread_mutex_unlock(&e->mu);
+    return n_total;
+}
+
+int32_t engine_step(engine *e)
+{
+    int32_t n = step(e);
+    engine_publish_slots(e);
+    return n;
+}

@@ -1,0 +1,236 @@
+/*
+ * slot.c — one slot's part of a step: propose batch entries, then sample,
+ * accept and emit. This is the seam for speculative decoding (propose would
+ * add drafted tokens, after_decode would verify them and roll back with
+ * seq_truncate) and for grammar-constrained sampling (a mask applied to the
+ * logits before sampler_sample, advanced in accept).
+ *
+ * Owns: a slot's token history, its sampler, stop-string and UTF-8 hold-back
+ * of output text, log-probabilities. Must not: pick which slots run (the
+ * scheduler does) or call decode.
+ */
+#include "engine/engine_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void batch_add(ember_batch *b, ember_token t, ember_pos pos, ember_seq_id seq, bool logits)
+{
+    int32_t i = b->n_tokens++;
+    b->token[i] = t;
+    b->pos[i] = pos;
+    b->seq_id[i] = seq;
+    b->logits[i] = logits ? 1 : 0;
+}
+
+int32_t slot_propose(engine *e, slot *s, int32_t budget)
+{
+    s->i_logits = -1;
+    s->n_batch_entries = 0;
+    if (budget <= 0) return 0;
+    ember_batch *b = &e->batch;
+    if (s->state == SLOT_GENERATE) {
+        /* the last sampled token; drafted tokens would follow it here */
+        s->i_logits = b->n_tokens;
+        batch_add(b, s->tokens[s->n_tokens - 1], s->n_past, s->id, true);
+        s->n_batch_entries = 1;
+    } else if (s->state == SLOT_PREFILL) {
+        int32_t n = s->n_prompt - s->n_past;
+        if (n > budget) n = budget;
+        for (int32_t k = 0; k < n; k++) {
+            int32_t pos = s->n_past + k;
+            bool last = pos == s->n_prompt - 1;
+            if (last) s->i_logits = b->n_tokens;
+            batch_add(b, s->tokens[pos], pos, s->id, last);
+        }
+        s->n_batch_entries = n;
+    }
+    return s->n_batch_entries;
+}
+
+/* Bytes at the end of text[len] that start a UTF-8 sequence not yet complete. */
+static size_t utf8_incomplete_tail(const char *text, size_t len)
+{
+    for (size_t back = 1; back <= 4 && back <= len; back++) {
+        unsigned char c = (unsigned char)text[len - back];
+        if ((c & 0xC0) == 0x80) continue;          /* continuation byte */
+        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return need > back ? back : 0;
+    }
+    return 0;
+}
+
+size_t stop_holdback(const char *text, size_t len, const char *const *stop, int32_t n_stop)
+{
+    size_t hold = 0;
+    for (int32_t i = 0; i < n_stop; i++) {
+        size_t sl = strlen(stop[i]);
+        size_t max = sl - 1 < len ? sl - 1 : len;   /* a full match is found elsewhere */
+        for (size_t k = max; k > hold; k--)
+            if (!memcmp(text + len - k, stop[i], k)) { hold = k; break; }
+    }
+    return hold;
+}
+
+static void req_commit(engine_req *r, const char *text, size_t n)
+{
+    if (n == 0) return;
+    pthread_mutex_lock(&r->mu);
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = r->text_cap ? r->text_cap : 256;
+        while (cap < r->text_len + n + 1) cap *= 2;
+        char *t = realloc(r->text, cap);
+        if (!t) { pthread_mutex_unlock(&r->mu); return; }
+        r->text = t;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, text, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Append a piece of output; commit what can no longer be part of a stop
+ * string or an unfinished UTF-8 character. Finishes the request (STOP) when a
+ * stop string appears: the text before it is committed, the rest dropped. */
+void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final)
+{
+    engine_req *r = s->req;
+    if (n > 0) {
+        if (s->pending_len + (size_t)n > s->pending_cap) {
+            size_t cap = s->pending_cap ? s->pending_cap : 64;
+            while (cap < s->pending_len + (size_t)n) cap *= 2;
+            char *p = realloc(s->pending, cap);
+            if (!p) return;
+            s->pending = p;
+            s->pending_cap = cap;
+        }
+        memcpy(s->pending + s->pending_len, piece, (size_t)n);
+        s->pending_len += (size_t)n;
+    }
+    const char *const *stop = (const char *const *)r->p.stop;
+    size_t first = SIZE_MAX;
+    for (int32_t i = 0; i < r->p.n_stop; i++) {
+        size_t sl = strlen(stop[i]);
+        if (sl > s->pending_len) continue;
+        const char *hit = memmem(s->pending, s->pending_len, stop[i], sl);
+        if (hit && (size_t)(hit - s->pending) < first) first = (size_t)(hit - s->pending);
+    }
+    if (first != SIZE_MAX) {
+        req_commit(r, s->pending, first);
+        s->pending_len = 0;
+        slot_release(e, s, ENGINE_FINISH_STOP, NULL);
+        return;
+    }
+    size_t hold = 0;
+    if (!final) {
+        hold = stop_holdback(s->pending, s->pending_len, stop, r->p.n_stop);
+        size_t u = utf8_incomplete_tail(s->pending, s->pending_len);
+        if (u > hold) hold = u;
+    }
+    size_t n_commit = s->pending_len - hold;
+    req_commit(r, s->pending, n_commit);
+    memmove(s->pending, s->pending + n_commit, hold);
+    s->pending_len = hold;
+}
+
+void slot_release(engine *e, slot *s, engine_finish f, const char *err)
+{
+    engine_req *r = s->req;
+    if (!r) return;
+    if (f != ENGINE_FINISH_STOP && f != ENGINE_FINISH_CANCELLED && s->pending_len)
+        req_commit(r, s->pending, s->pending_len);   /* length/error: flush what is held back */
+    s->pending_len = 0;
+    pthread_mutex_lock(&r->mu);
+    r->n_generated = s->n_generated;
+    pthread_mutex_unlock(&r->mu);
+    engine_req_finish(r, f, err);
+    if (s->smpl) e->rt.sampler_free(e->rt.ctx, s->smpl);
+    s->smpl = NULL;
+    pthread_mutex_lock(&e->mu);
+    e->st.n_requests_done++;
+    if (f == ENGINE_FINISH_CANCELLED) e->st.n_requests_cancelled++;
+    pthread_mutex_unlock(&e->mu);
+    engine_req_release(r);
+    s->req = NULL;
+    s->state = SLOT_IDLE;
+    s->last_used = e->step_no;
+}
+
+/* log softmax of logits[n_vocab] at `t`, and the top `k` alternatives. */
+static void fill_logprobs(engine *e, const float *logits, engine_tok *rec, int32_t k)
+{
+    int32_t nv = e->rt.n_vocab;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < nv; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int32_t i = 0; i < nv; i++) sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    rec->logprob = logits[rec->token] - lse;
+    rec->n_top = 0;
+    for (int32_t i = 0; i < nv; i++) {        /* insertion into a sorted top-k */
+        float v = logits[i];
+        if (rec->n_top == k && (k == 0 || v <= rec->top_logprob[k - 1])) continue;
+        int32_t j = rec->n_top < k ? rec->n_top++ : k - 1;
+        while (j > 0 && rec->top_logprob[j - 1] < v) {
+            rec->top_logprob[j] = rec->top_logprob[j - 1];
+            rec->top[j] = rec->top[j - 1];
+            j--;
+        }
+        rec->top_logprob[j] = v;
+        rec->top[j] = i;
+    }
+    for (int32_t j = 0; j < rec->n_top; j++) rec->top_logprob[j] -= lse;
+}
+
+void slot_after_decode(engine *e, slot *s)
+{
+    engine_req *r = s->req;
+    s->n_past += s->n_batch_entries;
+    s->n_batch_entries = 0;
+    if (s->i_logits < 0) return;                     /* prefill continues next step */
+    s->state = SLOT_GENERATE;
+    const float *logits = e->rt.get_logits(e->rt.ctx, s->i_logits);
+    s->i_logits = -1;
+    if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); return; }
+
+    /* sample and accept: a grammar mask or draft verification goes here */
+    ember_token t = e->rt.sampler_sample(e->rt.ctx, s->smpl, logits);
+    e->rt.sampler_accept(e->rt.ctx, s->smpl, t);
+    s->tokens[s->n_tokens++] = t;
+    s->n_generated++;
+
+    pthread_mutex_lock(&r->mu);
+    if (r->t_first_token == 0) r->t_first_token = engine_now();
+    r->n_generated = s->n_generated;
+    if (r->p.logprobs) {
+        if (r->n_toks == r->toks_cap) {
+            int32_t cap = r->toks_cap ? r->toks_cap * 2 : 16;
+            engine_tok *nt = realloc(r->toks, sizeof *nt * (size_t)cap);
+            if (nt) { r->toks = nt; r->toks_cap = cap; }
+        }
+        if (r->n_toks < r->toks_cap) {
+            engine_tok *rec = &r->toks[r->n_toks];
+            rec->token = t;
+            fill_logprobs(e, logits, rec, r->p.top_logprobs);
+            r->n_toks++;
+        }
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+
+    if (!r->p.ignore_eos && e->vocab.is_eog(e->vocab.ud, t)) {
+        slot_emit_text(e, s, NULL, 0, true);
+        if (s->req) slot_release(e, s, ENGINE_FINISH_STOP, NULL);
+        return;
+    }
+    char buf[1024];   /* longer than any vocabulary piece we know (pieces are < 256 bytes) */
+    int32_t n = e->vocab.token_piece(e->vocab.ud, t, buf, (int32_t)sizeof buf);
+    if (n < 0 || n > (int32_t)sizeof buf) n = 0;
+    bool last = s->n_generated >= s->n_predict;
+    slot_emit_text(e, s, buf, n, last);
+    if (s->req && last) slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
+}

@@ -1,0 +1,772 @@
+/*
+ * http.c — libmicrohttpd daemon, routes, authentication, JSON responses and
+ * server-sent events (see server.h).
+ *
+ * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION with an
+ * internal polling thread). A non-stream completion waits on its request in
+ * the access handler; a stream is a response callback that blocks until the
+ * engine commits more text. Both poll the socket for POLLRDHUP every 50 ms
+ * and cancel the request when the client has gone, so the engine frees the
+ * slot within one step; the completion notification cancels it as well.
+ *
+ * Must not: touch the model, or hold a request's lock while writing.
+ */
+#include "server/server.h"
+
+#include <microhttpd.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "base/status.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+
+struct server {
+    server_config cfg;
+    engine *e;
+    server_text text;
+    struct MHD_Daemon *d;
+    int port;
+    int64_t created;
+    atomic_uint_fast64_t n_http, n_http_errors, next_id;
+    atomic_int n_active;      /* completions in flight (streams until their last byte) */
+};
+
+typedef struct conn {
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    engine_req *req;    /* a non-stream request in flight (cancel on abort) */
+} conn;
+
+/* ---------- responses ---------- */
+
+static enum MHD_Result send_text(struct MHD_Connection *mc, unsigned status, const char *ctype, char *body, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { free(body); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(r, "Server", "ember/" EMBER_VERSION);
+    enum MHD_Result ret = MHD_queue_response(mc, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_json(server *s, struct MHD_Connection *mc, unsigned status, json_t *j)
+{
+    if (status >= 400) atomic_fetch_add(&s->n_http_errors, 1);
+    char *body = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(j);
+    if (!body) body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+    return send_text(mc, status, "application/json; charset=utf-8", body, strlen(body));
+}
+
+static enum MHD_Result send_error(server *s, struct MHD_Connection *mc, const oai_error *err)
+{
+    return send_json(s, mc, (unsigned)err->http_status, oai_error_json(err));
+}
+
+static enum MHD_Result fail(server *s, struct MHD_Connection *mc, int status, const char *type, const char *param,
+                            const char *code, const char *msg)
+{
+    oai_error err;
+    oai_error_set(&err, status, type, param, code, "%s", msg);
+    return send_error(s, mc, &err);
+}
+
+static int conn_fd(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* The peer closed its side (or the socket broke). HTTP clients do not
+ * half-close while waiting for an answer, so this means it went away. */
+static bool client_gone(int fd)
+{
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* ---------- helpers ---------- */
+
+static json_t *parse_body(conn *c, oai_error *err)
+{
+    if (c->len == 0) {
+        oai_error_set(err, 400, "invalid_request_error", NULL, NULL, "The request body is empty; expected a JSON object.");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *j = json_loadb(c->body, c->len, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        oai_error_set(err, 400, "invalid_request_error", NULL, NULL,
+                      "We could not parse the JSON body of your request: %s (line %d, column %d).", je.text, je.line,
+                      je.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        oai_error_set(err, 400, "invalid_request_error", NULL, NULL, "The request body must be a JSON object.");
+        return NULL;
+    }
+    return j;
+}
+
+static void make_id(server *s, const char *prefix, char *out, size_t cap)
+{
+    uint64_t n = atomic_fetch_add(&s->next_id, 1);
+    uint64_t x = ((uint64_t)time(NULL) << 20) ^ (n * 0x9E3779B97F4A7C15ull);
+    snprintf(out, cap, "%s%016llx%04llx", prefix, (unsigned long long)x, (unsigned long long)(n & 0xffff));
+}
+
+static int32_t piece_fn(void *ud, ember_token t, char *buf, int32_t cap)
+{
+    server *s = ud;
+    return s->text.token_piece(s->text.ud, t, buf, cap);
+}
+
+/* Render messages with the chat template, merging --chat-template-kwargs
+ * with the request's own. */
+static bool render_chat(server *s, oai_req *rq, bool add_gen, char **prompt, oai_error *err)
+{
+    json_t *kw = json_object();
+    if (s->cfg.template_kwargs) json_object_update(kw, s->cfg.template_kwargs);
+    if (rq->template_kwargs) json_object_update(kw, rq->template_kwargs);
+    ember_status st = s->text.apply_template(s->text.ud, rq->messages, rq->tools, kw, add_gen, prompt);
+    json_decref(kw);
+    if (st != EMBER_OK) {
+        oai_error_set(err, st == EMBER_ERR_FORMAT ? 400 : 500,
+                      st == EMBER_ERR_FORMAT ? "invalid_request_error" : "server_error", "messages", NULL,
+                      "The chat template failed on these messages: %s", ember_last_error());
+        return false;
+    }
+    return true;
+}
+
+static bool tokenize_prompt(server *s, const char *text, ember_token **toks, int32_t *n, oai_error *err)
+{
+    ember_status st = s->text.tokenize(s->text.ud, text, strlen(text), true, true, toks, n);
+    if (st != EMBER_OK) {
+        oai_error_set(err, 500, "server_error", NULL, NULL, "tokenizer: %s", ember_last_error());
+        return false;
+    }
+    /* a template that writes bos_token itself plus add_bos: keep one */
+    if (s->text.bos >= 0 && *n >= 2 && (*toks)[0] == s->text.bos && (*toks)[1] == s->text.bos) {
+        memmove(*toks, *toks + 1, sizeof **toks * (size_t)(*n - 1));
+        (*n)--;
+    }
+    return true;
+}
+
+/* ---------- streaming ---------- */
+
+typedef struct stream {
+    server *s;
+    oai_req rq;
+    engine_req *r;
+    int fd;
+    char id[64];
+    int64_t created;
+    size_t text_sent;
+    int32_t toks_sent;
+    bool first_sent, done;
+    char *out;
+    size_t out_len, out_off, out_cap;
+} stream;
+
+static void out_append(stream *st, const char *p, size_t n)
+{
+    if (st->out_len + n > st->out_cap) {
+        size_t cap = st->out_cap ? st->out_cap : 1024;
+        while (cap < st->out_len + n) cap *= 2;
+        char *o = realloc(st->out, cap);
+        if (!o) return;
+        st->out = o;
+        st->out_cap = cap;
+    }
+    memcpy(st->out + st->out_len, p, n);
+    st->out_len += n;
+}
+
+static void out_event(stream *st, json_t *j)
+{
+    char *d = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(j);
+    if (!d) return;
+    out_append(st, "data: ", 6);
+    out_append(st, d, strlen(d));
+    out_append(st, "\n\n", 2);
+    free(d);
+}
+
+static void result_from(const stream *st, const engine_req *r, oai_result *res)
+{
+    *res = (oai_result){.id = st->id, .model = st->s->cfg.alias, .created = st->created, .finish = r->finish,
+                        .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_generated = r->n_generated,
+                        .t_start = r->t_start, .t_first_token = r->t_first_token, .t_end = r->t_end};
+}
+
+/* Wait for news from the engine and format it as SSE events. Returns false
+ * when the client went away. */
+static bool stream_produce(stream *st)
+{
+    engine_req *r = st->r;
+    engine_req_lock(r);
+    while (r->text_len == st->text_sent && r->n_toks == st->toks_sent && r->finish == ENGINE_RUNNING && st->first_sent) {
+        if (!engine_req_wait(r, 50)) {
+            engine_req_unlock(r);
+            if (client_gone(st->fd)) return false;
+            engine_req_lock(r);
+        }
+    }
+    size_t n_delta = r->text_len - st->text_sent;
+    char *delta = malloc(n_delta + 1);
+    if (delta && n_delta) memcpy(delta, r->text + st->text_sent, n_delta);
+    int32_t tok_to = r->n_toks, tok_from = st->toks_sent;
+    engine_tok *toks = NULL;
+    if (tok_to > tok_from) {
+        toks = malloc(sizeof *toks * (size_t)tok_to);
+        if (toks) memcpy(toks + tok_from, r->toks + tok_from, sizeof *toks * (size_t)(tok_to - tok_from));
+    }
+    oai_result res;
+    result_from(st, r, &res);
+    engine_req_unlock(r);
+    res.toks = toks;
+    res.n_toks = tok_to;
+    if (!delta) n_delta = 0;
+
+    bool fin = res.finish != ENGINE_RUNNING;
+    if (res.finish == ENGINE_FINISH_ERROR || res.finish == ENGINE_FINISH_CANCELLED) {
+        oai_error err;
+        engine_req_lock(r);
+        oai_error_set(&err, res.finish == ENGINE_FINISH_ERROR ? 500 : 503, "server_error", NULL, NULL, "%s",
+                      r->err[0] ? r->err : "the request was cancelled");
+        engine_req_unlock(r);
+        out_event(st, oai_error_json(&err));
+    } else {
+        if (n_delta > 0 || tok_to > tok_from || !st->first_sent)
+            out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from,
+                                         !st->first_sent, false, piece_fn, st->s));
+        if (fin) {
+            out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, "", 0, 0, 0, false, true, piece_fn, st->s));
+            if (st->rq.include_usage) {
+                json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o}", "id", st->id, "object",
+                                      st->rq.kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion",
+                                      "created", (json_int_t)st->created, "model", st->s->cfg.alias,
+                                      "system_fingerprint", "ember-" EMBER_VERSION, "choices", "usage",
+                                      oai_usage_json(&res), "timings", oai_timings_json(&res));
+                out_event(st, u);
+            }
+        }
+    }
+    if (fin) {
+        out_append(st, "data: [DONE]\n\n", 14);
+        st->done = true;
+    }
+    st->first_sent = true;
+    st->text_sent += n_delta;
+    st->toks_sent = tok_to;
+    free(delta);
+    free(toks);
+    return true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream *st = cls;
+    for (;;) {
+        if (st->out_off < st->out_len) {
+            size_t n = st->out_len - st->out_off;
+            if (n > max) n = max;
+            memcpy(buf, st->out + st->out_off, n);
+            st->out_off += n;
+            if (st->out_off == st->out_len) st->out_off = st->out_len = 0;
+            return (ssize_t)n;
+        }
+        if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!stream_produce(st)) {
+            engine_req_cancel(st->r);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls)
+{
+    stream *st = cls;
+    atomic_fetch_sub(&st->s->n_active, 1);
+    engine_req_cancel(st->r);    /* no-op when finished; frees the slot when the client left */
+    engine_req_release(st->r);
+    oai_req_free(&st->rq);
+    free(st->out);
+    free(st);
+}
+
+/* ---------- completions ---------- */
+
+static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, conn *c, oai_kind kind)
+{
+    oai_error err;
+    json_t *body = parse_body(c, &err);
+    if (!body) return send_error(s, mc, &err);
+    oai_req rq;
+    bool ok = oai_parse(body, kind, s->text.n_vocab, &rq, &err);
+    json_decref(body);
+    if (!ok) { oai_req_free(&rq); return send_error(s, mc, &err); }
+
+    ember_token *toks = NULL;
+    int32_t n_toks = 0;
+    if (kind == OAI_CHAT) {
+        char *prompt = NULL;
+        ok = render_chat(s, &rq, true, &prompt, &err) && tokenize_prompt(s, prompt, &toks, &n_toks, &err);
+        free(prompt);
+    } else if (rq.prompt) {
+        ok = tokenize_prompt(s, rq.prompt, &toks, &n_toks, &err);
+    } else {
+        toks = rq.prompt_tokens;
+        n_toks = rq.n_prompt_tokens;
+        rq.prompt_tokens = NULL;
+    }
+    if (!ok) { free(toks); oai_req_free(&rq); return send_error(s, mc, &err); }
+
+    engine_req_params ep = {.prompt = toks, .n_prompt = n_toks, .n_predict = rq.max_tokens, .sampling = rq.sampling,
+                            .n_stop = rq.n_stop, .logprobs = rq.logprobs, .top_logprobs = rq.top_logprobs,
+                            .ignore_eos = rq.ignore_eos};
+    for (int32_t i = 0; i < rq.n_stop; i++) ep.stop[i] = rq.stop[i];
+    engine_req *r = NULL;
+    ember_status st = engine_submit(s->e, &ep, &r);
+    free(toks);
+    if (st != EMBER_OK) {
+        const char *param = kind == OAI_CHAT ? "messages" : "prompt";
+        if (st == EMBER_ERR_RANGE)
+            oai_error_set(&err, 400, "invalid_request_error", param, "context_length_exceeded", "%s", ember_last_error());
+        else if (st == EMBER_ERR_NOMEM || st == EMBER_ERR_IO)
+            oai_error_set(&err, 503, "server_error", NULL, NULL, "%s", ember_last_error());
+        else
+            oai_error_set(&err, 400, "invalid_request_error", param, NULL, "%s", ember_last_error());
+        oai_req_free(&rq);
+        return send_error(s, mc, &err);
+    }
+
+    atomic_fetch_add(&s->n_active, 1);
+    if (rq.stream) {
+        stream *sm = calloc(1, sizeof *sm);
+        if (!sm) {
+            atomic_fetch_sub(&s->n_active, 1);
+            engine_req_cancel(r);
+            engine_req_release(r);
+            oai_req_free(&rq);
+            return MHD_NO;
+        }
+        sm->s = s;
+        sm->rq = rq;
+        sm->r = r;
+        sm->fd = conn_fd(mc);
+        sm->created = (int64_t)time(NULL);
+        make_id(s, kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", sm->id, sizeof sm->id);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sm, stream_free);
+        if (!resp) { stream_free(sm); return MHD_NO; }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+        MHD_add_response_header(resp, "Server", "ember/" EMBER_VERSION);
+        enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+
+    int fd = conn_fd(mc);
+    c->req = r;
+    engine_req_lock(r);
+    while (r->finish == ENGINE_RUNNING) {
+        if (!engine_req_wait(r, 50)) {
+            engine_req_unlock(r);
+            if (client_gone(fd)) {
+                engine_req_cancel(r);
+                atomic_fetch_sub(&s->n_active, 1);
+                c->req = NULL;
+                engine_req_release(r);
+                oai_req_free(&rq);
+                return MHD_NO;
+            }
+            engine_req_lock(r);
+        }
+    }
+    engine_req_unlock(r);
+    c->req = NULL;
+    enum MHD_Result ret;
+    if (r->finish == ENGINE_FINISH_ERROR || r->finish == ENGINE_FINISH_CANCELLED) {
+        oai_error_set(&err, r->finish == ENGINE_FINISH_ERROR ? 500 : 503, "server_error", NULL, NULL, "%s",
+                      r->err[0] ? r->err : "the request was cancelled");
+        ret = send_error(s, mc, &err);
+    } else {
+        char id[64];
+        make_id(s, kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
+        oai_result res = {.id = id, .model = s->cfg.alias, .created = (int64_t)time(NULL), .text = r->text,
+                          .text_len = r->text_len, .finish = r->finish, .n_prompt = r->n_prompt,
+                          .n_cached = r->n_cached, .n_generated = r->n_generated, .t_start = r->t_start,
+                          .t_first_token = r->t_first_token, .t_end = r->t_end, .toks = r->toks, .n_toks = r->n_toks};
+        ret = send_json(s, mc, 200, oai_result_json(kind, &rq, &res, piece_fn, s));
+    }
+    engine_req_release(r);
+    oai_req_free(&rq);
+    atomic_fetch_sub(&s->n_active, 1);
+    return ret;
+}
+
+/* ---------- small endpoints ---------- */
+
+static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *mc, conn *c)
+{
+    oai_error err;
+    json_t *body = parse_body(c, &err);
+    if (!body) return send_error(s, mc, &err);
+    json_t *content = json_object_get(body, "content");
+    json_t *as = json_object_get(body, "add_special");
+    json_t *ps = json_object_get(body, "parse_special");
+    json_t *wp = json_object_get(body, "with_pieces");
+    enum MHD_Result ret;
+    if (!json_is_string(content)) {
+        ret = fail(s, mc, 400, "invalid_request_error", "content", NULL,
+                   content ? "Invalid type for 'content': expected a string." : "Missing required parameter: 'content'.");
+    } else if ((as && !json_is_boolean(as)) || (ps && !json_is_boolean(ps)) || (wp && !json_is_boolean(wp))) {
+        ret = fail(s, mc, 400, "invalid_request_error", NULL, NULL,
+                   "Invalid type: 'add_special', 'parse_special' and 'with_pieces' must be booleans.");
+    } else {
+        ember_token *toks = NULL;
+        int32_t n = 0;
+        ember_status st = s->text.tokenize(s->text.ud, json_string_value(content), json_string_length(content),
+                                           json_is_true(as), ps ? json_is_true(ps) : true, &toks, &n);
+        if (st != EMBER_OK) {
+            ret = fail(s, mc, 500, "server_error", NULL, NULL, ember_last_error());
+        } else {
+            json_t *arr = json_array();
+            for (int32_t i = 0; i < n; i++) {
+                if (json_is_true(wp)) {
+                    char buf[256];
+                    int32_t m = s->text.token_piece(s->text.ud, toks[i], buf, sizeof buf);
+                    if (m < 0 || m > (int32_t)sizeof buf) m = 0;
+                    json_array_append_new(arr, json_pack("{s:i, s:o}", "id", toks[i], "piece",
+                                                         oai_json_string(buf, (size_t)m)));
+                } else {
+                    json_array_append_new(arr, json_integer(toks[i]));
+                }
+            }
+            free(toks);
+            ret = send_json(s, mc, 200, json_pack("{s:o}", "tokens", arr));
+        }
+    }
+    json_decref(body);
+    return ret;
+}
+
+static enum MHD_Result handle_detokenize(server *s, struct MHD_Connection *mc, conn *c)
+{
+    oai_error err;
+    json_t *body = parse_body(c, &err);
+    if (!body) return send_error(s, mc, &err);
+    json_t *tokens = json_object_get(body, "tokens");
+    enum MHD_Result ret;
+    if (!json_is_array(tokens)) {
+        ret = fail(s, mc, 400, "invalid_request_error", "tokens", NULL,
+                   tokens ? "Invalid type for 'tokens': expected an array of token ids."
+                          : "Missing required parameter: 'tokens'.");
+        json_decref(body);
+        return ret;
+    }
+    size_t n = json_array_size(tokens), len = 0, cap = 256;
+    char *out = malloc(cap);
+    for (size_t i = 0; out && i < n; i++) {
+        json_t *t = json_array_get(tokens, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= s->text.n_vocab) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "Invalid 'tokens[%zu]': expected a token id in [0, %d).", i, s->text.n_vocab);
+            free(out);
+            json_decref(body);
+            return fail(s, mc, 400, "invalid_request_error", "tokens", NULL, msg);
+        }
+        char buf[256];
+        int32_t m = s->text.token_piece(s->text.ud, (ember_token)json_integer_value(t), buf, sizeof buf);
+        if (m < 0 || m > (int32_t)sizeof buf) m = 0;
+        if (len + (size_t)m > cap) {
+            while (len + (size_t)m > cap) cap *= 2;
+            char *o = realloc(out, cap);
+            if (!o) { free(out); out = NULL; break; }
+            out = o;
+        }
+        memcpy(out + len, buf, (size_t)m);
+        len += (size_t)m;
+    }
+    json_decref(body);
+    if (!out) return fail(s, mc, 500, "server_error", NULL, NULL, "out of memory");
+    ret = send_json(s, mc, 200, json_pack("{s:o}", "content", oai_json_string(out, len)));
+    free(out);
+    return ret;
+}
+
+static enum MHD_Result handle_apply_template(server *s, struct MHD_Connection *mc, conn *c)
+{
+    oai_error err;
+    json_t *body = parse_body(c, &err);
+    if (!body) return send_error(s, mc, &err);
+    oai_req rq = {0};
+    char *prompt = NULL;
+    bool add_gen = true;
+    json_t *ag = json_object_get(body, "add_generation_prompt");
+    if (ag && json_is_boolean(ag)) add_gen = json_is_true(ag);
+    bool ok = oai_parse_messages(body, &rq, &err) && render_chat(s, &rq, add_gen, &prompt, &err);
+    json_decref(body);
+    oai_req_free(&rq);
+    if (!ok) return send_error(s, mc, &err);
+    enum MHD_Result ret = send_json(s, mc, 200, json_pack("{s:o}", "prompt", oai_json_string(prompt, strlen(prompt))));
+    free(prompt);
+    return ret;
+}
+
+static enum MHD_Result handle_models(server *s, struct MHD_Connection *mc)
+{
+    engine_stats st;
+    engine_get_stats(s->e, &st, NULL);
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:I, s:i}}", "id", s->cfg.alias, "object", "model",
+                          "created", (json_int_t)s->created, "owned_by", "ember", "meta", "n_ctx", st.n_ctx,
+                          "n_vocab", s->text.n_vocab, "size", (json_int_t)s->cfg.weight_bytes, "n_slots",
+                          st.n_slots);
+    return send_json(s, mc, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+static enum MHD_Result handle_slots(server *s, struct MHD_Connection *mc)
+{
+    engine_stats st;
+    engine_get_stats(s->e, &st, NULL);
+    engine_slot_info *info = calloc((size_t)st.n_slots, sizeof *info);
+    if (!info) return fail(s, mc, 500, "server_error", NULL, NULL, "out of memory");
+    engine_get_stats(s->e, &st, info);
+    json_t *arr = json_array();
+    for (int32_t i = 0; i < st.n_slots; i++)
+        json_array_append_new(arr, json_pack("{s:i, s:i, s:b, s:I, s:i, s:i, s:i}", "id", info[i].id, "n_ctx", st.n_ctx,
+                                             "is_processing", info[i].busy, "id_task", (json_int_t)info[i].req_id,
+                                             "n_past", info[i].n_past, "n_prompt_tokens", info[i].n_prompt,
+                                             "n_decoded", info[i].n_generated));
+    free(info);
+    return send_json(s, mc, 200, arr);
+}
+
+static enum MHD_Result handle_props(server *s, struct MHD_Connection *mc)
+{
+    engine_stats st;
+    engine_get_stats(s->e, &st, NULL);
+    json_t *j = json_pack("{s:{s:i, s:i}, s:i, s:s, s:s, s:s, s:o, s:{s:b, s:b}, s:I, s:I}",
+                          "default_generation_settings", "n_ctx", st.n_ctx, "n_batch", st.n_batch, "total_slots",
+                          st.n_slots, "model_path", s->cfg.model_path ? s->cfg.model_path : "", "model_alias",
+                          s->cfg.alias, "build_info", "ember " EMBER_VERSION, "chat_template",
+                          s->text.chat_template ? oai_json_string(s->text.chat_template, strlen(s->text.chat_template))
+                                                : json_string(""),
+                          "modalities", "vision", 0, "audio", 0, "kv_pool_tokens", (json_int_t)s->cfg.kv_pool_tokens,
+                          "kv_bytes", (json_int_t)s->cfg.kv_bytes);
+    return send_json(s, mc, 200, j);
+}
+
+static enum MHD_Result handle_metrics(server *s, struct MHD_Connection *mc)
+{
+    if (!s->cfg.metrics)
+        return fail(s, mc, 501, "not_supported_error", NULL, NULL,
+                    "This server does not serve metrics; start it with --metrics.");
+    engine_stats st;
+    engine_get_stats(s->e, &st, NULL);
+    metrics_input in = {.st = &st, .kv_pool_tokens = s->cfg.kv_pool_tokens, .kv_bytes = s->cfg.kv_bytes,
+                        .n_http = atomic_load(&s->n_http), .n_http_errors = atomic_load(&s->n_http_errors)};
+    size_t len = 0;
+    char *text = metrics_render(&in, &len);
+    if (!text) return fail(s, mc, 500, "server_error", NULL, NULL, "out of memory");
+    return send_text(mc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+}
+
+/* ---------- dispatch ---------- */
+
+static bool authorized(server *s, struct MHD_Connection *mc)
+{
+    if (!s->cfg.api_key || !s->cfg.api_key[0]) return true;
+    const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    const char *k = h + 7, *want = s->cfg.api_key;
+    size_t nk = strlen(k), nw = strlen(want);
+    unsigned diff = (unsigned)(nk ^ nw);
+    for (size_t i = 0; i < nw; i++) diff |= (unsigned)(want[i] ^ (i < nk ? k[i] : 0));   /* constant time */
+    return diff == 0;
+}
+
+static const char *strip_v1(const char *url) { return !strncmp(url, "/v1/", 4) ? url + 3 : url; }
+
+static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *url, const char *method, conn *c)
+{
+    atomic_fetch_add(&s->n_http, 1);
+    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    const char *path = strip_v1(url);
+    if (!strcmp(method, "OPTIONS")) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        enum MHD_Result ret = MHD_queue_response(mc, 204, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    if (!strcmp(path, "/health")) {
+        if (!get) goto method;
+        return send_json(s, mc, 200, json_pack("{s:s}", "status", "ok"));
+    }
+    if (!authorized(s, mc))
+        return fail(s, mc, 401, "invalid_request_error", NULL, "invalid_api_key",
+                    "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
+    if (c->too_large) return fail(s, mc, 413, "invalid_request_error", NULL, NULL, "The request body is too large.");
+
+    struct { const char *path; bool post; enum MHD_Result (*fn)(server *, struct MHD_Connection *, conn *); } posts[] = {
+        {"/tokenize", true, handle_tokenize},
+        {"/detokenize", true, handle_detokenize},
+        {"/apply-template", true, handle_apply_template},
+    };
+    if (!strcmp(path, "/chat/completions")) {
+        if (!post) goto method;
+        return handle_completion(s, mc, c, OAI_CHAT);
+    }
+    if (!strcmp(path, "/completions")) {
+        if (!post) goto method;
+        return handle_completion(s, mc, c, OAI_COMPLETION);
+    }
+    for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++)
+        if (!strcmp(path, posts[i].path)) {
+            if (!post) goto method;
+            return posts[i].fn(s, mc, c);
+        }
+    if (!strcmp(path, "/models")) { if (!get) goto method; return handle_models(s, mc); }
+    if (!strcmp(path, "/slots")) { if (!get) goto method; return handle_slots(s, mc); }
+    if (!strcmp(path, "/props")) { if (!get) goto method; return handle_props(s, mc); }
+    if (!strcmp(path, "/metrics")) { if (!get) goto method; return handle_metrics(s, mc); }
+    {
+        char msg[300];
+        snprintf(msg, sizeof msg, "Invalid URL (%s %.200s): no such endpoint.", method, url);
+        return fail(s, mc, 404, "invalid_request_error", NULL, "not_found", msg);
+    }
+method: {
+        char msg[300];
+        snprintf(msg, sizeof msg, "Method %s is not allowed for %.200s.", method, url);
+        return fail(s, mc, 405, "invalid_request_error", NULL, "method_not_allowed", msg);
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    server *s = cls;
+    conn *c = *con_cls;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c) return MHD_NO;
+        *con_cls = c;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (c->too_large || c->len + n > s->cfg.max_body_bytes) {
+            c->too_large = true;
+            return MHD_YES;
+        }
+        if (c->len + n + 1 > c->cap) {
+            size_t cap = c->cap ? c->cap : 4096;
+            while (cap < c->len + n + 1) cap *= 2;
+            char *b = realloc(c->body, cap);
+            if (!b) { c->too_large = true; return MHD_YES; }
+            c->body = b;
+            c->cap = cap;
+        }
+        memcpy(c->body + c->len, upload_data, n);
+        c->len += n;
+        c->body[c->len] = 0;
+        return MHD_YES;
+    }
+    return route(s, mc, url, method, c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    conn *c = *con_cls;
+    if (!c) return;
+    if (c->req) engine_req_cancel(c->req);
+    free(c->body);
+    free(c);
+    *con_cls = NULL;
+}
+
+ember_status server_start(const server_config *cfg, engine *e, const server_text *text, server **out)
+{
+    *out = NULL;
+    server *s = calloc(1, sizeof *s);
+    if (!s) return ember_error(EMBER_ERR_NOMEM, "server");
+    s->cfg = *cfg;
+    if (!s->cfg.host) s->cfg.host = "127.0.0.1";
+    if (!s->cfg.alias) s->cfg.alias = "ember";
+    if (!s->cfg.max_body_bytes) s->cfg.max_body_bytes = 16u << 20;
+    s->e = e;
+    s->text = *text;
+    s->created = (int64_t)time(NULL);
+
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
+    struct sockaddr_in6 addr6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)cfg->port)};
+    const struct sockaddr *sa;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC;
+    if (inet_pton(AF_INET, s->cfg.host, &addr.sin_addr) == 1) {
+        sa = (const struct sockaddr *)&addr;
+    } else if (inet_pton(AF_INET6, s->cfg.host, &addr6.sin6_addr) == 1) {
+        sa = (const struct sockaddr *)&addr6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        free(s);
+        return ember_error(EMBER_ERR_INVALID_ARG, "--host '%s' is not an IPv4 or IPv6 address",
+                           cfg->host ? cfg->host : "");
+    }
+    s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, sa,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_END);
+    if (!s->d) {
+        free(s);
+        return ember_error(EMBER_ERR_IO, "cannot listen on %s:%d (address in use or not permitted)", cfg->host,
+                           cfg->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : cfg->port;
+    *out = s;
+    return EMBER_OK;
+}
+
+int server_port(const server *s) { return s->port; }
+
+void server_quiesce(server *s)
+{
+    if (s && s->d) {
+        MHD_socket fd = MHD_quiesce_daemon(s->d);
+        if (fd != MHD_INVALID_SOCKET) close(fd);
+    }
+}
+
+void server_stop(server *s)
+{
+    if (!s) return;
+    /* let answers of cancelled requests reach their clients (at most 3 s) */
+    for (int i = 0; i < 300 && atomic_load(&s->n_active) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (s->d) MHD_stop_daemon(s->d);
+    free(s);
+}

@@ -1,0 +1,61 @@
+/*
+ * metrics.c — Prometheus text for GET /metrics (see metrics.h). Names follow
+ * Prometheus conventions: counters end in _total, units in the name
+ * (_seconds, _bytes, _tokens).
+ */
+#include "server/metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct buf { char *p; size_t len, cap; bool oom; } buf;
+
+static void put(buf *b, const char *name, const char *type, const char *help, double v)
+{
+    for (int attempt = 0; attempt < 2 && !b->oom; attempt++) {
+        size_t room = b->cap - b->len;
+        int n = snprintf(b->p + b->len, room, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+        if (n >= 0 && (size_t)n < room) { b->len += (size_t)n; return; }
+        size_t cap = b->cap * 2 + (size_t)n + 1;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->oom = true; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+char *metrics_render(const metrics_input *in, size_t *len)
+{
+    buf b = {.p = malloc(4096), .cap = 4096};
+    if (!b.p) return NULL;
+    b.p[0] = 0;
+    const engine_stats *st = in->st;
+    put(&b, "ember_prompt_tokens_total", "counter", "Prompt tokens decoded (prefix-cache hits excluded).",
+        (double)st->n_prompt_tokens);
+    put(&b, "ember_prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prefix cache.",
+        (double)st->n_prompt_tokens_cached);
+    put(&b, "ember_prompt_seconds_total", "counter", "Decode time spent on prompt tokens.", st->t_prompt_s);
+    put(&b, "ember_tokens_predicted_total", "counter", "Tokens generated.", (double)st->n_gen_tokens);
+    put(&b, "ember_tokens_predicted_seconds_total", "counter", "Decode time spent on generated tokens.", st->t_gen_s);
+    put(&b, "ember_decode_steps_total", "counter", "Engine steps (batched decode calls).", (double)st->n_steps);
+    put(&b, "ember_requests_finished_total", "counter", "Requests finished (any reason).", (double)st->n_requests_done);
+    put(&b, "ember_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).",
+        (double)st->n_requests_cancelled);
+    put(&b, "ember_requests_processing", "gauge", "Requests holding a slot.", (double)st->n_busy);
+    put(&b, "ember_requests_deferred", "gauge", "Requests waiting for a slot.", (double)st->n_queued);
+    put(&b, "ember_slots", "gauge", "Slots (--parallel).", (double)st->n_slots);
+    put(&b, "ember_n_ctx_tokens", "gauge", "Most tokens one slot may hold (-c).", (double)st->n_ctx);
+    put(&b, "ember_batch_max_seen_tokens", "gauge", "Largest batch decoded in one step.", (double)st->max_batch_seen);
+    put(&b, "ember_kv_cache_tokens", "gauge", "KV pool size shared by all slots.", (double)in->kv_pool_tokens);
+    put(&b, "ember_kv_cache_free_tokens", "gauge", "KV pool tokens free.", (double)st->kv_free_tokens);
+    put(&b, "ember_kv_cache_usage_ratio", "gauge", "Fraction of the KV pool in use (prefix caches included).",
+        in->kv_pool_tokens ? 1.0 - (double)st->kv_free_tokens / (double)in->kv_pool_tokens : 0.0);
+    put(&b, "ember_kv_cache_bytes", "gauge", "Bytes of KV cache allocated.", (double)in->kv_bytes);
+    put(&b, "ember_http_requests_total", "counter", "HTTP requests routed.", (double)in->n_http);
+    put(&b, "ember_http_errors_total", "counter", "HTTP responses with status >= 400.", (double)in->n_http_errors);
+    if (b.oom) { free(b.p); return NULL; }
+    *len = b.len;
+    return b.p;
+}

@@ -1,0 +1,104 @@
+/*
+ * openai.h — the OpenAI-compatible JSON of /v1/chat/completions and
+ * /v1/completions: request parsing and validation, and the result, chunk,
+ * usage and error objects.
+ *
+ * Owns: field names, types, ranges and defaults as the OpenAI API reference
+ * gives them (platform.openai.com/docs/api-reference/chat/create and
+ * .../completions/create), plus llama-server's extensions (top_k, min_p,
+ * repeat_penalty, chat_template_kwargs, timings). Unknown fields are ignored,
+ * as OpenAI does; a known field of the wrong type or range is a 400 naming it.
+ * Must not: touch sockets, the engine or the tokenizer.
+ */
+#ifndef EMBER_SERVER_OPENAI_H
+#define EMBER_SERVER_OPENAI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "engine/engine.h"
+
+typedef enum oai_kind { OAI_CHAT = 1, OAI_COMPLETION = 2 } oai_kind;
+
+/* A parsed request. Strings and JSON it points to belong to it (oai_req_free). */
+typedef struct oai_req {
+    oai_kind kind;
+    bool stream;
+    bool include_usage;          /* stream_options.include_usage */
+    json_t *messages;            /* chat: normalized array (content parts joined to strings) */
+    json_t *tools;               /* chat: tools array or NULL */
+    json_t *template_kwargs;     /* chat_template_kwargs object or NULL */
+    char *prompt;                /* completion: prompt text, or NULL when given as token ids */
+    ember_token *prompt_tokens;  /* completion: prompt as token ids */
+    int32_t n_prompt_tokens;
+    int32_t max_tokens;          /* -1: until EOG or the slot's n_ctx */
+    ember_sampler_params sampling;
+    ember_logit_bias *logit_bias;
+    char *stop[ENGINE_MAX_STOP];
+    int32_t n_stop;
+    bool logprobs;
+    int32_t top_logprobs;
+    bool ignore_eos;
+} oai_req;
+
+/* A 4xx/5xx answer in OpenAI's shape:
+ * {"error": {"message", "type", "param", "code"}}. */
+typedef struct oai_error {
+    int http_status;             /* 400, 401, 404, 500, 503 */
+    char message[512];
+    const char *type;            /* "invalid_request_error", "server_error", ... */
+    char param[64];              /* "" -> null */
+    const char *code;            /* NULL -> null */
+} oai_error;
+
+void oai_error_set(oai_error *err, int status, const char *type, const char *param, const char *code,
+                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* {"error": {...}} (new reference). */
+json_t *oai_error_json(const oai_error *err);
+
+/* Parse a request body (already a JSON value) for `kind`. n_vocab bounds
+ * logit_bias keys and prompt token ids. Returns false with *err filled (400)
+ * when a field is missing, of the wrong type or out of range. */
+bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_error *err);
+void oai_req_free(oai_req *r);
+/* Parse only messages/tools/chat_template_kwargs (for /apply-template). */
+bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err);
+
+/* A JSON string of n bytes that may hold invalid UTF-8: each invalid byte
+ * becomes U+FFFD (jansson accepts only valid UTF-8). */
+json_t *oai_json_string(const char *s, size_t n);
+
+/* What the engine reported for a finished or running request. */
+typedef struct oai_result {
+    const char *id;              /* "chatcmpl-..." / "cmpl-..." */
+    const char *model;
+    int64_t created;             /* Unix seconds */
+    const char *text;
+    size_t text_len;
+    engine_finish finish;
+    int32_t n_prompt, n_cached, n_generated;
+    double t_start, t_first_token, t_end;
+    const engine_tok *toks;      /* logprobs records or NULL */
+    int32_t n_toks;
+} oai_result;
+
+/* "stop" / "length" / NULL (running) for a finish state. */
+const char *oai_finish_reason(engine_finish f);
+
+/* Token text for logprobs; `piece` gets the bytes of a token. */
+typedef int32_t (*oai_piece_fn)(void *ud, ember_token t, char *buf, int32_t cap);
+
+/* The full non-stream response object for `kind` (new reference). */
+json_t *oai_result_json(oai_kind kind, const oai_req *req, const oai_result *res, oai_piece_fn piece,
+                        void *piece_ud);
+/* One stream chunk carrying text[delta] and toks[tok_from, tok_to) (new
+ * reference). finish_reason is added when `final`. For chat, `first` adds
+ * the "role": "assistant" delta. */
+json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res, const char *delta, size_t delta_len,
+                       int32_t tok_from, int32_t tok_to, bool first, bool final, oai_piece_fn piece, void *piece_ud);
+/* The usage object (and timings as llama-server reports them). */
+json_t *oai_usage_json(const oai_result *res);
+json_t *oai_timings_json(const oai_result *res);
+
+#endif

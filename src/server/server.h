@@ -1,0 +1,70 @@
+/*
+ * server.h — the OpenAI-compatible HTTP server (libmicrohttpd + jansson).
+ *
+ * Owns: sockets, routes, authentication, request bodies, JSON and SSE
+ * responses, client-disconnect detection, /metrics text.
+ * Must not: touch the model (the engine thread owns it). HTTP threads only
+ * parse, render the chat template, tokenize, enqueue and stream.
+ *
+ * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /health, GET /metrics, POST /tokenize, POST /detokenize,
+ * POST /apply-template, GET /props, GET /slots (also without the /v1 prefix
+ * where llama-server accepts that).
+ */
+#ifndef EMBER_SERVER_SERVER_H
+#define EMBER_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "engine/engine.h"
+
+/* The text side of the model, shared by all HTTP threads (must be
+ * thread-safe). `ud` is passed back to every call. */
+typedef struct server_text {
+    void *ud;
+    int32_t n_vocab;
+    /* text[len] -> malloc'd ids. add_special: BOS/EOS as the model says;
+     * parse_special: control tokens written as text are recognised. */
+    ember_status (*tokenize)(void *ud, const char *text, size_t len, bool add_special, bool parse_special,
+                             ember_token **out, int32_t *n_out);
+    /* bytes of one token (as engine_vocab.token_piece) */
+    int32_t (*token_piece)(void *ud, ember_token t, char *buf, int32_t cap);
+    /* Render a chat: messages (validated array), tools (array or NULL),
+     * kwargs (object or NULL, e.g. enable_thinking), add_generation_prompt.
+     * *out is malloc'd. Errors: EMBER_ERR_FORMAT (the template failed; the
+     * message says where). */
+    ember_status (*apply_template)(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_generation_prompt,
+                                   char **out);
+    ember_token bos;                 /* -1 if none (a doubled BOS is removed) */
+    const char *chat_template;       /* source, for /props (may be NULL) */
+} server_text;
+
+typedef struct server_config {
+    const char *host;                /* --host, default 127.0.0.1 */
+    int port;                        /* --port, default 8080; 0 picks a free port */
+    const char *api_key;             /* --api-key; NULL: no authentication */
+    const char *alias;               /* --alias: the model id clients see */
+    const char *model_path;
+    bool metrics;                    /* --metrics: enable GET /metrics */
+    json_t *template_kwargs;         /* --chat-template-kwargs defaults (object or NULL) */
+    size_t max_body_bytes;           /* larger bodies get 413; 0: 16 MiB */
+    /* memory facts for /metrics and /props */
+    uint64_t kv_bytes, kv_pool_tokens, weight_bytes;
+} server_config;
+
+typedef struct server server;
+
+/* Start listening (threads of libmicrohttpd) and serve `e` (already started).
+ * Errors: EMBER_ERR_IO (address in use, bad host), EMBER_ERR_NOMEM. */
+ember_status server_start(const server_config *cfg, engine *e, const server_text *text, server **out);
+/* The port actually bound (useful with port 0). */
+int server_port(const server *s);
+/* Stop accepting connections (before engine_stop), keep serving open ones. */
+void server_quiesce(server *s);
+/* Wait (at most 3 s) for answers in flight to be sent, then close all
+ * connections, join the HTTP threads and free. Call after engine_stop. */
+void server_stop(server *s);
+
+#endif

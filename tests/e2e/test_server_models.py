@@ -1,0 +1,242 @@
+"""`ember serve` on the real models, driven by the official openai client.
+
+Expected prompts, prompt token counts and greedy replies come from llama.cpp's
+llama-server on the same GGUF files (tests/golden/server/server_goldens.json,
+made by make_server_goldens.py beside it). The rest checks the server against
+itself under load: streamed text equals the non-streamed text, 8 concurrent
+greedy streams equal the same requests run alone, a disconnect frees the slot.
+One server per module (SmolLM2 mostly; Gemma 3 for its own template path).
+"""
+import concurrent.futures as cf
+import json
+import pathlib
+import signal
+import subprocess
+import time
+
+import openai
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from serverutil import Server, free_port
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOLDEN = json.loads((ROOT / "tests/golden/server/server_goldens.json").read_text())
+KEY = "sk-ember-e2e"
+HDR = {"Authorization": f"Bearer {KEY}"}
+N_CTX = 512
+
+
+@pytest.fixture(scope="module")
+def smol(ember_bin, smollm2_path):
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(N_CTX), "-np", "8", "-t", "2", "--port", str(port),
+                "--api-key", KEY, "--metrics", "--alias", "smol"], port)
+    yield s
+    assert s.stop() == 0          # SIGTERM: clean exit
+
+
+@pytest.fixture(scope="module")
+def client(smol):
+    return openai.OpenAI(base_url=smol.base + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+Q = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.mark.parametrize("case", GOLDEN["models"]["smollm2"], ids=lambda c: c["messages"][-1]["content"][:20])
+def test_smollm2_matches_llama_server(smol, client, case):
+    prompt = requests.post(smol.base + "/apply-template", json={"messages": case["messages"]}, headers=HDR).json()
+    assert prompt["prompt"] == case["prompt"]
+    r = client.chat.completions.create(model="smol", messages=case["messages"], max_tokens=GOLDEN["max_tokens"],
+                                       temperature=0)
+    assert r.usage.prompt_tokens == case["prompt_tokens"]
+    # equal up to llama.cpp's first near-tie (top-2 gap < GOLDEN["gap"] nats)
+    assert r.choices[0].message.content.startswith(case["stable_prefix"])
+    if case["stable_prefix"] == case["content"]:
+        assert r.choices[0].finish_reason == case["finish_reason"]
+
+
+def test_stream_equals_non_stream(client):
+    whole = client.chat.completions.create(model="smol", messages=Q, max_tokens=12, temperature=0)
+    chunks = list(client.chat.completions.create(model="smol", messages=Q, max_tokens=12, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    usage = chunks[-1].usage
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    assert usage.prompt_tokens == whole.usage.prompt_tokens
+    # the same prompt again: all but its last token come from the prefix cache
+    assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1
+
+
+def test_max_tokens_length_and_usage(client):
+    r = client.chat.completions.create(model="smol", messages=Q, max_tokens=5, temperature=0)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 5
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 5
+    r2 = client.chat.completions.create(model="smol", messages=Q, max_completion_tokens=3, temperature=0)
+    assert r2.usage.completion_tokens == 3
+
+
+def test_stop_sequence(client):
+    full = client.chat.completions.create(model="smol", messages=Q, max_tokens=12, temperature=0)
+    text = full.choices[0].message.content
+    stop = text[5:8]
+    r = client.chat.completions.create(model="smol", messages=Q, max_tokens=12, temperature=0, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.content == text[:text.index(stop)]
+
+
+def test_seeded_sampling_reproducible(client):
+    kw = dict(model="smol", messages=[{"role": "user", "content": "Tell me a story."}], max_tokens=10,
+              temperature=1.0, top_p=0.95)
+    a = client.chat.completions.create(seed=1234, **kw).choices[0].message.content
+    b = client.chat.completions.create(seed=1234, **kw).choices[0].message.content
+    assert a == b
+
+
+def test_eight_concurrent_streams_equal_alone(client):
+    prompts = [f"Give me a fun fact about the number {i}." for i in range(8)]
+
+    def run(p, stream):
+        msgs = [{"role": "user", "content": p}]
+        if not stream:
+            return client.chat.completions.create(model="smol", messages=msgs, max_tokens=10,
+                                                  temperature=0).choices[0].message.content
+        s = client.chat.completions.create(model="smol", messages=msgs, max_tokens=10, temperature=0, stream=True)
+        return "".join(c.choices[0].delta.content or "" for c in s if c.choices)
+
+    alone = [run(p, False) for p in prompts]
+    with cf.ThreadPoolExecutor(8) as ex:
+        together = list(ex.map(lambda p: run(p, True), prompts))
+    assert together == alone
+
+
+def test_disconnect_mid_stream_frees_slot(smol):
+    body = {"messages": [{"role": "user", "content": "Write a long essay about rivers."}], "max_tokens": 400,
+            "stream": True}
+    with requests.post(smol.base + "/v1/chat/completions", json=body, headers=HDR, stream=True, timeout=60) as r:
+        n = 0
+        for line in r.iter_lines():
+            n += line.startswith(b"data: ")
+            if n >= 3:
+                break
+        assert any(s["is_processing"] for s in requests.get(smol.base + "/slots", headers=HDR).json())
+    slots = smol.wait_idle(timeout=10, headers=HDR)
+    assert not any(s["is_processing"] for s in slots)
+    assert all(s["n_decoded"] < 400 for s in slots)
+
+
+def test_over_long_prompt_is_400(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "word " * 700}],
+                                       max_tokens=4)
+    assert e.value.body["code"] == "context_length_exceeded"
+    assert str(N_CTX) in e.value.body["message"]
+
+
+def test_bad_requests_are_400(smol):
+    r = requests.post(smol.base + "/v1/chat/completions", data=b"{not json", headers=HDR)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = requests.post(smol.base + "/v1/chat/completions", json={"messages": Q, "max_tokens": "5"}, headers=HDR)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+
+def test_api_key_required(smol):
+    bad = openai.OpenAI(base_url=smol.base + "/v1", api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(model="smol", messages=Q, max_tokens=2)
+    assert requests.post(smol.base + "/v1/chat/completions", json={"messages": Q}).status_code == 401
+
+
+def test_models_and_metrics(client, smol):
+    assert [m.id for m in client.models.list().data] == ["smol"]
+    fams = {f.name: f for f in text_string_to_metric_families(requests.get(smol.base + "/metrics", headers=HDR).text)}
+    assert fams["ember_tokens_predicted"].samples[0].value > 0
+    assert fams["ember_prompt_tokens_cached"].samples[0].value > 0
+    assert fams["ember_slots"].samples[0].value == 8
+    assert fams["ember_kv_cache_tokens"].samples[0].value == 8 * N_CTX
+    # the concurrent-streams test ran before: several slots shared one decode batch
+    assert fams["ember_batch_max_seen_tokens"].samples[0].value >= 4
+
+
+def test_completions_endpoint(client):
+    r = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=6, temperature=0)
+    s = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=6, temperature=0,
+                                  stream=True)
+    assert "".join(c.choices[0].text for c in s if c.choices) == r.choices[0].text
+    assert r.usage.completion_tokens == 6
+
+
+def test_gemma3_matches_llama_server_and_sigterm(ember_bin, gemma3_path):
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", gemma3_path, "-c", "256", "-np", "2", "-t", "2", "--port", str(port)], port)
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="x", max_retries=0, timeout=120)
+        for case in GOLDEN["models"]["gemma3"]:
+            p = requests.post(s.base + "/apply-template", json={"messages": case["messages"]}).json()["prompt"]
+            assert p == case["prompt"]
+            r = c.chat.completions.create(model="g", messages=case["messages"], max_tokens=GOLDEN["max_tokens"],
+                                          temperature=0)
+            assert r.usage.prompt_tokens == case["prompt_tokens"]
+            assert r.choices[0].message.content.startswith(case["stable_prefix"])
+        body = {"messages": GOLDEN["models"]["gemma3"][0]["messages"], "max_tokens": 200, "stream": True}
+        with requests.post(s.base + "/v1/chat/completions", json=body, stream=True, timeout=60) as r:
+            it = r.iter_lines()
+            next(it)
+            t0 = time.time()
+            s.proc.send_signal(signal.SIGTERM)
+            assert b"[DONE]" in b"\n".join(it)
+        assert s.proc.wait(20) == 0
+        assert time.time() - t0 < 20
+    finally:
+        s.stop()
+
+
+def test_ember_chat_pipes(ember_bin, smollm2_path):
+    case = GOLDEN["models"]["smollm2"][1]          # system prompt + one user turn
+    out = subprocess.run([ember_bin, "chat", "-m", smollm2_path, "-c", "256", "--temp", "0", "-n", "8", "--system",
+                          case["messages"][0]["content"]],
+                         input=case["messages"][1]["content"] + "\nAnd 3+3?\n", capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    replies = out.stdout.strip().split("\n")
+    assert replies[0].startswith(case["stable_prefix"]) and len(case["stable_prefix"]) > 10
+    assert len(replies) >= 2 and replies[-1]                 # a second turn was answered
+
+
+def test_serve_cli_errors(ember_bin, smollm2_path, tmp_path):
+    r = subprocess.run([ember_bin, "serve"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "-m FILE is required" in r.stderr
+    r = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "--chat-template-kwargs", "[1]"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2 and "JSON object" in r.stderr
+    r = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "-np", "0"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    r = subprocess.run([ember_bin, "serve", "-m", str(tmp_path / "missing.gguf")], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 1 and "missing.gguf" in r.stderr
+
+
+def test_template_file_and_kwargs(ember_bin, smollm2_path, tmp_path):
+    tmpl = tmp_path / "t.jinja"
+    tmpl.write_text("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+                    "{% if add_generation_prompt %}{{ greeting }}>{% endif %}")
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "1", "--port", str(port),
+                "--chat-template-file", str(tmpl), "--chat-template-kwargs", '{"greeting": "hey"}'], port)
+    try:
+        msgs = [{"role": "user", "content": "a"}]
+        p = requests.post(s.base + "/apply-template", json={"messages": msgs}).json()["prompt"]
+        assert p == "[user:a]hey>"
+        p = requests.post(s.base + "/apply-template",
+                          json={"messages": msgs, "chat_template_kwargs": {"greeting": "yo"}}).json()["prompt"]
+        assert p == "[user:a]yo>"
+        # the port is taken now: a second server says so and exits 1
+        r = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "1", "--port", str(port)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "cannot listen" in r.stderr
+    finally:
+        assert s.stop() == 0

@@ -1,0 +1,442 @@
+/* The engine's scheduler against the toy model of tests/common/fake_model.h.
+ * Expected outputs come from fake_reference(), which applies the toy model's
+ * rule directly (greedy, one sequence, no engine): a request run through
+ * continuous batching, chunked prefill, the prefix cache or the queue must
+ * produce exactly that text. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <cmocka.h>
+
+#include "../../common/fake_model.h"
+#include "engine/engine_internal.h"
+
+typedef struct fixture {
+    fake_model *m;
+    engine_runtime rt;
+    engine_vocab vocab;
+    engine *e;
+} fixture;
+
+static int32_t prefill_chunk;   /* engine_config.n_prefill_chunk for the next fx_init */
+
+static void fx_init(fixture *f, int32_t n_slots, int32_t n_ctx, uint32_t pool, int32_t n_batch, int32_t n_queue)
+{
+    f->m = fake_model_new(n_slots, n_ctx, pool, n_batch);
+    f->rt = fake_runtime(f->m);
+    f->vocab = fake_vocab();
+    engine_config cfg = {.n_slots = n_slots, .n_ctx = n_ctx, .n_batch = n_batch, .n_queue_max = n_queue,
+                         .n_prefill_chunk = prefill_chunk};
+    assert_int_equal(engine_new(&cfg, &f->rt, &f->vocab, &f->e), EMBER_OK);
+}
+
+static void fx_free(fixture *f)
+{
+    engine_free(f->e);
+    assert_int_equal(f->m->n_violations, 0);
+    fake_model_free(f->m);
+}
+
+static int32_t make_prompt(ember_token *t, const char *text)
+{
+    int32_t n = 0;
+    t[n++] = FAKE_BOS;
+    for (const char *c = text; *c; c++) t[n++] = (unsigned char)*c;
+    return n;
+}
+
+static engine_req *submit(fixture *f, const char *text, int32_t n_predict)
+{
+    ember_token t[600];
+    engine_req_params p = {0};
+    p.prompt = t;
+    p.n_prompt = make_prompt(t, text);
+    p.n_predict = n_predict;
+    p.sampling.temp = 0;
+    engine_req *r = NULL;
+    assert_int_equal(engine_submit(f->e, &p, &r), EMBER_OK);
+    return r;
+}
+
+static void run_until_done(fixture *f, engine_req **r, int n)
+{
+    for (int guard = 0; guard < 100000; guard++) {
+        bool all = true;
+        for (int i = 0; i < n; i++) all &= r[i]->finish != ENGINE_RUNNING;
+        if (all) return;
+        engine_step(f->e);
+    }
+    fail_msg("requests did not finish");
+}
+
+static void expect_reference(engine_req *r, const char *text, int32_t n_predict)
+{
+    ember_token t[600];
+    int32_t n = make_prompt(t, text);
+    char want[1024];
+    bool eos;
+    fake_reference(t, n, n_predict, 0, want, &eos);
+    assert_string_equal(r->text ? r->text : "", want);
+    assert_int_equal(r->finish, ENGINE_FINISH_LENGTH);
+    assert_int_equal(r->n_generated, n_predict);
+}
+
+static void test_single_request_matches_reference(void **state)
+{
+    fixture f;
+    fx_init(&f, 1, 128, 128, 32, 4);
+    engine_req *r = submit(&f, "hello", 20);
+    run_until_done(&f, &r, 1);
+    expect_reference(r, "hello", 20);
+    assert_int_equal(r->n_prompt, 6);
+    assert_int_equal(r->n_cached, 0);
+    engine_req_release(r);
+    fx_free(&f);
+}
+
+/* 10 requests on 4 slots (6 wait in the queue), prompts longer than n_batch
+ * (chunked prefill), all mixed in the same batches. */
+static void test_concurrent_equal_alone(void **state)
+{
+    fixture f;
+    fx_init(&f, 4, 256, 4 * 256, 16, 16);
+    static const char *prompts[10] = {
+        "the quick brown fox jumps over the lazy dog", "a", "lorem ipsum dolor sit amet consectetur",
+        "zz", "one two three four five six seven eight nine ten eleven twelve", "b",
+        "pack my box with five dozen liquor jugs", "x y z", "sphinx of black quartz judge my vow", "q"};
+    engine_req *r[10];
+    for (int i = 0; i < 10; i++) r[i] = submit(&f, prompts[i], 12 + i);
+    run_until_done(&f, r, 10);
+    for (int i = 0; i < 10; i++) {
+        expect_reference(r[i], prompts[i], 12 + i);
+        engine_req_release(r[i]);
+    }
+    assert_true(f.m->max_batch > 4);   /* slots really shared batches */
+    assert_true(f.m->max_batch <= 16);
+    fx_free(&f);
+}
+
+/* While a long prompt is prefilled in chunks, the running stream gets its
+ * decode token in every step. */
+static void test_chunked_prefill_does_not_stall(void **state)
+{
+    fixture f;
+    fx_init(&f, 2, 512, 1024, 8, 4);
+    engine_req *a = submit(&f, "hi", 100);
+    for (int i = 0; i < 3; i++) engine_step(f.e);          /* a is generating */
+    assert_int_equal(f.e->slots[a->slot].state, SLOT_GENERATE);
+    char long_prompt[301];
+    memset(long_prompt, 'k', 300);
+    long_prompt[300] = 0;
+    engine_req *b = submit(&f, long_prompt, 4);
+    int steps_b_prefill = 0;
+    while (b->t_first_token == 0) {
+        assert_int_equal(a->finish, ENGINE_RUNNING);
+        engine_step(f.e);
+        assert_int_equal(f.m->entries_of_seq[a->slot], 1);  /* a decoded this step */
+        assert_true(f.m->entries_of_seq[b->slot] <= 7);     /* b got what was left of n_batch */
+        steps_b_prefill++;
+    }
+    assert_true(steps_b_prefill >= 300 / 7);
+    engine_req *both[2] = {a, b};
+    run_until_done(&f, both, 2);
+    expect_reference(a, "hi", 100);
+    expect_reference(b, long_prompt, 4);
+    engine_req_release(a);
+    engine_req_release(b);
+    fx_free(&f);
+}
+
+/* With n_prefill_chunk, a prompt takes at most that many entries per step
+ * while another slot generates, and the whole n_batch when none does. */
+static void test_prefill_chunk_limit(void **state)
+{
+    fixture f;
+    prefill_chunk = 3;
+    fx_init(&f, 2, 512, 1024, 32, 4);
+    prefill_chunk = 0;
+    engine_req *a = submit(&f, "gen", 30);
+    engine_step(f.e);
+    char long_prompt[101];
+    memset(long_prompt, 'p', 100);
+    long_prompt[100] = 0;
+    engine_req *b = submit(&f, long_prompt, 2);
+    while (b->t_first_token == 0) {
+        engine_step(f.e);
+        if (a->finish == ENGINE_RUNNING) assert_true(f.m->entries_of_seq[b->slot] <= 3);
+        else assert_true(f.m->entries_of_seq[b->slot] <= 32);
+    }
+    engine_req *both[2] = {a, b};
+    run_until_done(&f, both, 2);
+    expect_reference(a, "gen", 30);
+    expect_reference(b, long_prompt, 2);
+    engine_req_release(a);
+    engine_req_release(b);
+    fx_free(&f);
+}
+
+static void test_prefix_cache_reuse(void **state)
+{
+    fixture f;
+    fx_init(&f, 2, 256, 512, 64, 4);
+    engine_req *a = submit(&f, "system: you are helpful. user: hello", 5);
+    run_until_done(&f, &a, 1);
+    engine_req *b = submit(&f, "system: you are helpful. user: goodbye", 5);
+    run_until_done(&f, &b, 1);
+    /* BOS + "system: you are helpful. user: " = 32 shared tokens */
+    assert_int_equal(b->n_cached, 32);
+    expect_reference(b, "system: you are helpful. user: goodbye", 5);
+    /* the same prompt again: all but the last token come from the cache */
+    engine_req *c = submit(&f, "system: you are helpful. user: goodbye", 5);
+    run_until_done(&f, &c, 1);
+    assert_int_equal(c->n_cached, c->n_prompt - 1);
+    expect_reference(c, "system: you are helpful. user: goodbye", 5);
+    engine_stats st;
+    engine_get_stats(f.e, &st, NULL);
+    assert_int_equal(st.n_prompt_tokens_cached, 32 + c->n_prompt - 1);
+    engine_req_release(a);
+    engine_req_release(b);
+    engine_req_release(c);
+    fx_free(&f);
+}
+
+/* A prefix held by a busy slot is shared by forking its sequence. */
+static void test_prefix_fork_from_busy_slot(void **state)
+{
+    fixture f;
+    fx_init(&f, 2, 256, 512, 64, 4);
+    engine_req *a = submit(&f, "shared prefix of some length, then A", 30);
+    for (int i = 0; i < 3; i++) engine_step(f.e);
+    engine_req *b = submit(&f, "shared prefix of some length, then B", 5);
+    engine_req *both[2] = {a, b};
+    run_until_done(&f, both, 2);
+    assert_int_equal(b->n_cached, 36);   /* BOS + "shared prefix of some length, then " */
+    expect_reference(a, "shared prefix of some length, then A", 30);
+    expect_reference(b, "shared prefix of some length, then B", 5);
+    engine_req_release(a);
+    engine_req_release(b);
+    fx_free(&f);
+}
+
+static void test_cancel_frees_slot_within_one_step(void **state)
+{
+    fixture f;
+    fx_init(&f, 1, 256, 256, 32, 4);
+    engine_req *a = submit(&f, "cancel me", 200);
+    engine_req *b = submit(&f, "next", 3);    /* queued behind a */
+    for (int i = 0; i < 5; i++) engine_step(f.e);
+    assert_int_equal(a->finish, ENGINE_RUNNING);
+    assert_int_equal(b->slot, -1);
+    engine_req *c = submit(&f, "queued then cancelled", 3);
+    engine_req_cancel(c);
+    engine_step(f.e);
+    assert_int_equal(c->finish, ENGINE_FINISH_CANCELLED);   /* left the queue while a still runs */
+    assert_int_equal(a->finish, ENGINE_RUNNING);
+    engine_stats st;
+    engine_get_stats(f.e, &st, NULL);
+    assert_int_equal(st.n_queued, 1);
+    engine_req_release(c);
+    engine_req_cancel(a);
+    engine_step(f.e);
+    assert_int_equal(a->finish, ENGINE_FINISH_CANCELLED);
+    assert_int_equal(b->slot, 0);             /* admitted in the same step */
+    run_until_done(&f, &b, 1);
+    expect_reference(b, "next", 3);
+    engine_req_release(a);
+    engine_req_release(b);
+    fx_free(&f);
+}
+
+static void test_stop_string_cuts_output(void **state)
+{
+    ember_token t[64];
+    int32_t n = make_prompt(t, "stop test");
+    char want[256];
+    bool eos;
+    fake_reference(t, n, 40, 0, want, &eos);
+    char stop[4];
+    memcpy(stop, want + 10, 3);          /* a 3-byte string that occurs at byte 10 (or earlier) */
+    stop[3] = 0;
+    size_t cut = (size_t)(strstr(want, stop) - want);
+
+    fixture f;
+    fx_init(&f, 1, 256, 256, 32, 4);
+    engine_req_params p = {0};
+    p.prompt = t;
+    p.n_prompt = n;
+    p.n_predict = 40;
+    p.stop[0] = "\x01never";
+    p.stop[1] = stop;
+    p.n_stop = 2;
+    engine_req *r;
+    assert_int_equal(engine_submit(f.e, &p, &r), EMBER_OK);
+    size_t seen_max = 0;
+    while (r->finish == ENGINE_RUNNING) {
+        engine_step(f.e);
+        /* committed text never holds part of the stop string */
+        if (r->text_len > seen_max) seen_max = r->text_len;
+        assert_true(r->text_len <= cut);
+    }
+    assert_int_equal(r->finish, ENGINE_FINISH_STOP);
+    assert_int_equal(r->text_len, cut);
+    assert_memory_equal(r->text ? r->text : "", want, cut);
+    engine_req_release(r);
+    fx_free(&f);
+}
+
+static void test_stop_holdback(void **state)
+{
+    const char *stop[2] = {"</s>", "STOP"};
+    assert_int_equal(stop_holdback("hello </", 8, stop, 2), 2);
+    assert_int_equal(stop_holdback("hello ST", 8, stop, 2), 2);
+    assert_int_equal(stop_holdback("hello", 5, stop, 2), 0);
+    assert_int_equal(stop_holdback("<", 1, stop, 2), 1);
+}
+
+static void test_eos_finishes_with_stop(void **state)
+{
+    fixture f;
+    fx_init(&f, 1, 512, 512, 64, 4);
+    f.m->eos_mod = 7;                    /* EOS roughly every 7th token */
+    engine_req *r = submit(&f, "eos", 300);
+    run_until_done(&f, &r, 1);
+    ember_token t[16];
+    int32_t n = make_prompt(t, "eos");
+    char want[512];
+    bool eos;
+    fake_reference(t, n, 300, 7, want, &eos);
+    assert_true(eos);
+    assert_int_equal(r->finish, ENGINE_FINISH_STOP);
+    assert_string_equal(r->text ? r->text : "", want);
+    assert_int_equal(r->n_generated, (int32_t)strlen(want) + 1);
+    engine_req_release(r);
+    fx_free(&f);
+}
+
+static void test_submit_errors(void **state)
+{
+    fixture f;
+    fx_init(&f, 1, 16, 64, 8, 0);
+    ember_token t[32] = {0};
+    engine_req_params p = {0};
+    engine_req *r;
+    p.prompt = t;
+    p.n_prompt = 0;
+    assert_int_equal(engine_submit(f.e, &p, &r), EMBER_ERR_INVALID_ARG);
+    p.n_prompt = 16;
+    assert_int_equal(engine_submit(f.e, &p, &r), EMBER_ERR_RANGE);
+    assert_non_null(strstr(ember_last_error(), "16"));
+    p.n_prompt = 3;
+    t[1] = 9999;
+    assert_int_equal(engine_submit(f.e, &p, &r), EMBER_ERR_INVALID_ARG);
+    t[1] = 5;
+    engine_req *ok;
+    assert_int_equal(engine_submit(f.e, &p, &ok), EMBER_OK);      /* fills the one slot's place */
+    assert_int_equal(engine_submit(f.e, &p, &r), EMBER_ERR_NOMEM); /* queue of 0 beyond the slot */
+    engine_stop(f.e);
+    assert_int_equal(ok->finish, ENGINE_FINISH_CANCELLED);
+    assert_int_equal(engine_submit(f.e, &p, &r), EMBER_ERR_IO);
+    engine_req_release(ok);
+    fx_free(&f);
+}
+
+/* A pool smaller than the slots' demand: idle caches are evicted, prefill is
+ * deferred, and nothing hangs or breaks the decode contract. */
+static void test_pool_pressure(void **state)
+{
+    fixture f;
+    fx_init(&f, 3, 128, 100, 32, 8);
+    engine_req *r[5];
+    for (int i = 0; i < 5; i++) {
+        char p[64];
+        snprintf(p, sizeof p, "pool pressure request %d", i);
+        r[i] = submit(&f, p, 40);
+    }
+    run_until_done(&f, r, 5);
+    int n_ok = 0;
+    for (int i = 0; i < 5; i++) {
+        if (r[i]->finish == ENGINE_FINISH_LENGTH && r[i]->n_generated == 40) {
+            char p[64];
+            snprintf(p, sizeof p, "pool pressure request %d", i);
+            expect_reference(r[i], p, 40);
+            n_ok++;
+        }
+        engine_req_release(r[i]);
+    }
+    assert_true(n_ok >= 1);
+    fx_free(&f);
+}
+
+static void test_logprobs_and_seeded_sampling(void **state)
+{
+    fixture f;
+    fx_init(&f, 2, 128, 256, 32, 4);
+    ember_token t[16];
+    engine_req_params p = {0};
+    p.prompt = t;
+    p.n_prompt = make_prompt(t, "sample");
+    p.n_predict = 30;
+    p.sampling.temp = 1.5f;
+    p.sampling.seed = 42;
+    p.logprobs = true;
+    p.top_logprobs = 3;
+    engine_req *a, *b;
+    assert_int_equal(engine_submit(f.e, &p, &a), EMBER_OK);
+    assert_int_equal(engine_submit(f.e, &p, &b), EMBER_OK);
+    engine_req *both[2] = {a, b};
+    run_until_done(&f, both, 2);
+    assert_string_equal(a->text, b->text);   /* same seed, same draws */
+    assert_int_equal(a->n_toks, 30);
+    for (int i = 0; i < a->n_toks; i++) {
+        engine_tok *k = &a->toks[i];
+        assert_int_equal(k->n_top, 3);
+        assert_true(k->logprob <= 0);
+        assert_true(k->top_logprob[0] >= k->top_logprob[1] && k->top_logprob[1] >= k->top_logprob[2]);
+        assert_true(k->logprob <= k->top_logprob[0] + 1e-6f);
+    }
+    engine_req_release(a);
+    engine_req_release(b);
+    fx_free(&f);
+}
+
+/* The step thread: submit from this thread, wait on the request. */
+static void test_thread(void **state)
+{
+    fixture f;
+    fx_init(&f, 2, 128, 256, 32, 4);
+    f.m->delay_s = 0.002;
+    assert_int_equal(engine_start(f.e), EMBER_OK);
+    engine_req *r = submit(&f, "threaded", 15);
+    engine_req_lock(r);
+    while (r->finish == ENGINE_RUNNING) engine_req_wait(r, 100);
+    engine_req_unlock(r);
+    expect_reference(r, "threaded", 15);
+    engine_req *c = submit(&f, "cancelled by stop", 100000);
+    engine_stop(f.e);
+    assert_int_equal(c->finish, ENGINE_FINISH_CANCELLED);
+    engine_req_release(r);
+    engine_req_release(c);
+    fx_free(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_request_matches_reference),
+        cmocka_unit_test(test_concurrent_equal_alone),
+        cmocka_unit_test(test_chunked_prefill_does_not_stall),
+        cmocka_unit_test(test_prefill_chunk_limit),
+        cmocka_unit_test(test_prefix_cache_reuse),
+        cmocka_unit_test(test_prefix_fork_from_busy_slot),
+        cmocka_unit_test(test_cancel_frees_slot_within_one_step),
+        cmocka_unit_test(test_stop_string_cuts_output),
+        cmocka_unit_test(test_stop_holdback),
+        cmocka_unit_test(test_eos_finishes_with_stop),
+        cmocka_unit_test(test_submit_errors),
+        cmocka_unit_test(test_pool_pressure),
+        cmocka_unit_test(test_logprobs_and_seeded_sampling),
+        cmocka_unit_test(test_thread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,9 +1,13 @@
 /*
  * slot.c — one slot's part of a step: propose batch entries, then sample,
- * accept and emit. This is the seam for speculative decoding (propose would
- * add drafted tokens, after_decode would verify them and roll back with
- * seq_truncate) and for grammar-constrained sampling (a mask applied to the
- * logits before sampler_sample, advanced in accept).
+ * accept and emit. It is the seam for speculative decoding: propose puts the
+ * slot's draft (src/engine/spec, e->cfg.spec) after its last sampled token
+ * in the same batch as every other slot's entries; after_decode verifies the
+ * draft against the target's logits with the slot's own sampler, emits the
+ * accepted tokens plus one, and rolls the rejected K/V back with
+ * seq_truncate (no copy). It is also the place for grammar-constrained
+ * sampling (a mask applied to the logits before sampler_sample, advanced in
+ * accept).
  *
  * Owns: a slot's token history, its sampler, stop-string and UTF-8 hold-back
  * of output text, log-probabilities. Must not: pick which slots run (the

@@ -48,7 +48,7 @@ const char serve_spec_usage[] =
     "      --spec-draft-n-max N    most draft tokens per slot and step (default 16, at most 32)\n"
     "      --spec-draft-n-min N    drop drafts shorter than N (default 0)\n"
     "      --spec-draft-p-min P    draft model stops when its top probability < P (default 0.75)\n"
-    "      --spec-adaptive on|off  per-slot draft length follows acceptance (default on)\n";
+    "      --spec-adaptive on|off  per-slot draft length from measured acceptance and verify cost (default on)\n";
 
 int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
 {

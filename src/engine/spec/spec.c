@@ -5,10 +5,14 @@
  *
  * Owns: draft limits and statistics. Must not: decode, sample or touch slots.
  *
- * Adaptive length (per slot): start at n_max; when a whole draft is accepted
- * the length doubles (up to n_max); when token i is rejected it becomes i + 1
- * (at least max(1, n_min)). Rejected drafts thus shrink to one token, whose
- * verification costs one extra batch row, and a run of hits grows back fast.
+ * Adaptive length (per slot): the slot's per-token acceptance alpha is
+ * estimated from decayed counts of accepted and rejected draft tokens (prior
+ * 3 : 1); the draft length maximizes expected emitted tokens per unit of
+ * step cost (spec_best_length), so drafts that keep failing stop costing
+ * verification rows, and copying phases draft long. row_cost (default 0.35)
+ * is the extra cost of a verified row relative to a 1-token step, as
+ * measured on the CPU backend with SmolLM2-135M (bench/results/spec-cpu.md);
+ * it is lower on a GPU.
  *
  * Layer-skip (SPEC_LAYERSKIP) is not implemented: the CPU runtime runs all
  * layers in one forward (src/model/llama.c loops il < n_layer). What it needs:
@@ -29,7 +33,7 @@
 spec_params spec_default_params(void)
 {
     return (spec_params){.type = SPEC_NONE, .n_max = 16, .n_min = 0, .p_min = 0.75f, .adaptive = true,
-                         .ngram_min = 2, .ngram_max = 4};
+                         .row_cost = 0.35f, .ngram_min = 2, .ngram_max = 4};
 }
 
 static const char *const type_names[] = {"none", "ngram", "draft", "layerskip"};
@@ -57,18 +61,22 @@ ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n
                            p->n_min, (double)p->p_min);
     }
     spec_engine *s = calloc(1, sizeof *s);
-    int32_t *n_cur = calloc((size_t)n_slots, sizeof *n_cur);
-    if (!s || !n_cur) {
+    double *acc = calloc((size_t)n_slots * 2, sizeof *acc);
+    int32_t *idle = calloc((size_t)n_slots, sizeof *idle);
+    if (!s || !acc || !idle) {
         free(s);
-        free(n_cur);
+        free(acc);
+        free(idle);
         if (prop.free) prop.free(prop.self);
         return ember_error(EMBER_ERR_NOMEM, "speculation: %d slots", n_slots);
     }
     s->p = *p;
     s->prop = prop;
     s->n_slots = n_slots;
-    s->n_cur = n_cur;
-    for (int32_t i = 0; i < n_slots; i++) n_cur[i] = p->n_max;
+    s->acc_a = acc;
+    s->acc_r = acc + n_slots;
+    s->idle = idle;
+    for (int32_t i = 0; i < n_slots; i++) spec_engine_slot_reset(s, i);
     *out = s;
     return EMBER_OK;
 }
@@ -77,7 +85,8 @@ void spec_engine_free(spec_engine *s)
 {
     if (!s) return;
     if (s->prop.free) s->prop.free(s->prop.self);
-    free(s->n_cur);
+    free(s->acc_a);
+    free(s->idle);
     free(s);
 }
 
@@ -90,10 +99,30 @@ void spec_engine_describe(const spec_engine *s, char *buf, size_t cap)
              s->p.adaptive ? "on" : "off");
 }
 
+int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)
+{
+    int32_t best = 0;
+    double best_v = 1.0, pw = alpha;   /* k = 0: one token per unit cost */
+    for (int32_t k = 1; k <= n_max; k++) {
+        pw *= alpha;                    /* alpha^(k+1) */
+        double v = (1.0 - pw) / (1.0 - alpha) / (1.0 + row_cost * k);
+        if (v > best_v * 1.0001) { best_v = v; best = k; }
+    }
+    return best;
+}
+
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft)
 {
     if (in->slot < 0 || in->slot >= s->n_slots) return 0;
-    int32_t n = s->p.adaptive ? s->n_cur[in->slot] : s->p.n_max;
+    int32_t n = s->p.n_max;
+    if (s->p.adaptive) {
+        int32_t i = in->slot;
+        double alpha = s->acc_a[i] / (s->acc_a[i] + s->acc_r[i]);
+        if (alpha > 0.99) alpha = 0.99;
+        n = spec_best_length(alpha, s->p.row_cost, s->p.n_max);
+        if (n > 0 && n < s->p.n_min) n = 0;
+        if (n == 0 && ++s->idle[i] >= 8) n = s->p.n_min > 1 ? s->p.n_min : 1;   /* probe */
+    }
     if (n > limit) n = limit;
     if (n <= 0 || n < s->p.n_min) return 0;
     int32_t k = s->prop.propose(s->prop.self, in, n, s->p.p_min, draft, NULL);
@@ -113,17 +142,18 @@ void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t
         s->st.drafted_at[i]++;
         if (i < n_accepted) s->st.accepted_at[i]++;
     }
-    int32_t floor = s->p.n_min > 1 ? s->p.n_min : 1;
-    int32_t *c = &s->n_cur[slot];
-    if (n_accepted == n_drafted) *c = *c * 2 > s->p.n_max ? s->p.n_max : *c * 2;
-    else *c = n_accepted + 1 > floor ? n_accepted + 1 : floor;
+    s->acc_a[slot] = 0.8 * s->acc_a[slot] + n_accepted;
+    s->acc_r[slot] = 0.8 * s->acc_r[slot] + (n_accepted < n_drafted ? 1 : 0);
+    s->idle[slot] = 0;
     if (s->prop.feedback) s->prop.feedback(s->prop.self, slot, n_drafted, n_accepted);
 }
 
 void spec_engine_slot_reset(spec_engine *s, int32_t slot)
 {
     if (slot < 0 || slot >= s->n_slots) return;
-    s->n_cur[slot] = s->p.n_max;
+    s->acc_a[slot] = 3;   /* prior: alpha = 0.75 */
+    s->acc_r[slot] = 1;
+    s->idle[slot] = 0;
     if (s->prop.slot_reset) s->prop.slot_reset(s->prop.self, slot);
 }
 

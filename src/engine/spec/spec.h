@@ -88,7 +88,8 @@ typedef struct spec_params {
     int32_t n_max;     /* --spec-draft-n-max: most draft tokens per slot and step (1..SPEC_MAX_DRAFT) */
     int32_t n_min;     /* --spec-draft-n-min: drafts shorter than this are dropped (0: keep all) */
     float p_min;       /* --spec-draft-p-min: model proposers stop below this probability */
-    bool adaptive;     /* --spec-adaptive / --no-spec-adaptive: per-slot draft length follows acceptance */
+    bool adaptive;     /* --spec-adaptive on|off: per-slot draft length from measured acceptance */
+    float row_cost;    /* cost of one more verified batch row relative to a 1-token step (adaptive model) */
     int32_t ngram_min, ngram_max; /* n-gram: lookup key lengths tried, longest first */
 } spec_params;
 
@@ -110,7 +111,8 @@ typedef struct spec_engine {
     spec_params p;
     spec_proposer prop;
     int32_t n_slots;
-    int32_t *n_cur;    /* [n_slots] adaptive draft length */
+    double *acc_a, *acc_r; /* [n_slots] decayed counts of accepted / rejected draft tokens */
+    int32_t *idle;     /* [n_slots] steps since the slot last drafted (probing) */
     spec_stats st;
 } spec_engine;
 
@@ -122,11 +124,19 @@ void spec_engine_free(spec_engine *s);
 /* One start-up log line: proposer and parameters. */
 void spec_engine_describe(const spec_engine *s, char *buf, size_t cap);
 
-/* Draft for a slot: at most min(limit, the slot's current length) tokens.
+/* The draft length the adaptive model picks for a slot whose per-token
+ * acceptance is `alpha` (0 <= alpha < 1): the k in [0, n_max] maximizing
+ * expected tokens per step (1 - alpha^(k+1)) / (1 - alpha) (Leviathan et al.
+ * 2023, Eq. 1) over the step's relative cost 1 + row_cost * k. */
+int32_t spec_best_length(double alpha, float row_cost, int32_t n_max);
+
+/* Draft for a slot: at most `limit` tokens; with adaptive on, at most the
+ * length spec_best_length picks from the slot's measured acceptance (when it
+ * picks 0, a 1-token probe every 8th step keeps the estimate current).
  * Returns the draft length (0 when none or shorter than n_min). */
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft);
 /* After verification: n_accepted of n_drafted were accepted. Updates the
- * counters and the slot's adaptive length. */
+ * counters and the slot's acceptance estimate (counts decay by 0.8 a draft). */
 void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);
 void spec_engine_slot_reset(spec_engine *s, int32_t slot);
 

@@ -226,33 +226,42 @@ static void test_engine_verify_rollback(void **state)
     run_engine_with(5, 9, 16, true);
 }
 
+/* Expected lengths computed outside ember (python3: argmax over k of
+ * (1 - a**(k+1)) / (1 - a) / (1 + c*k), k in 0..16). */
 static void test_adaptive_length(void **state)
 {
     (void)state;
+    const double alpha[] = {0.0, 0.3, 0.3, 0.5, 0.5, 0.75, 0.75, 0.9, 0.9, 0.99};
+    const float cost[] = {0.35f, 0.35f, 0.1f, 0.35f, 0.1f, 0.35f, 0.1f, 0.35f, 0.1f, 0.35f};
+    const int32_t want[] = {0, 0, 1, 1, 2, 2, 5, 4, 10, 16};
+    for (int i = 0; i < 10; i++) assert_int_equal(spec_best_length(alpha[i], cost[i], 16), want[i]);
+    assert_int_equal(spec_best_length(0.99, 0.35f, 4), 4);
+
     oracle o = {0};
     spec_params sp = spec_default_params();
     sp.n_max = 8;
-    sp.n_min = 2;
     spec_engine *se;
     assert_int_equal(spec_engine_new(&sp, (spec_proposer){.self = &o, .propose = oracle_propose}, 2, &se), EMBER_OK);
-    assert_int_equal(se->n_cur[0], 8);
-    spec_engine_result(se, 0, 8, 0);     /* rejected at once: shrink to max(n_min, 1) */
-    assert_int_equal(se->n_cur[0], 2);
-    spec_engine_result(se, 0, 2, 2);     /* all accepted: double */
-    assert_int_equal(se->n_cur[0], 4);
-    spec_engine_result(se, 0, 4, 4);
-    spec_engine_result(se, 0, 8, 8);
-    assert_int_equal(se->n_cur[0], 8);   /* capped at n_max */
-    spec_engine_result(se, 0, 8, 5);
-    assert_int_equal(se->n_cur[0], 6);
-    assert_int_equal(se->n_cur[1], 8);   /* per slot */
-    assert_int_equal(se->st.n_drafts, 5);
-    assert_int_equal(se->st.n_drafted, 30);
-    assert_int_equal(se->st.n_accepted, 19);
-    assert_int_equal(se->st.drafted_at[7], 3);
-    assert_int_equal(se->st.accepted_at[7], 1);
-    spec_engine_slot_reset(se, 0);
-    assert_int_equal(se->n_cur[0], 8);
+    ember_token h[4] = {1, 2, 3, 4}, d[SPEC_MAX_DRAFT];
+    spec_input in = {.slot = 0, .tokens = h, .n_tokens = 4};
+    assert_int_equal(spec_engine_propose(se, &in, 8, d), 2);   /* prior alpha 0.75 */
+    for (int i = 0; i < 6; i++) spec_engine_result(se, 0, 2, 0);  /* every draft rejected at once */
+    int32_t n_drafts = 0;
+    for (int i = 0; i < 16; i++) {
+        int32_t k = spec_engine_propose(se, &in, 8, d);
+        if (k > 0) { n_drafts++; assert_int_equal(k, 1); spec_engine_result(se, 0, k, 0); }
+    }
+    assert_int_equal(n_drafts, 2);     /* only the probes every 8th step */
+    for (int i = 0; i < 20; i++) spec_engine_result(se, 1, 8, 8);  /* slot 1: always accepted */
+    in.slot = 1;
+    assert_int_equal(spec_engine_propose(se, &in, 8, d), 8);
+    assert_int_equal(spec_engine_propose(se, &in, 3, d), 3);   /* the engine's limit */
+    assert_int_equal(se->st.n_drafts, 28);
+    assert_int_equal(se->st.n_drafted, 174);
+    assert_int_equal(se->st.n_accepted, 160);
+    assert_int_equal(se->st.drafted_at[1], 26);
+    assert_int_equal(se->st.accepted_at[1], 20);
+    assert_int_equal(se->st.drafted_at[7], 20);
     spec_engine_free(se);
     sp.n_max = 0;
     assert_int_equal(spec_engine_new(&sp, (spec_proposer){.self = &o, .propose = oracle_propose}, 2, &se),

@@ -44,9 +44,9 @@ static double nll_of(const float *logits, int32_t n, ember_token tok)
     float max_l = logits[0];
     for (int32_t i = 1; i < n; i++)
         if (logits[i] > max_l) max_l = logits[i];
-    double sum = 0.0;
+    double sum = 0.0;   /* float exponentials, double sum: as llama-perplexity */
     for (int32_t i = 0; i < n; i++)
-        sum += exp((double)(logits[i] - max_l));
+        sum += expf(logits[i] - max_l);
     return -((double)(logits[tok] - max_l) - log(sum));
 }
 

@@ -15,7 +15,9 @@
  * {"ids": [...] (add_special=false, parse_special=false), "sp": [...]
  * (true/true, when "s"), "dec": base64 of detokenize(ids), "stream": base64
  * of the streaming detokenizer's output}. A line {"piece_ids": [...]} is
- * answered with {"pieces": [base64 of token_to_piece(id, special=true)]}.
+ * answered with {"pieces": [base64 of token_to_piece(id, special=true)]},
+ * a line {"info": true} with the vocab's special ids, add_bos/add_eos and
+ * its EOG and control id lists.
  *
  * Owns: argument parsing and output formatting. Must not: tokenize by itself.
  */
@@ -112,6 +114,28 @@ static int run_batch(const ember_vocab *v, const char *path)
         json_error_t err;
         json_t *rec = json_loadb(line, (size_t)r, 0, &err);
         if (!rec) { fprintf(stderr, "ember tokenize: bad JSON line: %s\n", err.text); rc = 1; break; }
+        if (json_is_true(json_object_get(rec, "info"))) {
+            /* the vocab's special ids, flags and EOG / control sets */
+            json_t *o = json_object(), *eog = json_array(), *ctl = json_array();
+            json_object_set_new(o, "n_tokens", json_integer(ember_vocab_n_tokens(v)));
+            json_object_set_new(o, "bos", json_integer(ember_vocab_bos(v)));
+            json_object_set_new(o, "eos", json_integer(ember_vocab_eos(v)));
+            json_object_set_new(o, "eot", json_integer(ember_vocab_eot(v)));
+            json_object_set_new(o, "pad", json_integer(ember_vocab_pad(v)));
+            json_object_set_new(o, "add_bos", json_boolean(ember_vocab_add_bos(v)));
+            json_object_set_new(o, "add_eos", json_boolean(ember_vocab_add_eos(v)));
+            for (ember_token t = 0; t < ember_vocab_n_tokens(v); t++) {
+                if (ember_vocab_is_eog(v, t)) json_array_append_new(eog, json_integer(t));
+                if (ember_vocab_is_control(v, t)) json_array_append_new(ctl, json_integer(t));
+            }
+            json_object_set_new(o, "eog", eog);
+            json_object_set_new(o, "control", ctl);
+            char *s = json_dumps(o, JSON_COMPACT);
+            if (s) { puts(s); free(s); }
+            json_decref(o);
+            json_decref(rec);
+            continue;
+        }
         json_t *pids = json_object_get(rec, "piece_ids");
         if (json_is_array(pids)) {
             /* token_to_piece(id, special=true) of each id, base64 */

@@ -46,6 +46,18 @@ struct ember_context {
     int64_t logits_rows;  /* capacity in rows of n_vocab */
 };
 
+/* Mirror a copy-on-write block copy into a backend that keeps its own copy
+ * of the cache. */
+static void kv_copy_to_backend(void *ud, const ember_kv *kv, int32_t dst, int32_t src)
+{
+    ember_context *c = ud;
+    const int64_t bt = ember_kv_block_tokens(kv);
+    for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
+        const ember_kv_layer_view view = ember_kv_layer(kv, il);
+        c->be->ops->kv_copy(c->be, &view, dst * bt, src * bt, bt);
+    }
+}
+
 ember_context_params ember_context_default_params(void)
 {
     ember_context_params p = {
@@ -117,6 +129,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .n_seq_max = (int32_t)p.n_seq_max, .n_ctx = (int32_t)p.n_ctx,
     };
     if ((st = ember_kv_new(&kp, &c->kv))) goto fail;
+    if (c->be->ops->kv_copy) ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
 
     const int64_t sizes[8] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff};
     int64_t total = 0;

@@ -327,7 +327,21 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
 
     ember_token *toks = NULL;
     int32_t n_toks = 0;
-    if (kind == OAI_CHAT) {
+    if (kind == OAI_CHAT && s->text.render_tokens) {
+        json_t *kw = json_object();
+        if (s->cfg.template_kwargs) json_object_update(kw, s->cfg.template_kwargs);
+        if (rq.template_kwargs) json_object_update(kw, rq.template_kwargs);
+        ember_status st = s->text.render_tokens(s->text.ud, rq.messages, rq.tools, kw, true, &toks, &n_toks);
+        json_decref(kw);
+        if (st != EMBER_OK) {
+            ok = false;
+            oai_error_set(&err, st == EMBER_ERR_FORMAT ? 400 : 500,
+                          st == EMBER_ERR_FORMAT ? "invalid_request_error" : "server_error", "messages", NULL,
+                          "The chat template failed on these messages: %s", ember_last_error());
+        } else if (s->text.bos >= 0 && n_toks >= 2 && toks[0] == s->text.bos && toks[1] == s->text.bos) {
+            memmove(toks, toks + 1, sizeof *toks * (size_t)--n_toks);
+        }
+    } else if (kind == OAI_CHAT) {
         char *prompt = NULL;
         ok = render_chat(s, &rq, true, &prompt, &err) && tokenize_prompt(s, prompt, &toks, &n_toks, &err);
         free(prompt);
@@ -389,8 +403,11 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
     int fd = conn_fd(mc);
     c->req = r;
     engine_req_lock(r);
+    double t_check = engine_now();
     while (r->finish == ENGINE_RUNNING) {
-        if (!engine_req_wait(r, 50)) {
+        engine_req_wait(r, 50);
+        if (engine_now() - t_check >= 0.05) {   /* tokens may wake us often: check by time */
+            t_check = engine_now();
             engine_req_unlock(r);
             if (client_gone(fd)) {
                 engine_req_cancel(r);

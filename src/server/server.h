@@ -37,6 +37,12 @@ typedef struct server_text {
      * message says where). */
     ember_status (*apply_template)(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_generation_prompt,
                                    char **out);
+    /* Optional: render and tokenize in one go, so that control-token text
+     * inside message contents stays plain text (user content cannot forge
+     * <|im_start|> and the like) while the template's own markers are parsed.
+     * NULL: apply_template + tokenize(parse_special). */
+    ember_status (*render_tokens)(void *ud, json_t *messages, json_t *tools, json_t *kwargs,
+                                  bool add_generation_prompt, ember_token **out, int32_t *n_out);
     ember_token bos;                 /* -1 if none (a doubled BOS is removed) */
     const char *chat_template;       /* source, for /props (may be NULL) */
 } server_text;

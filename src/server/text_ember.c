@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 #include "chat/jinja/jinja.h"
@@ -132,10 +133,79 @@ static ember_status te_template(void *ud, json_t *messages, json_t *tools, json_
     return EMBER_OK;
 }
 
+/* Render twice: plainly, and with every message's string content wrapped in
+ * per-request random markers. Removing the markers from the second render
+ * gives the untrusted-byte mask of ember_tokenize_ex (tokenizer.h). If the
+ * template changed content (e.g. `| trim` with edge whitespace) the two texts
+ * differ, and the plain render is tokenized with parse_special as
+ * llama-server does. */
+static ember_status te_render_tokens(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_gen,
+                                     ember_token **out, int32_t *n_out)
+{
+    text_ember *t = ud;
+    char *plain = NULL, *marked = NULL, *text = NULL;
+    uint8_t *mask = NULL;
+    ember_status st = te_template(ud, messages, tools, kwargs, add_gen, &plain);
+    if (st != EMBER_OK) return st;
+
+    static _Atomic uint64_t counter;
+    uint64_t nonce = ((uint64_t)(uintptr_t)&nonce * 0x9E3779B97F4A7C15ull) ^ (uint64_t)time(NULL) ^
+                     (++counter * 0xD1B54A32D192ED03ull);
+    char open[40], close[40];
+    snprintf(open, sizeof open, "\x1d<u%016llx>\x1d", (unsigned long long)nonce);
+    snprintf(close, sizeof close, "\x1d</u%016llx>\x1d", (unsigned long long)nonce);
+    size_t lo = strlen(open), lc = strlen(close);
+    json_t *msgs = json_deep_copy(messages);
+    for (size_t i = 0; msgs && i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        json_t *c = json_object_get(m, "content");
+        if (!json_is_string(c)) continue;
+        size_t n = json_string_length(c);
+        char *w = malloc(lo + n + lc);
+        if (!w) continue;
+        memcpy(w, open, lo);
+        memcpy(w + lo, json_string_value(c), n);
+        memcpy(w + lo + n, close, lc);
+        json_object_set_new(m, "content", json_stringn(w, lo + n + lc));
+        free(w);
+    }
+    bool use_mask = false;
+    size_t len = 0;
+    if (msgs && te_template(ud, msgs, tools, kwargs, add_gen, &marked) == EMBER_OK) {
+        size_t n = strlen(marked);
+        text = malloc(n + 1);
+        mask = malloc(n + 1);
+        if (text && mask) {
+            int depth = 0;
+            for (size_t i = 0; i < n;) {
+                if (!strncmp(marked + i, open, lo)) { depth++; i += lo; continue; }
+                if (!strncmp(marked + i, close, lc)) { depth -= depth > 0; i += lc; continue; }
+                mask[len] = depth > 0;
+                text[len++] = marked[i++];
+            }
+            text[len] = 0;
+            use_mask = !strcmp(text, plain);
+        }
+    }
+    json_decref(msgs);
+    size_t n_ids = 0;
+    if (use_mask) st = ember_tokenize_ex(t->vocab, text, len, true, true, mask, out, &n_ids);
+    else st = ember_tokenize(t->vocab, plain, strlen(plain), true, true, out, &n_ids);
+    free(plain);
+    free(marked);
+    free(text);
+    free(mask);
+    if (st != EMBER_OK) return st;
+    if (n_ids > INT32_MAX) { free(*out); *out = NULL; return ember_error(EMBER_ERR_RANGE, "prompt too long"); }
+    *n_out = (int32_t)n_ids;
+    return EMBER_OK;
+}
+
 server_text text_ember_server(text_ember *t)
 {
     return (server_text){.ud = t, .n_vocab = ember_vocab_n_tokens(t->vocab), .tokenize = te_tokenize,
-                         .token_piece = te_piece, .apply_template = te_template, .bos = ember_vocab_bos(t->vocab),
+                         .token_piece = te_piece, .apply_template = te_template, .render_tokens = te_render_tokens,
+                         .bos = ember_vocab_bos(t->vocab),
                          .chat_template = t->src};
 }
 

@@ -12,7 +12,9 @@
  * look-ahead stops at the piece's end. The regex texts are those of the
  * models' tokenizer.json files as llama.cpp lists them (llama-vocab.cpp);
  * \s is spelled out as Unicode White_Space (the set llama.cpp uses), so the
- * result does not depend on PCRE2's reading of \s.
+ * result does not depend on PCRE2's reading of \s. \p{L}/\p{N}/\p{P} come from
+ * PCRE2's Unicode tables (10.42: Unicode 14), llama.cpp's from its own newer
+ * ones: characters assigned later may split differently.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

@@ -342,7 +342,7 @@ static void bpe_word_cached(const ember_vocab *v, work *w, const char *word, siz
         const wc_slot *sl = &c->slots[i];
         if (!sl->h) break;
         if (sl->h == h && sl->key_len == n && !memcmp(c->keys + sl->key_off, word, n)) {
-            for (uint32_t k = 0; k < sl->n_ids; k++) ids_push(out, c->ids[sl->ids_off + k]);
+            for (uint32_t k = 0; k < sl->n_ids; k++) ids_push(out, c->ids[sl->ids_off + k]);   /* n_ids may be 0 */
             return;
         }
         i = (i + 1) & mask;
@@ -369,7 +369,7 @@ static void bpe_word_cached(const ember_vocab *v, work *w, const char *word, siz
         c->ids_cap = cap;
     }
     memcpy(c->keys + c->keys_n, word, n);
-    memcpy(c->ids + c->ids_n, out->v + before, nid * sizeof *out->v);
+    if (nid) memcpy(c->ids + c->ids_n, out->v + before, nid * sizeof *out->v);   /* out->v may be NULL */
     c->slots[i] = (wc_slot){.h = h, .key_off = (uint32_t)c->keys_n, .ids_off = (uint32_t)c->ids_n,
                             .key_len = (uint16_t)n, .n_ids = (uint16_t)nid};
     c->keys_n += n;
@@ -465,7 +465,8 @@ typedef struct match_t {
  * stable, so each bucket stays in position order), then accepted greedily:
  * a match is kept if none of its bytes belongs to a match kept before. This
  * is llama.cpp's one-token-at-a-time split, computed in one pass. */
-static int64_t partition(const ember_vocab *v, const char *text, size_t len, bool parse_special, match_t **out)
+static int64_t partition(const ember_vocab *v, const char *text, size_t len, bool parse_special,
+                         const uint8_t *untrusted, match_t **out)
 {
     *out = NULL;
     match_t *m = NULL;
@@ -483,6 +484,11 @@ static int64_t partition(const ember_vocab *v, const char *text, size_t len, boo
             node = c;
             int32_t tok = v->trie[node].token;
             if (tok >= 0 && !(v->attr[tok] & skip)) {
+                if (untrusted && (v->attr[tok] & (EMBER_TOKEN_CONTROL | EMBER_TOKEN_UNKNOWN))) {
+                    bool clean = true;
+                    for (size_t k = p; k <= q && clean; k++) clean = !untrusted[k];
+                    if (!clean) continue;   /* typed by a user: stays text */
+                }
                 if (n == cap) {
                     cap = cap ? cap * 2 : 64;
                     match_t *nm = realloc(m, sizeof *nm * cap);
@@ -533,6 +539,13 @@ ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
                             bool add_special, bool parse_special,
                             ember_token **out_ids, size_t *n_out)
 {
+    return ember_tokenize_ex(v, text, len, add_special, parse_special, NULL, out_ids, n_out);
+}
+
+ember_status ember_tokenize_ex(const ember_vocab *v, const char *text, size_t len,
+                               bool add_special, bool parse_special, const uint8_t *untrusted,
+                               ember_token **out_ids, size_t *n_out)
+{
     if (!v || !out_ids || !n_out || (!text && len))
         return ember_error(EMBER_ERR_INVALID_ARG, "tokenize: NULL argument");
     *out_ids = NULL;
@@ -542,7 +555,7 @@ ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
     ids_t out = {0};
     work w = {0};
     match_t *m = NULL;
-    int64_t nm = len ? partition(v, text, len, parse_special, &m) : 0;
+    int64_t nm = len ? partition(v, text, len, parse_special, untrusted, &m) : 0;
     if (nm < 0) return ember_error(EMBER_ERR_NOMEM, "tokenize: out of memory (%zu bytes of text)", len);
 
     if (add_special && v->add_bos) ids_push(&out, v->bos);

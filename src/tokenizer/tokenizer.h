@@ -91,10 +91,13 @@ ember_token ember_vocab_find(const ember_vocab *v, const char *text, size_t len)
  * add_special: prepend BOS / append EOS as the model's add_bos/add_eos say.
  * parse_special: recognise CONTROL tokens written as text (for rendered chat
  * templates only; user content must pass false so that "<start_of_turn>" or
- * "<|im_start|>" typed by a user stays plain text).
+ * "<|im_start|>" typed by a user stays plain text; a template that embeds
+ * user content should go through ember_tokenize_ex with its untrusted mask).
  * Invalid UTF-8: SPM maps each byte of an incomplete or invalid sequence to
- * its <0xXX> byte token; byte-level BPE replaces each invalid byte by U+FFFD
- * before encoding (both as llama.cpp does). Never fails on content.
+ * its <0xXX> byte token (as llama.cpp); BPE (gpt2, gemma4) first replaces
+ * each byte that is not part of a well-formed sequence (Unicode Table 3-7)
+ * by U+FFFD (llama.cpp does so for most, see tests/golden/tokenizer/
+ * README.md). Never fails on content.
  * Output: *out_ids (malloc'd, never NULL on success, caller frees with
  * free()) holds *n_out ids.
  * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_RANGE (text of 1 GiB or more),
@@ -102,6 +105,18 @@ ember_token ember_vocab_find(const ember_vocab *v, const char *text, size_t len)
 ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
                             bool add_special, bool parse_special,
                             ember_token **out_ids, size_t *n_out);
+
+/* As ember_tokenize, for a rendered chat template that embeds user content:
+ * untrusted[i] != 0 marks byte i of `text` as coming from a user (or tool)
+ * rather than from the template. With parse_special, a CONTROL/UNKNOWN token
+ * is recognised only where none of its bytes is untrusted, so the template's
+ * own <start_of_turn> / <|im_start|> become control tokens while the same
+ * text typed by a user stays plain text; plain text is still tokenized over
+ * whole fragments (same ids as tokenizing the template in one piece).
+ * `untrusted` holds `len` bytes, or is NULL (= ember_tokenize). Same errors. */
+ember_status ember_tokenize_ex(const ember_vocab *v, const char *text, size_t len,
+                               bool add_special, bool parse_special, const uint8_t *untrusted,
+                               ember_token **out_ids, size_t *n_out);
 
 /* The bytes that token `id` stands for, as llama.cpp's token_to_piece:
  * NORMAL tokens with U+2581 turned into spaces (SPM, gemma4) or the GPT-2

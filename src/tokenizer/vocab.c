@@ -10,7 +10,8 @@
  * 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte; a merge "A B" is
  * split at the first space after its first byte; for duplicate token texts
  * the last id wins; control tokens whose text contains "unused" are also
- * UNUSED; EOG = eos, eot and the end-of-turn names listed below; SPM defaults
+ * UNUSED; EOG = eos, eot, the end-of-turn names and the FIM pad/repo/file
+ * separator tokens listed below (each also made CONTROL); SPM defaults
  * add_bos=true, add_space_prefix=true unless the file says otherwise; gemma4
  * always adds BOS.
  */
@@ -328,6 +329,14 @@ static const char *const EOG_NAMES[] = {
     "<|calls|>", NULL,
 };
 
+/* fill-in-the-middle pad / repo / file-separator tokens: llama.cpp makes the
+ * first one found of each group CONTROL and end-of-generation */
+static const char *const FIM_EOG_GROUPS[][6] = {
+    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
+    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+    {"<|file_sep|>", NULL},
+};
+
 static ember_status get_id(const ember_gguf *g, const char *key, int32_t n, ember_token *out)
 {
     int64_t x;
@@ -560,6 +569,12 @@ ember_status ember_vocab_load(const ember_gguf *g, ember_vocab **out)
     /* end of turn / end of generation by name (llama.cpp load()) */
     for (int k = 0; v->eot < 0 && EOT_NAMES[k]; k++)
         v->eot = str_find(&v->strs, EOT_NAMES[k], strlen(EOT_NAMES[k]));
+    for (size_t gi = 0; gi < sizeof FIM_EOG_GROUPS / sizeof FIM_EOG_GROUPS[0]; gi++) {
+        for (int k = 0; FIM_EOG_GROUPS[gi][k]; k++) {
+            int32_t id = str_find(&v->strs, FIM_EOG_GROUPS[gi][k], strlen(FIM_EOG_GROUPS[gi][k]));
+            if (id >= 0 && id < n) { v->attr[id] |= EMBER_TOKEN_EOG | EMBER_TOKEN_CONTROL; break; }
+        }
+    }
     for (int k = 0; EOG_NAMES[k]; k++) {
         int32_t id = str_find(&v->strs, EOG_NAMES[k], strlen(EOG_NAMES[k]));
         if (id >= 0 && id < n) v->attr[id] |= EMBER_TOKEN_EOG | EMBER_TOKEN_CONTROL;

@@ -180,3 +180,23 @@ def test_cli_forms(ember_bin, gemma3_path, smollm2_path):
     assert r.returncode == 2 and "usage" in r.stderr
     r = subprocess.run([ember_bin, "tokenize", "-m", "/nonexistent.gguf", "x"], capture_output=True, text=True)
     assert r.returncode == 1 and "nonexistent" in r.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_special_ids_and_eog_match_llama_cpp(ember_bin, corpus, model_paths, name):
+    """BOS/EOS/pad, add_bos/add_eos and the EOG and control sets as llama.cpp
+    reports them (vocab_info.json). EOT: llama.cpp takes whichever of several
+    names its hash map yields first (<|endoftext|> for SmolLM2); ember prefers
+    <end_of_turn>, then <|im_end|> (both are EOG either way)."""
+    want = json.loads((GOLD / "vocab_info.json").read_text())[name]
+    q = corpus["dir"] / "info.jsonl"
+    q.write_text('{"info": true}\n')
+    out = subprocess.run([ember_bin, "tokenize", "-m", model_paths[name], "--batch", str(q)],
+                         capture_output=True, check=True, timeout=60).stdout
+    got = json.loads(out)
+    for key in ("n_tokens", "bos", "eos", "pad", "add_bos", "add_eos", "eog", "control"):
+        assert got[key] == want[key], key
+    if name.startswith("smollm2"):
+        assert got["eot"] == 2 and want["eot"] in want["eog"]   # <|im_end|>
+    else:
+        assert got["eot"] == want["eot"]

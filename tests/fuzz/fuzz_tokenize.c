@@ -6,7 +6,8 @@
  *    from it (any metadata, however odd) and tokenize a fixed text.
  *  - else: the rest is text, tokenized with one of four small in-memory
  *    vocabularies (SPM, BPE smollm, BPE qwen2, gemma4) chosen by the byte's
- *    low bits, add_special/parse_special from two more bits; the ids must be
+ *    low bits, add_special/parse_special from two more bits, an untrusted
+ *    mask (ember_tokenize_ex) from bit 4; the ids must be
  *    in range, and both detokenize and the streaming detokenizer (fed token
  *    by token) must run; the stream's output must be well-formed UTF-8.
  * Must not: keep state between inputs (the vocabularies are built once and
@@ -101,11 +102,19 @@ static int utf8_ok(const unsigned char *s, size_t n)
     return 1;
 }
 
-static void run(const ember_vocab *v, const char *text, size_t n, bool add, bool parse)
+static void run(const ember_vocab *v, const char *text, size_t n, bool add, bool parse, bool masked)
 {
     ember_token *ids;
     size_t nid;
-    if (ember_tokenize(v, text, n, add, parse, &ids, &nid)) return;
+    uint8_t *mask = NULL;
+    if (masked) {   /* untrusted where the byte's low bit is set */
+        mask = malloc(n ? n : 1);
+        if (!mask) return;
+        for (size_t i = 0; i < n; i++) mask[i] = (uint8_t)(text[i] & 1);
+    }
+    ember_status st = ember_tokenize_ex(v, text, n, add, parse, mask, &ids, &nid);
+    free(mask);
+    if (st) return;
     int32_t nv = ember_vocab_n_tokens(v);
     for (size_t i = 0; i < nid; i++) if (ids[i] < 0 || ids[i] >= nv) __builtin_trap();
     char *dec;
@@ -139,14 +148,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 ember_gguf_close(g);
                 g = NULL;
                 static const char t[] = "Hello  world <s> 12\n\n\xe6\x97\xa5\xff";
-                run(v, t, sizeof t - 1, true, true);
-                run(v, t, sizeof t - 1, false, false);
+                run(v, t, sizeof t - 1, true, true, false);
+                run(v, t, sizeof t - 1, false, false, false);
                 ember_vocab_free(v);
             }
             if (g) ember_gguf_close(g);
         }
     } else {
-        run(vocabs[mode & 3], copy, size - 1, (mode >> 2) & 1, (mode >> 3) & 1);
+        run(vocabs[mode & 3], copy, size - 1, (mode >> 2) & 1, (mode >> 3) & 1, (mode >> 4) & 1);
     }
     free(copy);
     return 0;

@@ -11,7 +11,8 @@ models, invalid-UTF-8 lines are tokenized after sanitize_utf8):
   "sp": [...]  (corpus lines with "s")     add_special=true,  parse_special=true
 and a last line {"mixed_1mb": [...]} for mixed_1mb.txt (no specials), and
 {"pieces": {id: base64}} with llama_token_to_piece(id, special=true) for
-every id that appears above. control_ids.json: the ids of token_type 3
+every id that appears above. vocab_info.json: llama.cpp's special ids,
+add_bos/add_eos and its EOG and control sets per vocabulary. control_ids.json: the ids of token_type 3
 (control) and of the turn markers per real model, read with gguf-py.
 
 Models: gemma3 (gemma-3-270m-q4_k_m.gguf, SentencePiece), smollm2
@@ -89,6 +90,12 @@ class Oracle:
             ps.append(self.p.stdout.read(ln))
         return ids, ps
 
+    def info(self):
+        self.p.stdin.write(struct.pack("<IB", 0, 8))
+        self.p.stdin.flush()
+        n = struct.unpack("<I", self.p.stdout.read(4))[0]
+        return json.loads(self.p.stdout.read(n))
+
     def close(self):
         self.p.stdin.close()
         self.p.wait()
@@ -114,8 +121,10 @@ def main():
     models.append(("tiny-gemma4", tmp / "tiny-gemma4.gguf"))
     variants.make_tiny_spm(tmp / "tiny-spm.gguf")
     models.append(("tiny-spm", tmp / "tiny-spm.gguf"))
+    infos = {}
     for name, path in models:
         o = Oracle(str(exe), path)
+        infos[name] = o.info()
         pieces = {}
         with gzip.GzipFile(HERE / f"golden_{name}.jsonl.gz", "wb", compresslevel=9, mtime=0) as gz:
             def put(obj):
@@ -138,6 +147,7 @@ def main():
             put({"pieces": {str(k): base64.b64encode(v).decode() for k, v in sorted(pieces.items())}})
         o.close()
         print(name, "done")
+    (HERE / "vocab_info.json").write_text(json.dumps(infos, separators=(",", ":")) + "\n")
     # control-token ids per real model, read with gguf-py (independent of ember)
     import gguf
     types = {}

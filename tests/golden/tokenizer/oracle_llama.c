@@ -8,6 +8,8 @@
  *   pieces), len bytes of text.
  * stdout per record: u32 n, n x i32 ids; if pieces were asked: then for each
  *   id, u32 len + bytes of llama_token_to_piece(id, special=true).
+ * flags bit3 (vocab info; the text is ignored): u32 len + a JSON object
+ *   {n_tokens, bos, eos, eot, pad, add_bos, add_eos, eog: [...], control: [...]}.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,6 +43,29 @@ int main(int argc, char **argv)
         if (fread(&flags, 1, 1, stdin) != 1) return 1;
         if (len + 1 > cap) { cap = len + 1; text = realloc(text, cap); }
         if (len && fread(text, 1, len, stdin) != len) return 1;
+        if (flags & 8) {
+            int32_t nt = llama_vocab_n_tokens(vocab);
+            size_t jcap = 64 + (size_t)nt * 24, k = 0;
+            char *j = malloc(jcap);
+            k += (size_t)snprintf(j + k, jcap - k,
+                "{\"n_tokens\":%d,\"bos\":%d,\"eos\":%d,\"eot\":%d,\"pad\":%d,\"add_bos\":%s,\"add_eos\":%s,\"eog\":[",
+                nt, llama_vocab_bos(vocab), llama_vocab_eos(vocab), llama_vocab_eot(vocab), llama_vocab_pad(vocab),
+                llama_vocab_get_add_bos(vocab) ? "true" : "false", llama_vocab_get_add_eos(vocab) ? "true" : "false");
+            const char *sep = "";
+            for (int32_t t = 0; t < nt; t++)
+                if (llama_vocab_is_eog(vocab, t)) { k += (size_t)snprintf(j + k, jcap - k, "%s%d", sep, t); sep = ","; }
+            k += (size_t)snprintf(j + k, jcap - k, "],\"control\":[");
+            sep = "";
+            for (int32_t t = 0; t < nt; t++)
+                if (llama_vocab_is_control(vocab, t)) { k += (size_t)snprintf(j + k, jcap - k, "%s%d", sep, t); sep = ","; }
+            k += (size_t)snprintf(j + k, jcap - k, "]}");
+            uint32_t uk = (uint32_t)k;
+            fwrite(&uk, 4, 1, stdout);
+            fwrite(j, 1, k, stdout);
+            fflush(stdout);
+            free(j);
+            continue;
+        }
         if (len + 16 > idcap) { idcap = len + 16; ids = realloc(ids, sizeof(int32_t) * idcap); }
         int32_t n = llama_tokenize(vocab, text, (int32_t)len, ids, (int32_t)idcap,
                                    flags & 1, (flags & 2) != 0);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,141 @@ static void test_bpe_smollm_and_random_bytes(void **state)
     ember_vocab_free(v);
 }
 
+static void test_untrusted_mask_keeps_user_markers_as_text(void **state)
+{
+    (void)state;
+    ember_vocab *v = spm_vocab();
+    /* template "<ctl>a" + user "b<ctl>" + template "<ctl>" */
+    const char text[] = "<ctl>ab<ctl><ctl>";
+    uint8_t mask[sizeof text - 1] = {0};
+    for (size_t i = 6; i < 12; i++) mask[i] = 1;
+    ember_token *ids, *plain, *all;
+    size_t n, nplain, nall;
+    assert_int_equal(ember_tokenize_ex(v, text, sizeof text - 1, false, true, mask, &ids, &n), EMBER_OK);
+    assert_int_equal(ember_tokenize(v, text, sizeof text - 1, false, true, &all, &nall), EMBER_OK);
+    assert_int_equal(nall, 4);   /* <ctl>, "ab", <ctl>, <ctl> */
+    /* two control tokens: first and last; the user's "<ctl>" is text */
+    size_t n_ctl = 0;
+    for (size_t i = 0; i < n; i++) n_ctl += ids[i] == 3;
+    assert_int_equal(n_ctl, 2);
+    assert_int_equal(ids[0], 3);
+    assert_int_equal(ids[n - 1], 3);
+    /* the text comes back exactly (specials rendered) */
+    char *dec;
+    size_t dl;
+    assert_int_equal(ember_detokenize(v, ids, n, true, &dec, &dl), EMBER_OK);
+    assert_int_equal(dl, sizeof text - 1);
+    assert_memory_equal(dec, text, dl);
+    free(dec);
+    /* all-trusted = parse_special; all-untrusted = no parsing */
+    uint8_t zeros[sizeof text - 1] = {0}, ones[sizeof text - 1];
+    memset(ones, 1, sizeof ones);
+    free(ids);
+    assert_int_equal(ember_tokenize_ex(v, text, sizeof text - 1, false, true, zeros, &ids, &n), EMBER_OK);
+    assert_int_equal(n, nall);
+    assert_memory_equal(ids, all, n * sizeof *ids);
+    free(ids);
+    assert_int_equal(ember_tokenize(v, text, sizeof text - 1, false, false, &plain, &nplain), EMBER_OK);
+    assert_int_equal(ember_tokenize_ex(v, text, sizeof text - 1, false, true, ones, &ids, &n), EMBER_OK);
+    assert_int_equal(n, nplain);
+    assert_memory_equal(ids, plain, n * sizeof *ids);
+    free(ids);
+    free(plain);
+    free(all);
+    ember_vocab_free(v);
+}
+
+/* Regression (fuzz_tokenize, UBSan): in a long text, words whose bytes the
+ * BPE vocab cannot spell give no ids; caching them must not memcpy from NULL. */
+static void test_bpe_word_cache_with_empty_words(void **state)
+{
+    (void)state;
+    spec s = {.model = "gpt2", .pre = "smollm", .n_extra = 8, .extra = BPE_EXTRA, .extra_type = BPE_EXTRA_T,
+              .merges = BPE_MERGES, .n_merges = 2};
+    ember_vocab *v;
+    assert_int_equal(load(&s, &v), EMBER_OK);
+    char text[3 * 600 + 1];
+    for (int i = 0; i < 600; i++) memcpy(text + 3 * i, "zz\n", 3);
+    ember_token *ids;
+    size_t n;
+    assert_int_equal(ember_tokenize(v, text, 3 * 600, false, false, &ids, &n), EMBER_OK);
+    assert_int_equal(n, 0);   /* 'z' and 'Ċ' have no tokens, and gpt2 has no byte fallback */
+    free(ids);
+    memcpy(text + 3 * 599, "ab\n", 3);
+    assert_int_equal(ember_tokenize(v, text, 3 * 600, false, false, &ids, &n), EMBER_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], ID(3));   /* "ab" */
+    free(ids);
+    ember_vocab_free(v);
+}
+
+/* --- concurrency: one vocab, four threads, same results as one thread ---- */
+
+typedef struct job {
+    const ember_vocab *v;
+    const char *text;
+    size_t n;
+    ember_token *ids;
+    size_t n_ids;
+    int rc;
+} job;
+
+static void *run_job(void *p)
+{
+    job *j = p;
+    for (int r = 0; r < 20 && !j->rc; r++) {
+        ember_token *ids;
+        size_t n;
+        if (ember_tokenize(j->v, j->text, j->n, true, r & 1, &ids, &n)) { j->rc = 1; break; }
+        if (r == 0) { j->ids = ids; j->n_ids = n; continue; }
+        if (!(r & 1) && (n != j->n_ids || memcmp(ids, j->ids, n * sizeof *ids))) j->rc = 2;
+        free(ids);
+    }
+    return NULL;
+}
+
+static void test_threads_share_a_vocab(void **state)
+{
+    (void)state;
+    spec s = {.model = "gpt2", .pre = "smollm", .n_extra = 8, .extra = BPE_EXTRA, .extra_type = BPE_EXTRA_T,
+              .merges = BPE_MERGES, .n_merges = 2};
+    ember_vocab *bpe;
+    assert_int_equal(load(&s, &bpe), EMBER_OK);
+    ember_vocab *spm = spm_vocab();
+    /* > 256 words, so the BPE word cache is used too */
+    size_t cap = 20000, n = 0;
+    char *text = malloc(cap);
+    const char *words[] = {"ab ", "ab12 ", "a b ", "\xc3\xa9t\xc3\xa9 ", "<|im_start|> ", "b\n"};
+    for (int i = 0; n + 16 < cap; i++) {
+        const char *w = words[(i * 7 + i / 3) % 6];
+        memcpy(text + n, w, strlen(w));
+        n += strlen(w);
+    }
+    for (int k = 0; k < 2; k++) {
+        const ember_vocab *v = k ? spm : bpe;
+        ember_token *ref;
+        size_t nref;
+        assert_int_equal(ember_tokenize(v, text, n, true, false, &ref, &nref), EMBER_OK);
+        job jobs[4];
+        pthread_t th[4];
+        for (int t = 0; t < 4; t++) {
+            jobs[t] = (job){.v = v, .text = text, .n = n};
+            assert_int_equal(pthread_create(&th[t], NULL, run_job, &jobs[t]), 0);
+        }
+        for (int t = 0; t < 4; t++) {
+            pthread_join(th[t], NULL);
+            assert_int_equal(jobs[t].rc, 0);
+            assert_int_equal(jobs[t].n_ids, nref);
+            assert_memory_equal(jobs[t].ids, ref, nref * sizeof *ref);
+            free(jobs[t].ids);
+        }
+        free(ref);
+    }
+    free(text);
+    ember_vocab_free(spm);
+    ember_vocab_free(bpe);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -383,6 +519,9 @@ int main(void)
         cmocka_unit_test(test_stream_holds_partial_utf8),
         cmocka_unit_test(test_detokenize),
         cmocka_unit_test(test_bpe_smollm_and_random_bytes),
+        cmocka_unit_test(test_threads_share_a_vocab),
+        cmocka_unit_test(test_untrusted_mask_keeps_user_markers_as_text),
+        cmocka_unit_test(test_bpe_word_cache_with_empty_words),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

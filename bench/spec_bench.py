@@ -46,9 +46,11 @@ PARA = [
     "Water boils at one hundred degrees Celsius at sea level. At higher altitudes the air pressure is lower, "
     "so water boils at a lower temperature, which is why cooking takes longer in the mountains.",
 ]
-GROUNDED = [f"Rewrite this Python function, renaming the function to {n}. Output only the code.\n\n{c}"
-            for n, c in zip(["average", "bound", "word_counts", "fibonacci"], CODE)] + \
-           [f"Repeat the following text exactly, word for word:\n\n{p}" for p in PARA]
+# each grounded prompt carries two of the texts, so answers are long enough
+# for decode time (not the prompt) to dominate
+GROUNDED = [f"Rewrite this Python code, renaming the first function to {n}. Output only the code.\n\n"
+            f"{c}\n{CODE[(i + 1) % 4]}" for i, (n, c) in enumerate(zip(["average", "bound", "word_counts", "fibonacci"], CODE))] + \
+           [f"Repeat the following text exactly, word for word:\n\n{p}\n\n{PARA[(i + 1) % 4]}" for i, p in enumerate(PARA)]
 FREE = [f"Write a short story about {t}." for t in
         ["a dragon who collects teacups", "a lighthouse keeper", "a robot gardener", "a lost kite",
          "a bakery at dawn", "a river boat captain", "an old radio", "winter markets"]]

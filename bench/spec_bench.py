@@ -8,7 +8,9 @@ Workloads (chat completions, temperature 0, non-streaming):
               correct / extract from a given text): n-gram drafts get accepted;
   free      — open-ended writing with ignore_eos: drafts are mostly rejected.
 Each at 1 stream (prompts one after another) and 8 parallel streams (all at
-once, -np 8). Reported: generated tokens / wall time (aggregate), the decode
+once, -np 8). All servers run at once (idle when not measured) and each
+measurement runs on every server back to back, so load drift on a shared
+machine hits the compared configurations alike. Reported: generated tokens / wall time (aggregate), the decode
 rate from the servers' own timings (predicted_n / predicted_ms, single
 stream), and draft_n / draft_n_accepted summed from the responses' timings.
 
@@ -127,23 +129,29 @@ def main():
     ap.add_argument("--out")
     a = ap.parse_args()
     rows = []
-    for engine, spec, argv in configs(a):
-        port = free_port()
-        argv = argv + ["--port", str(port)]
-        with open(f"/tmp/spec-bench-{engine}-{spec}.log", "w") as log:
-            p = start(argv, port, log)
-            base = f"http://127.0.0.1:{port}"
-            try:
-                ask(base, "Say hello.", 8, False)   # warm-up
-                for wl, prompts, ign in (("grounded", GROUNDED, False), ("free", FREE, True)):
-                    for par in (False, True):
-                        r = measure(base, prompts, a.max_tokens, ign, par)
-                        r.update(engine=engine, spec=spec, workload=wl, streams=8 if par else 1)
-                        print(r, flush=True)
-                        rows.append(r)
-            finally:
-                p.terminate()
-                p.wait(30)
+    cfgs = list(configs(a))
+    procs, bases = [], []
+    logs = []
+    try:
+        for engine, spec, argv in cfgs:   # all servers up at once; measurements interleave
+            port = free_port()
+            logs.append(open(f"/tmp/spec-bench-{engine}-{spec}.log", "w"))
+            procs.append(start(argv + ["--port", str(port)], port, logs[-1]))
+            bases.append(f"http://127.0.0.1:{port}")
+            ask(bases[-1], "Say hello.", 8, False)   # warm-up
+        for wl, prompts, ign in (("grounded", GROUNDED, False), ("free", FREE, True)):
+            for par in (False, True):
+                for (engine, spec, _), base in zip(cfgs, bases):   # back to back: same load
+                    r = measure(base, prompts, a.max_tokens, ign, par)
+                    r.update(engine=engine, spec=spec, workload=wl, streams=8 if par else 1)
+                    print(r, flush=True)
+                    rows.append(r)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(30)
+        for f in logs:
+            f.close()
     lines = [f"machine: {platform.node()}, {os.cpu_count()} cores, load average at end "
              f"{os.getloadavg()[0]:.1f}; model {pathlib.Path(a.model).name}, -t {a.threads}, "
              f"max_tokens {a.max_tokens}", "",

@@ -48,7 +48,8 @@ const char serve_spec_usage[] =
     "      --spec-draft-n-max N    most draft tokens per slot and step (default 16, at most 32)\n"
     "      --spec-draft-n-min N    drop drafts shorter than N (default 0)\n"
     "      --spec-draft-p-min P    draft model stops when its top probability < P (default 0.75)\n"
-    "      --spec-adaptive on|off  per-slot draft length from measured acceptance and verify cost (default on)\n";
+    "      --spec-adaptive on|off  per-slot draft length from measured acceptance and verify cost (default on)\n"
+    "      --spec-row-cost C       cost of one more verified row relative to a 1-token step (default 0.35, CPU)\n";
 
 int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
 {
@@ -57,7 +58,8 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
     bool is_spec = !strcmp(a, "--spec-type") || !strcmp(a, "-md") || !strcmp(a, "--model-draft") ||
                    !strcmp(a, "--spec-draft-n-max") || !strcmp(a, "--draft-max") ||
                    !strcmp(a, "--spec-draft-n-min") || !strcmp(a, "--draft-min") ||
-                   !strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min") || !strcmp(a, "--spec-adaptive");
+                   !strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min") || !strcmp(a, "--spec-adaptive") ||
+                   !strcmp(a, "--spec-row-cost");
     if (!is_spec) return 0;
     if (!v) { fprintf(stderr, "ember: %s needs a value\n", a); return -1; }
     (*i)++;
@@ -73,6 +75,13 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
         if (!strcmp(v, "on")) o->spec.adaptive = true;
         else if (!strcmp(v, "off")) o->spec.adaptive = false;
         else { fprintf(stderr, "ember: --spec-adaptive expects on or off, got '%s'\n", v); return -1; }
+    } else if (!strcmp(a, "--spec-row-cost")) {
+        double c = strtod(v, &end);
+        if (*end || end == v || !(c > 0 && c <= 4)) {
+            fprintf(stderr, "ember: --spec-row-cost expects a number in (0, 4], got '%s'\n", v);
+            return -1;
+        }
+        o->spec.row_cost = (float)c;
     } else if (strstr(a, "p-min")) {
         double p = strtod(v, &end);
         if (*end || end == v || !(p >= 0 && p <= 1)) {

@@ -115,6 +115,7 @@ def test_draft_model_vocab_mismatch_refused(ember_bin, smollm2_path, gemma3_path
 
 def test_bad_spec_flags(ember_bin, smollm2_path):
     import subprocess
-    for args in (["--spec-type", "bogus"], ["--spec-draft-n-max", "0"], ["--spec-draft-p-min", "2"]):
+    for args in (["--spec-type", "bogus"], ["--spec-draft-n-max", "0"], ["--spec-draft-p-min", "2"],
+                 ["--spec-row-cost", "0"]):
         p = subprocess.run([ember_bin, "serve", "-m", smollm2_path, *args], capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, args

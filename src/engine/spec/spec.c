@@ -54,6 +54,7 @@ ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n
     if (p->n_max < 1 || p->n_max > SPEC_MAX_DRAFT) bad = "--spec-draft-n-max must be in [1, 32]";
     else if (p->n_min < 0 || p->n_min > p->n_max) bad = "--spec-draft-n-min must be in [0, --spec-draft-n-max]";
     else if (!(p->p_min >= 0 && p->p_min <= 1)) bad = "--spec-draft-p-min must be in [0, 1]";
+    else if (p->adaptive && !(p->row_cost > 0)) bad = "--spec-row-cost must be > 0";
     else if (n_slots < 1) bad = "n_slots must be >= 1";
     if (bad) {
         if (prop.free) prop.free(prop.self);
@@ -94,9 +95,9 @@ void spec_engine_describe(const spec_engine *s, char *buf, size_t cap)
 {
     char extra[256] = "";
     if (s->prop.describe) s->prop.describe(s->prop.self, extra, sizeof extra);
-    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s",
+    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s (row cost %.2f)",
              spec_type_name(s->p.type), extra, s->p.n_max, s->p.n_min, (double)s->p.p_min,
-             s->p.adaptive ? "on" : "off");
+             s->p.adaptive ? "on" : "off", (double)s->p.row_cost);
 }
 
 int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)

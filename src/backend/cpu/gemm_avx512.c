@@ -62,7 +62,7 @@ static inline float hsum(__m256 v)
     return _mm_cvtss_f32(lo);
 }
 
-#define DEFINE_TILE(NAME, UNPACK, OFF, HAS_MIN, WBS)                                               \
+#define DEFINE_TILE(NAME, UNPACK, OFF, HAS_MIN, WBS, RN)                                           \
 static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,                 \
                  const int32_t *const *as, float out[4][4])                                       \
 {                                                                                                \
@@ -70,7 +70,7 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
     __m256 c[4][4];                                                                               \
     float m[4][4];                                                                                \
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                           \
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) { c[i][j] = _mm256_setzero_ps(); m[i][j] = 0.0f; } \
+        _Pragma("GCC unroll 4") for (int j = 0; j < RN; j++) { c[i][j] = _mm256_setzero_ps(); m[i][j] = 0.0f; } \
     for (int64_t b = 0; b < nb; b++) {                                                            \
         __m256i wu[4];                                                                            \
         float wd[4], wm[4];                                                                       \
@@ -80,7 +80,7 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
             wd[i] = h2f(blk);                                                                     \
             wm[i] = HAS_MIN ? h2f(blk + 2) : 0.0f;                                                \
         }                                                                                         \
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                     \
+        _Pragma("GCC unroll 4") for (int j = 0; j < RN; j++) {                                    \
             const uint8_t *ab = ar[j] + b * ABS;                                                  \
             const __m256i a = _mm256_loadu_si256((const __m256i *)(ab + AQ));                     \
             const float ad = h2f(ab);                                                             \
@@ -95,29 +95,39 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
         }                                                                                         \
     }                                                                                             \
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                           \
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) out[i][j] = hsum(c[i][j]) + m[i][j];  \
+        _Pragma("GCC unroll 4") for (int j = 0; j < RN; j++) out[i][j] = hsum(c[i][j]) + m[i][j];  \
 }
 
-DEFINE_TILE(tile_q4_0, u_q4_0, 8, 0, 18)
-DEFINE_TILE(tile_q5_0, u_q5_0, 16, 0, 22)
-DEFINE_TILE(tile_q8_0, u_q8_0, 128, 0, 34)
-DEFINE_TILE(tile_q4_1, u_q4_1, 0, 1, 20)
-DEFINE_TILE(tile_q5_1, u_q5_1, 0, 1, 24)
+/* 4 x 4 tiles, and 4 x 1 for single tokens (decode, ragged ends); both sum
+ * each output in the same order, so a token's result does not depend on
+ * the tile it falls in. */
+DEFINE_TILE(tile_q4_0, u_q4_0, 8, 0, 18, 4)
+DEFINE_TILE(tile_q5_0, u_q5_0, 16, 0, 22, 4)
+DEFINE_TILE(tile_q8_0, u_q8_0, 128, 0, 34, 4)
+DEFINE_TILE(tile_q4_1, u_q4_1, 0, 1, 20, 4)
+DEFINE_TILE(tile_q5_1, u_q5_1, 0, 1, 24, 4)
+DEFINE_TILE(vec_q4_0, u_q4_0, 8, 0, 18, 1)
+DEFINE_TILE(vec_q5_0, u_q5_0, 16, 0, 22, 1)
+DEFINE_TILE(vec_q8_0, u_q8_0, 128, 0, 34, 1)
+DEFINE_TILE(vec_q4_1, u_q4_1, 0, 1, 20, 1)
+DEFINE_TILE(vec_q5_1, u_q5_1, 0, 1, 24, 1)
 
 void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
                                const uint8_t *xq, size_t xq_row, const int32_t *asum, float *y, int64_t ldy,
                                int64_t r0, int64_t r1, int64_t t0, int64_t t1)
 {
-    void (*tile)(int64_t, const uint8_t *const *, const uint8_t *const *, const int32_t *const *, float[4][4]) =
-        type == EMBER_TYPE_Q4_0 ? tile_q4_0 : type == EMBER_TYPE_Q5_0 ? tile_q5_0 : type == EMBER_TYPE_Q8_0 ? tile_q8_0
-      : type == EMBER_TYPE_Q4_1 ? tile_q4_1 : tile_q5_1;
+    typedef void (*tile_fn)(int64_t, const uint8_t *const *, const uint8_t *const *, const int32_t *const *, float[4][4]);
+    const tile_fn tile = type == EMBER_TYPE_Q4_0 ? tile_q4_0 : type == EMBER_TYPE_Q5_0 ? tile_q5_0 : type == EMBER_TYPE_Q8_0 ? tile_q8_0
+                       : type == EMBER_TYPE_Q4_1 ? tile_q4_1 : tile_q5_1;
+    const tile_fn vec = type == EMBER_TYPE_Q4_0 ? vec_q4_0 : type == EMBER_TYPE_Q5_0 ? vec_q5_0 : type == EMBER_TYPE_Q8_0 ? vec_q8_0
+                      : type == EMBER_TYPE_Q4_1 ? vec_q4_1 : vec_q5_1;
     const int64_t nb = n_in / 32;
     for (int64_t r = r0; r < r1; r += 4) {
         const int64_t rm = r1 - r < 4 ? r1 - r : 4;
         const uint8_t *wr[4];
         for (int i = 0; i < 4; i++) wr[i] = w + (size_t)(i < rm ? r + i : r) * row_bytes;
-        for (int64_t t = t0; t < t1; t += 4) {
-            const int64_t rn = t1 - t < 4 ? t1 - t : 4;
+        for (int64_t t = t0; t < t1;) {
+            const int64_t rn = t1 - t < 4 ? 1 : 4;
             const uint8_t *ar[4];
             const int32_t *as[4];
             for (int j = 0; j < 4; j++) {
@@ -126,9 +136,10 @@ void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, si
                 as[j] = asum + tj * nb;
             }
             float out[4][4];
-            tile(nb, wr, ar, as, out);
+            (rn == 4 ? tile : vec)(nb, wr, ar, as, out);
             for (int i = 0; i < rm; i++)
                 for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i][j];
+            t += rn;
         }
     }
 }

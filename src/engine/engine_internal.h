@@ -38,6 +38,10 @@ typedef struct slot {
     size_t pending_len, pending_cap;
     int32_t i_logits;
     int32_t n_batch_entries;  /* entries this slot put in the current batch */
+    /* speculation: draft tokens following the last sampled one in this step's
+     * batch (entries i_logits + 1 .. i_logits + n_draft) */
+    ember_token draft[SPEC_MAX_DRAFT];
+    int32_t n_draft;
 } slot;
 
 struct engine {
@@ -70,7 +74,7 @@ void engine_req_finish(engine_req *r, engine_finish f, const char *err);
 
 /* slot.c: the per-slot seam "propose / sample / accept". */
 int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */
-void slot_after_decode(engine *e, slot *s);                /* sample, accept, emit */
+int32_t slot_after_decode(engine *e, slot *s);             /* verify, sample, accept, emit; returns tokens sampled */
 void slot_release(engine *e, slot *s, engine_finish f, const char *err);
 void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final);
 size_t stop_holdback(const char *text, size_t len, const char *const *stop, int32_t n_stop);

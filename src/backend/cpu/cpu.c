@@ -240,13 +240,14 @@ static void mm_dot(void *arg, int ith, int nth)
         if (t1 > a->n_tokens) t1 = a->n_tokens;
         float *y = a->ys[k];
         const int64_t n_out = w->n_out;
-        /* the path depends on the call's token count only, so a token's result
-         * does not depend on where the tiles fall */
+        /* the path depends on the weight type and the CPU only, never on the
+         * batch's token count, so a token's logits do not depend on what it is
+         * batched with (decode alone = decode beside other slots = prefill) */
         if (a->asum && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->asum, y, n_out, r0, r1, t0, t1);
             continue;
         }
-        if (have_gemm && a->n_tokens >= 2 && ember_cpu_gemm_supported(w->type)) {
+        if (have_gemm && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx2(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
             continue;
         }
@@ -292,7 +293,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.vdt = vdt;
         a.xq = cb->act;
         a.xq_row = row_size(vdt, n_in);
-        a.asum = have_vnni && n_tokens >= 2 && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
+        a.asum = have_vnni && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
         a.n_w = n_g;
         a.ws = grp;
         a.ys = gys;

@@ -10,6 +10,8 @@
  * scheduler does) or call decode.
  */
 #include "engine/engine_internal.h"
+#include "base/status.h"
+#include "sample/grammar.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -137,9 +139,66 @@ void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final
     s->pending_len = hold;
 }
 
+ember_status slot_constrain_begin(engine *e, slot *s)
+{
+    s->force = NULL;
+    s->n_force = 0;
+    if (!s->req || !s->req->p.grammar) return EMBER_OK;
+    ember_status st = ember_grammar_state_clone(s->req->p.grammar, &s->grammar);
+    if (st != EMBER_OK) return st;
+    s->masked = malloc(sizeof *s->masked * (size_t)e->rt.n_vocab);
+    if (!s->masked) return ember_error(EMBER_ERR_NOMEM, "grammar: logits copy of %d", e->rt.n_vocab);
+    return EMBER_OK;
+}
+
+static void slot_constrain_end(slot *s)
+{
+    ember_grammar_state_free(s->grammar);
+    s->grammar = NULL;
+    free(s->masked);
+    s->masked = NULL;
+    s->force = NULL;
+    s->n_force = 0;
+}
+
+/* Draw the next token: a token the request's hook forces, or a sample,
+ * constrained by the grammar the lazy way (grammar.h's seam: draw, check,
+ * mask and redraw only on rejection). Returns -1 when the grammar allows
+ * nothing (the slot is released with an error). */
+static ember_token slot_draw(engine *e, slot *s, const float *logits)
+{
+    if (s->n_force > 0) {
+        ember_token t = *s->force++;
+        s->n_force--;
+        /* a forced token the grammar cannot take ends the constraint */
+        if (s->grammar && ember_grammar_accept(s->grammar, t) != EMBER_OK) slot_constrain_end(s);
+        return t;
+    }
+    ember_token t = e->rt.sampler_sample(e->rt.ctx, s->smpl, logits);
+    if (!s->grammar) return t;
+    if (!ember_grammar_token_allowed(s->grammar, t)) {
+        memcpy(s->masked, logits, sizeof *s->masked * (size_t)e->rt.n_vocab);
+        ember_status st = ember_grammar_apply(s->grammar, s->masked, e->rt.n_vocab);
+        if (st == EMBER_OK) t = e->rt.sampler_sample(e->rt.ctx, s->smpl, s->masked);
+        if (st != EMBER_OK || !ember_grammar_token_allowed(s->grammar, t)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "grammar: no allowed token after %d generated (%s)", s->n_generated,
+                     st != EMBER_OK ? ember_last_error() : "every allowed token has zero probability");
+            slot_release(e, s, ENGINE_FINISH_ERROR, msg);
+            return -1;
+        }
+    }
+    if (ember_grammar_accept(s->grammar, t) != EMBER_OK) {
+        slot_release(e, s, ENGINE_FINISH_ERROR, "grammar: accepting the sampled token failed");
+        return -1;
+    }
+    return t;
+}
+
 void slot_release(engine *e, slot *s, engine_finish f, const char *err)
 {
     engine_req *r = s->req;
+    slot_constrain_end(s);
     if (!r) return;
     if (f != ENGINE_FINISH_STOP && f != ENGINE_FINISH_CANCELLED && s->pending_len)
         req_commit(r, s->pending, s->pending_len);   /* length/error: flush what is held back */
@@ -197,8 +256,9 @@ void slot_after_decode(engine *e, slot *s)
     s->i_logits = -1;
     if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); return; }
 
-    /* sample and accept: a grammar mask or draft verification goes here */
-    ember_token t = e->rt.sampler_sample(e->rt.ctx, s->smpl, logits);
+    /* sample and accept: draft verification goes here */
+    ember_token t = slot_draw(e, s, logits);
+    if (t < 0) return;
     e->rt.sampler_accept(e->rt.ctx, s->smpl, t);
     s->tokens[s->n_tokens++] = t;
     s->n_generated++;
@@ -230,6 +290,12 @@ void slot_after_decode(engine *e, slot *s)
     char buf[1024];   /* longer than any vocabulary piece we know (pieces are < 256 bytes) */
     int32_t n = e->vocab.token_piece(e->vocab.ud, t, buf, (int32_t)sizeof buf);
     if (n < 0 || n > (int32_t)sizeof buf) n = 0;
+    if (r->p.hook.on_token) {
+        const ember_token *force = NULL;
+        int32_t n_force = 0;
+        r->p.hook.on_token(r->p.hook.ud, t, buf, n, &force, &n_force);
+        if (force && n_force > 0 && s->n_force == 0) { s->force = force; s->n_force = n_force; }
+    }
     bool last = s->n_generated >= s->n_predict;
     slot_emit_text(e, s, buf, n, last);
     if (s->req && last) slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);

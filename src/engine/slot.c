@@ -168,11 +168,14 @@ static void slot_constrain_end(slot *s)
 static ember_token slot_draw(engine *e, slot *s, const float *logits)
 {
     if (s->n_force > 0) {
-        ember_token t = *s->force++;
-        s->n_force--;
-        /* a forced token the grammar cannot take ends the constraint */
-        if (s->grammar && ember_grammar_accept(s->grammar, t) != EMBER_OK) slot_constrain_end(s);
-        return t;
+        /* the grammar is the client's hard constraint: a forced token it
+         * cannot take ends the forcing, and sampling goes on under it */
+        if (!s->grammar || ember_grammar_accept(s->grammar, *s->force) == EMBER_OK) {
+            s->n_force--;
+            return *s->force++;
+        }
+        s->force = NULL;
+        s->n_force = 0;
     }
     ember_token t = e->rt.sampler_sample(e->rt.ctx, s->smpl, logits);
     if (!s->grammar) return t;

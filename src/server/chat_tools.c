@@ -227,6 +227,7 @@ typedef struct req_state {
     ember_reasoning_budget budget;
     ember_token *force;
     int32_t n_force;
+    const char *close_pending;        /* budget 0 with the thought open from the prompt: close at once */
 } req_state;
 
 static void rs_free(void *ud)
@@ -247,7 +248,10 @@ static void rs_on_token(void *ud, ember_token t, const char *piece, int32_t n, c
     req_state *r = ud;
     if (!r->parser) return;
     if (n > 0) ember_chat_parser_feed(r->parser, piece, (size_t)n);
-    const char *close = ember_reasoning_budget_next(&r->budget, r->parser);
+    /* budget_next is asked before each sample: this call decides the token
+     * after `t` (the first one was asked in chat_tools_prepare) */
+    const char *close = r->close_pending ? r->close_pending : ember_reasoning_budget_next(&r->budget, r->parser);
+    r->close_pending = NULL;
     if (!close) return;
     const server_text *tx = r->ct->text;
     free(r->force);
@@ -309,6 +313,9 @@ ember_status chat_tools_prepare(chat_tools *ct, const char *gbnf, int32_t budget
                                         .reasoning_open_at_start = open_at_start};
         st = ember_chat_parser_new(&cfg, &r->parser);
         ember_reasoning_budget_init(&r->budget, budget, ct->reasoning);
+        /* the question before the first sample (it counts that token); the
+         * engine cannot force before it, so a budget of 0 closes one late */
+        if (st == EMBER_OK) r->close_pending = ember_reasoning_budget_next(&r->budget, r->parser);
     }
     if (st != EMBER_OK) { rs_free(r); p->grammar = NULL; return st; }
     p->hook = (engine_req_hook){.ud = r, .on_token = want_budget ? rs_on_token : NULL, .free = rs_free};

@@ -81,8 +81,10 @@ typedef struct ember_backend_ops {
     void (*rms_norm)(ember_backend *be, float *y, const float *x, const float *w,
                      int64_t n_rows, int64_t n, float eps);
 
-    /* For each k < n_w: ys[k] [n_tokens, ws[k]->n_out] = x [n_tokens, n_in] ws[k]^T.
-     * All ws[k] share n_in; x is quantized once per distinct vec_dot_type. */
+    /* For each k < n_w (1 <= n_w <= 16): ys[k] [n_tokens, ws[k]->n_out] =
+     * x [n_tokens, n_in] ws[k]^T. All ws[k] share n_in; x is quantized once
+     * per distinct vec_dot_type. n_tokens >= 2 may take a tiled GEMM path:
+     * the same exact int block products summed in another float order. */
     void (*matmul)(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w,
                    const ember_weight *const *ws, float *const *ys);
 
@@ -92,6 +94,16 @@ typedef struct ember_backend_ops {
     void (*rope)(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
                  int32_t n_rot, const ember_pos *pos, float base, float freq_scale,
                  ember_rope_mode mode);
+
+    /* rope with per-pair frequency divisors: pair i turns by pos[t] * freq_scale *
+     * base^(-2i/n_rot) / freq_factors[i], i < n_rot/2 (ggml_rope_ext's freq_factors).
+     * Gemma 4 "proportional" RoPE on full-attention layers stores 1e30 for the pairs
+     * past partial_rotary_factor, which leaves them unrotated. freq_factors NULL = rope.
+     * Optional (NULL in a backend that lacks it: gemma4 then gathers the rotated
+     * pairs and uses rope). */
+    void (*rope_ext)(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                     int32_t n_rot, const ember_pos *pos, float base, float freq_scale,
+                     ember_rope_mode mode, const float *freq_factors);
 
     /* gate[i] = act(gate[i]) * up[i], i < n. GEGLU with GELU-tanh evaluated on
      * the f16-rounded input and rounded to f16 (ggml's GELU table), SwiGLU with
@@ -114,6 +126,13 @@ typedef struct ember_backend_ops {
      * cache, q8_0 for Q8_0) as ggml's mul_mat does. Vaswani et al. 2017. */
     void (*attention)(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
                       const float *q, const ember_attn_query *queries, int32_t n, float *out);
+
+    /* Optional (NULL: the layer views are the only copy). Called after the
+     * kv module copied rows [src_row, src_row + n_rows) to dst_row in the
+     * host view of a layer (copy on write of a forked block), so a backend
+     * that mirrors the cache elsewhere (device memory) can do the same. */
+    void (*kv_copy)(ember_backend *be, const ember_kv_layer_view *kv, int64_t dst_row, int64_t src_row,
+                    int64_t n_rows);
 } ember_backend_ops;
 
 struct ember_backend {

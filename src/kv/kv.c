@@ -26,7 +26,15 @@ struct ember_kv {
     int32_t max_blocks_per_seq;
     kv_seq *seqs;
     uint64_t bytes;
+    ember_kv_copy_hook copy_hook;
+    void *copy_ud;
 };
+
+void ember_kv_set_copy_hook(ember_kv *kv, ember_kv_copy_hook hook, void *ud)
+{
+    kv->copy_hook = hook;
+    kv->copy_ud = ud;
+}
 
 static bool kv_type_ok(uint32_t t) { return t == EMBER_TYPE_F32 || t == EMBER_TYPE_F16 || t == EMBER_TYPE_Q8_0; }
 
@@ -161,6 +169,7 @@ static void copy_block(ember_kv *kv, int32_t dst, int32_t src)
         memcpy(kv->k[il] + (size_t)dst * bt * kv->k_row_bytes, kv->k[il] + (size_t)src * bt * kv->k_row_bytes, bt * kv->k_row_bytes);
         memcpy(kv->v[il] + (size_t)dst * bt * kv->v_row_bytes, kv->v[il] + (size_t)src * bt * kv->v_row_bytes, bt * kv->v_row_bytes);
     }
+    if (kv->copy_hook) kv->copy_hook(kv->copy_ud, kv, dst, src);
 }
 
 ember_status ember_kv_append(ember_kv *kv, const ember_seq_id *seqs, const int32_t *n_new, int32_t n)

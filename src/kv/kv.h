@@ -40,6 +40,10 @@ ember_status ember_kv_new(const ember_kv_params *p, ember_kv **out);
 void ember_kv_free(ember_kv *kv);
 
 ember_kv_layer_view ember_kv_layer(const ember_kv *kv, int32_t il);
+/* Called once per copied block (copy on write), after the host copy, with
+ * the destination and source block ids. */
+typedef void (*ember_kv_copy_hook)(void *ud, const ember_kv *kv, int32_t dst_block, int32_t src_block);
+void ember_kv_set_copy_hook(ember_kv *kv, ember_kv_copy_hook hook, void *ud);
 uint64_t ember_kv_bytes(const ember_kv *kv);
 int32_t ember_kv_block_tokens(const ember_kv *kv);
 /* Blocks on the free list; tokens = blocks * block_tokens. */

@@ -46,6 +46,18 @@ struct ember_context {
     int64_t logits_rows;  /* capacity in rows of n_vocab */
 };
 
+/* Mirror a copy-on-write block copy into a backend that keeps its own copy
+ * of the cache. */
+static void kv_copy_to_backend(void *ud, const ember_kv *kv, int32_t dst, int32_t src)
+{
+    ember_context *c = ud;
+    const int64_t bt = ember_kv_block_tokens(kv);
+    for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
+        const ember_kv_layer_view view = ember_kv_layer(kv, il);
+        c->be->ops->kv_copy(c->be, &view, dst * bt, src * bt, bt);
+    }
+}
+
 ember_context_params ember_context_default_params(void)
 {
     ember_context_params p = {
@@ -117,10 +129,11 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .n_seq_max = (int32_t)p.n_seq_max, .n_ctx = (int32_t)p.n_ctx,
     };
     if ((st = ember_kv_new(&kp, &c->kv))) goto fail;
+    if (c->be->ops->kv_copy) ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
 
-    const int64_t sizes[8] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff};
+    const int64_t sizes[9] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff, ub * hp->n_aux};
     int64_t total = 0;
-    for (int i = 0; i < 8; i++) total += (sizes[i] + 15) & ~(int64_t)15;
+    for (int i = 0; i < 9; i++) total += (sizes[i] + 15) & ~(int64_t)15;
     c->scratch_mem = calloc((size_t)total, sizeof(float));
     c->scratch_bytes = (uint64_t)total * sizeof(float);
     const size_t nb = p.n_batch, ns = p.n_seq_max;
@@ -139,8 +152,8 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         goto fail;
     }
     float *f = c->scratch_mem;
-    float **dst[8] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2};
-    for (int i = 0; i < 8; i++) { *dst[i] = f; f += (sizes[i] + 15) & ~(int64_t)15; }
+    float **dst[9] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2, &c->s.aux};
+    for (int i = 0; i < 9; i++) { *dst[i] = sizes[i] ? f : NULL; f += (sizes[i] + 15) & ~(int64_t)15; }
 #ifdef EMBER_CUDA
     if (!ember_backend_is_cuda(c->be))
 #endif

@@ -27,6 +27,8 @@ static ember_status llama_load(ember_model *m)
     const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim_k;
     const int64_t n_k = (int64_t)hp->n_head_kv * hp->head_dim_k, n_v = (int64_t)hp->n_head_kv * hp->head_dim_v;
     const int64_t n_o = (int64_t)hp->n_head * hp->head_dim_v;
+    if (ember_gguf_get_tensor(m->gguf, "rope_freqs.weight"))
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: tensor 'rope_freqs.weight' (Llama 3 frequency scaling) is not supported yet", m->path);
     char name[96];
 #define MAT(field, suffix, nin, nout) \
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", il); \

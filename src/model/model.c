@@ -21,7 +21,9 @@
 
 static const ember_arch *const registry[] = {
     &ember_arch_gemma3,
+    &ember_arch_gemma4,
     &ember_arch_llama,
+    &ember_arch_qwen3,
 };
 
 ember_model_params ember_model_default_params(void)
@@ -57,6 +59,53 @@ ember_status ember_model_get_f32(const ember_model *m, const char *suffix, bool 
     if (st != EMBER_OK) return ember_error(st, "%s: metadata key '%s' is not a number", m->path, key);
     if (!isfinite(v)) return ember_error(EMBER_ERR_FORMAT, "%s: metadata key '%s' is not finite", m->path, key);
     *out = v;
+    return EMBER_OK;
+}
+
+ember_status ember_model_get_u32_per_layer(const ember_model *m, const char *suffix, bool required,
+                                           int32_t n_layer, int32_t *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    const int64_t i = ember_gguf_find_key(m->gguf, key);
+    if (i < 0) {
+        if (!required) return EMBER_OK;
+        return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing metadata key '%s'", m->path, key);
+    }
+    if (ember_gguf_kv_type(m->gguf, i) != EMBER_GGUF_ARRAY) {
+        int32_t v = 0;
+        ember_status st = ember_model_get_u32(m, suffix, true, &v);
+        if (st) return st;
+        for (int32_t il = 0; il < n_layer; il++) out[il] = v;
+        return EMBER_OK;
+    }
+    ember_gguf_arr a;
+    ember_status st = ember_gguf_kv_arr(m->gguf, i, &a);
+    if (st) return st;
+    const bool is_int = a.type == EMBER_GGUF_U8 || a.type == EMBER_GGUF_I8 || a.type == EMBER_GGUF_U16 ||
+                        a.type == EMBER_GGUF_I16 || a.type == EMBER_GGUF_U32 || a.type == EMBER_GGUF_I32 ||
+                        a.type == EMBER_GGUF_U64 || a.type == EMBER_GGUF_I64;
+    if (!is_int || a.n != (uint64_t)n_layer)
+        return ember_error(EMBER_ERR_FORMAT, "%s: metadata key '%s' must be an integer or an array of %d integers (has %llu elements of type %s)",
+                           m->path, key, n_layer, (unsigned long long)a.n, ember_gguf_vtype_name(a.type));
+    const bool is_signed = a.type == EMBER_GGUF_I8 || a.type == EMBER_GGUF_I16 || a.type == EMBER_GGUF_I32 || a.type == EMBER_GGUF_I64;
+    for (int32_t il = 0; il < n_layer; il++) {
+        const ember_gguf_scalar v = ember_gguf_arr_scalar(&a, (uint64_t)il);
+        if (is_signed ? (v.i < 0 || v.i > INT32_MAX) : v.u > INT32_MAX)
+            return ember_error(EMBER_ERR_FORMAT, "%s: metadata key '%s'[%d] is out of range", m->path, key, il);
+        out[il] = is_signed ? (int32_t)v.i : (int32_t)v.u;
+    }
+    return EMBER_OK;
+}
+
+/* The largest per-layer value of "<arch>.<suffix>" (scalar or per-layer array). */
+static ember_status get_u32_max(const ember_model *m, const char *suffix, bool required, int32_t n_layer, int32_t *out)
+{
+    int32_t v[EMBER_MAX_LAYERS];
+    for (int32_t il = 0; il < n_layer; il++) v[il] = *out;
+    ember_status st = ember_model_get_u32_per_layer(m, suffix, required, n_layer, v);
+    if (st) return st;
+    for (int32_t il = 0; il < n_layer; il++) if (il == 0 || v[il] > *out) *out = v[il];
     return EMBER_OK;
 }
 
@@ -120,10 +169,13 @@ static ember_status load_common_hparams(ember_model *m)
     if ((st = ember_model_get_u32(m, "context_length", true, &hp->n_ctx_train))) return st;
     if ((st = ember_model_get_u32(m, "embedding_length", true, &hp->n_embd))) return st;
     if ((st = ember_model_get_u32(m, "block_count", true, &hp->n_layer))) return st;
-    if ((st = ember_model_get_u32(m, "feed_forward_length", true, &hp->n_ff))) return st;
     if ((st = ember_model_get_u32(m, "attention.head_count", true, &hp->n_head))) return st;
+    if (hp->n_layer < 1 || hp->n_layer > EMBER_MAX_LAYERS)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: %s.block_count %d not in [1, %d]", m->path, m->arch_name, hp->n_layer, EMBER_MAX_LAYERS);
+    /* per-layer arrays (gemma4): the largest value sizes scratch and KV rows */
+    if ((st = get_u32_max(m, "feed_forward_length", true, hp->n_layer, &hp->n_ff))) return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = ember_model_get_u32(m, "attention.head_count_kv", false, &hp->n_head_kv))) return st;
+    if ((st = get_u32_max(m, "attention.head_count_kv", false, hp->n_layer, &hp->n_head_kv))) return st;
     if (hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 || hp->n_head_kv < 1 ||
         hp->n_ctx_train < 1)
         return ember_error(EMBER_ERR_FORMAT, "%s: hyperparameters must be positive (n_embd %d, n_layer %d, n_ff %d, n_head %d, n_head_kv %d, context_length %d)",
@@ -200,7 +252,7 @@ ember_status ember_model_load(const char *path, const ember_model_params *params
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
         if (!strcmp(registry[i]->name, arch)) m->arch = registry[i];
     if (!m->arch) {
-        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, llama)", path, arch);
+        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3)", path, arch);
         goto fail;
     }
     if ((st = load_common_hparams(m))) goto fail;
@@ -231,6 +283,7 @@ void ember_model_free(ember_model *m)
 {
     if (!m) return;
     ember_model_free_vocab(m);
+    if (m->arch && m->arch->free) m->arch->free(m);
     free(m->layers);
     ember_gguf_close(m->gguf);
     free(m);

@@ -37,6 +37,7 @@ typedef struct ember_hparams {
     float attn_scale;         /* multiplies q.k */
     float embd_scale;         /* multiplies token embeddings */
     float final_softcap;      /* 0 = none */
+    int64_t n_aux;            /* extra per-token scratch floats the arch asks for (ember_scratch.aux); 0 = none */
 } ember_hparams;
 
 typedef struct ember_layer {
@@ -63,6 +64,7 @@ struct ember_model {
     uint64_t size_bytes;
     int32_t n_gpu_layers;     /* from ember_model_params: != 0 runs on the GPU (CUDA builds) */
     int32_t device;
+    void *arch_priv;          /* architecture-private data (per-layer shapes, extra weights); freed by arch->free */
 };
 
 /* One micro-batch as a forward pass sees it: n entries with their token,
@@ -90,6 +92,7 @@ typedef struct ember_scratch {
     float *att;    /* [n, n_head * head_dim_v] */
     float *hb;     /* [n, n_ff] */
     float *hb2;    /* [n, n_ff] */
+    float *aux;    /* [n, hp.n_aux], NULL when n_aux == 0 */
 } ember_scratch;
 
 /* What a forward pass runs with. */
@@ -107,10 +110,14 @@ struct ember_arch {
     ember_status (*load)(ember_model *m);
     /* Run the model over ub: write K/V for every entry and logits for out_idx. */
     void (*forward)(const ember_run *r, const ember_ubatch *ub);
+    /* Optional: release m->arch_priv. */
+    void (*free)(ember_model *m);
 };
 
 extern const ember_arch ember_arch_gemma3;
+extern const ember_arch ember_arch_gemma4;
 extern const ember_arch ember_arch_llama;
+extern const ember_arch ember_arch_qwen3;
 
 /* --- helpers for model files (model.c) --- */
 
@@ -125,6 +132,12 @@ ember_status ember_model_bind_vector(ember_model *m, const char *name, int64_t n
 /* "<arch>.<suffix>" metadata getters; required ones report the full key. */
 ember_status ember_model_get_u32(const ember_model *m, const char *suffix, bool required, int32_t *out);
 ember_status ember_model_get_f32(const ember_model *m, const char *suffix, bool required, float *out);
+/* "<arch>.<suffix>" as one u32 per layer: a scalar applies to every layer, an
+ * array must hold n_layer non-negative integers (gemma4 writes per-layer
+ * head_count_kv and feed_forward_length this way). A missing key leaves out[]
+ * untouched unless required. Errors name the key (type, length, range). */
+ember_status ember_model_get_u32_per_layer(const ember_model *m, const char *suffix, bool required,
+                                           int32_t n_layer, int32_t *out);
 
 /* Common transformer pieces over backend ops. */
 /* y [n_tokens, w->n_out] = x W^T for up to 3 weights sharing the input. */

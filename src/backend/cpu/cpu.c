@@ -29,6 +29,7 @@ static void (*axpy_f16)(int64_t, float, const uint16_t *, float *) = ember_cpu_a
 static float (*dot_f32)(int64_t, const float *, const float *) = ember_cpu_dot_f32;
 static void (*to_f16_row)(int64_t, const float *, uint16_t *) = ember_cpu_f32_to_f16_row;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
+static bool have_vnni;   /* AVX-512 VNNI tiles */
 
 static void init_tables(void)
 {
@@ -46,6 +47,7 @@ static void init_tables(void)
         dot_f32 = ember_cpu_dot_f32_avx2;
         to_f16_row = ember_cpu_f32_to_f16_row_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
+        have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
     }
 }
 
@@ -167,6 +169,7 @@ typedef struct mm_task {
     uint32_t vdt;                 /* activation format */
     void *xq;
     size_t xq_row;
+    int32_t *asum;                /* block sums for the VNNI tiles, or NULL */
     int32_t n_w;
     const ember_weight *const *ws;
     float *const *ys;
@@ -179,8 +182,20 @@ typedef struct mm_task {
 static void mm_quantize(void *arg, int ith, int nth)
 {
     mm_task *a = arg;
-    for (int64_t t = ith; t < a->n_tokens; t += nth)
-        quantize_row(a->vdt, a->x + t * a->n_in, (uint8_t *)a->xq + (size_t)t * a->xq_row, a->n_in);
+    for (int64_t t = ith; t < a->n_tokens; t += nth) {
+        uint8_t *row = (uint8_t *)a->xq + (size_t)t * a->xq_row;
+        quantize_row(a->vdt, a->x + t * a->n_in, row, a->n_in);
+        if (a->asum) {   /* Q8_0 (34-byte blocks, qs at 2) or Q8_1 (36, qs at 4) */
+            const size_t bs = a->vdt == EMBER_TYPE_Q8_1 ? 36 : 34, off = a->vdt == EMBER_TYPE_Q8_1 ? 4 : 2;
+            const int64_t nb = a->n_in / 32;
+            for (int64_t b = 0; b < nb; b++) {
+                const int8_t *q = (const int8_t *)(row + (size_t)b * bs + off);
+                int32_t s = 0;
+                for (int k = 0; k < 32; k++) s += q[k];
+                a->asum[t * nb + b] = s;
+            }
+        }
+    }
 }
 
 static void mm_dot(void *arg, int ith, int nth)
@@ -211,6 +226,10 @@ static void mm_dot(void *arg, int ith, int nth)
         const int64_t n_out = w->n_out;
         /* the path depends on the call's token count only, so a token's result
          * does not depend on where the tiles fall */
+        if (a->asum && ember_cpu_gemm_supported(w->type)) {
+            ember_cpu_gemm_q32_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->asum, y, n_out, r0, r1, t0, t1);
+            continue;
+        }
         if (have_gemm && a->n_tokens >= 2 && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx2(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
             continue;
@@ -257,6 +276,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.vdt = vdt;
         a.xq = cb->act;
         a.xq_row = row_size(vdt, n_in);
+        a.asum = have_vnni && n_tokens >= 2 && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
         a.n_w = n_g;
         a.ws = grp;
         a.ys = gys;
@@ -280,6 +300,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
 typedef struct rope_task {
     float *x; int64_t n_tokens; int32_t n_head, head_dim, n_rot; const ember_pos *pos;
     float base, freq_scale; ember_rope_mode mode;
+    const float *freq_factors;   /* NULL: all 1 */
 } rope_task;
 
 static void rope_rows(void *arg, int ith, int nth)
@@ -293,7 +314,7 @@ static void rope_rows(void *arg, int ith, int nth)
     for (int64_t t = lo; t < hi; t++) {
         float theta = (float)a->pos[t];
         for (int32_t i = 0; i < half; i++) {
-            const float th = a->freq_scale * theta;
+            const float th = a->freq_scale * (a->freq_factors ? theta / a->freq_factors[i] : theta);
             cs[i] = cosf(th);
             sn[i] = sinf(th);
             theta *= theta_scale;
@@ -320,7 +341,15 @@ static void rope_rows(void *arg, int ith, int nth)
 static void op_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
                     int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode)
 {
-    rope_task a = {x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode};
+    rope_task a = {x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, NULL};
+    ember_threadpool_run_n(CPU(be)->tp, threads_for(CPU(be), n_tokens * n_head * head_dim), rope_rows, &a);
+}
+
+static void op_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                        int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode,
+                        const float *freq_factors)
+{
+    rope_task a = {x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, freq_factors};
     ember_threadpool_run_n(CPU(be)->tp, threads_for(CPU(be), n_tokens * n_head * head_dim), rope_rows, &a);
 }
 
@@ -336,12 +365,18 @@ static void ew_run(void *arg, int ith, int nth)
     float *y = a->y;
     const float *x = a->x;
     switch (a->kind) {
-    case 0: /* geglu: y = gelu(y) * x */
-        for (int64_t i = lo; i < hi; i++) {
-            const float g = y[i];
-            if (g <= -10.0f) y[i] = 0.0f;
-            else if (g >= 10.0f) y[i] = g * x[i];
-            else y[i] = gelu_f16_table[ember_fp32_to_fp16(g)] * x[i];
+    case 0: /* geglu: y = gelu(y) * x, GELU looked up by the f16 bits of y */
+        for (int64_t i0 = lo; i0 < hi; i0 += 256) {
+            uint16_t h[256];
+            const int64_t n = hi - i0 < 256 ? hi - i0 : 256;
+            to_f16_row(n, y + i0, h);
+            for (int64_t k = 0; k < n; k++) {
+                const int64_t i = i0 + k;
+                const float g = y[i];
+                if (g <= -10.0f) y[i] = 0.0f;
+                else if (g >= 10.0f) y[i] = g * x[i];
+                else y[i] = gelu_f16_table[h[k]] * x[i];
+            }
         }
         break;
     case 1: /* swiglu: y = silu(y) * x */
@@ -495,6 +530,7 @@ static void op_free(ember_backend *be)
         free(cb->ts);
     }
     free(cb->act);
+    free(cb->asum);
     free(cb);
 }
 
@@ -509,6 +545,7 @@ static const ember_backend_ops cpu_ops = {
     .swiglu = op_swiglu,
     .add = op_add,
     .scale = op_scale,
+    .rope_ext = op_rope_ext,
     .kv_store = op_kv_store,
     .attention = op_attention,
 };
@@ -531,8 +568,9 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
     /* 4 bytes per element covers every activation format (F32 is the widest) */
     cb->act_bytes = (size_t)lim->max_tokens * (size_t)lim->max_n_in * 4;
     cb->act = malloc(cb->act_bytes);
+    cb->asum = malloc((size_t)lim->max_tokens * (size_t)(lim->max_n_in / 32 + 1) * sizeof(int32_t));
     cb->ts = calloc((size_t)n_threads, sizeof *cb->ts);
-    if (!cb->act || !cb->ts) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
+    if (!cb->act || !cb->asum || !cb->ts) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
     cb->scratch_bytes = cb->act_bytes;
     for (int32_t i = 0; i < n_threads; i++) {
         cb->ts[i].scores = malloc((size_t)lim->max_kv_tokens * sizeof(float));

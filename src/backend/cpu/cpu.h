@@ -26,6 +26,7 @@ typedef struct cpu_backend {
     int32_t n_threads;
     ember_backend_limits lim;
     void *act;            /* quantized activations [max_tokens, max_n_in] of any vec_dot_type */
+    int32_t *asum;        /* [max_tokens, max_n_in / 32]: int8 sum per Q8_0/Q8_1 block */
     size_t act_bytes;
     cpu_thread_scratch *ts;
     uint64_t scratch_bytes;
@@ -52,5 +53,10 @@ bool ember_cpu_gemm_supported(uint32_t type);
 void ember_cpu_gemm_q32_avx2(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
                              const uint8_t *xq, size_t xq_row, float *y, int64_t ldy,
                              int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* The same with AVX-512 VNNI; asum [n_tokens, n_in / 32] holds the sum of
+ * each activation block's int8 values. */
+void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
+                               const uint8_t *xq, size_t xq_row, const int32_t *asum, float *y, int64_t ldy,
+                               int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 #endif

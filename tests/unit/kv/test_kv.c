@@ -128,6 +128,35 @@ static void test_pool_exhaustion_is_all_or_nothing(void **st)
     ember_kv_free(kv);
 }
 
+static int32_t hook_calls, hook_dst, hook_src;
+static void hook(void *ud, const ember_kv *kv, int32_t dst, int32_t src)
+{
+    (void)kv;
+    assert_int_equal(*(int *)ud, 7);
+    hook_calls++;
+    hook_dst = dst;
+    hook_src = src;
+}
+
+static void test_copy_hook_sees_cow(void **st)
+{
+    (void)st;
+    ember_kv *kv = make(8, 2);
+    int ud = 7;
+    ember_kv_set_copy_hook(kv, hook, &ud);
+    assert_int_equal(append1(kv, 0, 6), EMBER_OK);
+    assert_int_equal(ember_kv_seq_fork(kv, 0, 1, 6), EMBER_OK);
+    assert_int_equal(hook_calls, 0);
+    int32_t shared = ember_kv_seq_blocks(kv, 1)[1];
+    assert_int_equal(append1(kv, 1, 1), EMBER_OK);
+    assert_int_equal(hook_calls, 1);
+    assert_int_equal(hook_src, shared);
+    assert_int_equal(hook_dst, ember_kv_seq_blocks(kv, 1)[1]);
+    assert_int_equal(append1(kv, 0, 1), EMBER_OK);   /* now exclusive: no copy */
+    assert_int_equal(hook_calls, 1);
+    ember_kv_free(kv);
+}
+
 static void test_errors(void **st)
 {
     (void)st;
@@ -161,6 +190,7 @@ int main(void)
         cmocka_unit_test(test_fork_shares_and_cow_copies),
         cmocka_unit_test(test_truncate_rolls_back),
         cmocka_unit_test(test_pool_exhaustion_is_all_or_nothing),
+        cmocka_unit_test(test_copy_hook_sees_cow),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

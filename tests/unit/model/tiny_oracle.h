@@ -1,0 +1,118 @@
+/* tiny_oracle.h — shared by test_gemma4.c and test_qwen3.c: run a tiny random
+ * model (tests/golden/<arch>/<name>.gguf, converted by llama.cpp's
+ * convert_hf_to_gguf.py) through ember_model_load / ember_decode and compare
+ * the logits at every position with Hugging Face transformers' logits for the
+ * same model (<name>.logits.json). Both files come from
+ * tests/golden/make_tiny_models.py.
+ *
+ * Tolerance: max |ember - transformers| <= TOL_REL * max |transformers logit|
+ * per sequence, with an F32 KV cache (the weights are F32 too), so the test
+ * measures the math, not quantization. The only approximation left on our side
+ * is ggml's GELU table (f16-rounded input and output, as llama.cpp does).
+ *
+ * Each sequence is decoded twice: the whole prompt in one batch (one ubatch of
+ * 16), and token by token in ubatches of 1 (the KV-cache path: earlier
+ * positions come from the cache, sliding windows and KV-shared layers read
+ * it). Both must match the oracle.
+ */
+#ifndef TINY_ORACLE_H
+#define TINY_ORACLE_H
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ember.h"
+
+#define TOL_REL 1e-3
+
+typedef struct oracle {
+    json_t *root;
+    json_t *seqs;     /* [[ids]] */
+    json_t *logits;   /* [[[n_vocab]]] */
+    int32_t n_vocab;
+} oracle;
+
+static void oracle_load(const char *json_path, oracle *o)
+{
+    json_error_t err;
+    o->root = json_load_file(json_path, 0, &err);
+    if (!o->root) fail_msg("%s: %s (line %d)", json_path, err.text, err.line);
+    o->seqs = json_object_get(o->root, "sequences");
+    o->logits = json_object_get(o->root, "logits");
+    o->n_vocab = (int32_t)json_integer_value(json_object_get(o->root, "n_vocab"));
+    assert_non_null(o->seqs);
+    assert_non_null(o->logits);
+    assert_true(json_array_size(o->seqs) == json_array_size(o->logits));
+}
+
+/* Max |a - ref| over one position; also the max |ref|. */
+static void cmp_row(const float *a, json_t *ref, int32_t n_vocab, double *max_diff, double *max_ref)
+{
+    assert_int_equal((int)json_array_size(ref), n_vocab);
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const double r = json_real_value(json_array_get(ref, (size_t)i));
+        const double d = fabs((double)a[i] - r);
+        if (!(d <= *max_diff)) *max_diff = isnan(d) ? INFINITY : d;
+        if (fabs(r) > *max_ref) *max_ref = fabs(r);
+    }
+}
+
+/* Decode every oracle sequence (whole, then one token per ubatch) and
+ * compare all positions. Prints the measured error. */
+static void run_oracle(const char *gguf_path, const char *json_path, const char *arch)
+{
+    ember_model *m = NULL;
+    ember_model_params mp = ember_model_default_params();
+    if (getenv("EMBER_TEST_GPU")) mp.n_gpu_layers = -1;   /* CUDA builds: run the same checks on the GPU */
+    if (ember_model_load(gguf_path, &mp, &m) != EMBER_OK) fail_msg("%s", ember_last_error());
+    assert_string_equal(ember_model_arch(m), arch);
+    oracle o;
+    oracle_load(json_path, &o);
+    assert_int_equal(ember_model_n_vocab(m), o.n_vocab);
+
+    for (int mode = 0; mode < 2; mode++) {
+        ember_context_params p = ember_context_default_params();
+        p.n_ctx = 64;
+        p.n_batch = 32;
+        p.n_ubatch = mode == 0 ? 16 : 1;
+        p.n_threads = 2;
+        p.type_k = p.type_v = EMBER_KV_F32;
+        ember_context *c = NULL;
+        if (ember_context_new(m, &p, &c) != EMBER_OK) fail_msg("%s", ember_last_error());
+        ember_batch b;
+        assert_int_equal(ember_batch_init(32, &b), EMBER_OK);
+        for (size_t s = 0; s < json_array_size(o.seqs); s++) {
+            json_t *ids = json_array_get(o.seqs, s), *ref = json_array_get(o.logits, s);
+            const int32_t n = (int32_t)json_array_size(ids);
+            assert_true(n >= 1 && n <= 32);
+            assert_int_equal(ember_seq_remove(c, 0), EMBER_OK);
+            b.n_tokens = n;
+            for (int32_t i = 0; i < n; i++) {
+                b.token[i] = (ember_token)json_integer_value(json_array_get(ids, (size_t)i));
+                b.pos[i] = i;
+                b.seq_id[i] = 0;
+                b.logits[i] = 1;
+            }
+            if (ember_decode(c, &b) != EMBER_OK) fail_msg("%s", ember_last_error());
+            double max_diff = 0.0, max_ref = 0.0;
+            for (int32_t i = 0; i < n; i++) {
+                const float *lg = ember_get_logits(c, i);
+                assert_non_null(lg);
+                cmp_row(lg, json_array_get(ref, (size_t)i), o.n_vocab, &max_diff, &max_ref);
+            }
+            printf("# %s seq %zu (n=%d, n_ubatch=%u): max|diff| %.3g, max|logit| %.3g, rel %.3g\n", gguf_path, s, n,
+                   p.n_ubatch, max_diff, max_ref, max_diff / max_ref);
+            assert_true(max_ref > 0.5);   /* random weights give non-trivial logits */
+            if (!(max_diff <= TOL_REL * max_ref))
+                fail_msg("%s seq %zu: max|diff| %g > %g * max|logit| %g", gguf_path, s, max_diff, TOL_REL, max_ref);
+        }
+        ember_batch_free(&b);
+        ember_context_free(c);
+    }
+    json_decref(o.root);
+    ember_model_free(m);
+}
+
+#endif

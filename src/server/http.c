@@ -401,8 +401,7 @@ static bool prepare_structured(server *s, const oai_req *rq, const ember_token *
         bool client = st == EMBER_ERR_FORMAT || st == EMBER_ERR_NOT_FOUND || st == EMBER_ERR_INVALID_ARG ||
                       st == EMBER_ERR_UNSUPPORTED;
         oai_error_set(err, client ? 400 : 500, client ? "invalid_request_error" : "server_error",
-                      rq->gbnf ? (rq->kind == OAI_CHAT ? "response_format" : "grammar") : "tool_choice", NULL,
-                      "grammar: %s", ember_last_error());
+                      rq->gbnf ? rq->gbnf_param : "tool_choice", NULL, "%s", ember_last_error());
         return false;
     }
     return true;

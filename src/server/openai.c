@@ -447,10 +447,8 @@ static bool parse_structured(json_t *body, oai_kind kind, oai_req *out, oai_erro
     if (rf && !json_is_object(rf))
         return bad(err, "response_format", "Invalid type for 'response_format': expected an object.");
     ember_status st = ember_grammar_from_request(body, &out->gbnf);
-    if (st != EMBER_OK) {
-        const char *param = opt(body, "grammar") ? "grammar" : opt(body, "json_schema") ? "json_schema" : "response_format";
-        return bad(err, param, "Invalid '%s': %s", param, ember_last_error());
-    }
+    out->gbnf_param = opt(body, "grammar") ? "grammar" : opt(body, "json_schema") ? "json_schema" : "response_format";
+    if (st != EMBER_OK) return bad(err, out->gbnf_param, "Invalid '%s': %s", out->gbnf_param, ember_last_error());
     if (kind != OAI_CHAT) return true;
     if (!get_bool(body, "parallel_tool_calls", &out->parallel_tool_calls, err)) return false;
     json_t *tc = opt(body, "tool_choice");

@@ -46,6 +46,7 @@ typedef struct oai_req {
     bool ignore_eos;
     /* structured output, tools, thinking (chat_tools.h wires them) */
     char *gbnf;                  /* response_format / grammar / json_schema as GBNF, or NULL */
+    const char *gbnf_param;      /* the field it came from (for errors) */
     oai_tool_choice tool_choice; /* default auto (none when there are no tools) */
     char *tool_name;             /* NAMED: the function */
     bool parallel_tool_calls;    /* default true */

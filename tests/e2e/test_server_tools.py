@@ -143,8 +143,9 @@ def test_tool_choice_errors_are_400(client):
                                        tool_choice={"type": "function", "function": {"name": "nope"}})
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="m", messages=ASK, max_tokens=4, tool_choice="required")
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.BadRequestError) as ei:
         client.chat.completions.create(model="m", messages=ASK, max_tokens=4, extra_body={"grammar": "root ::= ("})
+    assert ei.value.body["param"] == "grammar" and "line 1" in ei.value.body["message"]
 
 
 def test_json_schema_20_of_20(client):

@@ -43,6 +43,7 @@ static void usage(FILE *f)
             "      --metrics               serve Prometheus metrics at /metrics\n"
             "      --reasoning-budget N    close a thinking block after N tokens (-1: unlimited, default)\n"
             "      --reasoning-format F    'auto' (default): thoughts in reasoning_content; 'none': raw in content\n");
+    fputs(serve_spec_usage, f);
 }
 
 static bool int_arg(const char *opt, const char *v, long lo, long hi, long *out)
@@ -60,7 +61,7 @@ static bool int_arg(const char *opt, const char *v, long lo, long hi, long *out)
 int cmd_serve(int argc, char **argv)
 {
     serve_opts o = {.n_parallel = 4, .n_batch = 512, .n_prefill_chunk = 128, .type_k = EMBER_KV_F16,
-                    .type_v = EMBER_KV_F16};
+                    .type_v = EMBER_KV_F16, .spec = spec_default_params()};
     server_config sc = {.host = "127.0.0.1", .port = 8080};
     const char *kwargs = NULL;
     char alias_buf[256];
@@ -69,6 +70,9 @@ int cmd_serve(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long x;
 #define TAKE() (i++, v)
+        int sp = serve_parse_spec_flag(argc, argv, &i, &o);
+        if (sp < 0) return 2;
+        if (sp > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) goto missing; o.model_path = TAKE(); }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!int_arg(a, TAKE(), 0, 1 << 24, &x)) return 2; o.n_ctx = (int32_t)x; }

@@ -41,6 +41,99 @@ char *serve_read_file(const char *path)
     return s;
 }
 
+const char serve_spec_usage[] =
+    "      --spec-type T           speculative decoding: none (default), ngram (prompt lookup), draft (-md),\n"
+    "                              layerskip (not available yet); output stays identical (lossless)\n"
+    "  -md, --model-draft FILE     draft model for --spec-type draft (same vocabulary as -m)\n"
+    "      --spec-draft-n-max N    most draft tokens per slot and step (default 16, at most 32)\n"
+    "      --spec-draft-n-min N    drop drafts shorter than N (default 0)\n"
+    "      --spec-draft-p-min P    draft model stops when its top probability < P (default 0.75)\n"
+    "      --spec-adaptive on|off  per-slot draft length from measured acceptance and verify cost (default on)\n"
+    "      --spec-row-cost C       cost of one more verified row relative to a 1-token step (default 0.35, CPU)\n";
+
+int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
+{
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    bool is_spec = !strcmp(a, "--spec-type") || !strcmp(a, "-md") || !strcmp(a, "--model-draft") ||
+                   !strcmp(a, "--spec-draft-n-max") || !strcmp(a, "--draft-max") ||
+                   !strcmp(a, "--spec-draft-n-min") || !strcmp(a, "--draft-min") ||
+                   !strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min") || !strcmp(a, "--spec-adaptive") ||
+                   !strcmp(a, "--spec-row-cost");
+    if (!is_spec) return 0;
+    if (!v) { fprintf(stderr, "ember: %s needs a value\n", a); return -1; }
+    (*i)++;
+    char *end;
+    if (!strcmp(a, "--spec-type")) {
+        if (!spec_parse_type(v, &o->spec.type)) {
+            fprintf(stderr, "ember: --spec-type expects none, ngram, draft or layerskip, got '%s'\n", v);
+            return -1;
+        }
+    } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
+        o->draft_path = v;
+    } else if (!strcmp(a, "--spec-adaptive")) {
+        if (!strcmp(v, "on")) o->spec.adaptive = true;
+        else if (!strcmp(v, "off")) o->spec.adaptive = false;
+        else { fprintf(stderr, "ember: --spec-adaptive expects on or off, got '%s'\n", v); return -1; }
+    } else if (!strcmp(a, "--spec-row-cost")) {
+        double c = strtod(v, &end);
+        if (*end || end == v || !(c > 0 && c <= 4)) {
+            fprintf(stderr, "ember: --spec-row-cost expects a number in (0, 4], got '%s'\n", v);
+            return -1;
+        }
+        o->spec.row_cost = (float)c;
+    } else if (strstr(a, "p-min")) {
+        double p = strtod(v, &end);
+        if (*end || end == v || !(p >= 0 && p <= 1)) {
+            fprintf(stderr, "ember: %s expects a number in [0, 1], got '%s'\n", a, v);
+            return -1;
+        }
+        o->spec.p_min = (float)p;
+    } else {
+        long x = strtol(v, &end, 10);
+        bool is_max = strstr(a, "max") != NULL;
+        if (*end || end == v || x < (is_max ? 1 : 0) || x > SPEC_MAX_DRAFT) {
+            fprintf(stderr, "ember: %s expects an integer in [%d, %d], got '%s'\n", a, is_max ? 1 : 0, SPEC_MAX_DRAFT, v);
+            return -1;
+        }
+        if (is_max) o->spec.n_max = (int32_t)x;
+        else o->spec.n_min = (int32_t)x;
+    }
+    return 1;
+}
+
+/* The proposer for o->spec.type; *out NULL for none. */
+static ember_status open_spec(const serve_opts *o, serve_model *m, FILE *log)
+{
+    spec_proposer prop;
+    ember_status st;
+    m->spec = NULL;
+    if (o->draft_path && o->spec.type == SPEC_NONE) {
+        fprintf(log, "ember: -md given: using --spec-type draft\n");
+    }
+    spec_type type = o->draft_path && o->spec.type == SPEC_NONE ? SPEC_DRAFT : o->spec.type;
+    switch (type) {
+    case SPEC_NONE: return EMBER_OK;
+    case SPEC_NGRAM: st = spec_ngram_new(o->spec.ngram_min, o->spec.ngram_max, &prop); break;
+    case SPEC_DRAFT:
+        if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft needs -md FILE");
+        st = spec_draft_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &prop);
+        break;
+    default:
+        return ember_error(EMBER_ERR_UNSUPPORTED,
+                           "--spec-type %s: the runtime cannot run only the first k layers yet (see src/engine/spec/spec.c)",
+                           spec_type_name(type));
+    }
+    if (st != EMBER_OK) return st;
+    spec_params p = o->spec;
+    p.type = type;
+    if ((st = spec_engine_new(&p, prop, o->n_parallel, &m->spec)) != EMBER_OK) return st;
+    char line[512];
+    spec_engine_describe(m->spec, line, sizeof line);
+    fprintf(log, "ember: %s\n", line);
+    return EMBER_OK;
+}
+
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
@@ -85,8 +178,9 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     int32_t n_vocab = ember_model_n_vocab(m->model);
     m->rt = engine_runtime_ember(m->ctx, n_vocab);
     m->ev = text_ember_vocab(m->text);
+    if ((st = open_spec(o, m, log)) != EMBER_OK) goto fail;
     engine_config ec = {.n_slots = o->n_parallel, .n_ctx = m->n_ctx, .n_batch = o->n_batch,
-                        .n_prefill_chunk = o->n_prefill_chunk, .n_queue_max = 256};
+                        .n_prefill_chunk = o->n_prefill_chunk, .n_queue_max = 256, .spec = m->spec};
     if ((st = engine_new(&ec, &m->rt, &m->ev, &m->e)) != EMBER_OK) goto fail;
 
     static const char *kv_names[] = {"f16", "q8_0", "f32"};
@@ -106,6 +200,7 @@ fail:
 void serve_model_close(serve_model *m)
 {
     if (m->e) engine_free(m->e);
+    spec_engine_free(m->spec);
     text_ember_free(m->text);
     if (m->ctx) ember_context_free(m->ctx);
     if (m->model) ember_model_free(m->model);   /* owns the vocab */

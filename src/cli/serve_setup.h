@@ -24,6 +24,8 @@ typedef struct serve_opts {
     int64_t kv_pool;            /* --kv-pool tokens; 0 = n_ctx * n_parallel */
     ember_kv_type type_k, type_v;
     const char *template_file;  /* --chat-template-file */
+    spec_params spec;           /* --spec-type, --spec-draft-n-max/-n-min/-p-min, --spec-adaptive */
+    const char *draft_path;     /* -md: draft model for --spec-type draft */
 } serve_opts;
 
 typedef struct serve_model {
@@ -34,6 +36,7 @@ typedef struct serve_model {
     engine_runtime rt;
     engine_vocab ev;
     engine *e;
+    spec_engine *spec;          /* NULL: no speculation */
     int32_t n_ctx;
     uint32_t pool_tokens;
 } serve_model;
@@ -46,6 +49,12 @@ void serve_model_close(serve_model *m);
 
 /* Parse a KV type name (f16, q8_0, f32). */
 bool serve_parse_kv_type(const char *s, ember_kv_type *out);
+/* Parse one speculation flag at argv[*i] into o (advancing *i past its
+ * value). Returns 1 if taken, 0 if not a speculation flag, -1 on a bad value
+ * (message printed to stderr). */
+int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o);
+/* The help text of the speculation flags. */
+extern const char serve_spec_usage[];
 /* Read a whole file into a malloc'd NUL-terminated string; NULL on failure. */
 char *serve_read_file(const char *path);
 

@@ -155,6 +155,10 @@ void engine_publish_slots(engine *e)
     uint32_t kv_free = e->rt.kv_free_tokens(e->rt.ctx);
     pthread_mutex_lock(&e->mu);
     e->st.kv_free_tokens = kv_free;
+    if (e->cfg.spec) {   /* speculation counters are written by this (the engine) thread only */
+        e->st.spec_on = true;
+        e->st.spec = e->cfg.spec->st;
+    }
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "ember.h"
+#include "engine/spec/spec.h"
 
 /* The model side, as include/ember.h defines it. `ctx` is passed back to
  * every call. Semantics are those of the ember_* function of the same name. */
@@ -59,6 +60,7 @@ typedef struct engine_config {
     int32_t n_prefill_chunk; /* most prefill entries per step while some slot generates
                               * (bounds the stall a long prompt causes); <= 0: n_batch */
     int32_t n_queue_max;  /* requests waiting beyond the slots before submit says NOMEM */
+    spec_engine *spec;    /* speculative decoding (src/engine/spec); NULL: none. Not owned. */
 } engine_config;
 
 typedef enum engine_finish {
@@ -138,6 +140,7 @@ typedef struct engine_req {
     int32_t n_prompt;             /* prompt tokens */
     int32_t n_cached;             /* prompt tokens taken from the prefix cache */
     int32_t n_generated;          /* tokens sampled (including a final EOG) */
+    int32_t n_draft, n_draft_accepted; /* speculation: tokens drafted / accepted for this request */
     double t_queued, t_start, t_first_token, t_end; /* seconds, CLOCK_MONOTONIC */
 } engine_req;
 
@@ -191,6 +194,8 @@ typedef struct engine_stats {
     uint64_t n_steps, n_requests_done, n_requests_cancelled;
     uint32_t kv_free_tokens;
     int32_t max_batch_seen;
+    bool spec_on;                    /* speculation configured; counters below */
+    spec_stats spec;
 } engine_stats;
 
 /* Copy the counters; `slots` (may be NULL) gets n_slots entries. */

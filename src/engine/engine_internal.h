@@ -43,6 +43,10 @@ typedef struct slot {
     float *masked;            /* [n_vocab] logits copy for a grammar mask */
     const ember_token *force; /* tokens the request's hook asked to force next */
     int32_t n_force;
+    /* speculation: draft tokens following the last sampled one in this step's
+     * batch (entries i_logits + 1 .. i_logits + n_draft) */
+    ember_token draft[SPEC_MAX_DRAFT];
+    int32_t n_draft;
 } slot;
 
 struct engine {
@@ -75,7 +79,7 @@ void engine_req_finish(engine_req *r, engine_finish f, const char *err);
 
 /* slot.c: the per-slot seam "propose / sample / accept". */
 int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */
-void slot_after_decode(engine *e, slot *s);                /* sample, accept, emit */
+int32_t slot_after_decode(engine *e, slot *s);             /* verify, sample, accept, emit; returns tokens sampled */
 void slot_release(engine *e, slot *s, engine_finish f, const char *err);
 ember_status slot_constrain_begin(engine *e, slot *s);     /* admission: clone the grammar */
 void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final);

@@ -93,6 +93,8 @@ static bool admit(engine *e, engine_req *r)
     s->req = r;
     s->state = SLOT_PREFILL;
     s->admitted = ++e->admit_no;
+    s->n_draft = 0;
+    if (e->cfg.spec) spec_engine_slot_reset(e->cfg.spec, s->id);
     s->last_used = e->step_no;
     set_busy(e, +1);
 
@@ -268,9 +270,7 @@ static int32_t step(engine *e)
         slot *s = &e->slots[i];
         if (s->n_batch_entries == 0) continue;
         s->last_used = e->step_no;
-        bool had_logits = s->i_logits >= 0;
-        slot_after_decode(e, s);
-        n_sampled += had_logits;
+        n_sampled += slot_after_decode(e, s);
         if (s->state == SLOT_IDLE) set_busy(e, -1);
     }
 

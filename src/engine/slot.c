@@ -1,9 +1,15 @@
 /*
  * slot.c — one slot's part of a step: propose batch entries, then sample,
- * accept and emit. This is the seam for speculative decoding (propose would
- * add drafted tokens, after_decode would verify them and roll back with
- * seq_truncate) and for grammar-constrained sampling (a mask applied to the
- * logits before sampler_sample, advanced in accept).
+ * accept and emit. It is the seam for speculative decoding: propose puts the
+ * slot's draft (src/engine/spec, e->cfg.spec) after its last sampled token
+ * in the same batch as every other slot's entries; after_decode verifies the
+ * draft against the target's logits with the slot's own sampler, emits the
+ * accepted tokens plus one, and rolls the rejected K/V back with
+ * seq_truncate (no copy). Every draw (verified drafts included) goes
+ * through slot_draw: the request's grammar (a clone of its template state,
+ * checked lazily and masked only on rejection, then advanced) and tokens
+ * forced by the request's hook (reasoning budget), which the grammar may
+ * veto.
  *
  * Owns: a slot's token history, its sampler, stop-string and UTF-8 hold-back
  * of output text, log-probabilities. Must not: pick which slots run (the
@@ -27,6 +33,20 @@ static void batch_add(ember_batch *b, ember_token t, ember_pos pos, ember_seq_id
     b->logits[i] = logits ? 1 : 0;
 }
 
+/* This step's draft for a generating slot, at most `room` tokens: bounded
+ * by the batch budget, the slot's n_ctx (the K/V of the last token plus the
+ * draft must fit) and its n_predict (the step emits up to draft + 1). */
+static int32_t spec_slot_draft(engine *e, slot *s, int32_t room)
+{
+    int32_t ctx_room = e->cfg.n_ctx - (s->n_past + 1);
+    int32_t pred_room = s->n_predict - s->n_generated - 1;
+    if (ctx_room < room) room = ctx_room;
+    if (pred_room < room) room = pred_room;
+    if (room <= 0) return 0;
+    spec_input in = {.slot = s->id, .tokens = s->tokens, .n_tokens = s->n_tokens, .n_prompt = s->n_prompt};
+    return spec_engine_propose(e->cfg.spec, &in, room, s->draft);
+}
+
 int32_t slot_propose(engine *e, slot *s, int32_t budget)
 {
     s->i_logits = -1;
@@ -34,10 +54,13 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
     if (budget <= 0) return 0;
     ember_batch *b = &e->batch;
     if (s->state == SLOT_GENERATE) {
-        /* the last sampled token; drafted tokens would follow it here */
+        /* the last sampled token, then this slot's draft (verified in the same batch) */
         s->i_logits = b->n_tokens;
         batch_add(b, s->tokens[s->n_tokens - 1], s->n_past, s->id, true);
         s->n_batch_entries = 1;
+        s->n_draft = e->cfg.spec ? spec_slot_draft(e, s, budget - 1) : 0;
+        for (int32_t k = 0; k < s->n_draft; k++) batch_add(b, s->draft[k], s->n_past + 1 + k, s->id, true);
+        s->n_batch_entries += s->n_draft;
     } else if (s->state == SLOT_PREFILL) {
         int32_t n = s->n_prompt - s->n_past;
         if (n > budget) n = budget;
@@ -248,20 +271,11 @@ static void fill_logprobs(engine *e, const float *logits, engine_tok *rec, int32
     for (int32_t j = 0; j < rec->n_top; j++) rec->top_logprob[j] -= lse;
 }
 
-void slot_after_decode(engine *e, slot *s)
+/* Record, emit and check one sampled token `t` (drawn from `logits`).
+ * Returns false when the slot finished (EOG, stop string, length). */
+static bool emit_token(engine *e, slot *s, ember_token t, const float *logits)
 {
     engine_req *r = s->req;
-    s->n_past += s->n_batch_entries;
-    s->n_batch_entries = 0;
-    if (s->i_logits < 0) return;                     /* prefill continues next step */
-    s->state = SLOT_GENERATE;
-    const float *logits = e->rt.get_logits(e->rt.ctx, s->i_logits);
-    s->i_logits = -1;
-    if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); return; }
-
-    /* sample and accept: draft verification goes here */
-    ember_token t = slot_draw(e, s, logits);
-    if (t < 0) return;
     e->rt.sampler_accept(e->rt.ctx, s->smpl, t);
     s->tokens[s->n_tokens++] = t;
     s->n_generated++;
@@ -288,7 +302,7 @@ void slot_after_decode(engine *e, slot *s)
     if (!r->p.ignore_eos && e->vocab.is_eog(e->vocab.ud, t)) {
         slot_emit_text(e, s, NULL, 0, true);
         if (s->req) slot_release(e, s, ENGINE_FINISH_STOP, NULL);
-        return;
+        return false;
     }
     char buf[1024];   /* longer than any vocabulary piece we know (pieces are < 256 bytes) */
     int32_t n = e->vocab.token_piece(e->vocab.ud, t, buf, (int32_t)sizeof buf);
@@ -302,4 +316,61 @@ void slot_after_decode(engine *e, slot *s)
     bool last = s->n_generated >= s->n_predict;
     slot_emit_text(e, s, buf, n, last);
     if (s->req && last) slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
+    return s->req != NULL;
+}
+
+int32_t slot_after_decode(engine *e, slot *s)
+{
+    engine_req *r = s->req;
+    int32_t n_past0 = s->n_past;
+    s->n_past += s->n_batch_entries;
+    s->n_batch_entries = 0;
+    int32_t n_draft = s->n_draft;
+    s->n_draft = 0;
+    if (s->i_logits < 0) return 0;                   /* prefill continues next step */
+    s->state = SLOT_GENERATE;
+    int32_t i0 = s->i_logits;
+    s->i_logits = -1;
+
+    /* Verify: draw from the target at entry i0 + j with the slot's own
+     * sampler; draft token j is accepted iff the draw equals it (the
+     * rejection rule for a deterministic draft, spec.h). The draw at the
+     * first mismatch, or after the last draft, is the step's extra token. */
+    int32_t n_sampled = 0, n_acc = 0;
+    if (n_draft > 0) {
+        pthread_mutex_lock(&r->mu);
+        r->n_draft += n_draft;
+        pthread_mutex_unlock(&r->mu);
+    }
+    for (int32_t j = 0; j <= n_draft; j++) {
+        const float *logits = e->rt.get_logits(e->rt.ctx, i0 + j);
+        if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); break; }
+        ember_token t = slot_draw(e, s, logits);   /* grammar / forced tokens; -1: released */
+        if (t < 0) break;
+        bool hit = j < n_draft && t == s->draft[j];
+        n_sampled++;
+        if (hit) {   /* counted before emit_token, which may finish the request and drop r */
+            n_acc++;
+            pthread_mutex_lock(&r->mu);
+            r->n_draft_accepted++;
+            pthread_mutex_unlock(&r->mu);
+        }
+        if (!emit_token(e, s, t, logits) || !hit) break;
+    }
+    if (n_draft > 0) {
+        /* roll back the K/V of rejected drafts: keep the last token + accepted ones */
+        int32_t keep = n_past0 + 1 + n_acc;
+        if (keep < s->n_past) {
+            if (e->rt.seq_truncate(e->rt.ctx, s->id, keep) == EMBER_OK) {
+                s->n_past = keep;
+            } else {
+                if (s->req) slot_release(e, s, ENGINE_FINISH_ERROR, "speculation: KV rollback (seq_truncate) failed");
+                e->rt.seq_remove(e->rt.ctx, s->id);
+                s->n_past = 0;
+                s->n_tokens = 0;
+            }
+        }
+        spec_engine_result(e->cfg.spec, s->id, n_draft, n_acc);
+    }
+    return n_sampled;
 }

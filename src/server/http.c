@@ -218,6 +218,7 @@ static void result_from(const stream *st, const engine_req *r, oai_result *res)
 {
     *res = (oai_result){.id = st->id, .model = st->s->cfg.alias, .created = st->created, .finish = r->finish,
                         .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_generated = r->n_generated,
+                        .draft_n = r->n_draft, .draft_n_accepted = r->n_draft_accepted,
                         .t_start = r->t_start, .t_first_token = r->t_first_token, .t_end = r->t_end};
 }
 
@@ -539,6 +540,7 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
         oai_result res = {.id = id, .model = s->cfg.alias, .created = (int64_t)time(NULL), .text = r->text,
                           .text_len = r->text_len, .finish = r->finish, .n_prompt = r->n_prompt,
                           .n_cached = r->n_cached, .n_generated = r->n_generated, .t_start = r->t_start,
+                          .draft_n = r->n_draft, .draft_n_accepted = r->n_draft_accepted,
                           .t_first_token = r->t_first_token, .t_end = r->t_end, .toks = r->toks, .n_toks = r->n_toks};
         if (use_parser) {
             pcfg.tools = rq.tools;

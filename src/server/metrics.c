@@ -26,6 +26,50 @@ static void put(buf *b, const char *name, const char *type, const char *help, do
     }
 }
 
+/* Append printf-formatted text (labelled series). */
+static void putf(buf *b, const char *fmt, ...)
+{
+    for (int attempt = 0; attempt < 2 && !b->oom; attempt++) {
+        size_t room = b->cap - b->len;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, room, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < room) { b->len += (size_t)n; return; }
+        size_t cap = b->cap * 2 + (size_t)n + 1;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->oom = true; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+/* Speculative decoding counters (src/engine/spec): drafts, drafted and
+ * accepted tokens, and per draft position the drafted / accepted counts. */
+static void put_spec(buf *b, const spec_stats *sp)
+{
+    put(b, "ember_spec_drafts_total", "counter", "Drafts verified (speculative decoding).", (double)sp->n_drafts);
+    put(b, "ember_spec_draft_tokens_total", "counter", "Draft tokens verified.", (double)sp->n_drafted);
+    put(b, "ember_spec_draft_tokens_accepted_total", "counter", "Draft tokens accepted.", (double)sp->n_accepted);
+    put(b, "ember_spec_acceptance_ratio", "gauge", "Accepted / drafted tokens.",
+        sp->n_drafted ? (double)sp->n_accepted / (double)sp->n_drafted : 0.0);
+    int n = 0;
+    while (n < SPEC_MAX_DRAFT && sp->drafted_at[n]) n++;
+    putf(b, "# HELP ember_spec_position_drafted_total Drafts that had a token at this position (0-based).\n"
+            "# TYPE ember_spec_position_drafted_total counter\n");
+    for (int i = 0; i < n; i++)
+        putf(b, "ember_spec_position_drafted_total{position=\"%d\"} %llu\n", i, (unsigned long long)sp->drafted_at[i]);
+    putf(b, "# HELP ember_spec_position_accepted_total Drafts whose token at this position was accepted.\n"
+            "# TYPE ember_spec_position_accepted_total counter\n");
+    for (int i = 0; i < n; i++)
+        putf(b, "ember_spec_position_accepted_total{position=\"%d\"} %llu\n", i, (unsigned long long)sp->accepted_at[i]);
+    putf(b, "# HELP ember_spec_position_acceptance_ratio Acceptance at this draft position.\n"
+            "# TYPE ember_spec_position_acceptance_ratio gauge\n");
+    for (int i = 0; i < n; i++)
+        putf(b, "ember_spec_position_acceptance_ratio{position=\"%d\"} %.6g\n", i,
+             (double)sp->accepted_at[i] / (double)sp->drafted_at[i]);
+}
+
 char *metrics_render(const metrics_input *in, size_t *len)
 {
     buf b = {.p = malloc(4096), .cap = 4096};
@@ -55,6 +99,7 @@ char *metrics_render(const metrics_input *in, size_t *len)
     put(&b, "ember_kv_cache_bytes", "gauge", "Bytes of KV cache allocated.", (double)in->kv_bytes);
     put(&b, "ember_http_requests_total", "counter", "HTTP requests routed.", (double)in->n_http);
     put(&b, "ember_http_errors_total", "counter", "HTTP responses with status >= 400.", (double)in->n_http_errors);
+    if (st->spec_on) put_spec(&b, &st->spec);
     if (b.oom) { free(b.p); return NULL; }
     *len = b.len;
     return b.p;

@@ -529,12 +529,17 @@ json_t *oai_timings_json(const oai_result *res)
     if (pred_ms < 0) pred_ms = 0;
     int32_t prompt_n = res->n_prompt - res->n_cached;
     int32_t pred_n = res->n_generated > 1 ? res->n_generated - 1 : 0;   /* tokens after the first */
-    return json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "cache_n", res->n_cached, "prompt_n", prompt_n,
+    json_t *t = json_pack("{s:i, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "cache_n", res->n_cached, "prompt_n", prompt_n,
                      "prompt_ms", prompt_ms, "prompt_per_token_ms", prompt_n ? prompt_ms / prompt_n : 0.0,
                      "prompt_per_second", prompt_ms > 0 ? prompt_n * 1e3 / prompt_ms : 0.0, "predicted_n",
                      res->n_generated, "predicted_ms", pred_ms, "predicted_per_token_ms",
                      pred_n ? pred_ms / pred_n : 0.0, "predicted_per_second",
                      pred_ms > 0 ? pred_n * 1e3 / pred_ms : 0.0);
+    if (t && res->draft_n > 0) {   /* as llama-server: only when speculation drafted */
+        json_object_set_new(t, "draft_n", json_integer(res->draft_n));
+        json_object_set_new(t, "draft_n_accepted", json_integer(res->draft_n_accepted));
+    }
+    return t;
 }
 
 static json_t *bytes_array(const char *b, int32_t n)

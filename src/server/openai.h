@@ -89,6 +89,7 @@ typedef struct oai_result {
     size_t text_len;
     engine_finish finish;
     int32_t n_prompt, n_cached, n_generated;
+    int32_t draft_n, draft_n_accepted;   /* speculation (timings.draft_n*; absent when draft_n is 0) */
     double t_start, t_first_token, t_end;
     const engine_tok *toks;      /* logprobs records or NULL */
     int32_t n_toks;

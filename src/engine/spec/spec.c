@@ -1,0 +1,186 @@
+/*
+ * spec.c — speculation state shared by all proposers: parameters, per-slot
+ * adaptive draft length, counters, and the general acceptance rule (see
+ * spec.h for the sources).
+ *
+ * Owns: draft limits and statistics. Must not: decode, sample or touch slots.
+ *
+ * Adaptive length (per slot): the slot's per-token acceptance alpha is
+ * estimated from decayed counts of accepted and rejected draft tokens (prior
+ * 3 : 1); the draft length maximizes expected emitted tokens per unit of
+ * step cost (spec_best_length), so drafts that keep failing stop costing
+ * verification rows, and copying phases draft long. row_cost (default 0.35)
+ * is the extra cost of a verified row relative to a 1-token step, as
+ * measured on the CPU backend with SmolLM2-135M (bench/results/spec-cpu.md);
+ * it is lower on a GPU.
+ *
+ * Layer-skip (SPEC_LAYERSKIP) is not implemented: the CPU runtime runs all
+ * layers in one forward (src/model/llama.c loops il < n_layer). What it needs:
+ * a per-decode layer limit (ember_run.n_layer_exec, honoured by each arch's
+ * loop before ember_output), so a draft pass runs layers [0, k) + the LM head
+ * on the slot's own sequence; the K/V it writes for layers < k at the draft
+ * positions equal the target's (same tokens, same layers), and the target's
+ * verification batch overwrites them, so no second KV cache is needed.
+ */
+#include "engine/spec/spec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+spec_params spec_default_params(void)
+{
+    return (spec_params){.type = SPEC_NONE, .n_max = 16, .n_min = 0, .p_min = 0.75f, .adaptive = true,
+                         .row_cost = 0.35f, .ngram_min = 2, .ngram_max = 4};
+}
+
+static const char *const type_names[] = {"none", "ngram", "draft", "layerskip"};
+
+bool spec_parse_type(const char *s, spec_type *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, type_names[i])) { *out = (spec_type)i; return true; }
+    return false;
+}
+
+const char *spec_type_name(spec_type t) { return (unsigned)t < 4 ? type_names[t] : "?"; }
+
+ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n_slots, spec_engine **out)
+{
+    *out = NULL;
+    const char *bad = NULL;
+    if (p->n_max < 1 || p->n_max > SPEC_MAX_DRAFT) bad = "--spec-draft-n-max must be in [1, 32]";
+    else if (p->n_min < 0 || p->n_min > p->n_max) bad = "--spec-draft-n-min must be in [0, --spec-draft-n-max]";
+    else if (!(p->p_min >= 0 && p->p_min <= 1)) bad = "--spec-draft-p-min must be in [0, 1]";
+    else if (p->adaptive && !(p->row_cost > 0)) bad = "--spec-row-cost must be > 0";
+    else if (n_slots < 1) bad = "n_slots must be >= 1";
+    if (bad) {
+        if (prop.free) prop.free(prop.self);
+        return ember_error(EMBER_ERR_INVALID_ARG, "speculation: %s (n_max %d, n_min %d, p_min %g)", bad, p->n_max,
+                           p->n_min, (double)p->p_min);
+    }
+    spec_engine *s = calloc(1, sizeof *s);
+    double *acc = calloc((size_t)n_slots * 2, sizeof *acc);
+    int32_t *idle = calloc((size_t)n_slots, sizeof *idle);
+    if (!s || !acc || !idle) {
+        free(s);
+        free(acc);
+        free(idle);
+        if (prop.free) prop.free(prop.self);
+        return ember_error(EMBER_ERR_NOMEM, "speculation: %d slots", n_slots);
+    }
+    s->p = *p;
+    s->prop = prop;
+    s->n_slots = n_slots;
+    s->acc_a = acc;
+    s->acc_r = acc + n_slots;
+    s->idle = idle;
+    for (int32_t i = 0; i < n_slots; i++) spec_engine_slot_reset(s, i);
+    *out = s;
+    return EMBER_OK;
+}
+
+void spec_engine_free(spec_engine *s)
+{
+    if (!s) return;
+    if (s->prop.free) s->prop.free(s->prop.self);
+    free(s->acc_a);
+    free(s->idle);
+    free(s);
+}
+
+void spec_engine_describe(const spec_engine *s, char *buf, size_t cap)
+{
+    char extra[256] = "";
+    if (s->prop.describe) s->prop.describe(s->prop.self, extra, sizeof extra);
+    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s (row cost %.2f)",
+             spec_type_name(s->p.type), extra, s->p.n_max, s->p.n_min, (double)s->p.p_min,
+             s->p.adaptive ? "on" : "off", (double)s->p.row_cost);
+}
+
+int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)
+{
+    int32_t best = 0;
+    double best_v = 1.0, pw = alpha;   /* k = 0: one token per unit cost */
+    for (int32_t k = 1; k <= n_max; k++) {
+        pw *= alpha;                    /* alpha^(k+1) */
+        double v = (1.0 - pw) / (1.0 - alpha) / (1.0 + row_cost * k);
+        if (v > best_v * 1.0001) { best_v = v; best = k; }
+    }
+    return best;
+}
+
+int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft)
+{
+    if (in->slot < 0 || in->slot >= s->n_slots) return 0;
+    int32_t n = s->p.n_max;
+    if (s->p.adaptive) {
+        int32_t i = in->slot;
+        double alpha = s->acc_a[i] / (s->acc_a[i] + s->acc_r[i]);
+        if (alpha > 0.99) alpha = 0.99;
+        n = spec_best_length(alpha, s->p.row_cost, s->p.n_max);
+        if (n > 0 && n < s->p.n_min) n = 0;
+        if (n == 0 && ++s->idle[i] >= 8) n = s->p.n_min > 1 ? s->p.n_min : 1;   /* probe */
+    }
+    if (n > limit) n = limit;
+    if (n <= 0 || n < s->p.n_min) return 0;
+    int32_t k = s->prop.propose(s->prop.self, in, n, s->p.p_min, draft, NULL);
+    if (k < 0 || k > n) k = 0;
+    if (k < s->p.n_min) return 0;
+    return k;
+}
+
+void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted)
+{
+    if (n_drafted <= 0 || slot < 0 || slot >= s->n_slots) return;
+    if (n_accepted > n_drafted) n_accepted = n_drafted;
+    s->st.n_drafts++;
+    s->st.n_drafted += (uint64_t)n_drafted;
+    s->st.n_accepted += (uint64_t)n_accepted;
+    for (int32_t i = 0; i < n_drafted && i < SPEC_MAX_DRAFT; i++) {
+        s->st.drafted_at[i]++;
+        if (i < n_accepted) s->st.accepted_at[i]++;
+    }
+    s->acc_a[slot] = 0.8 * s->acc_a[slot] + n_accepted;
+    s->acc_r[slot] = 0.8 * s->acc_r[slot] + (n_accepted < n_drafted ? 1 : 0);
+    s->idle[slot] = 0;
+    if (s->prop.feedback) s->prop.feedback(s->prop.self, slot, n_drafted, n_accepted);
+}
+
+void spec_engine_slot_reset(spec_engine *s, int32_t slot)
+{
+    if (slot < 0 || slot >= s->n_slots) return;
+    s->acc_a[slot] = 3;   /* prior: alpha = 0.75 */
+    s->acc_r[slot] = 1;
+    s->idle[slot] = 0;
+    if (s->prop.slot_reset) s->prop.slot_reset(s->prop.self, slot);
+}
+
+int32_t spec_verify_token(const float *p, const float *q, int32_t n, int32_t x, double u, double u2, bool *accepted)
+{
+    /* accept with probability min(1, p(x) / q(x)) */
+    if (q[x] > 0 && u * (double)q[x] < (double)p[x]) {
+        *accepted = true;
+        return x;
+    }
+    *accepted = false;
+    double mass = 0;
+    for (int32_t i = 0; i < n; i++) mass += p[i] > q[i] ? (double)p[i] - q[i] : 0;
+    bool residual = mass > 0;
+    if (!residual) {   /* p == q up to rounding: the residual is p itself */
+        mass = 0;
+        for (int32_t i = 0; i < n; i++) mass += p[i];
+    }
+    double target = u2 * mass, acc = 0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++) {
+        double w = residual ? (p[i] > q[i] ? (double)p[i] - q[i] : 0) : p[i];
+        if (w <= 0) continue;
+        last = i;
+        acc += w;
+        if (target < acc) return i;
+    }
+    return last >= 0 ? last : x;
+}

@@ -1,0 +1,163 @@
+/*
+ * spec.h — speculative decoding for the engine: a proposer interface, the
+ * per-slot draft-length policy, the verifier, and the counters.
+ *
+ * Owns: what a proposer is (n-gram / prompt lookup, draft model, later DFlash
+ * or MTP heads), the draft limits (--spec-draft-n-max/-n-min/-p-min,
+ * adaptive length), the acceptance rule, speculation statistics.
+ * Must not: build batches, call the target's decode, or touch slots (the
+ * engine does that at its seam, src/engine/slot.c: per slot and step
+ * "propose draft tokens -> add them to the same target batch -> verify ->
+ * accept / roll back the KV with seq_truncate").
+ *
+ * Lossless rule (Leviathan et al. 2023, "Fast Inference from Transformers via
+ * Speculative Decoding", Alg. 1; Chen et al. 2023, "Accelerating LLM Decoding
+ * with Speculative Sampling", Alg. 2): draft token x ~ q is accepted with
+ * probability min(1, p(x)/q(x)); on rejection the next token is drawn from
+ * norm(max(0, p - q)); if all k drafts pass, one more token is drawn from p
+ * at position k. The proposers here draft deterministically (q = one-hot at
+ * x), for which the rule is exactly "draw y ~ p with the slot's own sampler;
+ * accept iff y == x; else emit y": P(emit x) = p(x), P(emit y != x) = p(y).
+ * The engine does that, so greedy output is token-identical to
+ * non-speculative decoding and sampled output keeps p. spec_verify_token is
+ * the general rule for proposers that report q (tested in isolation).
+ */
+#ifndef EMBER_ENGINE_SPEC_SPEC_H
+#define EMBER_ENGINE_SPEC_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ember.h"
+
+#define SPEC_MAX_DRAFT 32   /* upper bound of --spec-draft-n-max */
+
+typedef enum spec_type {
+    SPEC_NONE = 0,
+    SPEC_NGRAM,      /* prompt lookup over the slot's tokens so far */
+    SPEC_DRAFT,      /* a smaller model with the same vocabulary (-md) */
+    SPEC_LAYERSKIP,  /* the target's first k layers + its LM head (not yet: see layerskip note in spec.c) */
+} spec_type;
+
+/* What a proposer sees for one slot at one step. tokens[0, n_tokens) are the
+ * prompt followed by the generated tokens; the last one has been sampled but
+ * is not yet in the target's KV (the draft continues after it).
+ *
+ * Hidden-state hook (DFlash / MTP / EAGLE-style heads): hidden[j] points at
+ * the target's hidden state [n_embd] after layer hidden_layer[j] for the last
+ * decoded position of this slot, n_hidden of them. The CPU runtime does not
+ * export them yet (n_hidden = 0, hidden = NULL); the accessor to add is
+ * ember_get_hidden(ctx, i_batch, layer) reading the residual stream the
+ * forward pass already keeps in its scratch (s->x) after that layer. A
+ * proposer that needs them says so with spec_proposer.hidden_layers. */
+typedef struct spec_input {
+    int32_t slot;                 /* engine slot id (also the target's seq id) */
+    const ember_token *tokens;
+    int32_t n_tokens;
+    int32_t n_prompt;             /* tokens[0, n_prompt) came from the request */
+    int32_t n_hidden;
+    const int32_t *hidden_layer;  /* [n_hidden] layer indices */
+    const float *const *hidden;   /* [n_hidden] rows of n_embd floats */
+    int32_t n_embd;
+} spec_input;
+
+/* A proposer. propose writes at most n_max (>= 1) draft tokens continuing
+ * in->tokens into draft[] and returns how many (0: no draft this step; < 0
+ * never). If `q` is non-NULL the proposer may store the probability it gave
+ * each drafted token (q[i] in (0, 1]; 1 for deterministic drafts); p_min is
+ * --spec-draft-p-min (a model-based proposer stops drafting when its top
+ * probability falls below it). feedback reports how many of the last draft's
+ * tokens the target accepted. slot_reset: the slot got a new request.
+ * free releases the proposer. describe writes its parameters for the
+ * start-up log. */
+typedef struct spec_proposer {
+    const char *name;
+    void *self;
+    int32_t n_hidden_layers;      /* hidden states wanted (0: none) */
+    const int32_t *hidden_layers;
+    int32_t (*propose)(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *draft, float *q);
+    void (*feedback)(void *self, int32_t slot, int32_t n_drafted, int32_t n_accepted);
+    void (*slot_reset)(void *self, int32_t slot);
+    void (*describe)(void *self, char *buf, size_t cap);
+    void (*free)(void *self);
+} spec_proposer;
+
+typedef struct spec_params {
+    spec_type type;
+    int32_t n_max;     /* --spec-draft-n-max: most draft tokens per slot and step (1..SPEC_MAX_DRAFT) */
+    int32_t n_min;     /* --spec-draft-n-min: drafts shorter than this are dropped (0: keep all) */
+    float p_min;       /* --spec-draft-p-min: model proposers stop below this probability */
+    bool adaptive;     /* --spec-adaptive on|off: per-slot draft length from measured acceptance */
+    float row_cost;    /* cost of one more verified batch row relative to a 1-token step (adaptive model) */
+    int32_t ngram_min, ngram_max; /* n-gram: lookup key lengths tried, longest first */
+} spec_params;
+
+spec_params spec_default_params(void);
+/* "none", "ngram", "draft", "layerskip" -> type; false if unknown. */
+bool spec_parse_type(const char *s, spec_type *out);
+const char *spec_type_name(spec_type t);
+
+/* Counters (monotonic; read under the engine's lock). accepted_at[i]: drafts
+ * whose token i (0-based) was accepted; drafted_at[i]: drafts that had a
+ * token i. Acceptance at position i = accepted_at[i] / drafted_at[i]. */
+typedef struct spec_stats {
+    uint64_t n_drafts, n_drafted, n_accepted;
+    uint64_t drafted_at[SPEC_MAX_DRAFT], accepted_at[SPEC_MAX_DRAFT];
+} spec_stats;
+
+/* The engine's speculation state: the proposer plus per-slot draft lengths. */
+typedef struct spec_engine {
+    spec_params p;
+    spec_proposer prop;
+    int32_t n_slots;
+    double *acc_a, *acc_r; /* [n_slots] decayed counts of accepted / rejected draft tokens */
+    int32_t *idle;     /* [n_slots] steps since the slot last drafted (probing) */
+    spec_stats st;
+} spec_engine;
+
+/* Create over a proposer (taken over: freed by spec_engine_free, also on
+ * error). Errors: EMBER_ERR_INVALID_ARG (n_max outside [1, SPEC_MAX_DRAFT],
+ * n_min > n_max, p_min outside [0, 1], n_slots < 1), EMBER_ERR_NOMEM. */
+ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n_slots, spec_engine **out);
+void spec_engine_free(spec_engine *s);
+/* One start-up log line: proposer and parameters. */
+void spec_engine_describe(const spec_engine *s, char *buf, size_t cap);
+
+/* The draft length the adaptive model picks for a slot whose per-token
+ * acceptance is `alpha` (0 <= alpha < 1): the k in [0, n_max] maximizing
+ * expected tokens per step (1 - alpha^(k+1)) / (1 - alpha) (Leviathan et al.
+ * 2023, Eq. 1) over the step's relative cost 1 + row_cost * k. */
+int32_t spec_best_length(double alpha, float row_cost, int32_t n_max);
+
+/* Draft for a slot: at most `limit` tokens; with adaptive on, at most the
+ * length spec_best_length picks from the slot's measured acceptance (when it
+ * picks 0, a 1-token probe every 8th step keeps the estimate current).
+ * Returns the draft length (0 when none or shorter than n_min). */
+int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft);
+/* After verification: n_accepted of n_drafted were accepted. Updates the
+ * counters and the slot's acceptance estimate (counts decay by 0.8 a draft). */
+void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);
+void spec_engine_slot_reset(spec_engine *s, int32_t slot);
+
+/* The general acceptance rule for one draft token x drawn from q.
+ * p, q: [n] probabilities over the same candidate ids (sum 1 each; q[x] > 0).
+ * u: uniform [0, 1). Returns x when u < p[x]/q[x] (accepted, *accepted =
+ * true); otherwise the index drawn from norm(max(0, p - q)) with the uniform
+ * u2 (*accepted = false). If p - q has no positive mass (p == q) the residual
+ * is p itself. Source: Leviathan et al. 2023, Alg. 1 / Chen et al. 2023, Alg. 2. */
+int32_t spec_verify_token(const float *p, const float *q, int32_t n, int32_t x, double u, double u2, bool *accepted);
+
+/* Proposers. */
+/* n-gram / prompt lookup: the longest suffix of length in [ngram_min,
+ * ngram_max] that occurred earlier in the slot's tokens; the draft is what
+ * followed its latest earlier occurrence. No state, no model. */
+ember_status spec_ngram_new(int32_t ngram_min, int32_t ngram_max, spec_proposer *out);
+/* Draft model: its own ember_context (sequence i = slot i), greedy drafts,
+ * stops when its top probability < p_min. Errors: EMBER_ERR_INVALID_ARG when
+ * its vocabulary differs from the target's (size, or any of the first
+ * tokens' text: the message names the first differing id). */
+ember_status spec_draft_new(const char *path, ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
+                            spec_proposer *out);
+
+#endif

@@ -1,0 +1,283 @@
+/* Speculative decoding (src/engine/spec): the verifier's acceptance rule in
+ * isolation (chi-square of its output against the target distribution p,
+ * which the test computes itself: the rule's theorem, Leviathan et al. 2023
+ * Thm. 1, says the output is distributed as p whatever q is), the n-gram
+ * proposer on hand-made histories, the adaptive length, and the engine's
+ * verify/rollback seam against the toy model of tests/common/fake_model.h
+ * (expected text from fake_reference, computed without the engine). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../common/fake_model.h"
+#include "engine/engine_internal.h"
+#include "engine/spec/spec.h"
+
+/* splitmix64: the test's own uniform generator */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static double uni(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+static int32_t draw(const float *q, int32_t n)
+{
+    double u = uni(), acc = 0;
+    for (int32_t i = 0; i < n; i++) { acc += q[i]; if (u < acc) return i; }
+    return n - 1;
+}
+
+/* chi-square of counts[n] against probabilities p[n] over N draws */
+static double chi2(const long *counts, const float *p, int32_t n, long N)
+{
+    double c = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double e = (double)N * p[i];
+        if (e > 0) c += (counts[i] - e) * (counts[i] - e) / e;
+        else if (counts[i] > 0) return 1e9;
+    }
+    return c;
+}
+
+static void softmax_t(const float *logits, int32_t n, float temp, float *p)
+{
+    double mx = logits[0], sum = 0;
+    for (int32_t i = 1; i < n; i++) if (logits[i] > mx) mx = logits[i];
+    for (int32_t i = 0; i < n; i++) sum += exp((logits[i] - mx) / temp);
+    for (int32_t i = 0; i < n; i++) p[i] = (float)(exp((logits[i] - mx) / temp) / sum);
+}
+
+/* Output of the rule ~ p for a draft distribution q unlike p, for a one-hot
+ * q (deterministic drafts, what the engine's proposers produce), and for
+ * q = p. 5 degrees of freedom: chi2 < 20.5 at p-value 0.001. */
+static void test_verifier_keeps_target_distribution(void **state)
+{
+    (void)state;
+    enum { N_TOK = 6 };
+    const float logits[N_TOK] = {2.0f, 1.5f, 0.3f, -0.5f, 1.0f, -2.0f};
+    float p[N_TOK];
+    softmax_t(logits, N_TOK, 0.8f, p);
+    const float q_unlike[N_TOK] = {0.05f, 0.1f, 0.4f, 0.3f, 0.1f, 0.05f};
+    const float q_onehot[N_TOK] = {0, 0, 0, 1, 0, 0};
+    const float *qs[3] = {q_unlike, q_onehot, p};
+    const long N = 200000;
+    for (int k = 0; k < 3; k++) {
+        long counts[N_TOK] = {0}, n_acc = 0;
+        for (long it = 0; it < N; it++) {
+            int32_t x = draw(qs[k], N_TOK);
+            bool acc;
+            int32_t y = spec_verify_token(p, qs[k], N_TOK, x, uni(), uni(), &acc);
+            assert_true(y >= 0 && y < N_TOK);
+            if (acc) assert_int_equal(y, x);
+            counts[y]++;
+            n_acc += acc;
+        }
+        double c = chi2(counts, p, N_TOK, N);
+        print_message("q #%d: chi2 %.2f, acceptance %.3f\n", k, c, (double)n_acc / N);
+        assert_true(c < 20.5);
+        /* acceptance rate = sum min(p, q) (Leviathan et al. 2023, Thm. 3.5) */
+        double beta = 0;
+        for (int i = 0; i < N_TOK; i++) beta += p[i] < qs[k][i] ? p[i] : qs[k][i];
+        assert_true(fabs((double)n_acc / N - beta) < 0.01);
+    }
+    /* power: emitting the draft as is (no rejection) is detected */
+    long counts[N_TOK] = {0};
+    for (long it = 0; it < N; it++) counts[draw(q_unlike, N_TOK)]++;
+    assert_true(chi2(counts, p, N_TOK, N) > 1000);
+}
+
+static ember_status ngram(spec_proposer *pr) { return spec_ngram_new(2, 4, pr); }
+
+static void test_ngram_lookup(void **state)
+{
+    (void)state;
+    spec_proposer pr;
+    assert_int_equal(ngram(&pr), EMBER_OK);
+    ember_token d[8];
+    /* "... 5 6 7 8 9 ... 5 6 7": the 3-gram 5 6 7 occurred, followed by 8 9 1 */
+    const ember_token h[] = {1, 5, 6, 7, 8, 9, 1, 2, 3, 5, 6, 7};
+    spec_input in = {.slot = 0, .tokens = h, .n_tokens = 12, .n_prompt = 9};
+    int32_t n = pr.propose(pr.self, &in, 3, 0, d, NULL);
+    assert_int_equal(n, 3);
+    assert_int_equal(d[0], 8);
+    assert_int_equal(d[1], 9);
+    assert_int_equal(d[2], 1);
+    /* the continuation stops at the history's end */
+    n = pr.propose(pr.self, &in, 8, 0, d, NULL);
+    assert_int_equal(n, 8);
+    /* the latest occurrence wins: 4 4 x ... 4 4 y ... 4 4 -> y */
+    const ember_token h2[] = {4, 4, 10, 0, 4, 4, 11, 0, 4, 4};
+    in = (spec_input){.slot = 0, .tokens = h2, .n_tokens = 10};
+    n = pr.propose(pr.self, &in, 2, 0, d, NULL);
+    assert_int_equal(n, 2);
+    assert_int_equal(d[0], 11);
+    /* no repeated 2-gram: no draft */
+    const ember_token h3[] = {1, 2, 3, 4, 5, 1};
+    in = (spec_input){.slot = 0, .tokens = h3, .n_tokens = 6};
+    assert_int_equal(pr.propose(pr.self, &in, 4, 0, d, NULL), 0);
+    pr.free(pr.self);
+    assert_int_equal(spec_ngram_new(0, 4, &pr), EMBER_ERR_INVALID_ARG);
+}
+
+/* A proposer that knows the toy model's rule: drafts the true continuation
+ * but makes draft token `wrong_at` wrong, with wrong_at cycling over calls
+ * (== n_max: the whole draft is right). */
+typedef struct oracle { int eos_mod; int calls; } oracle;
+
+static int32_t oracle_propose(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *d, float *q)
+{
+    (void)p_min; (void)q;
+    oracle *o = self;
+    int32_t wrong_at = o->calls++ % (n_max + 2);
+    ember_token *h = malloc(sizeof *h * (size_t)(in->n_tokens + n_max));
+    memcpy(h, in->tokens, sizeof *h * (size_t)in->n_tokens);
+    float l[FAKE_N_VOCAB];
+    for (int32_t k = 0; k < n_max; k++) {
+        fake_logits(h, in->n_tokens + k, o->eos_mod, l);
+        ember_token t = fake_argmax(l);
+        if (k == wrong_at) t = t == 'q' ? 'z' : 'q';
+        d[k] = h[in->n_tokens + k] = t;
+    }
+    free(h);
+    return n_max;
+}
+
+static void run_engine_with(int n_slots, int eos_mod, int32_t n_max, bool adaptive)
+{
+    fake_model *m = fake_model_new(n_slots, 256, 256u * (uint32_t)n_slots, 64);
+    m->eos_mod = eos_mod;
+    engine_runtime rt = fake_runtime(m);
+    engine_vocab vocab = fake_vocab();
+    oracle o = {.eos_mod = eos_mod};
+    spec_params sp = spec_default_params();
+    sp.type = SPEC_NGRAM;
+    sp.n_max = n_max;
+    sp.adaptive = adaptive;
+    spec_engine *se;
+    assert_int_equal(spec_engine_new(&sp, (spec_proposer){.name = "oracle", .self = &o, .propose = oracle_propose},
+                                     n_slots, &se),
+                     EMBER_OK);
+    engine_config cfg = {.n_slots = n_slots, .n_ctx = 256, .n_batch = 64, .n_queue_max = 16, .spec = se};
+    engine *e;
+    assert_int_equal(engine_new(&cfg, &rt, &vocab, &e), EMBER_OK);
+    const char *prompts[] = {"alpha", "beta gamma", "a longer prompt of several words", "x", "delta"};
+    const int32_t n_predict[] = {40, 7, 63, 1, 100};
+    engine_req *r[5];
+    ember_token t[64];
+    for (int i = 0; i < 5; i++) {
+        engine_req_params p = {0};
+        p.n_prompt = 0;
+        t[p.n_prompt++] = FAKE_BOS;
+        for (const char *c = prompts[i]; *c; c++) t[p.n_prompt++] = (unsigned char)*c;
+        p.prompt = t;
+        p.n_predict = n_predict[i];
+        assert_int_equal(engine_submit(e, &p, &r[i]), EMBER_OK);
+    }
+    for (int guard = 0; guard < 10000; guard++) {
+        bool all = true;
+        for (int i = 0; i < 5; i++) all &= r[i]->finish != ENGINE_RUNNING;
+        if (all) break;
+        engine_step(e);
+    }
+    uint64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < 5; i++) {
+        int32_t n = 0;
+        t[n++] = FAKE_BOS;
+        for (const char *c = prompts[i]; *c; c++) t[n++] = (unsigned char)*c;
+        char want[256];
+        bool eos;
+        fake_reference(t, n, n_predict[i], eos_mod, want, &eos);
+        assert_string_equal(r[i]->text ? r[i]->text : "", want);
+        assert_int_equal(r[i]->finish, eos ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH);
+        assert_int_equal(r[i]->n_generated, (int32_t)strlen(want) + (eos ? 1 : 0));
+        assert_true(r[i]->n_draft_accepted <= r[i]->n_draft);
+        drafted += (uint64_t)r[i]->n_draft;
+        accepted += (uint64_t)r[i]->n_draft_accepted;
+        engine_req_release(r[i]);
+    }
+    engine_stats st;
+    engine_get_stats(e, &st, NULL);
+    assert_true(st.spec_on);
+    assert_int_equal(st.spec.n_drafted, drafted);
+    assert_int_equal(st.spec.n_accepted, accepted);
+    assert_true(accepted > 0 && accepted < drafted);
+    assert_int_equal(st.spec.drafted_at[0], st.spec.n_drafts);
+    /* the toy model saw fewer steps than tokens: drafts were used */
+    assert_true(st.n_steps < st.n_gen_tokens);
+    engine_free(e);
+    assert_int_equal(m->n_violations, 0);   /* positions consecutive after every rollback */
+    /* every idle slot's KV equals its token history (rollback left no draft) */
+    fake_model_free(m);
+    spec_engine_free(se);
+}
+
+static void test_engine_verify_rollback(void **state)
+{
+    (void)state;
+    run_engine_with(1, 0, 4, false);
+    run_engine_with(3, 0, 6, true);
+    run_engine_with(2, 5, 5, true);    /* EOS inside drafts */
+    run_engine_with(5, 9, 16, true);
+}
+
+/* Expected lengths computed outside ember (python3: argmax over k of
+ * (1 - a**(k+1)) / (1 - a) / (1 + c*k), k in 0..16). */
+static void test_adaptive_length(void **state)
+{
+    (void)state;
+    const double alpha[] = {0.0, 0.3, 0.3, 0.5, 0.5, 0.75, 0.75, 0.9, 0.9, 0.99};
+    const float cost[] = {0.35f, 0.35f, 0.1f, 0.35f, 0.1f, 0.35f, 0.1f, 0.35f, 0.1f, 0.35f};
+    const int32_t want[] = {0, 0, 1, 1, 2, 2, 5, 4, 10, 16};
+    for (int i = 0; i < 10; i++) assert_int_equal(spec_best_length(alpha[i], cost[i], 16), want[i]);
+    assert_int_equal(spec_best_length(0.99, 0.35f, 4), 4);
+
+    oracle o = {0};
+    spec_params sp = spec_default_params();
+    sp.n_max = 8;
+    spec_engine *se;
+    assert_int_equal(spec_engine_new(&sp, (spec_proposer){.self = &o, .propose = oracle_propose}, 2, &se), EMBER_OK);
+    ember_token h[4] = {1, 2, 3, 4}, d[SPEC_MAX_DRAFT];
+    spec_input in = {.slot = 0, .tokens = h, .n_tokens = 4};
+    assert_int_equal(spec_engine_propose(se, &in, 8, d), 2);   /* prior alpha 0.75 */
+    for (int i = 0; i < 6; i++) spec_engine_result(se, 0, 2, 0);  /* every draft rejected at once */
+    int32_t n_drafts = 0;
+    for (int i = 0; i < 16; i++) {
+        int32_t k = spec_engine_propose(se, &in, 8, d);
+        if (k > 0) { n_drafts++; assert_int_equal(k, 1); spec_engine_result(se, 0, k, 0); }
+    }
+    assert_int_equal(n_drafts, 2);     /* only the probes every 8th step */
+    for (int i = 0; i < 20; i++) spec_engine_result(se, 1, 8, 8);  /* slot 1: always accepted */
+    in.slot = 1;
+    assert_int_equal(spec_engine_propose(se, &in, 8, d), 8);
+    assert_int_equal(spec_engine_propose(se, &in, 3, d), 3);   /* the engine's limit */
+    assert_int_equal(se->st.n_drafts, 28);
+    assert_int_equal(se->st.n_drafted, 174);
+    assert_int_equal(se->st.n_accepted, 160);
+    assert_int_equal(se->st.drafted_at[1], 26);
+    assert_int_equal(se->st.accepted_at[1], 20);
+    assert_int_equal(se->st.drafted_at[7], 20);
+    spec_engine_free(se);
+    sp.n_max = 0;
+    assert_int_equal(spec_engine_new(&sp, (spec_proposer){.self = &o, .propose = oracle_propose}, 2, &se),
+                     EMBER_ERR_INVALID_ARG);
+    spec_type ty;
+    assert_true(spec_parse_type("ngram", &ty) && ty == SPEC_NGRAM);
+    assert_false(spec_parse_type("medusa", &ty));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_verifier_keeps_target_distribution),
+        cmocka_unit_test(test_ngram_lookup),
+        cmocka_unit_test(test_engine_verify_rollback),
+        cmocka_unit_test(test_adaptive_length),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -40,7 +40,9 @@ static void usage(FILE *f)
             "      --alias NAME            model id reported to clients (default: the file name)\n"
             "      --chat-template-file F  Jinja chat template to use instead of the GGUF's\n"
             "      --chat-template-kwargs J  JSON object of default template variables, e.g. '{\"enable_thinking\":false}'\n"
-            "      --metrics               serve Prometheus metrics at /metrics\n");
+            "      --metrics               serve Prometheus metrics at /metrics\n"
+            "      --reasoning-budget N    close a thinking block after N tokens (-1: unlimited, default)\n"
+            "      --reasoning-format F    'auto' (default): thoughts in reasoning_content; 'none': raw in content\n");
     fputs(serve_spec_usage, f);
 }
 
@@ -91,6 +93,19 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--chat-template-file")) { if (!v) goto missing; o.template_file = TAKE(); }
         else if (!strcmp(a, "--chat-template-kwargs")) { if (!v) goto missing; kwargs = TAKE(); }
         else if (!strcmp(a, "--metrics")) { sc.metrics = true; }
+        else if (!strcmp(a, "--reasoning-budget")) {
+            if (!int_arg(a, TAKE(), -1, INT32_MAX, &x)) return 2;
+            sc.has_reasoning_budget = true;
+            sc.reasoning_budget = (int32_t)x;
+        } else if (!strcmp(a, "--reasoning-format")) {
+            if (!v) goto missing;
+            const char *f = TAKE();
+            if (strcmp(f, "none") && strcmp(f, "auto") && strcmp(f, "deepseek")) {
+                fprintf(stderr, "ember serve: --reasoning-format must be 'auto', 'deepseek' or 'none'\n");
+                return 2;
+            }
+            sc.reasoning_format_none = !strcmp(f, "none");
+        }
         else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
             if (!v) goto missing;
             i++;   /* accepted for llama-server compatibility; the CPU build ignores it */

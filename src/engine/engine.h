@@ -74,6 +74,22 @@ typedef enum engine_finish {
 #define ENGINE_MAX_TOP_LOGPROBS 20
 #define ENGINE_MAX_STOP 8
 
+/* A request's hook into its own generation, called on the engine thread
+ * (src/server uses it for the reasoning budget). on_token (may be NULL):
+ * after each generated token that is not end-of-generation, with its output
+ * bytes; it may set *force / *n_force to tokens the engine then emits as the
+ * next ones instead of sampling (pointer valid until the next call; forced
+ * tokens are passed to on_token too). free (may be NULL): called once with ud
+ * when the request is freed, also when engine_submit fails. */
+typedef struct engine_req_hook {
+    void *ud;
+    void (*on_token)(void *ud, ember_token t, const char *piece, int32_t n, const ember_token **force,
+                     int32_t *n_force);
+    void (*free)(void *ud);
+} engine_req_hook;
+
+struct ember_grammar_state;
+
 /* What one request asks for. Copied by engine_submit (the caller keeps its
  * arrays). */
 typedef struct engine_req_params {
@@ -86,6 +102,13 @@ typedef struct engine_req_params {
     bool logprobs;               /* record the chosen token's log-probability */
     int32_t top_logprobs;        /* [0, ENGINE_MAX_TOP_LOGPROBS] alternatives per token */
     bool ignore_eos;
+    /* grammar constraint (src/sample/grammar.h) or NULL: a state at the
+     * grammar's start that outlives the request (e.g. kept warm in a cache,
+     * or freed by hook.free). The engine clones it on its own thread at
+     * admission, masks each sampled step with the clone and frees the clone;
+     * the template itself is never advanced. */
+    const struct ember_grammar_state *grammar;
+    engine_req_hook hook;        /* owned from engine_submit on (hook.free) */
 } engine_req_params;
 
 /* One generated token as recorded for logprobs. */

@@ -38,6 +38,11 @@ typedef struct slot {
     size_t pending_len, pending_cap;
     int32_t i_logits;
     int32_t n_batch_entries;  /* entries this slot put in the current batch */
+    /* constraints (slot_constrain_begin at admission, freed by slot_release) */
+    struct ember_grammar_state *grammar; /* clone of req->p.grammar, or NULL */
+    float *masked;            /* [n_vocab] logits copy for a grammar mask */
+    const ember_token *force; /* tokens the request's hook asked to force next */
+    int32_t n_force;
     /* speculation: draft tokens following the last sampled one in this step's
      * batch (entries i_logits + 1 .. i_logits + n_draft) */
     ember_token draft[SPEC_MAX_DRAFT];
@@ -76,6 +81,7 @@ void engine_req_finish(engine_req *r, engine_finish f, const char *err);
 int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */
 int32_t slot_after_decode(engine *e, slot *s);             /* verify, sample, accept, emit; returns tokens sampled */
 void slot_release(engine *e, slot *s, engine_finish f, const char *err);
+ember_status slot_constrain_begin(engine *e, slot *s);     /* admission: clone the grammar */
 void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final);
 size_t stop_holdback(const char *text, size_t len, const char *const *stop, int32_t n_stop);
 

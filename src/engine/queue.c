@@ -24,6 +24,7 @@ double engine_now(void)
 
 static void req_free(engine_req *r)
 {
+    if (r->p.hook.free) r->p.hook.free(r->p.hook.ud);
     free((void *)r->p.prompt);
     free((void *)r->p.sampling.logit_bias);
     for (int32_t i = 0; i < r->p.n_stop; i++) free((void *)r->p.stop[i]);
@@ -99,7 +100,18 @@ static ember_status copy_params(engine_req *r, const engine_req_params *p)
     return EMBER_OK;
 }
 
+static ember_status submit_checked(engine *e, const engine_req_params *p, engine_req **out, bool *hook_taken);
+
 ember_status engine_submit(engine *e, const engine_req_params *p, engine_req **out)
+{
+    bool taken = false;
+    ember_status st = submit_checked(e, p, out, &taken);
+    /* a request that was never created still owns its hook */
+    if (!taken && p->hook.free) p->hook.free(p->hook.ud);
+    return st;
+}
+
+static ember_status submit_checked(engine *e, const engine_req_params *p, engine_req **out, bool *hook_taken)
 {
     *out = NULL;
     if (!p->prompt || p->n_prompt < 1)
@@ -133,6 +145,7 @@ ember_status engine_submit(engine *e, const engine_req_params *p, engine_req **o
     r->slot = -1;
     r->n_prompt = p->n_prompt;
     r->t_queued = engine_now();
+    *hook_taken = true;   /* copy_params copies it first; req_free frees it from here on */
     ember_status st = copy_params(r, p);
     if (st != EMBER_OK) { req_free(r); return st; }
 

@@ -108,6 +108,7 @@ static bool admit(engine *e, engine_req *r)
     pthread_mutex_unlock(&e->mu);
 
     ember_status st = e->rt.sampler_new(e->rt.ctx, &r->p.sampling, e->rt.n_vocab, &s->smpl);
+    if (st == EMBER_OK) st = slot_constrain_begin(e, s);
     if (st != EMBER_OK) {
         char msg[256];
         snprintf(msg, sizeof msg, "sampler: %s", ember_last_error());

@@ -5,15 +5,19 @@
  * in the same batch as every other slot's entries; after_decode verifies the
  * draft against the target's logits with the slot's own sampler, emits the
  * accepted tokens plus one, and rolls the rejected K/V back with
- * seq_truncate (no copy). It is also the place for grammar-constrained
- * sampling (a mask applied to the logits before sampler_sample, advanced in
- * accept).
+ * seq_truncate (no copy). Every draw (verified drafts included) goes
+ * through slot_draw: the request's grammar (a clone of its template state,
+ * checked lazily and masked only on rejection, then advanced) and tokens
+ * forced by the request's hook (reasoning budget), which the grammar may
+ * veto.
  *
  * Owns: a slot's token history, its sampler, stop-string and UTF-8 hold-back
  * of output text, log-probabilities. Must not: pick which slots run (the
  * scheduler does) or call decode.
  */
 #include "engine/engine_internal.h"
+#include "base/status.h"
+#include "sample/grammar.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -158,9 +162,69 @@ void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final
     s->pending_len = hold;
 }
 
+ember_status slot_constrain_begin(engine *e, slot *s)
+{
+    s->force = NULL;
+    s->n_force = 0;
+    if (!s->req || !s->req->p.grammar) return EMBER_OK;
+    ember_status st = ember_grammar_state_clone(s->req->p.grammar, &s->grammar);
+    if (st != EMBER_OK) return st;
+    s->masked = malloc(sizeof *s->masked * (size_t)e->rt.n_vocab);
+    if (!s->masked) return ember_error(EMBER_ERR_NOMEM, "grammar: logits copy of %d", e->rt.n_vocab);
+    return EMBER_OK;
+}
+
+static void slot_constrain_end(slot *s)
+{
+    ember_grammar_state_free(s->grammar);
+    s->grammar = NULL;
+    free(s->masked);
+    s->masked = NULL;
+    s->force = NULL;
+    s->n_force = 0;
+}
+
+/* Draw the next token: a token the request's hook forces, or a sample,
+ * constrained by the grammar the lazy way (grammar.h's seam: draw, check,
+ * mask and redraw only on rejection). Returns -1 when the grammar allows
+ * nothing (the slot is released with an error). */
+static ember_token slot_draw(engine *e, slot *s, const float *logits)
+{
+    if (s->n_force > 0) {
+        /* the grammar is the client's hard constraint: a forced token it
+         * cannot take ends the forcing, and sampling goes on under it */
+        if (!s->grammar || ember_grammar_accept(s->grammar, *s->force) == EMBER_OK) {
+            s->n_force--;
+            return *s->force++;
+        }
+        s->force = NULL;
+        s->n_force = 0;
+    }
+    ember_token t = e->rt.sampler_sample(e->rt.ctx, s->smpl, logits);
+    if (!s->grammar) return t;
+    if (!ember_grammar_token_allowed(s->grammar, t)) {
+        memcpy(s->masked, logits, sizeof *s->masked * (size_t)e->rt.n_vocab);
+        ember_status st = ember_grammar_apply(s->grammar, s->masked, e->rt.n_vocab);
+        if (st == EMBER_OK) t = e->rt.sampler_sample(e->rt.ctx, s->smpl, s->masked);
+        if (st != EMBER_OK || !ember_grammar_token_allowed(s->grammar, t)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "grammar: no allowed token after %d generated (%s)", s->n_generated,
+                     st != EMBER_OK ? ember_last_error() : "every allowed token has zero probability");
+            slot_release(e, s, ENGINE_FINISH_ERROR, msg);
+            return -1;
+        }
+    }
+    if (ember_grammar_accept(s->grammar, t) != EMBER_OK) {
+        slot_release(e, s, ENGINE_FINISH_ERROR, "grammar: accepting the sampled token failed");
+        return -1;
+    }
+    return t;
+}
+
 void slot_release(engine *e, slot *s, engine_finish f, const char *err)
 {
     engine_req *r = s->req;
+    slot_constrain_end(s);
     if (!r) return;
     if (f != ENGINE_FINISH_STOP && f != ENGINE_FINISH_CANCELLED && s->pending_len)
         req_commit(r, s->pending, s->pending_len);   /* length/error: flush what is held back */
@@ -243,6 +307,12 @@ static bool emit_token(engine *e, slot *s, ember_token t, const float *logits)
     char buf[1024];   /* longer than any vocabulary piece we know (pieces are < 256 bytes) */
     int32_t n = e->vocab.token_piece(e->vocab.ud, t, buf, (int32_t)sizeof buf);
     if (n < 0 || n > (int32_t)sizeof buf) n = 0;
+    if (r->p.hook.on_token) {
+        const ember_token *force = NULL;
+        int32_t n_force = 0;
+        r->p.hook.on_token(r->p.hook.ud, t, buf, n, &force, &n_force);
+        if (force && n_force > 0 && s->n_force == 0) { s->force = force; s->n_force = n_force; }
+    }
     bool last = s->n_generated >= s->n_predict;
     slot_emit_text(e, s, buf, n, last);
     if (s->req && last) slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
@@ -275,7 +345,8 @@ int32_t slot_after_decode(engine *e, slot *s)
     for (int32_t j = 0; j <= n_draft; j++) {
         const float *logits = e->rt.get_logits(e->rt.ctx, i0 + j);
         if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); break; }
-        ember_token t = e->rt.sampler_sample(e->rt.ctx, s->smpl, logits);
+        ember_token t = slot_draw(e, s, logits);   /* grammar / forced tokens; -1: released */
+        if (t < 0) break;
         bool hit = j < n_draft && t == s->draft[j];
         n_sampled++;
         if (hit) {   /* counted before emit_token, which may finish the request and drop r */

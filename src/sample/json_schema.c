@@ -65,7 +65,7 @@ typedef struct jsc {
 
 /* Primitive rules, always emitted (unused ones are harmless). */
 static const char PRIMITIVES[] =
-    "ws ::= [ \\t\\n]{0,20}\n"
+    "ws ::= ( \" \" | \"\\n\"{1,2} [ \\t]{0,20} )?\n"
     "value ::= object | array | string | number | boolean | null\n"
     "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
     "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"

@@ -23,7 +23,9 @@
  * enforced (allOf, not and remote $ref are reported as unsupported); a date
  * is checked by shape (2023-02-30 passes); an integer in exponent or ".0"
  * form (which JSON Schema counts as an integer) is not produced. Whitespace
- * between tokens: at most 20 of space, tab, newline at each place.
+ * between tokens: nothing, one space, or one or two newlines and at most 20
+ * spaces/tabs of indentation (llama.cpp's SPACE_RULE, common/
+ * json-schema-to-grammar.cpp), so a small model cannot spin on blank lines.
  * Reference for the generated grammar's shape: llama.cpp's
  * examples/json_schema_to_grammar.py (facts only, our own code).
  */

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 
 #include "base/status.h"
+#include "server/chat_tools.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 
@@ -38,6 +39,7 @@ struct server {
     int64_t created;
     atomic_uint_fast64_t n_http, n_http_errors, next_id;
     atomic_int n_active;      /* completions in flight (streams until their last byte) */
+    chat_tools *ct;           /* grammars, tool calls, thinking */
 };
 
 typedef struct conn {
@@ -182,6 +184,9 @@ typedef struct stream {
     bool first_sent, done;
     char *out;
     size_t out_len, out_off, out_cap;
+    ember_chat_parser *parser;   /* chat with tools or thinking: deltas come from parser events */
+    json_t *deltas;              /* the events' delta objects of one produce round */
+    bool saw_tool_call;
 } stream;
 
 static void out_append(stream *st, const char *p, size_t n)
@@ -215,6 +220,38 @@ static void result_from(const stream *st, const engine_req *r, oai_result *res)
                         .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_generated = r->n_generated,
                         .draft_n = r->n_draft, .draft_n_accepted = r->n_draft_accepted,
                         .t_start = r->t_start, .t_first_token = r->t_first_token, .t_end = r->t_end};
+}
+
+static void on_chat_event(void *user, const ember_chat_event *ev)
+{
+    stream *st = user;
+    if (ev->kind == EMBER_CHAT_EV_TOOL_START) st->saw_tool_call = true;
+    json_t *d = NULL;
+    if (ember_chat_event_delta(ev, &d) == EMBER_OK && d) json_array_append_new(st->deltas, d);
+}
+
+/* The parser path of stream_produce: feed the new text, send one chunk per
+ * event (logprobs ride on the first), and the finish chunk at the end. */
+static void stream_parsed(stream *st, const oai_result *res, const char *delta, size_t n_delta, int32_t tok_from,
+                          int32_t tok_to, bool fin)
+{
+    if (!st->first_sent)
+        out_event(st, oai_chat_delta_chunk(&st->rq, res, json_pack("{s:s, s:n}", "role", "assistant", "content"),
+                                           NULL, 0, 0, piece_fn, st->s));
+    if (n_delta) ember_chat_parser_feed(st->parser, delta, n_delta);
+    if (fin) ember_chat_parser_finish(st->parser);
+    bool lp_sent = tok_to <= tok_from;
+    for (size_t i = 0; i < json_array_size(st->deltas); i++) {
+        out_event(st, oai_chat_delta_chunk(&st->rq, res, json_incref(json_array_get(st->deltas, i)), NULL,
+                                           lp_sent ? 0 : tok_from, lp_sent ? 0 : tok_to, piece_fn, st->s));
+        lp_sent = true;
+    }
+    json_array_clear(st->deltas);
+    if (!lp_sent) out_event(st, oai_chat_delta_chunk(&st->rq, res, NULL, NULL, tok_from, tok_to, piece_fn, st->s));
+    if (fin) {
+        const char *fr = st->saw_tool_call ? "tool_calls" : oai_finish_reason(res->finish);
+        out_event(st, oai_chat_delta_chunk(&st->rq, res, NULL, fr ? fr : "stop", 0, 0, piece_fn, st->s));
+    }
 }
 
 /* Wait for news from the engine and format it as SSE events. Returns false
@@ -254,6 +291,15 @@ static bool stream_produce(stream *st)
                       r->err[0] ? r->err : "the request was cancelled");
         engine_req_unlock(r);
         out_event(st, oai_error_json(&err));
+    } else if (st->parser) {
+        stream_parsed(st, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from, fin);
+        if (fin && st->rq.include_usage) {
+            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o}", "id", st->id, "object",
+                                  "chat.completion.chunk", "created", (json_int_t)st->created, "model",
+                                  st->s->cfg.alias, "system_fingerprint", "ember-" EMBER_VERSION, "choices", "usage",
+                                  oai_usage_json(&res), "timings", oai_timings_json(&res));
+            out_event(st, u);
+        }
     } else {
         if (n_delta > 0 || tok_to > tok_from || !st->first_sent)
             out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from,
@@ -309,11 +355,58 @@ static void stream_free(void *cls)
     engine_req_cancel(st->r);    /* no-op when finished; frees the slot when the client left */
     engine_req_release(st->r);
     oai_req_free(&st->rq);
+    ember_chat_parser_free(st->parser);
+    json_decref(st->deltas);
     free(st->out);
     free(st);
 }
 
 /* ---------- completions ---------- */
+
+/* Structured output, tool calls and thinking for one request: the grammar
+ * (response_format / grammar / json_schema, or the one tool_choice required
+ * / named needs), the reasoning-budget hook, and whether (and how) the
+ * output goes through the chat parser. False with *err (400/500). */
+static bool prepare_structured(server *s, const oai_req *rq, const ember_token *toks, int32_t n_toks,
+                               engine_req_params *ep, ember_chat_parser_config *pcfg, bool *use_parser, oai_error *err)
+{
+    *use_parser = false;
+    memset(pcfg, 0, sizeof *pcfg);
+    char *tool_gbnf = NULL;
+    const char *gbnf = rq->gbnf;
+    bool open = false;
+    int32_t budget = -1;
+    if (rq->kind == OAI_CHAT) {
+        ember_tool_format tf = chat_tools_tool_format(s->ct);
+        ember_reasoning_syntax rs = chat_tools_reasoning(s->ct);
+        const char *param = "tool_choice";
+        ember_status st = chat_tools_choice_gbnf(rq, tf, &tool_gbnf, &param);
+        if (st != EMBER_OK) {
+            oai_error_set(err, st == EMBER_ERR_NOMEM ? 500 : 400, "invalid_request_error", param, NULL, "%s",
+                          ember_last_error());
+            return false;
+        }
+        if (tool_gbnf) gbnf = tool_gbnf;
+        open = chat_tools_prompt_opens(s->ct, toks, n_toks);
+        budget = rq->reasoning_budget != -2 ? rq->reasoning_budget
+                 : s->cfg.has_reasoning_budget ? s->cfg.reasoning_budget : -1;
+        pcfg->tool_format = rq->tools && rq->tool_choice != OAI_TOOL_CHOICE_NONE ? tf : EMBER_TOOL_FORMAT_NONE;
+        pcfg->reasoning = s->cfg.reasoning_format_none ? EMBER_REASONING_NONE : rs;
+        pcfg->reasoning_open_at_start = open && pcfg->reasoning != EMBER_REASONING_NONE;
+        pcfg->stream_arguments = true;
+        *use_parser = pcfg->tool_format != EMBER_TOOL_FORMAT_NONE || pcfg->reasoning != EMBER_REASONING_NONE;
+    }
+    ember_status st = chat_tools_prepare(s->ct, gbnf, budget, open, ep);
+    free(tool_gbnf);
+    if (st != EMBER_OK) {
+        bool client = st == EMBER_ERR_FORMAT || st == EMBER_ERR_NOT_FOUND || st == EMBER_ERR_INVALID_ARG ||
+                      st == EMBER_ERR_UNSUPPORTED;
+        oai_error_set(err, client ? 400 : 500, client ? "invalid_request_error" : "server_error",
+                      rq->gbnf ? rq->gbnf_param : "tool_choice", NULL, "%s", ember_last_error());
+        return false;
+    }
+    return true;
+}
 
 static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, conn *c, oai_kind kind)
 {
@@ -358,6 +451,13 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
                             .n_stop = rq.n_stop, .logprobs = rq.logprobs, .top_logprobs = rq.top_logprobs,
                             .ignore_eos = rq.ignore_eos};
     for (int32_t i = 0; i < rq.n_stop; i++) ep.stop[i] = rq.stop[i];
+    ember_chat_parser_config pcfg;
+    bool use_parser = false;
+    if (!prepare_structured(s, &rq, toks, n_toks, &ep, &pcfg, &use_parser, &err)) {
+        free(toks);
+        oai_req_free(&rq);
+        return send_error(s, mc, &err);
+    }
     engine_req *r = NULL;
     ember_status st = engine_submit(s->e, &ep, &r);
     free(toks);
@@ -388,6 +488,13 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
         sm->r = r;
         sm->fd = conn_fd(mc);
         sm->created = (int64_t)time(NULL);
+        if (use_parser) {
+            pcfg.tools = sm->rq.tools;
+            pcfg.on_event = on_chat_event;
+            pcfg.user = sm;
+            sm->deltas = json_array();
+            if (!sm->deltas || ember_chat_parser_new(&pcfg, &sm->parser) != EMBER_OK) { stream_free(sm); return MHD_NO; }
+        }
         make_id(s, kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", sm->id, sizeof sm->id);
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sm, stream_free);
         if (!resp) { stream_free(sm); return MHD_NO; }
@@ -435,7 +542,12 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
                           .n_cached = r->n_cached, .n_generated = r->n_generated, .t_start = r->t_start,
                           .draft_n = r->n_draft, .draft_n_accepted = r->n_draft_accepted,
                           .t_first_token = r->t_first_token, .t_end = r->t_end, .toks = r->toks, .n_toks = r->n_toks};
+        if (use_parser) {
+            pcfg.tools = rq.tools;
+            if (ember_chat_parse_whole(&pcfg, r->text, r->text_len, &res.message) != EMBER_OK) res.message = NULL;
+        }
         ret = send_json(s, mc, 200, oai_result_json(kind, &rq, &res, piece_fn, s));
+        json_decref(res.message);
     }
     engine_req_release(r);
     oai_req_free(&rq);
@@ -739,6 +851,8 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
     s->e = e;
     s->text = *text;
     s->created = (int64_t)time(NULL);
+    ember_status cst = chat_tools_new(&s->text, &s->cfg, &s->ct);
+    if (cst != EMBER_OK) { free(s); return cst; }
 
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     struct sockaddr_in6 addr6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)cfg->port)};
@@ -750,6 +864,7 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
         sa = (const struct sockaddr *)&addr6;
         flags |= MHD_USE_IPv6;
     } else {
+        chat_tools_free(s->ct);
         free(s);
         return ember_error(EMBER_ERR_INVALID_ARG, "--host '%s' is not an IPv4 or IPv6 address",
                            cfg->host ? cfg->host : "");
@@ -758,6 +873,7 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_END);
     if (!s->d) {
+        chat_tools_free(s->ct);
         free(s);
         return ember_error(EMBER_ERR_IO, "cannot listen on %s:%d (address in use or not permitted)", cfg->host,
                            cfg->port);
@@ -787,5 +903,6 @@ void server_stop(server *s)
         nanosleep(&ts, NULL);
     }
     if (s->d) MHD_stop_daemon(s->d);
+    chat_tools_free(s->ct);
     free(s);
 }

@@ -7,6 +7,9 @@
  */
 #include "server/openai.h"
 
+#include "base/status.h"
+#include "sample/json_schema.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -330,6 +333,8 @@ static bool parse_prompt(json_t *body, int32_t n_vocab, oai_req *out, oai_error 
     return true;
 }
 
+static bool parse_structured(json_t *body, oai_kind kind, oai_req *out, oai_error *err);
+
 bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -429,14 +434,57 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
             out->top_logprobs = (int32_t)lp;
         }
     }
+    return parse_structured(body, kind, out, err);
+}
+
+/* response_format / grammar / json_schema (json_schema.h), tool_choice,
+ * parallel_tool_calls, reasoning_effort, reasoning_budget. */
+static bool parse_structured(json_t *body, oai_kind kind, oai_req *out, oai_error *err)
+{
+    out->parallel_tool_calls = true;
+    out->reasoning_budget = -2;
     json_t *rf = opt(body, "response_format");
-    if (rf) {
-        json_t *t = json_object_get(rf, "type");
-        if (!json_is_object(rf) || !json_is_string(t))
-            return bad(err, "response_format", "Invalid 'response_format': expected an object with a 'type'.");
-        if (strcmp(json_string_value(t), "text") != 0)
-            return bad(err, "response_format", "Invalid 'response_format': type '%s' is not supported yet (only 'text').",
-                       json_string_value(t));
+    if (rf && !json_is_object(rf))
+        return bad(err, "response_format", "Invalid type for 'response_format': expected an object.");
+    ember_status st = ember_grammar_from_request(body, &out->gbnf);
+    out->gbnf_param = opt(body, "grammar") ? "grammar" : opt(body, "json_schema") ? "json_schema" : "response_format";
+    if (st != EMBER_OK) return bad(err, out->gbnf_param, "Invalid '%s': %s", out->gbnf_param, ember_last_error());
+    if (kind != OAI_CHAT) return true;
+    if (!get_bool(body, "parallel_tool_calls", &out->parallel_tool_calls, err)) return false;
+    json_t *tc = opt(body, "tool_choice");
+    out->tool_choice = out->tools ? OAI_TOOL_CHOICE_AUTO : OAI_TOOL_CHOICE_NONE;
+    if (tc && json_is_string(tc)) {
+        const char *v = json_string_value(tc);
+        if (!strcmp(v, "auto")) out->tool_choice = out->tools ? OAI_TOOL_CHOICE_AUTO : OAI_TOOL_CHOICE_NONE;
+        else if (!strcmp(v, "none")) out->tool_choice = OAI_TOOL_CHOICE_NONE;
+        else if (!strcmp(v, "required")) out->tool_choice = OAI_TOOL_CHOICE_REQUIRED;
+        else return bad(err, "tool_choice", "Invalid value for 'tool_choice': '%s'. Supported values are: 'none', "
+                                            "'auto', 'required' or an object naming a function.", v);
+    } else if (tc) {
+        json_t *name = json_object_get(json_object_get(tc, "function"), "name");
+        if (!json_is_object(tc) || !json_is_string(name))
+            return bad(err, "tool_choice", "Invalid 'tool_choice': expected a string or "
+                                           "{\"type\": \"function\", \"function\": {\"name\": ...}}.");
+        out->tool_choice = OAI_TOOL_CHOICE_NAMED;
+        out->tool_name = strdup(json_string_value(name));
+    }
+    if ((out->tool_choice == OAI_TOOL_CHOICE_REQUIRED || out->tool_choice == OAI_TOOL_CHOICE_NAMED) && !out->tools)
+        return bad(err, "tool_choice", "Invalid 'tool_choice': 'tools' must be given to require a tool call.");
+    if (out->gbnf && (out->tool_choice == OAI_TOOL_CHOICE_REQUIRED || out->tool_choice == OAI_TOOL_CHOICE_NAMED))
+        return bad(err, "tool_choice", "A required tool call cannot be combined with 'response_format' or 'grammar'.");
+    int64_t rb = -2;
+    if (!get_int(body, "reasoning_budget", -1, INT32_MAX, &rb, err)) return false;
+    out->reasoning_budget = (int32_t)rb;
+    json_t *re = opt(body, "reasoning_effort");
+    if (re && !json_is_string(re))
+        return bad(err, "reasoning_effort", "Invalid type for 'reasoning_effort': expected a string.");
+    if (re && !strcmp(json_string_value(re), "none") &&
+        !json_object_get(out->template_kwargs, "enable_thinking")) {
+        /* thinking off unless chat_template_kwargs says otherwise */
+        json_t *kw = out->template_kwargs ? json_copy(out->template_kwargs) : json_object();
+        json_decref(out->template_kwargs);
+        out->template_kwargs = kw;
+        if (kw) json_object_set_new(kw, "enable_thinking", json_false());
     }
     return true;
 }
@@ -450,6 +498,8 @@ void oai_req_free(oai_req *r)
     free(r->prompt_tokens);
     free(r->logit_bias);
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->gbnf);
+    free(r->tool_name);
     memset(r, 0, sizeof *r);
 }
 
@@ -560,7 +610,11 @@ json_t *oai_result_json(oai_kind kind, const oai_req *req, const oai_result *res
         lp = kind == OAI_CHAT ? chat_logprobs(res->toks, 0, res->n_toks, piece, ud)
                               : completion_logprobs(res->toks, 0, res->n_toks, piece, ud);
     const char *fr = oai_finish_reason(res->finish);
-    if (kind == OAI_CHAT) {
+    if (kind == OAI_CHAT && res->message) {
+        if (json_array_size(json_object_get(res->message, "tool_calls")) > 0) fr = "tool_calls";
+        choice = json_pack("{s:i, s:O, s:o, s:s}", "index", 0, "message", res->message, "logprobs", lp,
+                           "finish_reason", fr ? fr : "stop");
+    } else if (kind == OAI_CHAT) {
         choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
                            oai_json_string(res->text, res->text_len), "logprobs", lp, "finish_reason", fr ? fr : "stop");
     } else {
@@ -597,6 +651,21 @@ json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res,
                               (json_int_t)res->created, "model", res->model, "system_fingerprint",
                               "ember-" EMBER_VERSION, "choices", choice);
     if (final) json_object_set_new(chunk, "timings", oai_timings_json(res));
+    if (req->include_usage) json_object_set_new(chunk, "usage", json_null());
+    return chunk;
+}
+
+json_t *oai_chat_delta_chunk(const oai_req *req, const oai_result *res, json_t *delta, const char *fr,
+                             int32_t tok_from, int32_t tok_to, oai_piece_fn piece, void *ud)
+{
+    json_t *lp = json_null();
+    if (req->logprobs && res->toks && tok_to > tok_from) lp = chat_logprobs(res->toks, tok_from, tok_to, piece, ud);
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta ? delta : json_object(), "logprobs",
+                               lp, "finish_reason", fr ? json_string(fr) : json_null());
+    json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", res->id, "object", "chat.completion.chunk",
+                              "created", (json_int_t)res->created, "model", res->model, "system_fingerprint",
+                              "ember-" EMBER_VERSION, "choices", choice);
+    if (fr) json_object_set_new(chunk, "timings", oai_timings_json(res));
     if (req->include_usage) json_object_set_new(chunk, "usage", json_null());
     return chunk;
 }

@@ -21,6 +21,10 @@
 
 typedef enum oai_kind { OAI_CHAT = 1, OAI_COMPLETION = 2 } oai_kind;
 
+typedef enum oai_tool_choice {
+    OAI_TOOL_CHOICE_AUTO = 0, OAI_TOOL_CHOICE_NONE, OAI_TOOL_CHOICE_REQUIRED, OAI_TOOL_CHOICE_NAMED
+} oai_tool_choice;
+
 /* A parsed request. Strings and JSON it points to belong to it (oai_req_free). */
 typedef struct oai_req {
     oai_kind kind;
@@ -40,6 +44,13 @@ typedef struct oai_req {
     bool logprobs;
     int32_t top_logprobs;
     bool ignore_eos;
+    /* structured output, tools, thinking (chat_tools.h wires them) */
+    char *gbnf;                  /* response_format / grammar / json_schema as GBNF, or NULL */
+    const char *gbnf_param;      /* the field it came from (for errors) */
+    oai_tool_choice tool_choice; /* default auto (none when there are no tools) */
+    char *tool_name;             /* NAMED: the function */
+    bool parallel_tool_calls;    /* default true */
+    int32_t reasoning_budget;    /* per-request reasoning_budget; -2: not given */
 } oai_req;
 
 /* A 4xx/5xx answer in OpenAI's shape:
@@ -82,6 +93,7 @@ typedef struct oai_result {
     double t_start, t_first_token, t_end;
     const engine_tok *toks;      /* logprobs records or NULL */
     int32_t n_toks;
+    json_t *message;             /* chat: the parsed message (chat/parse.h) to send instead of text, or NULL */
 } oai_result;
 
 /* "stop" / "length" / NULL (running) for a finish state. */
@@ -89,6 +101,11 @@ const char *oai_finish_reason(engine_finish f);
 
 /* Token text for logprobs; `piece` gets the bytes of a token. */
 typedef int32_t (*oai_piece_fn)(void *ud, ember_token t, char *buf, int32_t cap);
+
+/* One chat.completion.chunk with `delta` (stolen) and finish_reason `fr`
+ * (NULL: null); logprobs for toks[tok_from, tok_to) as oai_chunk_json. */
+json_t *oai_chat_delta_chunk(const oai_req *req, const oai_result *res, json_t *delta, const char *fr,
+                             int32_t tok_from, int32_t tok_to, oai_piece_fn piece, void *piece_ud);
 
 /* The full non-stream response object for `kind` (new reference). */
 json_t *oai_result_json(oai_kind kind, const oai_req *req, const oai_result *res, oai_piece_fn piece,

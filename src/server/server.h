@@ -44,6 +44,7 @@ typedef struct server_text {
     ember_status (*render_tokens)(void *ud, json_t *messages, json_t *tools, json_t *kwargs,
                                   bool add_generation_prompt, ember_token **out, int32_t *n_out);
     ember_token bos;                 /* -1 if none (a doubled BOS is removed) */
+    const struct ember_vocab *vocab; /* for grammar masks (NULL: grammars are refused) */
     const char *chat_template;       /* source, for /props (may be NULL) */
 } server_text;
 
@@ -56,6 +57,9 @@ typedef struct server_config {
     bool metrics;                    /* --metrics: enable GET /metrics */
     json_t *template_kwargs;         /* --chat-template-kwargs defaults (object or NULL) */
     size_t max_body_bytes;           /* larger bodies get 413; 0: 16 MiB */
+    bool has_reasoning_budget;       /* --reasoning-budget given */
+    int32_t reasoning_budget;        /* --reasoning-budget: thought tokens before it is closed; < 0 unlimited */
+    bool reasoning_format_none;      /* --reasoning-format none: thoughts stay raw in content */
     /* memory facts for /metrics and /props */
     uint64_t kv_bytes, kv_pool_tokens, weight_bytes;
 } server_config;

@@ -205,6 +205,7 @@ server_text text_ember_server(text_ember *t)
 {
     return (server_text){.ud = t, .n_vocab = ember_vocab_n_tokens(t->vocab), .tokenize = te_tokenize,
                          .token_piece = te_piece, .apply_template = te_template, .render_tokens = te_render_tokens,
+                         .vocab = t->vocab,
                          .bos = ember_vocab_bos(t->vocab),
                          .chat_template = t->src};
 }

@@ -1,0 +1,339 @@
+/*
+ * chat_tools.c — grammar cache, tool_choice grammars and the reasoning-budget
+ * hook (see chat_tools.h).
+ *
+ * Threading: HTTP threads call chat_tools_prepare; the cache (and the shared
+ * grammar vocabulary, built on first use) is guarded by ct->mu. A cached
+ * template state is only ever cloned by the engine thread (engine.h:
+ * engine_req_params.grammar), never advanced, so clones of it share one warm
+ * mask cache. The hook's state is touched only by the engine thread.
+ * Must not: answer HTTP or decode.
+ */
+#include "server/chat_tools.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "sample/grammar.h"
+#include "sample/json_schema.h"
+
+#define CACHE_MAX 32   /* distinct grammars kept warm; more are compiled per request */
+
+typedef struct cached_grammar {
+    char *gbnf;
+    ember_grammar *g;
+    ember_grammar_state *tmpl;
+} cached_grammar;
+
+struct chat_tools {
+    const server_text *text;
+    ember_tool_format tool_format;
+    ember_reasoning_syntax reasoning;
+    pthread_mutex_t mu;
+    ember_grammar_vocab *gv;          /* built on first use */
+    cached_grammar cache[CACHE_MAX];
+    int n_cache;
+};
+
+ember_status chat_tools_new(const server_text *text, const server_config *cfg, chat_tools **out)
+{
+    (void)cfg;
+    chat_tools *ct = calloc(1, sizeof *ct);
+    if (!ct) return ember_error(EMBER_ERR_NOMEM, "chat_tools");
+    ct->text = text;
+    ember_chat_detect_format(text->chat_template, &ct->tool_format, &ct->reasoning);
+    pthread_mutex_init(&ct->mu, NULL);
+    *out = ct;
+    return EMBER_OK;
+}
+
+void chat_tools_free(chat_tools *ct)
+{
+    if (!ct) return;
+    for (int i = 0; i < ct->n_cache; i++) {
+        ember_grammar_state_free(ct->cache[i].tmpl);
+        ember_grammar_free(ct->cache[i].g);
+        free(ct->cache[i].gbnf);
+    }
+    ember_grammar_vocab_free(ct->gv);
+    pthread_mutex_destroy(&ct->mu);
+    free(ct);
+}
+
+ember_tool_format chat_tools_tool_format(const chat_tools *ct) { return ct->tool_format; }
+ember_reasoning_syntax chat_tools_reasoning(const chat_tools *ct) { return ct->reasoning; }
+
+/* ---------- tool_choice grammars ---------- */
+
+typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) { b->oom = true; return; }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* GBNF literal for raw text: "..." with ", \ and control bytes escaped. */
+static void sb_literal(sbuf *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; sb_put(b, esc, 2); }
+        else if (c == '\n') sb_put(b, "\\n", 2);
+        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\x%02X", c); sb_str(b, esc); }
+        else sb_put(b, (const char *)&c, 1);
+    }
+    sb_put(b, "\"", 1);
+}
+
+/* Copy GBNF text with every rule name prefixed by `pfx` (so the rules of
+ * several compiled schemas can live in one grammar). Skips "literals",
+ * [classes], <token refs>, {bounds} and # comments. */
+static void sb_prefixed(sbuf *b, const char *g, const char *pfx)
+{
+    for (const char *p = g; *p;) {
+        char c = *p;
+        if (c == '"' || c == '[' || c == '<') {
+            char close = c == '"' ? '"' : c == '[' ? ']' : '>';
+            const char *q = p + 1;
+            while (*q && *q != close) q += (*q == '\\' && q[1]) ? 2 : 1;
+            if (*q) q++;
+            sb_put(b, p, (size_t)(q - p));
+            p = q;
+        } else if (c == '{' || c == '#') {
+            const char *q = p;
+            while (*q && *q != (c == '{' ? '}' : '\n')) q++;
+            sb_put(b, p, (size_t)(q - p));
+            p = q;
+        } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') {
+            const char *q = p;
+            while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '-' ||
+                   *q == '_')
+                q++;
+            sb_str(b, pfx);
+            sb_put(b, p, (size_t)(q - p));
+            p = q;
+        } else {
+            sb_put(b, p, 1);
+            p++;
+        }
+    }
+}
+
+ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char **out, const char **param)
+{
+    *out = NULL;
+    *param = "tool_choice";
+    if (!rq->tools || (rq->tool_choice != OAI_TOOL_CHOICE_REQUIRED && rq->tool_choice != OAI_TOOL_CHOICE_NAMED))
+        return EMBER_OK;
+    if (f != EMBER_TOOL_FORMAT_HERMES && f != EMBER_TOOL_FORMAT_LLAMA3)
+        return ember_error(EMBER_ERR_UNSUPPORTED,
+                           "tool_choice '%s' cannot be enforced for the '%s' tool-call format of this chat template "
+                           "(supported: hermes, llama3)",
+                           rq->tool_choice == OAI_TOOL_CHOICE_NAMED ? "function" : "required",
+                           ember_tool_format_name(f));
+    sbuf b = {0};
+    sbuf calls = {0};
+    int n_calls = 0;
+    ember_status st = EMBER_OK;
+    for (size_t i = 0; i < json_array_size(rq->tools) && st == EMBER_OK; i++) {
+        json_t *fn = json_object_get(json_array_get(rq->tools, i), "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!name) continue;
+        if (rq->tool_choice == OAI_TOOL_CHOICE_NAMED && strcmp(name, rq->tool_name) != 0) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        json_t *schema = json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+        if (!schema) { st = ember_error(EMBER_ERR_NOMEM, "tool schema"); break; }
+        /* a call carries the declared arguments only (OpenAI's strict mode) */
+        if (!json_object_get(schema, "additionalProperties") && json_object_get(schema, "properties"))
+            json_object_set_new(schema, "additionalProperties", json_false());
+        char *g = NULL;
+        st = ember_json_schema_to_gbnf(schema, &g);
+        json_decref(schema);
+        if (st != EMBER_OK) { *param = "tools"; break; }
+        char pfx[32], call[32];
+        snprintf(pfx, sizeof pfx, "t%zu-", i);
+        snprintf(call, sizeof call, "call%zu", i);
+        sb_prefixed(&b, g, pfx);
+        sb_str(&b, "\n");
+        free(g);
+        /* JSON text of the name, then as a GBNF literal */
+        json_t *jn = json_string(name);
+        char *qn = jn ? json_dumps(jn, JSON_ENCODE_ANY) : NULL;
+        json_decref(jn);
+        if (!qn) { st = ember_error(EMBER_ERR_NOMEM, "tool name"); break; }
+        sbuf head = {0};
+        sb_str(&head, f == EMBER_TOOL_FORMAT_HERMES ? "<tool_call>\n{\"name\": " : "{\"name\": ");
+        sb_str(&head, qn);
+        sb_str(&head, f == EMBER_TOOL_FORMAT_HERMES ? ", \"arguments\": " : ", \"parameters\": ");
+        free(qn);
+        sb_str(&b, call);
+        sb_str(&b, " ::= ");
+        sb_literal(&b, head.p ? head.p : "");
+        free(head.p);
+        sb_str(&b, " ");
+        sb_str(&b, pfx);
+        sb_str(&b, "root ");
+        sb_literal(&b, f == EMBER_TOOL_FORMAT_HERMES ? "}\n</tool_call>" : "}");
+        sb_str(&b, "\n");
+        sb_str(&calls, n_calls ? " | " : "");
+        sb_str(&calls, call);
+        n_calls++;
+    }
+    if (st == EMBER_OK && n_calls == 0) {
+        if (rq->tool_choice == OAI_TOOL_CHOICE_NAMED)
+            st = ember_error(EMBER_ERR_NOT_FOUND, "tool_choice names function '%s', which is not among 'tools'",
+                             rq->tool_name);
+        else
+            st = ember_error(EMBER_ERR_INVALID_ARG, "tool_choice 'required' needs at least one function in 'tools'");
+    }
+    if (st == EMBER_OK) {
+        sb_str(&b, "call ::= ");
+        sb_str(&b, calls.p);
+        sb_str(&b, "\n");
+        bool many = rq->parallel_tool_calls && f == EMBER_TOOL_FORMAT_HERMES;
+        sb_str(&b, many ? "root ::= call ( \"\\n\" call )*\n" : "root ::= call\n");
+        if (b.oom || calls.oom) st = ember_error(EMBER_ERR_NOMEM, "tool grammar");
+    }
+    free(calls.p);
+    if (st != EMBER_OK) { free(b.p); return st; }
+    *out = b.p;
+    return EMBER_OK;
+}
+
+/* ---------- per-request state (the engine hook) ---------- */
+
+typedef struct req_state {
+    chat_tools *ct;
+    ember_grammar *g;                 /* uncached grammar (owned) */
+    ember_grammar_state *tmpl;
+    ember_chat_parser *parser;        /* reasoning only: tells the budget when a thought is open */
+    ember_reasoning_budget budget;
+    ember_token *force;
+    int32_t n_force;
+    const char *close_pending;        /* budget 0 with the thought open from the prompt: close at once */
+} req_state;
+
+static void rs_free(void *ud)
+{
+    req_state *r = ud;
+    if (!r) return;
+    ember_grammar_state_free(r->tmpl);
+    ember_grammar_free(r->g);
+    ember_chat_parser_free(r->parser);
+    free(r->force);
+    free(r);
+}
+
+static void rs_on_token(void *ud, ember_token t, const char *piece, int32_t n, const ember_token **force,
+                        int32_t *n_force)
+{
+    (void)t;
+    req_state *r = ud;
+    if (!r->parser) return;
+    if (n > 0) ember_chat_parser_feed(r->parser, piece, (size_t)n);
+    /* budget_next is asked before each sample: this call decides the token
+     * after `t` (the first one was asked in chat_tools_prepare) */
+    const char *close = r->close_pending ? r->close_pending : ember_reasoning_budget_next(&r->budget, r->parser);
+    r->close_pending = NULL;
+    if (!close) return;
+    const server_text *tx = r->ct->text;
+    free(r->force);
+    r->force = NULL;
+    r->n_force = 0;
+    if (tx->tokenize(tx->ud, close, strlen(close), false, true, &r->force, &r->n_force) != EMBER_OK) return;
+    *force = r->force;
+    *n_force = r->n_force;
+}
+
+/* Under ct->mu. */
+static ember_status grammar_vocab(chat_tools *ct)
+{
+    if (ct->gv) return EMBER_OK;
+    if (!ct->text->vocab)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "this server has no vocabulary for grammar-constrained decoding");
+    return ember_grammar_vocab_from_tokenizer(ct->text->vocab, &ct->gv);
+}
+
+ember_status chat_tools_prepare(chat_tools *ct, const char *gbnf, int32_t budget, bool open_at_start,
+                                engine_req_params *p)
+{
+    p->grammar = NULL;
+    p->hook = (engine_req_hook){0};
+    req_state *r = NULL;
+    bool want_budget = budget >= 0 && ct->reasoning != EMBER_REASONING_NONE;
+    if (!gbnf && !want_budget) return EMBER_OK;
+    r = calloc(1, sizeof *r);
+    if (!r) return ember_error(EMBER_ERR_NOMEM, "request state");
+    r->ct = ct;
+    ember_status st = EMBER_OK;
+    if (gbnf) {
+        pthread_mutex_lock(&ct->mu);
+        st = grammar_vocab(ct);
+        for (int i = 0; st == EMBER_OK && i < ct->n_cache; i++)
+            if (!strcmp(ct->cache[i].gbnf, gbnf)) p->grammar = ct->cache[i].tmpl;
+        if (st == EMBER_OK && !p->grammar) {
+            ember_grammar *g = NULL;
+            ember_grammar_state *tmpl = NULL;
+            st = ember_grammar_parse(gbnf, strlen(gbnf), NULL, &g);
+            if (st == EMBER_OK) st = ember_grammar_state_new(g, ct->gv, &tmpl);
+            if (st == EMBER_OK) {
+                char *key = ct->n_cache < CACHE_MAX ? strdup(gbnf) : NULL;
+                if (key) {
+                    ct->cache[ct->n_cache++] = (cached_grammar){.gbnf = key, .g = g, .tmpl = tmpl};
+                } else {
+                    r->g = g;
+                    r->tmpl = tmpl;
+                }
+                p->grammar = tmpl;
+            } else {
+                ember_grammar_free(g);
+            }
+        }
+        pthread_mutex_unlock(&ct->mu);
+    }
+    if (st == EMBER_OK && want_budget) {
+        ember_chat_parser_config cfg = {.tool_format = EMBER_TOOL_FORMAT_NONE, .reasoning = ct->reasoning,
+                                        .reasoning_open_at_start = open_at_start};
+        st = ember_chat_parser_new(&cfg, &r->parser);
+        ember_reasoning_budget_init(&r->budget, budget, ct->reasoning);
+        /* the question before the first sample (it counts that token); the
+         * engine cannot force before it, so a budget of 0 closes one late */
+        if (st == EMBER_OK) r->close_pending = ember_reasoning_budget_next(&r->budget, r->parser);
+    }
+    if (st != EMBER_OK) { rs_free(r); p->grammar = NULL; return st; }
+    p->hook = (engine_req_hook){.ud = r, .on_token = want_budget ? rs_on_token : NULL, .free = rs_free};
+    return EMBER_OK;
+}
+
+bool chat_tools_prompt_opens(const chat_tools *ct, const ember_token *toks, int32_t n)
+{
+    if (ct->reasoning == EMBER_REASONING_NONE || n <= 0) return false;
+    char tail[16 * 64 + 1];
+    size_t len = 0;
+    for (int32_t i = n > 16 ? n - 16 : 0; i < n; i++) {
+        char buf[256];
+        int32_t m = ct->text->token_piece(ct->text->ud, toks[i], buf, sizeof buf);
+        if (m <= 0 || m > (int32_t)sizeof buf || len + (size_t)m > sizeof tail - 1) continue;
+        memcpy(tail + len, buf, (size_t)m);
+        len += (size_t)m;
+    }
+    tail[len] = 0;
+    return ember_chat_prompt_opens_reasoning(tail, len, ct->reasoning);
+}

@@ -1,0 +1,57 @@
+/*
+ * chat_tools.h — the server's glue for structured output, tool calls and
+ * thinking: which grammar a chat request decodes under, the reasoning-budget
+ * hook the engine calls per token, and the output parser's configuration.
+ *
+ * Owns: a cache of compiled grammars (one warm template state per distinct
+ * GBNF text, cloned per request by the engine; grammar.h's seam), the grammar
+ * that enforces tool_choice "required" / a named function in the model's
+ * call format, and the per-request engine hook for --reasoning-budget.
+ * Must not: touch sockets or JSON of responses (http.c / openai.c do), or the
+ * model (the engine does). The modules it wires: src/sample/grammar.h,
+ * src/sample/json_schema.h, src/chat/parse.h.
+ */
+#ifndef EMBER_SERVER_CHAT_TOOLS_H
+#define EMBER_SERVER_CHAT_TOOLS_H
+
+#include <stdbool.h>
+#include <jansson.h>
+
+#include "chat/parse.h"
+#include "engine/engine.h"
+#include "server/openai.h"
+#include "server/server.h"
+
+typedef struct chat_tools chat_tools;
+
+/* Per server: detects the template's formats (ember_chat_detect_format).
+ * `text` must outlive it; text->vocab may be NULL (then grammars are refused
+ * with 400). Errors: EMBER_ERR_NOMEM. */
+ember_status chat_tools_new(const server_text *text, const server_config *cfg, chat_tools **out);
+void chat_tools_free(chat_tools *ct);
+ember_tool_format chat_tools_tool_format(const chat_tools *ct);
+ember_reasoning_syntax chat_tools_reasoning(const chat_tools *ct);
+
+/* GBNF text that forces `rq`'s tool_choice (required or named) in the call
+ * syntax `f`: Hermes/Qwen `<tool_call>\n{"name": "N", "arguments": ARGS}\n
+ * </tool_call>` (several when parallel_tool_calls), Llama 3 `{"name": "N",
+ * "parameters": ARGS}`; ARGS follows the tool's parameters schema
+ * (ember_json_schema_to_gbnf). *out NULL when the request needs none.
+ * Errors (the client's, 400, with *param set): EMBER_ERR_NOT_FOUND (named
+ * tool not among tools), EMBER_ERR_UNSUPPORTED (no grammar for format `f`),
+ * and those of ember_json_schema_to_gbnf. */
+ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char **out, const char **param);
+
+/* What a request decodes under: p->grammar and p->hook are set (the hook
+ * owns per-request state: reasoning parser and budget, an uncached grammar).
+ * gbnf may be NULL. budget < 0: no reasoning budget. open_at_start: the
+ * prompt opened a thought. Errors: EMBER_ERR_FORMAT (GBNF does not parse:
+ * the client's), EMBER_ERR_UNSUPPORTED (no vocabulary), EMBER_ERR_NOMEM. */
+ember_status chat_tools_prepare(chat_tools *ct, const char *gbnf, int32_t budget, bool open_at_start,
+                                engine_req_params *p);
+
+/* Whether the last tokens of a prompt leave a reasoning block open (the
+ * text of its last 16 tokens; ember_chat_prompt_opens_reasoning). */
+bool chat_tools_prompt_opens(const chat_tools *ct, const ember_token *toks, int32_t n);
+
+#endif

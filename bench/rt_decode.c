@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <math.h>
 
 static double now_s(void)
 {
@@ -68,7 +69,11 @@ int main(int argc, char **argv)
             if (ember_decode(ctx, &b)) { fprintf(stderr, "decode: %s\n", ember_last_error()); return 1; }
             const float *lg = ember_get_logits(ctx, b.n_tokens - 1);
             int t = argmax(lg, nv);
-            if (getenv("RT_DEBUG")) fprintf(stderr, "step %d: %f %f %f best %d=%f\n", g, lg[0], lg[1], lg[100], t, lg[t]);
+            if (getenv("RT_DEBUG")) {
+                double mx = lg[t], se = 0;
+                for (int i = 0; i < nv; i++) se += exp((double)lg[i] - mx);
+                fprintf(stderr, "step %d: best %d logprob %f\n", g, t, -log(se));
+            }
             printf("%d%c", t, g == n_gen - 1 ? '\n' : ' ');
             b.n_tokens = 1; b.token[0] = t; b.pos[0] = pos++; b.seq_id[0] = 0; b.logits[0] = 1;
         }

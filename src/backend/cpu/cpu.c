@@ -28,6 +28,8 @@ static float (*dot_f16)(int64_t, const uint16_t *, const uint16_t *) = ember_cpu
 static void (*axpy_f16)(int64_t, float, const uint16_t *, float *) = ember_cpu_axpy_f16;
 static float (*dot_f32)(int64_t, const float *, const float *) = ember_cpu_dot_f32;
 static void (*to_f16_row)(int64_t, const float *, uint16_t *) = ember_cpu_f32_to_f16_row;
+static void (*mad_f16)(int64_t, uint16_t *, const uint16_t *, float) = ember_cpu_mad_f16;
+static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cpu_dot_f32_f16;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
 static bool have_vnni;   /* AVX-512 VNNI tiles */
 
@@ -46,6 +48,8 @@ static void init_tables(void)
         axpy_f16 = ember_cpu_axpy_f16_avx2;
         dot_f32 = ember_cpu_dot_f32_avx2;
         to_f16_row = ember_cpu_f32_to_f16_row_avx2;
+        mad_f16 = ember_cpu_mad_f16_avx2;
+        dot_f32_f16 = ember_cpu_dot_f32_f16_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
     }
@@ -69,6 +73,18 @@ float ember_cpu_dot_f32(int64_t n, const float *a, const float *b)
 {
     float s = 0.0f;
     for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void ember_cpu_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float a)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) + cpu_f16_to_f32(x[i]) * a);
+}
+
+float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * cpu_f16_to_f32(b[i]);
     return s;
 }
 
@@ -417,6 +433,12 @@ static void op_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
 
 /* ---- attention -------------------------------------------------------------------------------- */
 
+/* ggml's CPU flash attention (llama.cpp's default) switches to a tiled all-f32
+ * kernel at this many query rows per call (GGML_FA_TILE_Q); below it, it
+ * works row by row with an f16 output accumulator. F16 caches follow the
+ * same split so results track llama.cpp's. */
+#define FA_TILE_Q 64
+
 typedef struct attn_task {
     cpu_backend *cb;
     const ember_kv_layer_view *kv;
@@ -454,6 +476,58 @@ static void attn_run(void *arg, int ith, int nth)
         int32_t lo = 0;
         if (p->n_swa > 0 && qq->pos - p->n_swa + 1 > 0) lo = qq->pos - p->n_swa + 1;
         const int32_t hi = qq->pos;   /* inclusive */
+        float *acc = ts->acc;
+        if (kv->type_k == EMBER_TYPE_F16 && kv->type_v == EMBER_TYPE_F16) {
+            if (a->n < FA_TILE_Q) {
+                /* ggml flash attention, one query row at a time: q rounded
+                 * to f16, online softmax in f32, V accumulated in f16 */
+                to_f16_row(hk, qh, ts->qconv);
+                uint16_t *vkq = ts->vkq16;
+                memset(vkq, 0, (size_t)hv * sizeof(uint16_t));
+                float M = -INFINITY, S = 0.0f;
+                for (int32_t j = lo; j <= hi; j++) {
+                    const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+                    const uint16_t *kr = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
+                    const uint16_t *vr = (const uint16_t *)((const uint8_t *)kv->v + (size_t)row * kv->v_row_bytes + (size_t)g * v_head_bytes);
+                    const float s = dot_f16(hk, ts->qconv, kr) * p->kq_scale;
+                    float ms = 1.0f, vs = 1.0f;
+                    if (s > M) {
+                        const float m_old = M;
+                        M = s;
+                        ms = expf(m_old - M);
+                        for (int32_t d = 0; d < hv; d++) vkq[d] = ember_fp32_to_fp16(cpu_f16_to_f32(vkq[d]) * ms);
+                    } else {
+                        vs = expf(s - M);
+                    }
+                    mad_f16(hv, vkq, vr, vs);
+                    S = S * ms + vs;
+                }
+                const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+                for (int32_t d = 0; d < hv; d++) acc[d] = cpu_f16_to_f32(vkq[d]) * inv;
+            } else {
+                /* ggml's tiled flash attention for >= 64 queries: all f32 */
+                float *sc = ts->scores;
+                float mx = -INFINITY;
+                for (int32_t j = lo; j <= hi; j++) {
+                    const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+                    const uint16_t *kr = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
+                    const float s = dot_f32_f16(hk, qh, kr) * p->kq_scale;
+                    sc[j - lo] = s;
+                    if (s > mx) mx = s;
+                }
+                float sum = 0.0f;
+                for (int32_t j = 0; j <= hi - lo; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
+                const float inv = 1.0f / sum;
+                memset(acc, 0, (size_t)hv * sizeof(float));
+                for (int32_t j = lo; j <= hi; j++) {
+                    const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+                    axpy_f16(hv, sc[j - lo], (const uint16_t *)((const uint8_t *)kv->v + (size_t)row * kv->v_row_bytes + (size_t)g * v_head_bytes), acc);
+                }
+                for (int32_t d = 0; d < hv; d++) acc[d] *= inv;
+            }
+            memcpy(a->out + (t * p->n_head + h) * hv, acc, (size_t)hv * sizeof(float));
+            continue;
+        }
         quantize_row(kv->type_k == EMBER_TYPE_F32 ? EMBER_TYPE_F32 : kv->type_k == EMBER_TYPE_F16 ? EMBER_TYPE_F16 : EMBER_TYPE_Q8_0,
                      qh, ts->qconv, hk);
         float *sc = ts->scores;
@@ -476,7 +550,6 @@ static void attn_run(void *arg, int ith, int nth)
             sum += (double)e;
         }
         const float inv = (float)(1.0 / sum);
-        float *acc = ts->acc;
         memset(acc, 0, (size_t)hv * sizeof(float));
         for (int32_t j = lo; j <= hi; j++) {
             const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
@@ -517,6 +590,7 @@ static void op_free(ember_backend *be)
             free(cb->ts[i].vrow);
             free(cb->ts[i].acc);
             free(cb->ts[i].qconv);
+            free(cb->ts[i].vkq16);
         }
         free(cb->ts);
     }
@@ -567,7 +641,8 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
         cb->ts[i].vrow = malloc((size_t)lim->max_head_dim * sizeof(float));
         cb->ts[i].acc = malloc((size_t)lim->max_head_dim * sizeof(float));
         cb->ts[i].qconv = malloc((size_t)lim->max_head_dim * 4 + 64);
-        if (!cb->ts[i].scores || !cb->ts[i].vrow || !cb->ts[i].acc || !cb->ts[i].qconv) {
+        cb->ts[i].vkq16 = malloc((size_t)lim->max_head_dim * sizeof(uint16_t));
+        if (!cb->ts[i].scores || !cb->ts[i].vrow || !cb->ts[i].acc || !cb->ts[i].qconv || !cb->ts[i].vkq16) {
             op_free(&cb->base);
             return ember_error(EMBER_ERR_NOMEM, "cpu backend: attention scratch for %lld keys", (long long)lim->max_kv_tokens);
         }

@@ -18,6 +18,7 @@ typedef struct cpu_thread_scratch {
     float *vrow;      /* [max_head_dim] */
     float *acc;       /* [max_head_dim] */
     void *qconv;      /* query head in K's dot format, max_head_dim*4 bytes */
+    uint16_t *vkq16;  /* [max_head_dim] f16 output accumulator (ggml's flash-attention numerics) */
 } cpu_thread_scratch;
 
 typedef struct cpu_backend {
@@ -42,6 +43,12 @@ float ember_cpu_dot_f16_avx2(int64_t n, const uint16_t *a, const uint16_t *b);
 /* y[i] += a * f16(x[i]) */
 void ember_cpu_axpy_f16(int64_t n, float a, const uint16_t *x, float *y);
 void ember_cpu_axpy_f16_avx2(int64_t n, float a, const uint16_t *x, float *y);
+/* y[i] = f16(f32(y[i]) + f32(x[i]) * a): ggml_vec_mad_f16 (f16 accumulator) */
+void ember_cpu_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float a);
+void ember_cpu_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x, float a);
+/* dot of f32 a with f16 b, f32 accumulation */
+float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b);
+float ember_cpu_dot_f32_f16_avx2(int64_t n, const float *a, const uint16_t *b);
 float ember_cpu_dot_f32(int64_t n, const float *a, const float *b);
 float ember_cpu_dot_f32_avx2(int64_t n, const float *a, const float *b);
 void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y);

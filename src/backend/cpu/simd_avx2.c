@@ -62,3 +62,28 @@ void ember_cpu_f32_to_f16_row_avx2(int64_t n, const float *x, uint16_t *y)
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) y[i] = (uint16_t)_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
+
+void ember_cpu_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x, float a)
+{
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        __m256 vy = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_fmadd_ps(vx, va, vy), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++) y[i] = (uint16_t)_cvtss_sh(cpu_f16_to_f32(y[i]) + cpu_f16_to_f32(x[i]) * a, _MM_FROUND_TO_NEAREST_INT);
+}
+
+float ember_cpu_dot_f32_f16_avx2(int64_t n, const float *a, const uint16_t *b)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i + 8))), s1);
+    }
+    float s = hsum256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * cpu_f16_to_f32(b[i]);
+    return s;
+}

@@ -1,0 +1,59 @@
+/*
+ * cli_common.h — what the `ember` subcommands run, perplexity and bench share:
+ * option parsing helpers, loading a model with its vocabulary, feeding a
+ * token list through ember_decode in batches, clocks and peak memory.
+ *
+ * Must not: hold state between calls, print anything but to the stream it is
+ * given, or know about HTTP.
+ */
+#ifndef EMBER_CLI_COMMON_H
+#define EMBER_CLI_COMMON_H
+
+#include <stdio.h>
+
+#include "ember.h"
+#include "tokenizer/tokenizer.h"
+
+/* A model and the vocabulary read from the same GGUF. */
+typedef struct cli_model {
+    ember_model *model;
+    ember_vocab *vocab;
+} cli_model;
+
+/* Load `path` as a model (weights) and its vocabulary. Errors are those of
+ * ember_model_load, ember_gguf_open and ember_vocab_load; on failure
+ * nothing is held. */
+ember_status cli_model_load(const char *path, cli_model *out);
+void cli_model_free(cli_model *m);
+
+/* Parse a whole decimal integer / float option value; false (and a message
+ * on stderr naming `opt`) if it is not one or lies outside [lo, hi]. */
+bool cli_int(const char *opt, const char *s, long lo, long hi, long *out);
+bool cli_float(const char *opt, const char *s, double lo, double hi, double *out);
+
+/* The value of option argv[*i]; advances *i. NULL (message on stderr) when
+ * the option is the last argument. */
+const char *cli_value(int argc, char **argv, int *i);
+
+/* Parse "1,2,3" (commas or spaces) into token ids in [0, n_vocab).
+ * *out is malloc'd. Errors: EMBER_ERR_INVALID_ARG (message names the
+ * offending entry), EMBER_ERR_NOMEM. */
+ember_status cli_parse_ids(const char *s, int32_t n_vocab, ember_token **out, int32_t *n_out);
+
+/* Decode tokens[0..n) of sequence `seq` at positions pos0.. in batches of
+ * n_batch entries; logits are asked for the last entry only (want_last) or
+ * none. After it returns, ember_get_logits(ctx, idx_last) gives the last
+ * entry's logits, where *idx_last is that entry's index within the final
+ * batch. Errors: those of ember_decode. */
+ember_status cli_decode_tokens(ember_context *ctx, ember_batch *batch, int32_t n_batch,
+                               const ember_token *tokens, int32_t n, ember_pos pos0,
+                               ember_seq_id seq, bool want_last, int32_t *idx_last);
+
+/* Monotonic clock, seconds. */
+double cli_now(void);
+/* Peak resident set size of this process, bytes (getrusage). */
+uint64_t cli_peak_rss(void);
+/* Number of online CPUs (>= 1). */
+int cli_n_cpus(void);
+
+#endif

@@ -1,0 +1,115 @@
+"""Fidelity of the CPU runtime against llama.cpp on the same GGUF files.
+
+Goldens: tests/golden/runtime/<model>.json, made by make_goldens.py beside
+them from llama.cpp's llama-tokenize, llama-server and llama-perplexity.
+Prompts are given to `ember run` as llama.cpp's token ids, so a tokenizer
+difference cannot mask a runtime difference (or the reverse).
+
+Checks, per model:
+  - greedy continuations (up to 128 tokens) of 16 prompts: at least 15 of 16
+    token-identical to llama.cpp's, and a continuation that differs does so
+    first at a near-tie: llama.cpp's top-1/top-2 logit gap there < 0.05;
+  - the first generated position: same top token, and the log-probabilities
+    of llama.cpp's top 10 tokens agree within FIRST_LOGPROB_TOL nats (both
+    are Q8-activation matmuls over the same quantized weights; differences in
+    summation order stay well below this);
+  - perplexity of tests/data/pride_prejudice.txt with -c 512 (llama.cpp's
+    chunking): within 0.5% of llama-perplexity's. By default on the first 8
+    chunks (4096 tokens) to keep CI short; EMBER_FULL_PPL=1 scores the whole
+    text (> 20,000 tokens), against llama.cpp's whole-text value.
+"""
+import json
+import os
+import pathlib
+import re
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests/golden/runtime"
+TEXT = ROOT / "tests/data/pride_prejudice.txt"
+THREADS = os.environ.get("EMBER_TEST_THREADS", "2")
+FIRST_LOGPROB_TOL = 0.1
+NEAR_TIE = 0.05
+
+MODELS = [("gemma3-270m", "gemma3_path"), ("smollm2-135m", "smollm2_path")]
+
+
+def golden(name):
+    return json.loads((GOLDEN / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module", params=MODELS, ids=[m[0] for m in MODELS])
+def model(request):
+    name, fixture = request.param
+    return name, request.getfixturevalue(fixture), golden(name)
+
+
+@pytest.fixture(scope="module")
+def ember_runs(model, ember_bin, tmp_path_factory):
+    """Run all golden prompts through `ember run --prompt-ids-file` once."""
+    name, path, g = model
+    ids_file = tmp_path_factory.mktemp(name) / "prompts.txt"
+    ids_file.write_text("".join(",".join(map(str, x["prompt_ids"])) + "\n" for x in g["generations"]))
+    r = subprocess.run([ember_bin, "run", "-m", path, "--prompt-ids-file", str(ids_file),
+                        "-n", str(g["n_predict"]), "--temp", "0", "-c", "1024", "-t", THREADS,
+                        "--n-probs", "20"], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    assert len(lines) == len(g["generations"]), r.stdout[-2000:]
+    return lines
+
+
+def test_goldens_cover_enough(model):
+    _, _, g = model
+    assert len(g["generations"]) >= 16
+    assert g["perplexity"]["n_tokens"] >= 20000
+
+
+def test_greedy_continuations_match_llama_cpp(model, ember_runs):
+    name, _, g = model
+    same, report = 0, []
+    for i, (want, got) in enumerate(zip(g["generations"], ember_runs)):
+        assert got["n_prompt"] == len(want["prompt_ids"])
+        wt, gt = want["tokens"], got["tokens"][:len(want["tokens"])]
+        if wt == gt:
+            same += 1
+            continue
+        k = next((j for j in range(min(len(wt), len(gt))) if wt[j] != gt[j]), min(len(wt), len(gt)))
+        gap = want["gap"][k] if k < len(want["gap"]) else float("nan")
+        report.append(f"prompt {i} ({want['prompt'][:30]!r}): first differs at step {k} "
+                      f"(llama.cpp {wt[k] if k < len(wt) else None}, ember {gt[k] if k < len(gt) else None}); "
+                      f"llama.cpp top-2 gap {gap:.4f}, ember gap {got['gap'][k] if k < len(got['gap']) else None}")
+        assert gap < NEAR_TIE, f"{name}: divergence not at a near-tie: " + report[-1]
+    assert same >= len(g["generations"]) - 1, f"{name}: only {same} identical\n" + "\n".join(report)
+
+
+def test_first_position_logprobs(model, ember_runs):
+    name, _, g = model
+    worst = 0.0
+    for want, got in zip(g["generations"], ember_runs):
+        ref = {t: lp for t, lp in want["first_top"]}
+        ours = {t: lp for t, lp in got["top"]}
+        assert want["first_top"][0][0] == got["top"][0][0] or \
+            abs(want["first_top"][0][1] - want["first_top"][1][1]) < NEAR_TIE
+        for t, lp in want["first_top"][:10]:
+            assert t in ours, f"{name}: llama.cpp's top token {t} not in ember's top 20"
+            worst = max(worst, abs(ours[t] - lp))
+    assert worst < FIRST_LOGPROB_TOL, f"{name}: max |logprob diff| {worst:.4f}"
+
+
+def test_perplexity_matches_llama_cpp(model, ember_bin):
+    name, path, g = model
+    p = g["perplexity"]
+    full = os.environ.get("EMBER_FULL_PPL") == "1"
+    ref = p if full else p["fast"]
+    cmd = [ember_bin, "perplexity", "-m", path, "-f", str(TEXT), "-c", str(p["ctx"]), "-t", THREADS]
+    if not full:
+        cmd += ["--chunks", str(ref["chunks"])]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", r.stdout)
+    assert m, r.stdout
+    ppl = float(m.group(1))
+    assert abs(ppl / ref["ppl"] - 1) < 0.005, f"{name}: ember PPL {ppl}, llama.cpp {ref['ppl']}"

@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 PY := .venv/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all setup build models test unit e2e serve sanitize fuzz cuda bench clean
+.PHONY: all setup build models test unit e2e serve sanitize fuzz cuda cuda-check bench clean
 
 all: build
 
@@ -26,7 +26,7 @@ unit: build models
 e2e: build models
 	EMBER_BIN=$(abspath $(BUILD))/bin/ember $(PY) -m pytest -q tests/e2e
 
-test: unit e2e
+test: unit e2e cuda-check
 
 serve: build
 	@scripts/serve
@@ -47,5 +47,25 @@ cuda: setup
 	@cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON >/dev/null
 	@cmake --build build-cuda -j$(JOBS)
 
+# ember vs llama.cpp (built from source, cached outside the repo) on both models:
+# bench/results/<date>-<machine>.md/.json/.png
+bench: build models
+	@$(PY) -c "import matplotlib" 2>/dev/null || .venv/bin/pip install -q matplotlib
+	$(PY) bench/make_bench.py
+
+# Compile and link the CUDA backend and its tests for one arch (sm_90) when
+# nvcc exists, so CI proves it builds; the GPU tests run (and skip without a
+# GPU) in `make cuda` builds.
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+cuda-check: setup
+ifneq ($(NVCC),)
+	@CUDACXX=$(NVCC) cmake -S . -B build-cuda-check -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON \
+	  -DCMAKE_CUDA_ARCHITECTURES=90-real >/dev/null
+	@cmake --build build-cuda-check -j$(JOBS) --target test_cuda_matmul test_cuda_ops test_cuda_attn
+	@echo "cuda-check: the CUDA backend compiles and links (sm_90)"
+else
+	@echo "cuda-check: nvcc not found; CUDA build not checked"
+endif
+
 clean:
-	rm -rf $(BUILD) build-san build-fuzz build-cuda
+	rm -rf $(BUILD) build-san build-fuzz build-cuda build-cuda-check

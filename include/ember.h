@@ -82,21 +82,37 @@ int32_t ember_model_n_embd(const ember_model *m);
 int32_t ember_model_n_layer(const ember_model *m);
 /* Bytes of weights the model uses (mapped or uploaded). */
 uint64_t ember_model_size_bytes(const ember_model *m);
+/* The model's vocabulary (tokenizer.ggml.*), owned by the model; use it with
+ * src/tokenizer/tokenizer.h. Never NULL for a loaded model. */
+struct ember_vocab;
+const struct ember_vocab *ember_model_vocab(const ember_model *m);
 
 typedef struct ember_context_params {
-    uint32_t n_ctx;        /* -c: the most tokens one sequence may hold */
-    uint32_t n_kv_tokens;  /* KV pool size in tokens shared by all sequences; 0 = n_ctx */
-    uint32_t n_seq_max;    /* sequences that may exist at once (slots, drafts) */
-    uint32_t n_batch;      /* most entries one ember_decode call accepts */
-    uint32_t n_ubatch;     /* entries per internal micro-batch (prefill tiling) */
-    int32_t n_threads;     /* -t; <= 0 = number of cores */
-    ember_kv_type type_k;  /* -ctk */
-    ember_kv_type type_v;  /* -ctv */
+    uint32_t n_ctx;        /* -c: the most tokens one sequence may hold (default 4096) */
+    uint32_t n_kv_tokens;  /* KV pool size in tokens shared by all sequences; 0 = n_ctx.
+                            * Allocated in blocks of 32 tokens; a sequence takes whole
+                            * blocks, so size it as sum over live sequences of
+                            * ceil(len / 32) * 32 (plus one block per fork that
+                            * writes into a shared partial block) */
+    uint32_t n_seq_max;    /* sequences that may exist at once (slots, drafts); default 1 */
+    uint32_t n_batch;      /* most entries one ember_decode call accepts (default 2048) */
+    uint32_t n_ubatch;     /* entries per internal micro-batch (default 512; 0 or > n_batch
+                            * = n_batch): scratch is sized for this many tokens */
+    int32_t n_threads;     /* -t; <= 0 = number of cores. Workers persist for the
+                            * context's life */
+    ember_kv_type type_k;  /* -ctk (default f16; q8_0 needs key_length % 32 == 0) */
+    ember_kv_type type_v;  /* -ctv (default f16) */
 } ember_context_params;
 
 ember_context_params ember_context_default_params(void);
 
-/* Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM (pool does not fit). */
+/* A context: KV pool, scratch and a CPU thread pool for one model; use from
+ * one thread at a time (several contexts may share a model). All memory is
+ * allocated here; ember_decode allocates only to grow its logits buffer when
+ * a batch asks for more logits rows than any batch before (it starts with
+ * min(n_seq_max, n_batch) rows). Errors: EMBER_ERR_INVALID_ARG (sizes out of
+ * range, unknown KV type, q8_0 with a head size not a multiple of 32),
+ * EMBER_ERR_NOMEM (pool or scratch does not fit). */
 ember_status ember_context_new(ember_model *m, const ember_context_params *params, ember_context **out);
 void ember_context_free(ember_context *ctx);
 /* Bytes of KV cache and scratch the context allocated. */
@@ -121,26 +137,40 @@ ember_status ember_batch_init(int32_t n_max, ember_batch *out);
 void ember_batch_free(ember_batch *b);
 
 /* Run the model over `batch`, writing K/V for every entry and logits for the
- * entries that asked for them. Errors: EMBER_ERR_INVALID_ARG (token out of
- * vocab, bad seq id, non-consecutive position), EMBER_ERR_RANGE (a sequence
- * would exceed n_ctx, or the KV pool is full: nothing is written then). */
+ * entries that asked for them. Each entry attends to its own sequence's
+ * positions [0, pos] (on sliding-window layers the last n_swa of them),
+ * including prefix blocks shared by a fork and earlier entries of the same
+ * batch. The batch is processed in micro-batches of n_ubatch entries in
+ * order. Results are deterministic for a given batch shape; a token decoded
+ * alone and the same token inside a multi-token batch may differ in the last
+ * bits (different matmul kernels), as in llama.cpp.
+ * Errors (nothing is written, no sequence changes): EMBER_ERR_INVALID_ARG
+ * (n_tokens not in [1, n_batch], NULL arrays, token out of vocab, bad seq id,
+ * a position that does not continue its sequence; the message names the
+ * entry), EMBER_ERR_RANGE (a sequence would exceed n_ctx, or the KV pool
+ * lacks blocks), EMBER_ERR_NOMEM (logits buffer could not grow). */
 ember_status ember_decode(ember_context *ctx, const ember_batch *batch);
 
 /* Logits [n_vocab] of batch entry `i` of the last ember_decode; NULL if that
- * entry did not ask for logits. Valid until the next ember_decode. */
+ * entry did not ask for logits. i = -1: the last entry that asked for logits.
+ * Valid until the next ember_decode (a failed decode leaves none). */
 const float *ember_get_logits(ember_context *ctx, int32_t i);
 
 /* Sequences. A sequence exists once it holds a token; these edit it:
  * - remove: drop all of its positions and free its KV blocks;
- * - truncate: keep positions [0, n_keep), drop the rest (KV rollback, no copy);
+ * - truncate: keep positions [0, n_keep), drop the rest (KV rollback, no copy;
+ *   whole blocks past n_keep return to the pool);
  * - fork: make dst share src's positions [0, n) (prefix sharing; blocks are
- *   reference-counted, copied only on write). dst must be empty. */
+ *   reference-counted; a shared partly filled block is copied when either
+ *   sequence first writes into it). dst must be empty.
+ * Errors: EMBER_ERR_INVALID_ARG (seq id not in [0, n_seq_max), src == dst,
+ * dst not empty), EMBER_ERR_RANGE (n_keep or n past the sequence's length). */
 ember_status ember_seq_remove(ember_context *ctx, ember_seq_id seq);
 ember_status ember_seq_truncate(ember_context *ctx, ember_seq_id seq, ember_pos n_keep);
 ember_status ember_seq_fork(ember_context *ctx, ember_seq_id src, ember_seq_id dst, ember_pos n);
 /* Number of positions sequence `seq` holds (its next position). */
 ember_pos ember_seq_len(const ember_context *ctx, ember_seq_id seq);
-/* Free KV tokens left in the pool. */
+/* Free KV tokens left in the pool (free blocks x 32). */
 uint32_t ember_kv_free_tokens(const ember_context *ctx);
 
 /* ===========================================================================

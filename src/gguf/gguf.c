@@ -15,7 +15,7 @@
  * A string array keeps n+1 offsets into the blob (element j spans
  * stroff[s+j] .. stroff[s+j+1]-1), so element access is O(1). An array of
  * arrays keeps n consecutive sub-array nodes. Keys and tensor names are found
- * through open-addressing hash tables (FNV-1a).
+ * through open-addressing hash tables (seeded FNV-1a + fmix64).
  */
 #include "gguf/gguf.h"
 
@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,6 +54,7 @@ typedef struct gnode {      /* one array value */
 
 typedef struct gkv {
     const char *key;
+    uint64_t at, val_at;    /* file offsets of the key and of the value */
     uint64_t key_off, key_len;
     ember_gguf_vtype type;
     ember_gguf_scalar s;    /* scalar types */
@@ -71,6 +73,7 @@ struct ember_gguf {
     gkv *kvs;
     ember_gguf_tensor *tensors;
     uint64_t *tensor_name_off;
+    uint64_t *tensor_off_at; /* file offset of each tensor info's offset field */
 
     char *blob; uint64_t blob_len, blob_cap;
     uint64_t *stroff; uint64_t stroff_len, stroff_cap;
@@ -78,6 +81,7 @@ struct ember_gguf {
 
     int64_t *kv_hash; uint64_t kv_mask;   /* slots hold index+1, 0 = empty */
     int64_t *t_hash; uint64_t t_mask;
+    uint64_t seed;          /* hash basis, random per reader */
 };
 
 /* ------------------------------------------------------------------------- */
@@ -88,21 +92,23 @@ typedef struct pctx {
     const uint8_t *p;
     uint64_t size, pos;
     int64_t kv, tensor;     /* index being parsed, -1 if none */
+    bool named;             /* its key / name has been read (blob offset valid) */
 } pctx;
 
 static void where(const pctx *c, char *buf, size_t n)
 {
     buf[0] = '\0';
+    /* names are read through blob offsets: the blob may move while parsing */
+    const ember_gguf *g = c->g;
     if (c->kv >= 0) {
-        const gkv *kv = &c->g->kvs[c->kv];
-        if (kv->key)
-            snprintf(buf, n, "kv[%lld] '%.80s': ", (long long)c->kv, kv->key);
+        if (c->named)
+            snprintf(buf, n, "kv[%lld] '%.80s': ", (long long)c->kv, g->blob + g->kvs[c->kv].key_off);
         else
             snprintf(buf, n, "kv[%lld]: ", (long long)c->kv);
     } else if (c->tensor >= 0) {
-        const ember_gguf_tensor *t = &c->g->tensors[c->tensor];
-        if (t->name)
-            snprintf(buf, n, "tensor[%lld] '%.80s': ", (long long)c->tensor, t->name);
+        if (c->named)
+            snprintf(buf, n, "tensor[%lld] '%.80s': ", (long long)c->tensor,
+                     g->blob + g->tensor_name_off[c->tensor]);
         else
             snprintf(buf, n, "tensor[%lld]: ", (long long)c->tensor);
     }
@@ -294,14 +300,16 @@ static ember_status parse_kv(pctx *c, gkv *kv)
     ember_gguf *g = c->g;
     ember_status s;
     uint64_t at = c->pos;
+    kv->at = at;
     if ((s = rd_str(c, &kv->key_off, &kv->key_len, "key", true))) return s;
     if (kv->key_len == 0) return perr(c, EMBER_ERR_FORMAT, at, "empty key");
-    kv->key = g->blob + kv->key_off;  /* temporary, for messages; fixed up at the end */
+    c->named = true;
     uint32_t t;
     at = c->pos;
     if ((s = rd_u32(c, &t, "value type"))) return s;
     if (!vtype_valid(t)) return perr(c, EMBER_ERR_FORMAT, at, "unknown value type %u", t);
     kv->type = (ember_gguf_vtype)t;
+    kv->val_at = c->pos;
     if (t == EMBER_GGUF_STRING) {
         if ((s = rd_str(c, &kv->str_off, &kv->str_len, "string value", false))) return s;
     } else if (t == EMBER_GGUF_ARRAY) {
@@ -322,13 +330,21 @@ static ember_status parse_kv(pctx *c, gkv *kv)
 /* ------------------------------------------------------------------------- */
 /* hash tables                                                               */
 
-static uint64_t fnv1a(const char *s, size_t n)
+/* FNV-1a from a per-reader random basis, then the murmur3 fmix64 finalizer,
+ * so that a file cannot be crafted to make every key collide (which would
+ * turn parsing quadratic). */
+static uint64_t name_hash(const ember_gguf *g, const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 1469598103934665603ull ^ g->seed;
     for (size_t i = 0; i < n; i++) {
         h ^= (uint8_t)s[i];
         h *= 1099511628211ull;
     }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return h;
 }
 
@@ -347,7 +363,7 @@ static int64_t hash_insert(int64_t *tab, uint64_t mask, const char *name, int64_
                            const char *(*name_of)(const ember_gguf *, int64_t), const ember_gguf *g)
 {
     size_t len = strlen(name);
-    for (uint64_t h = fnv1a(name, len) & mask;; h = (h + 1) & mask) {
+    for (uint64_t h = name_hash(g, name, len) & mask;; h = (h + 1) & mask) {
         if (!tab[h]) {
             tab[h] = i + 1;
             return -1;
@@ -361,7 +377,7 @@ static int64_t hash_find(const int64_t *tab, uint64_t mask, const char *name,
 {
     if (!tab || !name) return -1;
     size_t len = strlen(name);
-    for (uint64_t h = fnv1a(name, len) & mask;; h = (h + 1) & mask) {
+    for (uint64_t h = name_hash(g, name, len) & mask;; h = (h + 1) & mask) {
         if (!tab[h]) return -1;
         if (!strcmp(name_of(g, tab[h] - 1), name)) return tab[h] - 1;
     }
@@ -373,12 +389,12 @@ static const char *tensor_name(const ember_gguf *g, int64_t i) { return g->tenso
 /* ------------------------------------------------------------------------- */
 /* tensors                                                                   */
 
-static ember_status parse_tensor_info(pctx *c, ember_gguf_tensor *t, uint64_t *name_off)
+static ember_status parse_tensor_info(pctx *c, ember_gguf_tensor *t, uint64_t *name_off, uint64_t *off_at)
 {
     ember_status s;
-    uint64_t at = c->pos, len;
+    uint64_t at, len;
     if ((s = rd_str(c, name_off, &len, "tensor name", true))) return s;
-    t->name = c->g->blob + *name_off;  /* temporary, fixed up at the end */
+    c->named = true;
     at = c->pos;
     if ((s = rd_u32(c, &t->n_dims, "n_dims"))) return s;
     if (t->n_dims < 1 || t->n_dims > 4)
@@ -414,15 +430,17 @@ static ember_status parse_tensor_info(pctx *c, ember_gguf_tensor *t, uint64_t *n
         else nel *= v;
     }
     uint64_t row;
-    if (!ember_type_row_bytes(t->type, (uint64_t)t->ne[0], &row))
+    if ((uint64_t)t->ne[0] % ember_type_block_size(t->type))
         return perr(c, EMBER_ERR_FORMAT, at - 8 * t->n_dims,
                     "ne[0] = %lld is not a multiple of the %s block size %zu", (long long)t->ne[0],
                     ember_type_name(t->type), ember_type_block_size(t->type));
     uint64_t nrows = zero ? 0 : nel / (uint64_t)t->ne[0];
-    if (row && nrows > UINT64_MAX / row)
-        return perr(c, EMBER_ERR_FORMAT, at, "byte size overflows");
+    if (!ember_type_row_bytes(t->type, (uint64_t)t->ne[0], &row) || (row && nrows > UINT64_MAX / row))
+        return perr(c, EMBER_ERR_FORMAT, at - 8 * t->n_dims,
+                    "shape [%lld, %lld, %lld, %lld] of %s overflows 64-bit bytes", (long long)t->ne[0],
+                    (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], ember_type_name(t->type));
     t->nbytes = zero ? 0 : row * nrows;
-    at = c->pos;
+    *off_at = c->pos;
     if ((s = rd_u64(c, &t->offset, "tensor data offset"))) return s;
     return EMBER_OK;
 }
@@ -470,21 +488,25 @@ static ember_status parse(ember_gguf *g)
     g->kvs = calloc(nkv ? (size_t)nkv : 1, sizeof *g->kvs);
     g->tensors = calloc(nt ? (size_t)nt : 1, sizeof *g->tensors);
     g->tensor_name_off = calloc(nt ? (size_t)nt : 1, sizeof *g->tensor_name_off);
-    if (!g->kvs || !g->tensors || !g->tensor_name_off) return nomem(&c, "header tables");
+    g->tensor_off_at = calloc(nt ? (size_t)nt : 1, sizeof *g->tensor_off_at);
+    if (!g->kvs || !g->tensors || !g->tensor_name_off || !g->tensor_off_at) return nomem(&c, "header tables");
 
     for (int64_t i = 0; i < g->n_kv; i++) {
         c.kv = i;
+        c.named = false;
         if ((s = parse_kv(&c, &g->kvs[i]))) return s;
     }
     c.kv = -1;
     for (int64_t i = 0; i < g->n_tensors; i++) {
         c.tensor = i;
-        if ((s = parse_tensor_info(&c, &g->tensors[i], &g->tensor_name_off[i]))) return s;
+        c.named = false;
+        if ((s = parse_tensor_info(&c, &g->tensors[i], &g->tensor_name_off[i], &g->tensor_off_at[i]))) return s;
     }
     c.tensor = -1;
     uint64_t infos_end = c.pos;
 
     /* pointers into the blob are final now that it no longer grows */
+    c.named = true;
     for (int64_t i = 0; i < g->n_kv; i++) g->kvs[i].key = g->blob + g->kvs[i].key_off;
     for (int64_t i = 0; i < g->n_tensors; i++) g->tensors[i].name = g->blob + g->tensor_name_off[i];
 
@@ -492,57 +514,57 @@ static ember_status parse(ember_gguf *g)
     if (!hash_alloc(&g->kv_hash, &g->kv_mask, g->n_kv)) return nomem(&c, "key table");
     for (int64_t i = 0; i < g->n_kv; i++) {
         int64_t j = hash_insert(g->kv_hash, g->kv_mask, g->kvs[i].key, i, kv_name, g);
+        c.kv = i;
         if (j >= 0)
-            return ember_error(EMBER_ERR_FORMAT, "gguf: kv[%lld] duplicate key '%.80s' (first at kv[%lld])",
-                               (long long)i, g->kvs[i].key, (long long)j);
+            return perr(&c, EMBER_ERR_FORMAT, g->kvs[i].at, "duplicate key (first at kv[%lld])", (long long)j);
     }
+    c.kv = -1;
 
+    /* general.alignment: u32, a power of two (gguf.md; gguf-py checks the same) */
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     int64_t ai = ember_gguf_find_key(g, "general.alignment");
     if (ai >= 0) {
         const gkv *kv = &g->kvs[ai];
+        c.kv = ai;
         if (kv->type != EMBER_GGUF_U32)
-            return ember_error(EMBER_ERR_FORMAT, "gguf: kv[%lld] 'general.alignment' has type %s, must be u32",
-                               (long long)ai, vtype_names[kv->type]);
+            return perr(&c, EMBER_ERR_FORMAT, kv->at, "has type %s, must be u32", vtype_names[kv->type]);
         uint64_t a = kv->s.u;
         if (a == 0 || (a & (a - 1)))
-            return ember_error(EMBER_ERR_FORMAT,
-                               "gguf: kv[%lld] 'general.alignment' = %llu is not a power of two",
-                               (long long)ai, (unsigned long long)a);
+            return perr(&c, EMBER_ERR_FORMAT, kv->val_at, "value %llu is not a power of two",
+                        (unsigned long long)a);
         g->alignment = a;
+        c.kv = -1;
     }
 
     /* data section: after the infos, padded to the alignment */
     uint64_t pad = (g->alignment - infos_end % g->alignment) % g->alignment;
     g->data_offset = infos_end + pad;
     if (g->data_offset > g->size && g->n_tensors > 0)
-        return ember_error(EMBER_ERR_FORMAT,
-                           "gguf: data section would start at byte offset %llu, past the end of the %llu-byte file",
-                           (unsigned long long)g->data_offset, (unsigned long long)g->size);
+        return perr(&c, EMBER_ERR_FORMAT, infos_end,
+                    "data section would start at byte offset %llu, past the end of the %llu-byte file",
+                    (unsigned long long)g->data_offset, (unsigned long long)g->size);
     uint64_t data_size = g->data_offset < g->size ? g->size - g->data_offset : 0;
 
     if (!hash_alloc(&g->t_hash, &g->t_mask, g->n_tensors)) return nomem(&c, "tensor table");
     for (int64_t i = 0; i < g->n_tensors; i++) {
         ember_gguf_tensor *t = &g->tensors[i];
         int64_t j = hash_insert(g->t_hash, g->t_mask, t->name, i, tensor_name, g);
+        c.tensor = i;
         if (j >= 0)
-            return ember_error(EMBER_ERR_FORMAT,
-                               "gguf: tensor[%lld] duplicate tensor name '%.80s' (first at tensor[%lld])",
-                               (long long)i, t->name, (long long)j);
+            return perr(&c, EMBER_ERR_FORMAT, g->tensor_off_at[i], "duplicate tensor name (first at tensor[%lld])",
+                        (long long)j);
         if (t->offset % g->alignment)
-            return ember_error(EMBER_ERR_FORMAT,
-                               "gguf: tensor[%lld] '%.80s' data offset %llu is not a multiple of the alignment %llu",
-                               (long long)i, t->name, (unsigned long long)t->offset,
-                               (unsigned long long)g->alignment);
+            return perr(&c, EMBER_ERR_FORMAT, g->tensor_off_at[i],
+                        "data offset %llu is not a multiple of the alignment %llu",
+                        (unsigned long long)t->offset, (unsigned long long)g->alignment);
         if (t->offset > data_size || t->nbytes > data_size - t->offset)
-            return ember_error(EMBER_ERR_FORMAT,
-                               "gguf: tensor[%lld] '%.80s' data [%llu, +%llu) lies outside the %llu-byte data section "
-                               "at byte offset %llu",
-                               (long long)i, t->name, (unsigned long long)t->offset,
-                               (unsigned long long)t->nbytes, (unsigned long long)data_size,
-                               (unsigned long long)g->data_offset);
+            return perr(&c, EMBER_ERR_FORMAT, g->tensor_off_at[i],
+                        "data [%llu, +%llu) lies outside the %llu-byte data section that starts at byte %llu",
+                        (unsigned long long)t->offset, (unsigned long long)t->nbytes,
+                        (unsigned long long)data_size, (unsigned long long)g->data_offset);
         t->data = g->base + g->data_offset + t->offset;
     }
+    c.tensor = -1;
 
     /* tensors must not overlap (zero-sized ones overlap nothing) */
     if (g->n_tensors > 1) {
@@ -555,10 +577,11 @@ static ember_status parse(ember_gguf *g)
             const ember_gguf_tensor *t = order[i];
             if (!t->nbytes) continue;
             if (prev && prev->offset + prev->nbytes > t->offset) {
-                s = ember_error(EMBER_ERR_FORMAT,
-                                "gguf: tensor '%.80s' data at offset %llu overlaps tensor '%.80s' [%llu, +%llu)",
-                                t->name, (unsigned long long)t->offset, prev->name,
-                                (unsigned long long)prev->offset, (unsigned long long)prev->nbytes);
+                c.tensor = t - g->tensors;
+                s = perr(&c, EMBER_ERR_FORMAT, g->tensor_off_at[c.tensor],
+                         "data [%llu, +%llu) overlaps tensor '%.80s' [%llu, +%llu)",
+                         (unsigned long long)t->offset, (unsigned long long)t->nbytes, prev->name,
+                         (unsigned long long)prev->offset, (unsigned long long)prev->nbytes);
                 free(order);
                 return s;
             }
@@ -576,6 +599,7 @@ void ember_gguf_close(ember_gguf *g)
     free(g->kvs);
     free(g->tensors);
     free(g->tensor_name_off);
+    free(g->tensor_off_at);
     free(g->blob);
     free(g->stroff);
     free(g->nodes);
@@ -594,6 +618,8 @@ static ember_status open_over(const void *data, size_t size, bool mapped, ember_
     g->base = data;
     g->size = size;
     g->mapped = mapped;
+    if (getrandom(&g->seed, sizeof g->seed, GRND_NONBLOCK) != (ssize_t)sizeof g->seed)
+        g->seed = (uint64_t)(uintptr_t)g * 0x9e3779b97f4a7c15ull; /* ASLR as a fallback */
     ember_status s = parse(g);
     if (s) {
         ember_gguf_close(g);
@@ -629,7 +655,8 @@ ember_status ember_gguf_open(const char *path, ember_gguf **out)
     }
     if (st.st_size == 0) {
         close(fd);
-        return ember_error(EMBER_ERR_FORMAT, "gguf: '%s' is empty (byte offset 0)", path);
+        return ember_error(EMBER_ERR_FORMAT, "%s: gguf: file of 0 bytes is too short for the magic (byte offset 0)",
+                           path);
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
         close(fd);
@@ -710,7 +737,7 @@ static ember_status kv_int(const gkv *kv, bool *neg, uint64_t *u, int64_t *i)
 
 ember_status ember_gguf_get_u32(const ember_gguf *g, const char *key, uint32_t *out)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     bool neg; uint64_t u; int64_t i;
@@ -723,7 +750,7 @@ ember_status ember_gguf_get_u32(const ember_gguf *g, const char *key, uint32_t *
 
 ember_status ember_gguf_get_i64(const ember_gguf *g, const char *key, int64_t *out)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     bool neg; uint64_t u; int64_t i;
@@ -738,7 +765,7 @@ ember_status ember_gguf_get_i64(const ember_gguf *g, const char *key, int64_t *o
 
 ember_status ember_gguf_get_f32(const ember_gguf *g, const char *key, float *out)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     if (kv->type == EMBER_GGUF_F32 || kv->type == EMBER_GGUF_F64) *out = (float)kv->s.f;
@@ -752,7 +779,7 @@ ember_status ember_gguf_get_f32(const ember_gguf *g, const char *key, float *out
 
 ember_status ember_gguf_get_bool(const ember_gguf *g, const char *key, bool *out)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     if (kv->type != EMBER_GGUF_BOOL)
@@ -764,7 +791,7 @@ ember_status ember_gguf_get_bool(const ember_gguf *g, const char *key, bool *out
 
 ember_status ember_gguf_get_str(const ember_gguf *g, const char *key, const char **out, size_t *len)
 {
-    const gkv *kv;
+    const gkv *kv = NULL;
     ember_status s = find_typed(g, key, &kv);
     if (s) return s;
     if (kv->type != EMBER_GGUF_STRING)

@@ -47,8 +47,18 @@ typedef struct ember_gguf_tensor {
 } ember_gguf_tensor;
 
 /* Open and validate `path` with mmap (read-only). Errors: EMBER_ERR_IO (open,
- * stat, mmap), EMBER_ERR_FORMAT (message names the field and byte offset),
- * EMBER_ERR_UNSUPPORTED (version other than 2 or 3), EMBER_ERR_NOMEM. */
+ * stat, mmap, not a regular file), EMBER_ERR_FORMAT (message: "gguf: kv[i]
+ * 'key': <what> (byte offset N)" or "tensor[i] 'name': ..."),
+ * EMBER_ERR_UNSUPPORTED (version other than 2 or 3; a ggml tensor type id
+ * without geometry in base/types.h), EMBER_ERR_NOMEM.
+ * Rejected as FORMAT: bad magic; any count or length larger than the bytes
+ * left; empty keys; NUL bytes inside keys or tensor names; duplicate keys or
+ * tensor names; unknown value types; arrays nested deeper than 16 levels;
+ * general.alignment not a u32 power of two; n_dims outside 1..4; ne > INT64_MAX
+ * or an element count overflowing int64; ne[0] not a whole number of blocks;
+ * tensor offsets not a multiple of the alignment, outside the data section,
+ * or overlapping another tensor. Memory used is O(file size); time is linear.
+ * Bool values: any nonzero byte reads as true. */
 ember_status ember_gguf_open(const char *path, ember_gguf **out);
 
 /* Same over a caller-owned buffer (fuzzing, tests). The buffer must outlive
@@ -97,18 +107,22 @@ const char *ember_gguf_kv_str(const ember_gguf *g, int64_t i, size_t *len);
 typedef struct ember_gguf_arr {
     ember_gguf_vtype type;  /* element type */
     uint64_t n;             /* element count */
-    const void *data;       /* numeric/bool elements, little-endian, packed; NULL for STRING/ARRAY */
+    const void *data;       /* numeric/bool elements, little-endian, packed, in the
+                               mapping (may be unaligned: memcpy); NULL for STRING/ARRAY */
     const void *impl;       /* reader-internal */
 } ember_gguf_arr;
 
 /* Array value of KV `i`, or of `key`. EMBER_ERR_FORMAT if not an array. */
 ember_status ember_gguf_kv_arr(const ember_gguf *g, int64_t i, ember_gguf_arr *out);
 ember_status ember_gguf_get_arr(const ember_gguf *g, const char *key, ember_gguf_arr *out);
-/* Element j of a STRING array (NUL-terminated, reader-owned); NULL if out of range. */
+/* Element j of a STRING array (NUL-terminated, reader-owned; *len excludes the
+ * NUL and may count embedded NULs); NULL if out of range or not STRING. O(1). */
 const char *ember_gguf_arr_str(const ember_gguf_arr *a, uint64_t j, size_t *len);
-/* Element j of an ARRAY array. */
+/* Element j of an ARRAY array. Errors: EMBER_ERR_FORMAT (elements are not
+ * arrays), EMBER_ERR_RANGE (j >= n). */
 ember_status ember_gguf_arr_sub(const ember_gguf_arr *a, uint64_t j, ember_gguf_arr *out);
-/* Element j of a numeric/bool array, widened as in ember_gguf_kv_scalar. */
+/* Element j of a numeric/bool array, widened as in ember_gguf_kv_scalar;
+ * all-zero if out of range or STRING/ARRAY. */
 ember_gguf_scalar ember_gguf_arr_scalar(const ember_gguf_arr *a, uint64_t j);
 
 /* --- tensors --------------------------------------------------------------- */

@@ -472,6 +472,10 @@ ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
         }
     }
     if (add_special && v->add_eos) ids_push(&out, v->eos);
+    if (!out.v && !out.oom) {   /* never hand back NULL, even for no tokens */
+        out.v = malloc(sizeof *out.v);
+        out.oom = !out.v;
+    }
     free(m);
     free(w.syms);
     free(w.heap.v);

@@ -95,7 +95,8 @@ ember_token ember_vocab_find(const ember_vocab *v, const char *text, size_t len)
  * Invalid UTF-8: SPM maps each byte of an incomplete or invalid sequence to
  * its <0xXX> byte token; byte-level BPE replaces each invalid byte by U+FFFD
  * before encoding (both as llama.cpp does). Never fails on content.
- * Output: *out_ids (malloc'd, caller frees with free()) holds *n_out ids.
+ * Output: *out_ids (malloc'd, never NULL on success, caller frees with
+ * free()) holds *n_out ids.
  * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM. */
 ember_status ember_tokenize(const ember_vocab *v, const char *text, size_t len,
                             bool add_special, bool parse_special,

@@ -11,11 +11,13 @@ models, invalid-UTF-8 lines are tokenized after sanitize_utf8):
   "sp": [...]  (corpus lines with "s")     add_special=true,  parse_special=true
 and a last line {"mixed_1mb": [...]} for mixed_1mb.txt (no specials), and
 {"pieces": {id: base64}} with llama_token_to_piece(id, special=true) for
-every id that appears above.
+every id that appears above. control_ids.json: the ids of token_type 3
+(control) and of the turn markers per real model, read with gguf-py.
 
 Models: gemma3 (gemma-3-270m-q4_k_m.gguf, SentencePiece), smollm2
 (SmolLM2-135M-Instruct.Q4_1.gguf, BPE pre=smollm) and smollm2 copies with
-pre = llama-bpe, qwen2, default (variants.py).
+pre = llama-bpe, qwen2, default (variants.py), and tiny-gemma4, a handmade
+gemma4 BPE vocabulary (variants.make_tiny_gemma4).
 """
 import base64
 import gzip
@@ -107,6 +109,8 @@ def main():
         dst = tmp / f"smollm2-{pre}.gguf"
         variants.make_variant(smol, dst, pre)
         models.append((f"smollm2-{pre}", dst))
+    variants.make_tiny_gemma4(tmp / "tiny-gemma4.gguf")
+    models.append(("tiny-gemma4", tmp / "tiny-gemma4.gguf"))
     for name, path in models:
         o = Oracle(str(exe), path)
         pieces = {}
@@ -126,10 +130,21 @@ def main():
                         pieces[i] = p
                     rec["sp"] = ids2
                 put(rec)
-            put({"mixed_1mb": o.tokenize(mixed, False, False)})
+            # (the tiny vocab spells most of the 1 MiB text byte by byte: skipped)
+            put({"mixed_1mb": None if name.startswith("tiny") else o.tokenize(mixed, False, False)})
             put({"pieces": {str(k): base64.b64encode(v).decode() for k, v in sorted(pieces.items())}})
         o.close()
         print(name, "done")
+    # control-token ids per real model, read with gguf-py (independent of ember)
+    import gguf
+    types = {}
+    for name, path in models[:2]:
+        r = gguf.GGUFReader(path)
+        tt = r.fields["tokenizer.ggml.token_type"].contents()
+        toks = r.fields["tokenizer.ggml.tokens"].contents()
+        types[name] = {"control": [i for i, t in enumerate(tt) if t == 3],
+                       "markers": {m: toks.index(m) for m in ("<start_of_turn>", "<|im_start|>") if m in toks}}
+    (HERE / "control_ids.json").write_text(json.dumps(types, separators=(",", ":")) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,151 @@
+/*
+ * backend.h — the op table a model's forward pass is written against.
+ *
+ * Owns: the small set of ops a transformer step needs (embedding lookup,
+ * RMSNorm, matmul of quantized weights, RoPE, gated activations, KV store,
+ * attention over a paged KV cache, elementwise add/scale) and the plain
+ * descriptions of weights and KV memory they operate on. Each backend
+ * (cpu/, later cuda/) fills one ember_backend_ops.
+ * Must not: know model architectures, sequences or the batch API; allocate in
+ * an op (scratch is sized when the backend is created).
+ *
+ * Layout conventions (ggml order): an activation matrix [n_tokens, n] is
+ * n_tokens rows of n contiguous floats. A weight matrix [n_out, n_in] is n_out
+ * rows of n_in elements in its block format (GGUF ne[0] = n_in, ne[1] = n_out);
+ * y = x W^T, i.e. y[t][o] = dot(W[o], x[t]), with x quantized to the weight
+ * type's vec_dot_type first, as ggml's mul_mat does.
+ */
+#ifndef EMBER_BACKEND_H
+#define EMBER_BACKEND_H
+
+#include "ember.h"
+#include "base/types.h"
+
+/* A 2-D weight in place in the mapped file: [n_out rows][n_in elements]. */
+typedef struct ember_weight {
+    uint32_t type;        /* ember_type */
+    int64_t n_in;         /* elements per row (GGUF ne[0]) */
+    int64_t n_out;        /* rows (GGUF ne[1]) */
+    size_t row_bytes;
+    const void *data;
+    const char *name;     /* tensor name, for messages */
+} ember_weight;
+
+/* RoPE pair layout. NORM: rotate (x[2i], x[2i+1]) (llama's GGUF layout, the
+ * converter permutes Q/K for it); NEOX: rotate (x[i], x[i + n_rot/2]). */
+typedef enum ember_rope_mode { EMBER_ROPE_NORM = 0, EMBER_ROPE_NEOX = 2 } ember_rope_mode;
+
+/* One layer's KV memory as the kv module lays it out: `n_rows` token rows of
+ * K (each k_row_bytes of type_k holding n_head_kv heads of head_dim_k) and of
+ * V. Row r of a paged cache is token (r % block_tokens) of block
+ * (r / block_tokens). */
+typedef struct ember_kv_layer_view {
+    uint32_t type_k, type_v;   /* EMBER_TYPE_F32, F16 or Q8_0 */
+    void *k, *v;
+    size_t k_row_bytes, v_row_bytes;
+    int32_t block_tokens;
+    int64_t n_rows;
+} ember_kv_layer_view;
+
+/* One query of an attention call: it attends to its own sequence's positions
+ * [lo, pos] where lo = max(0, pos - n_swa + 1) on sliding-window layers and 0
+ * otherwise (llama.cpp is_masked_swa: masked when pos - p_key >= n_swa).
+ * Key position j lives in row blocks[j / block_tokens] * block_tokens + j %
+ * block_tokens of the layer view. */
+typedef struct ember_attn_query {
+    const int32_t *blocks;
+    ember_pos pos;
+} ember_attn_query;
+
+typedef struct ember_attn_params {
+    int32_t n_head, n_head_kv;  /* GQA: query head h reads KV head h / (n_head / n_head_kv) */
+    int32_t head_dim_k, head_dim_v;
+    float kq_scale;             /* softmax(kq_scale * q.k) */
+    int32_t n_swa;              /* 0: full causal attention */
+} ember_attn_params;
+
+typedef struct ember_backend ember_backend;
+
+typedef struct ember_backend_ops {
+    const char *name;
+    void (*free)(ember_backend *be);
+
+    /* out[t] = to_float(W[ids[t]]), t < n; out is [n, w->n_in]. ids must be
+     * in [0, w->n_out) (the caller validates tokens). ggml_get_rows. */
+    void (*get_rows)(ember_backend *be, const ember_weight *w, const ember_token *ids,
+                     int32_t n, float *out);
+
+    /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for n_rows rows of n; w may
+     * be NULL (no weight). y may equal x. Mean accumulated in double as
+     * ggml_rms_norm does. Zhang & Sennrich 2019. */
+    void (*rms_norm)(ember_backend *be, float *y, const float *x, const float *w,
+                     int64_t n_rows, int64_t n, float eps);
+
+    /* For each k < n_w (1 <= n_w <= 16): ys[k] [n_tokens, ws[k]->n_out] =
+     * x [n_tokens, n_in] ws[k]^T. All ws[k] share n_in; x is quantized once
+     * per distinct vec_dot_type. n_tokens >= 2 may take a tiled GEMM path:
+     * the same exact int block products summed in another float order. */
+    void (*matmul)(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w,
+                   const ember_weight *const *ws, float *const *ys);
+
+    /* Rotate the first n_rot dims of each head of x [n_tokens, n_head, head_dim]
+     * by pos[t] * freq_scale * base^(-2i/n_rot) (RoFormer, Su et al. 2021;
+     * theta computed by repeated multiplication in f32 as ggml_rope does). */
+    void (*rope)(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                 int32_t n_rot, const ember_pos *pos, float base, float freq_scale,
+                 ember_rope_mode mode);
+
+    /* gate[i] = act(gate[i]) * up[i], i < n. GEGLU with GELU-tanh evaluated on
+     * the f16-rounded input and rounded to f16 (ggml's GELU table), SwiGLU with
+     * silu(x) = x / (1 + e^-x). Shazeer 2020. */
+    void (*geglu)(ember_backend *be, float *gate, const float *up, int64_t n);
+    void (*swiglu)(ember_backend *be, float *gate, const float *up, int64_t n);
+
+    /* y[i] += x[i]; x[i] *= s. */
+    void (*add)(ember_backend *be, float *y, const float *x, int64_t n);
+    void (*scale)(ember_backend *be, float *x, float s, int64_t n);
+
+    /* Write K rows k [n, kv->k_row elements] and V rows v into rows[t] of the
+     * layer, converting to type_k / type_v. */
+    void (*kv_store)(ember_backend *be, const ember_kv_layer_view *kv, const float *k,
+                     const float *v, const int64_t *rows, int32_t n);
+
+    /* out [n, n_head*head_dim_v] = softmax(kq_scale * q K^T) V per query and
+     * head, over the keys that query sees (ember_attn_query). q is
+     * [n, n_head*head_dim_k]; it is rounded to K's dot format (f16 for an F16
+     * cache, q8_0 for Q8_0) as ggml's mul_mat does. Vaswani et al. 2017. */
+    void (*attention)(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
+                      const float *q, const ember_attn_query *queries, int32_t n, float *out);
+
+    /* Optional (NULL: the layer views are the only copy). Called after the
+     * kv module copied rows [src_row, src_row + n_rows) to dst_row in the
+     * host view of a layer (copy on write of a forked block), so a backend
+     * that mirrors the cache elsewhere (device memory) can do the same. */
+    void (*kv_copy)(ember_backend *be, const ember_kv_layer_view *kv, int64_t dst_row, int64_t src_row,
+                    int64_t n_rows);
+} ember_backend_ops;
+
+struct ember_backend {
+    const ember_backend_ops *ops;
+    void *impl;
+};
+
+/* Sizes a backend must plan scratch for. */
+typedef struct ember_backend_limits {
+    int64_t max_tokens;     /* rows of one matmul / one attention call (n_ubatch) */
+    int64_t max_n_in;       /* widest matmul input */
+    int64_t max_kv_tokens;  /* most keys one query attends to (n_ctx) */
+    int32_t max_head_dim;
+} ember_backend_limits;
+
+/* CPU backend with n_threads (<= 0: all cores). Errors: EMBER_ERR_NOMEM,
+ * EMBER_ERR_INVALID_ARG, EMBER_ERR_INTERNAL (thread start). */
+ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits *lim,
+                                   ember_backend **out);
+int32_t ember_backend_cpu_n_threads(const ember_backend *be);
+/* Bytes of scratch the backend holds. */
+uint64_t ember_backend_scratch_bytes(const ember_backend *be);
+
+static inline void ember_backend_free(ember_backend *be) { if (be) be->ops->free(be); }
+
+#endif

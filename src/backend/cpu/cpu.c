@@ -1,0 +1,656 @@
+/*
+ * cpu.c — the CPU backend: fills the op table with thread-pooled kernels.
+ *
+ * Owns: splitting each op across the pool (matmul by tiles of output rows x
+ * tokens, attention by query x head, row ops by rows), quantizing matmul
+ * activations once per call into the vec_dot_type of the weights, and the
+ * scratch all of that needs, sized at creation. Must not: allocate in an op,
+ * know about models or sequences.
+ *
+ * Numerics follow ggml's CPU backend so results track llama.cpp: activations
+ * are quantized with the format's reference quantizer (Q8_0/Q8_1/Q8_K) and
+ * dotted with the quant traits' vec_dot; RMSNorm sums in double; RoPE builds
+ * theta by repeated multiplication in f32; GELU goes through f16 rounding.
+ */
+#include "backend/cpu/cpu.h"
+#include "base/status.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+float ember_cpu_f16_table[65536];
+static float gelu_f16_table[65536];   /* f16(gelu(f16 x)) as f32, by f16 bits of x */
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static float (*dot_f16)(int64_t, const uint16_t *, const uint16_t *) = ember_cpu_dot_f16;
+static void (*axpy_f16)(int64_t, float, const uint16_t *, float *) = ember_cpu_axpy_f16;
+static float (*dot_f32)(int64_t, const float *, const float *) = ember_cpu_dot_f32;
+static void (*to_f16_row)(int64_t, const float *, uint16_t *) = ember_cpu_f32_to_f16_row;
+static void (*mad_f16)(int64_t, uint16_t *, const uint16_t *, float) = ember_cpu_mad_f16;
+static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cpu_dot_f32_f16;
+static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
+static bool have_vnni;   /* AVX-512 VNNI tiles */
+
+static void init_tables(void)
+{
+    for (uint32_t i = 0; i < 65536; i++) ember_cpu_f16_table[i] = ember_fp16_to_fp32((uint16_t)i);
+    /* GELU-tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks &
+     * Gimpel 2016), tabulated over f16 inputs with f16 outputs like ggml. */
+    for (uint32_t i = 0; i < 65536; i++) {
+        float x = ember_cpu_f16_table[i];
+        float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
+        gelu_f16_table[i] = ember_fp16_to_fp32(ember_fp32_to_fp16(g));
+    }
+    if (ember_cpu_variant_active() >= EMBER_CPU_AVX2) {
+        dot_f16 = ember_cpu_dot_f16_avx2;
+        axpy_f16 = ember_cpu_axpy_f16_avx2;
+        dot_f32 = ember_cpu_dot_f32_avx2;
+        to_f16_row = ember_cpu_f32_to_f16_row_avx2;
+        mad_f16 = ember_cpu_mad_f16_avx2;
+        dot_f32_f16 = ember_cpu_dot_f32_f16_avx2;
+        have_gemm = getenv("EMBER_NO_GEMM") == NULL;
+        have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
+    }
+}
+
+/* ---- scalar references for the small SIMD helpers ------------------------ */
+
+float ember_cpu_dot_f16(int64_t n, const uint16_t *a, const uint16_t *b)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += cpu_f16_to_f32(a[i]) * cpu_f16_to_f32(b[i]);
+    return s;
+}
+
+void ember_cpu_axpy_f16(int64_t n, float a, const uint16_t *x, float *y)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += a * cpu_f16_to_f32(x[i]);
+}
+
+float ember_cpu_dot_f32(int64_t n, const float *a, const float *b)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void ember_cpu_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float a)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) + cpu_f16_to_f32(x[i]) * a);
+}
+
+float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b)
+{
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++) s += a[i] * cpu_f16_to_f32(b[i]);
+    return s;
+}
+
+void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = ember_fp32_to_fp16(x[i]);
+}
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+static inline cpu_backend *CPU(ember_backend *be) { return (cpu_backend *)be; }
+
+static inline void split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
+{
+    int64_t per = (n + nth - 1) / nth;
+    *lo = per * ith;
+    *hi = *lo + per;
+    if (*lo > n) *lo = n;
+    if (*hi > n) *hi = n;
+}
+
+/* Threads worth using for `work` elements of cheap per-element math. */
+static inline int threads_for(const cpu_backend *cb, int64_t work)
+{
+    int n = (int)(work / 16384);
+    if (n < 1) n = 1;
+    return n < cb->n_threads ? n : cb->n_threads;
+}
+
+/* Quantize one activation row of n floats into `dst` of type `t`. */
+static void quantize_row(uint32_t t, const float *x, void *dst, int64_t n)
+{
+    if (t == EMBER_TYPE_F32) {
+        memcpy(dst, x, (size_t)n * sizeof(float));
+    } else if (t == EMBER_TYPE_F16) {
+        to_f16_row(n, x, dst);
+    } else {
+        const ember_quant_traits *tr = ember_quant_traits_get(t);
+        (tr->from_float ? tr->from_float : tr->from_float_ref)(x, dst, n);
+    }
+}
+
+static size_t row_size(uint32_t t, int64_t n)
+{
+    return (size_t)n / ember_type_block_size(t) * ember_type_block_bytes(t);
+}
+
+/* ---- get_rows ------------------------------------------------------------------ */
+
+static void op_get_rows(ember_backend *be, const ember_weight *w, const ember_token *ids, int32_t n, float *out)
+{
+    (void)be;
+    const ember_quant_traits *tr = ember_quant_traits_get(w->type);
+    for (int32_t t = 0; t < n; t++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes;
+        float *dst = out + (size_t)t * (size_t)w->n_in;
+        if (w->type == EMBER_TYPE_F32) memcpy(dst, row, (size_t)w->n_in * sizeof(float));
+        else if (w->type == EMBER_TYPE_F16) for (int64_t i = 0; i < w->n_in; i++) dst[i] = cpu_f16_to_f32(((const uint16_t *)row)[i]);
+        else tr->to_float(row, dst, w->n_in);
+    }
+}
+
+/* ---- rms_norm -------------------------------------------------------------------- */
+
+typedef struct norm_task { float *y; const float *x; const float *w; int64_t n_rows, n; float eps; } norm_task;
+
+static void norm_rows(void *arg, int ith, int nth)
+{
+    norm_task *a = arg;
+    int64_t lo, hi;
+    split_range(a->n_rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = a->x + r * a->n;
+        float *y = a->y + r * a->n;
+        double sum = 0.0;
+        for (int64_t i = 0; i < a->n; i++) sum += (double)(x[i] * x[i]);
+        const float mean = (float)(sum / (double)a->n);
+        const float scale = 1.0f / sqrtf(mean + a->eps);
+        if (a->w) for (int64_t i = 0; i < a->n; i++) y[i] = (x[i] * scale) * a->w[i];
+        else for (int64_t i = 0; i < a->n; i++) y[i] = x[i] * scale;
+    }
+}
+
+static void op_rms_norm(ember_backend *be, float *y, const float *x, const float *w, int64_t n_rows, int64_t n, float eps)
+{
+    norm_task a = {y, x, w, n_rows, n, eps};
+    ember_threadpool_run_n(CPU(be)->tp, threads_for(CPU(be), n_rows * n), norm_rows, &a);
+}
+
+/* ---- matmul ------------------------------------------------------------------------ */
+
+#define MM_ROW_TILE 16
+#define MM_TOK_TILE 16
+
+typedef struct mm_task {
+    const float *x;
+    int64_t n_tokens, n_in;
+    uint32_t vdt;                 /* activation format */
+    void *xq;
+    size_t xq_row;
+    int32_t *asum;                /* block sums for the VNNI tiles, or NULL */
+    int32_t n_w;
+    const ember_weight *const *ws;
+    float *const *ys;
+    int64_t n_row_tiles_total;    /* sum over weights of row tiles */
+    int64_t row_tile;             /* rows per tile */
+    int64_t n_tok_tiles;
+    _Atomic int64_t next;
+} mm_task;
+
+static void mm_quantize(void *arg, int ith, int nth)
+{
+    mm_task *a = arg;
+    for (int64_t t = ith; t < a->n_tokens; t += nth) {
+        uint8_t *row = (uint8_t *)a->xq + (size_t)t * a->xq_row;
+        quantize_row(a->vdt, a->x + t * a->n_in, row, a->n_in);
+        if (a->asum) {   /* Q8_0 (34-byte blocks, qs at 2) or Q8_1 (36, qs at 4) */
+            const size_t bs = a->vdt == EMBER_TYPE_Q8_1 ? 36 : 34, off = a->vdt == EMBER_TYPE_Q8_1 ? 4 : 2;
+            const int64_t nb = a->n_in / 32;
+            for (int64_t b = 0; b < nb; b++) {
+                const int8_t *q = (const int8_t *)(row + (size_t)b * bs + off);
+                int32_t s = 0;
+                for (int k = 0; k < 32; k++) s += q[k];
+                a->asum[t * nb + b] = s;
+            }
+        }
+    }
+}
+
+static void mm_dot(void *arg, int ith, int nth)
+{
+    (void)ith; (void)nth;
+    mm_task *a = arg;
+    const int64_t n_items = a->n_row_tiles_total * a->n_tok_tiles;
+    for (;;) {
+        int64_t item = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (item >= n_items) break;
+        int64_t rt = item / a->n_tok_tiles;   /* token tiles inner: weight rows stay hot */
+        int64_t tt = item % a->n_tok_tiles;
+        /* find the weight this row tile belongs to */
+        int32_t k = 0;
+        int64_t r0 = rt * a->row_tile;
+        for (; k < a->n_w; k++) {
+            int64_t tiles_k = (a->ws[k]->n_out + a->row_tile - 1) / a->row_tile;
+            if (r0 < tiles_k * a->row_tile) break;
+            r0 -= tiles_k * a->row_tile;
+        }
+        const ember_weight *w = a->ws[k];
+        const ember_vec_dot_fn vd = ember_quant_traits_get(w->type)->vec_dot;
+        int64_t r1 = r0 + a->row_tile;
+        if (r1 > w->n_out) r1 = w->n_out;
+        int64_t t0 = tt * MM_TOK_TILE, t1 = t0 + MM_TOK_TILE;
+        if (t1 > a->n_tokens) t1 = a->n_tokens;
+        float *y = a->ys[k];
+        const int64_t n_out = w->n_out;
+        /* the path depends on the call's token count only, so a token's result
+         * does not depend on where the tiles fall */
+        if (a->asum && ember_cpu_gemm_supported(w->type)) {
+            ember_cpu_gemm_q32_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->asum, y, n_out, r0, r1, t0, t1);
+            continue;
+        }
+        if (have_gemm && a->n_tokens >= 2 && ember_cpu_gemm_supported(w->type)) {
+            ember_cpu_gemm_q32_avx2(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
+            continue;
+        }
+        for (int64_t r = r0; r < r1; r++) {
+            const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+            for (int64_t t = t0; t < t1; t++) {
+                float s;
+                vd(a->n_in, &s, wr, (const uint8_t *)a->xq + (size_t)t * a->xq_row);
+                y[t * n_out + r] = s;
+            }
+        }
+    }
+}
+
+static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w,
+                      const ember_weight *const *ws, float *const *ys)
+{
+    cpu_backend *cb = CPU(be);
+    const int64_t n_in = ws[0]->n_in;
+    /* weights are grouped by activation format; each group quantizes x once */
+    int32_t done = 0;
+    bool used[16] = {0};
+    while (done < n_w) {
+        uint32_t vdt = 0;
+        const ember_weight *grp[16];
+        float *gys[16];
+        int32_t n_g = 0;
+        for (int32_t k = 0; k < n_w; k++) {
+            if (used[k]) continue;
+            uint32_t kt = ember_quant_traits_get(ws[k]->type)->vec_dot_type;
+            if (n_g == 0) vdt = kt;
+            if (kt != vdt) continue;
+            used[k] = true;
+            grp[n_g] = ws[k];
+            gys[n_g] = ys[k];
+            n_g++;
+            done++;
+        }
+        mm_task a = {0};
+        a.x = x;
+        a.n_tokens = n_tokens;
+        a.n_in = n_in;
+        a.vdt = vdt;
+        a.xq = cb->act;
+        a.xq_row = row_size(vdt, n_in);
+        a.asum = have_vnni && n_tokens >= 2 && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
+        a.n_w = n_g;
+        a.ws = grp;
+        a.ys = gys;
+        a.n_tok_tiles = (n_tokens + MM_TOK_TILE - 1) / MM_TOK_TILE;
+        int64_t total_rows = 0;
+        for (int32_t k = 0; k < n_g; k++) total_rows += grp[k]->n_out;
+        /* decode: enough row tiles that every thread gets several */
+        a.row_tile = n_tokens >= 4 ? MM_ROW_TILE : total_rows / ((int64_t)cb->n_threads * 8);
+        if (a.row_tile < MM_ROW_TILE) a.row_tile = MM_ROW_TILE;
+        a.n_row_tiles_total = 0;
+        for (int32_t k = 0; k < n_g; k++) a.n_row_tiles_total += (grp[k]->n_out + a.row_tile - 1) / a.row_tile;
+        atomic_store(&a.next, 0);
+        if (n_tokens == 1) mm_quantize(&a, 0, 1);
+        else ember_threadpool_run(cb->tp, mm_quantize, &a);
+        ember_threadpool_run(cb->tp, mm_dot, &a);
+    }
+}
+
+/* ---- rope -------------------------------------------------------------------------------- */
+
+typedef struct rope_task {
+    float *x; int64_t n_tokens; int32_t n_head, head_dim, n_rot; const ember_pos *pos;
+    float base, freq_scale; ember_rope_mode mode;
+} rope_task;
+
+static void rope_rows(void *arg, int ith, int nth)
+{
+    rope_task *a = arg;
+    int64_t lo, hi;
+    split_range(a->n_tokens, ith, nth, &lo, &hi);
+    const float theta_scale = powf(a->base, -2.0f / (float)a->n_rot);
+    float cs[512], sn[512];   /* n_rot/2 <= 512 checked at model load */
+    const int32_t half = a->n_rot / 2;
+    for (int64_t t = lo; t < hi; t++) {
+        float theta = (float)a->pos[t];
+        for (int32_t i = 0; i < half; i++) {
+            const float th = a->freq_scale * theta;
+            cs[i] = cosf(th);
+            sn[i] = sinf(th);
+            theta *= theta_scale;
+        }
+        for (int32_t h = 0; h < a->n_head; h++) {
+            float *v = a->x + (t * a->n_head + h) * a->head_dim;
+            if (a->mode == EMBER_ROPE_NEOX) {
+                for (int32_t i = 0; i < half; i++) {
+                    const float x0 = v[i], x1 = v[i + half];
+                    v[i] = x0 * cs[i] - x1 * sn[i];
+                    v[i + half] = x0 * sn[i] + x1 * cs[i];
+                }
+            } else {
+                for (int32_t i = 0; i < half; i++) {
+                    const float x0 = v[2 * i], x1 = v[2 * i + 1];
+                    v[2 * i] = x0 * cs[i] - x1 * sn[i];
+                    v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+                }
+            }
+        }
+    }
+}
+
+static void op_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                    int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode)
+{
+    rope_task a = {x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode};
+    ember_threadpool_run_n(CPU(be)->tp, threads_for(CPU(be), n_tokens * n_head * head_dim), rope_rows, &a);
+}
+
+/* ---- activations, add, scale ------------------------------------------------------------ */
+
+typedef struct ew_task { float *y; const float *x; float s; int64_t n; int kind; } ew_task;
+
+static void ew_run(void *arg, int ith, int nth)
+{
+    ew_task *a = arg;
+    int64_t lo, hi;
+    split_range(a->n, ith, nth, &lo, &hi);
+    float *y = a->y;
+    const float *x = a->x;
+    switch (a->kind) {
+    case 0: /* geglu: y = gelu(y) * x, GELU looked up by the f16 bits of y */
+        for (int64_t i0 = lo; i0 < hi; i0 += 256) {
+            uint16_t h[256];
+            const int64_t n = hi - i0 < 256 ? hi - i0 : 256;
+            to_f16_row(n, y + i0, h);
+            for (int64_t k = 0; k < n; k++) {
+                const int64_t i = i0 + k;
+                const float g = y[i];
+                if (g <= -10.0f) y[i] = 0.0f;
+                else if (g >= 10.0f) y[i] = g * x[i];
+                else y[i] = gelu_f16_table[h[k]] * x[i];
+            }
+        }
+        break;
+    case 1: /* swiglu: y = silu(y) * x */
+        for (int64_t i = lo; i < hi; i++) {
+            const float g = y[i];
+            y[i] = g / (1.0f + expf(-g)) * x[i];
+        }
+        break;
+    case 2:
+        for (int64_t i = lo; i < hi; i++) y[i] += x[i];
+        break;
+    case 3:
+        for (int64_t i = lo; i < hi; i++) y[i] *= a->s;
+        break;
+    }
+}
+
+static void ew(ember_backend *be, int kind, float *y, const float *x, float s, int64_t n)
+{
+    ew_task a = {y, x, s, n, kind};
+    ember_threadpool_run_n(CPU(be)->tp, threads_for(CPU(be), kind <= 1 ? n * 4 : n), ew_run, &a);
+}
+
+static void op_geglu(ember_backend *be, float *g, const float *u, int64_t n) { ew(be, 0, g, u, 0, n); }
+static void op_swiglu(ember_backend *be, float *g, const float *u, int64_t n) { ew(be, 1, g, u, 0, n); }
+static void op_add(ember_backend *be, float *y, const float *x, int64_t n) { ew(be, 2, y, x, 0, n); }
+static void op_scale(ember_backend *be, float *x, float s, int64_t n) { ew(be, 3, x, NULL, s, n); }
+
+/* ---- KV store ------------------------------------------------------------------------------ */
+
+static int64_t type_elems(uint32_t t, size_t bytes)
+{
+    return (int64_t)(bytes / ember_type_block_bytes(t) * ember_type_block_size(t));
+}
+
+static void op_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const float *k, const float *v,
+                        const int64_t *rows, int32_t n)
+{
+    (void)be;
+    const int64_t nk = type_elems(kv->type_k, kv->k_row_bytes);
+    const int64_t nv = type_elems(kv->type_v, kv->v_row_bytes);
+    for (int32_t t = 0; t < n; t++) {
+        quantize_row(kv->type_k, k + t * nk, (uint8_t *)kv->k + (size_t)rows[t] * kv->k_row_bytes, nk);
+        quantize_row(kv->type_v, v + t * nv, (uint8_t *)kv->v + (size_t)rows[t] * kv->v_row_bytes, nv);
+    }
+}
+
+/* ---- attention -------------------------------------------------------------------------------- */
+
+/* ggml's CPU flash attention (llama.cpp's default) switches to a tiled all-f32
+ * kernel at this many query rows per call (GGML_FA_TILE_Q); below it, it
+ * works row by row with an f16 output accumulator. F16 caches follow the
+ * same split so results track llama.cpp's. */
+#define FA_TILE_Q 64
+
+typedef struct attn_task {
+    cpu_backend *cb;
+    const ember_kv_layer_view *kv;
+    const ember_attn_params *p;
+    const float *q;
+    const ember_attn_query *queries;
+    int32_t n;
+    float *out;
+    _Atomic int64_t next;
+} attn_task;
+
+static void attn_run(void *arg, int ith, int nth)
+{
+    (void)nth;
+    attn_task *a = arg;
+    const ember_attn_params *p = a->p;
+    const ember_kv_layer_view *kv = a->kv;
+    cpu_thread_scratch *ts = &a->cb->ts[ith];
+    const int32_t hk = p->head_dim_k, hv = p->head_dim_v;
+    const int32_t n_rep = p->n_head / p->n_head_kv;
+    const int32_t bt = kv->block_tokens;
+    const int64_t n_items = (int64_t)a->n * p->n_head;
+    const size_t k_head_bytes = row_size(kv->type_k, hk);
+    const size_t v_head_bytes = row_size(kv->type_v, hv);
+    const ember_quant_traits *kq = kv->type_k == EMBER_TYPE_Q8_0 ? ember_quant_traits_get(EMBER_TYPE_Q8_0) : NULL;
+    const ember_quant_traits *vq = kv->type_v == EMBER_TYPE_Q8_0 ? ember_quant_traits_get(EMBER_TYPE_Q8_0) : NULL;
+    for (;;) {
+        const int64_t item = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (item >= n_items) break;
+        const int64_t t = item / p->n_head;
+        const int32_t h = (int32_t)(item % p->n_head);
+        const int32_t g = h / n_rep;
+        const ember_attn_query *qq = &a->queries[t];
+        const float *qh = a->q + (t * p->n_head + h) * hk;
+        int32_t lo = 0;
+        if (p->n_swa > 0 && qq->pos - p->n_swa + 1 > 0) lo = qq->pos - p->n_swa + 1;
+        const int32_t hi = qq->pos;   /* inclusive */
+        float *acc = ts->acc;
+        if (kv->type_k == EMBER_TYPE_F16 && kv->type_v == EMBER_TYPE_F16) {
+            if (a->n < FA_TILE_Q) {
+                /* ggml flash attention, one query row at a time: q rounded
+                 * to f16, online softmax in f32, V accumulated in f16 */
+                to_f16_row(hk, qh, ts->qconv);
+                uint16_t *vkq = ts->vkq16;
+                memset(vkq, 0, (size_t)hv * sizeof(uint16_t));
+                float M = -INFINITY, S = 0.0f;
+                for (int32_t j = lo; j <= hi; j++) {
+                    const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+                    const uint16_t *kr = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
+                    const uint16_t *vr = (const uint16_t *)((const uint8_t *)kv->v + (size_t)row * kv->v_row_bytes + (size_t)g * v_head_bytes);
+                    const float s = dot_f16(hk, ts->qconv, kr) * p->kq_scale;
+                    float ms = 1.0f, vs = 1.0f;
+                    if (s > M) {
+                        const float m_old = M;
+                        M = s;
+                        ms = expf(m_old - M);
+                        for (int32_t d = 0; d < hv; d++) vkq[d] = ember_fp32_to_fp16(cpu_f16_to_f32(vkq[d]) * ms);
+                    } else {
+                        vs = expf(s - M);
+                    }
+                    mad_f16(hv, vkq, vr, vs);
+                    S = S * ms + vs;
+                }
+                const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+                for (int32_t d = 0; d < hv; d++) acc[d] = cpu_f16_to_f32(vkq[d]) * inv;
+            } else {
+                /* ggml's tiled flash attention for >= 64 queries: all f32 */
+                float *sc = ts->scores;
+                float mx = -INFINITY;
+                for (int32_t j = lo; j <= hi; j++) {
+                    const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+                    const uint16_t *kr = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
+                    const float s = dot_f32_f16(hk, qh, kr) * p->kq_scale;
+                    sc[j - lo] = s;
+                    if (s > mx) mx = s;
+                }
+                float sum = 0.0f;
+                for (int32_t j = 0; j <= hi - lo; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
+                const float inv = 1.0f / sum;
+                memset(acc, 0, (size_t)hv * sizeof(float));
+                for (int32_t j = lo; j <= hi; j++) {
+                    const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+                    axpy_f16(hv, sc[j - lo], (const uint16_t *)((const uint8_t *)kv->v + (size_t)row * kv->v_row_bytes + (size_t)g * v_head_bytes), acc);
+                }
+                for (int32_t d = 0; d < hv; d++) acc[d] *= inv;
+            }
+            memcpy(a->out + (t * p->n_head + h) * hv, acc, (size_t)hv * sizeof(float));
+            continue;
+        }
+        quantize_row(kv->type_k == EMBER_TYPE_F32 ? EMBER_TYPE_F32 : kv->type_k == EMBER_TYPE_F16 ? EMBER_TYPE_F16 : EMBER_TYPE_Q8_0,
+                     qh, ts->qconv, hk);
+        float *sc = ts->scores;
+        float mx = -INFINITY;
+        for (int32_t j = lo; j <= hi; j++) {
+            const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+            const uint8_t *kr = (const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes;
+            float s;
+            if (kv->type_k == EMBER_TYPE_F16) s = dot_f16(hk, ts->qconv, (const uint16_t *)kr);
+            else if (kv->type_k == EMBER_TYPE_F32) s = dot_f32(hk, ts->qconv, (const float *)kr);
+            else kq->vec_dot(hk, &s, kr, ts->qconv);
+            s *= p->kq_scale;
+            sc[j - lo] = s;
+            if (s > mx) mx = s;
+        }
+        double sum = 0.0;
+        for (int32_t j = 0; j <= hi - lo; j++) {
+            const float e = expf(sc[j] - mx);
+            sc[j] = e;
+            sum += (double)e;
+        }
+        const float inv = (float)(1.0 / sum);
+        memset(acc, 0, (size_t)hv * sizeof(float));
+        for (int32_t j = lo; j <= hi; j++) {
+            const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+            const uint8_t *vr = (const uint8_t *)kv->v + (size_t)row * kv->v_row_bytes + (size_t)g * v_head_bytes;
+            const float w = sc[j - lo] * inv;
+            if (kv->type_v == EMBER_TYPE_F16) axpy_f16(hv, w, (const uint16_t *)vr, acc);
+            else if (kv->type_v == EMBER_TYPE_F32) for (int32_t d = 0; d < hv; d++) acc[d] += w * ((const float *)vr)[d];
+            else {
+                vq->to_float(vr, ts->vrow, hv);
+                for (int32_t d = 0; d < hv; d++) acc[d] += w * ts->vrow[d];
+            }
+        }
+        memcpy(a->out + (t * p->n_head + h) * hv, acc, (size_t)hv * sizeof(float));
+    }
+}
+
+static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
+                         const float *q, const ember_attn_query *queries, int32_t n, float *out)
+{
+    attn_task a = {.cb = CPU(be), .kv = kv, .p = p, .q = q, .queries = queries, .n = n, .out = out};
+    atomic_store(&a.next, 0);
+    int64_t items = (int64_t)n * p->n_head;
+    int nth = CPU(be)->n_threads;
+    if (items < nth) nth = (int)items;
+    ember_threadpool_run_n(CPU(be)->tp, nth, attn_run, &a);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------------- */
+
+static void op_free(ember_backend *be)
+{
+    cpu_backend *cb = CPU(be);
+    if (!cb) return;
+    ember_threadpool_free(cb->tp);
+    if (cb->ts) {
+        for (int32_t i = 0; i < cb->n_threads; i++) {
+            free(cb->ts[i].scores);
+            free(cb->ts[i].vrow);
+            free(cb->ts[i].acc);
+            free(cb->ts[i].qconv);
+            free(cb->ts[i].vkq16);
+        }
+        free(cb->ts);
+    }
+    free(cb->act);
+    free(cb->asum);
+    free(cb);
+}
+
+static const ember_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = op_free,
+    .get_rows = op_get_rows,
+    .rms_norm = op_rms_norm,
+    .matmul = op_matmul,
+    .rope = op_rope,
+    .geglu = op_geglu,
+    .swiglu = op_swiglu,
+    .add = op_add,
+    .scale = op_scale,
+    .kv_store = op_kv_store,
+    .attention = op_attention,
+};
+
+ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits *lim, ember_backend **out)
+{
+    *out = NULL;
+    if (!lim || lim->max_tokens < 1 || lim->max_n_in < 1 || lim->max_kv_tokens < 1 || lim->max_head_dim < 1)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cpu backend: limits must be positive");
+    pthread_once(&tables_once, init_tables);
+    if (n_threads <= 0) n_threads = ember_n_cores();
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return ember_error(EMBER_ERR_NOMEM, "cpu backend: out of memory");
+    cb->base.ops = &cpu_ops;
+    cb->base.impl = cb;
+    cb->n_threads = n_threads;
+    cb->lim = *lim;
+    ember_status st = ember_threadpool_new(n_threads, &cb->tp);
+    if (st != EMBER_OK) { free(cb); return st; }
+    /* 4 bytes per element covers every activation format (F32 is the widest) */
+    cb->act_bytes = (size_t)lim->max_tokens * (size_t)lim->max_n_in * 4;
+    cb->act = malloc(cb->act_bytes);
+    cb->asum = malloc((size_t)lim->max_tokens * (size_t)(lim->max_n_in / 32 + 1) * sizeof(int32_t));
+    cb->ts = calloc((size_t)n_threads, sizeof *cb->ts);
+    if (!cb->act || !cb->asum || !cb->ts) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
+    cb->scratch_bytes = cb->act_bytes;
+    for (int32_t i = 0; i < n_threads; i++) {
+        cb->ts[i].scores = malloc((size_t)lim->max_kv_tokens * sizeof(float));
+        cb->ts[i].vrow = malloc((size_t)lim->max_head_dim * sizeof(float));
+        cb->ts[i].acc = malloc((size_t)lim->max_head_dim * sizeof(float));
+        cb->ts[i].qconv = malloc((size_t)lim->max_head_dim * 4 + 64);
+        cb->ts[i].vkq16 = malloc((size_t)lim->max_head_dim * sizeof(uint16_t));
+        if (!cb->ts[i].scores || !cb->ts[i].vrow || !cb->ts[i].acc || !cb->ts[i].qconv || !cb->ts[i].vkq16) {
+            op_free(&cb->base);
+            return ember_error(EMBER_ERR_NOMEM, "cpu backend: attention scratch for %lld keys", (long long)lim->max_kv_tokens);
+        }
+        cb->scratch_bytes += (size_t)lim->max_kv_tokens * sizeof(float) + (size_t)lim->max_head_dim * 12 + 64;
+    }
+    *out = &cb->base;
+    return EMBER_OK;
+}
+
+int32_t ember_backend_cpu_n_threads(const ember_backend *be) { return ((const cpu_backend *)be)->n_threads; }
+uint64_t ember_backend_scratch_bytes(const ember_backend *be) { return ((const cpu_backend *)be)->scratch_bytes; }

@@ -1,0 +1,364 @@
+/*
+ * cuda_attn.cu — flash-attention over a paged F16 KV cache (decode and, for
+ * now, prefill too), with GQA and sliding windows.
+ *
+ * Owns: one CTA per (key split, KV head, query row); the G = n_head /
+ * n_head_kv query heads sharing a KV head are processed together so each K/V
+ * row is read once. Each warp walks every 4th key of the split with an online
+ * softmax (Milakov & Gimelshein 2018; Dao et al. 2022, FlashAttention); the
+ * warps, then the splits ("flash decoding", split-K), are merged by
+ * rescaling with their running maxima; the last CTA of a (token, KV head)
+ * to finish merges the splits, so one launch does it all. q is rounded to f16 before the dot
+ * products, as ggml's F16-cache attention does (and our CPU backend).
+ * Must not: allocate or synchronise during a step (the partial results live
+ * in the context's scratch and the split counters in its counter array,
+ * both sized on a first call), or know KV policy.
+ */
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include <cuda_fp16.h>
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxG = 8;      /* query heads per KV head supported */
+constexpr int kMaxSplits = 256;
+
+struct attn_args {
+    int n_head, n_head_kv, G;
+    float scale, softcap;
+    int n_swa, page_size, max_pages;
+    int n_splits, chunk;
+};
+
+template <int E>
+__device__ __forceinline__ void load_half_row(const __half *p, float *v)
+{
+    if constexpr (E == 8) {
+        const uint4 r = *reinterpret_cast<const uint4 *>(p);
+        const uint32_t a[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&a[i]));
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    } else if constexpr (E == 4) {
+        const uint2 r = *reinterpret_cast<const uint2 *>(p);
+        const uint32_t a[2] = {r.x, r.y};
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&a[i]));
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    } else {
+        static_assert(E == 2, "head_dim 64, 128 or 256");
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(p));
+        v[0] = f.x;
+        v[1] = f.y;
+    }
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(kWarps * 32)
+k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
+       const int32_t *__restrict__ block_table, const __half *__restrict__ kc, const __half *__restrict__ vc,
+       float *__restrict__ out, float *__restrict__ part_o, float2 *__restrict__ part_ml,
+       unsigned *__restrict__ done)
+{
+    constexpr int E = D / 32;
+    const int split = blockIdx.x, hkv = blockIdx.y;
+    const int64_t t = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    const int p = pos[t];
+    const int s = seq[t];
+    const int lo = a.n_swa > 0 ? max(0, p - a.n_swa + 1) : 0;
+    const int k_begin = lo + split * a.chunk;
+    const int k_end = min(p + 1, k_begin + a.chunk);
+
+    float qr[G][E], acc[G][E], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            acc[g][e] = 0.f;
+            qr[g][e] = 0.f;
+        }
+        {
+            const float *qh = q + (t * a.n_head + (int64_t)hkv * G + g) * D + lane * E;
+#pragma unroll
+            for (int e = 0; e < E; e++) qr[g][e] = __half2float(__float2half_rn(qh[e])) * a.scale;
+        }
+    }
+
+    /* Keys j = k_begin + warp + kWarps*(U*it + u): U keys per iteration,
+     * all K/V loads issued before any math so their latencies overlap. */
+    constexpr int U = 4;
+    const int32_t *bt = block_table + (int64_t)s * a.max_pages;
+    for (int j0 = k_begin + warp; j0 < k_end; j0 += kWarps * U) {
+        float kr[U][E], vr[U][E];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u * kWarps;
+            ok[u] = j < k_end;
+            if (ok[u]) {
+                const int64_t cell = (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size;
+                const int64_t off = (cell * a.n_head_kv + hkv) * D + lane * E;
+                load_half_row<E>(kc + off, kr[u]);
+                load_half_row<E>(vc + off, vr[u]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < E; e++) kr[u][e] = vr[u][e] = 0.f;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float d[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                d[u] = 0.f;
+#pragma unroll
+                for (int e = 0; e < E; e++) d[u] = fmaf(qr[g][e], kr[u][e], d[u]);
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int u = 0; u < U; u++) d[u] += __shfl_xor_sync(0xffffffffu, d[u], o);
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (a.softcap > 0.f) d[u] = a.softcap * tanhf(d[u] / a.softcap);
+                if (ok[u]) mx = fmaxf(mx, d[u]);
+            }
+            const float c = expf(m[g] - mx); /* 0 on the first keys (m = -inf) */
+            float pr[U], psum = 0.f;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                pr[u] = ok[u] ? expf(d[u] - mx) : 0.f;
+                psum += pr[u];
+            }
+            l[g] = l[g] * c + psum;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                float o = acc[g][e] * c;
+#pragma unroll
+                for (int u = 0; u < U; u++) o = fmaf(pr[u], vr[u][e], o);
+                acc[g][e] = o;
+            }
+            m[g] = mx;
+        }
+    }
+
+    /* merge the warps: dynamic shared memory holds [kWarps][G][D] partial
+     * outputs, then [kWarps][G] maxima and sums */
+    extern __shared__ float smem[];
+    float *sm_o = smem;
+    float *sm_m = smem + kWarps * G * D, *sm_l = sm_m + kWarps * G;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int e = 0; e < E; e++) sm_o[(warp * G + g) * D + lane * E + e] = acc[g][e];
+        if (lane == 0) {
+            sm_m[warp * G + g] = m[g];
+            sm_l[warp * G + g] = l[g];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        const int g = i / D, dd = i % D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; w++) M = fmaxf(M, sm_m[w * G + g]);
+        float L = 0.f, O = 0.f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < kWarps; w++) {
+                const float mw = sm_m[w * G + g];
+                const float f = mw == -INFINITY ? 0.f : expf(mw - M);
+                L += sm_l[w * G + g] * f;
+                O += sm_o[(w * G + g) * D + dd] * f;
+            }
+        }
+        const int64_t h = (int64_t)hkv * G + g;
+        if (a.n_splits == 1) {
+            out[(t * a.n_head + h) * D + dd] = L > 0.f ? O / L : 0.f;
+        } else {
+            const int64_t ps = (t * a.n_head + h) * a.n_splits + split;
+            part_o[ps * D + dd] = O;
+            if (dd == 0) part_ml[ps] = make_float2(M, L);
+        }
+    }
+    if (a.n_splits == 1) return;
+
+    /* The last CTA of this (token, KV head) to finish merges the splits
+     * (the threadFenceReduction pattern of the CUDA samples) and re-arms the
+     * counter for the next call, so a captured graph can replay. */
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned *cnt = done + t * a.n_head_kv + hkv;
+        last = atomicAdd(cnt, 1u) == (unsigned)a.n_splits - 1;
+        if (last) *cnt = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    /* split weights exp(m_i - M) per head, in shared memory (reusing sm_o);
+     * warp g handles head g, lanes across the splits. Loads bypass L1
+     * (__ldcg): the partials were written by other SMs. */
+    float *wsp = sm_o; /* [G][n_splits] */
+    __shared__ float sm_L[G];
+    for (int g = warp; g < G; g += kWarps) {
+        const float2 *ml = part_ml + (t * a.n_head + (int64_t)hkv * G + g) * a.n_splits;
+        float M = -INFINITY;
+        for (int i = lane; i < a.n_splits; i += 32) M = fmaxf(M, __ldcg(&ml[i]).x);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.f;
+        for (int i = lane; i < a.n_splits; i += 32) {
+            const float2 v = __ldcg(&ml[i]);
+            const float f = (M == -INFINITY || v.x == -INFINITY) ? 0.f : expf(v.x - M);
+            wsp[g * a.n_splits + i] = f;
+            L += v.y * f;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (lane == 0) sm_L[g] = L;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+        const int g = i / D, dd = i % D;
+        const int64_t th = t * a.n_head + (int64_t)hkv * G + g;
+        const float *po = part_o + th * a.n_splits * D + dd;
+        const float *wg = wsp + g * a.n_splits;
+        float O = 0.f;
+#pragma unroll 8
+        for (int k = 0; k < a.n_splits; k++) O = fmaf(__ldcg(po + (int64_t)k * D), wg[k], O);
+        out[th * D + dd] = sm_L[g] > 0.f ? O / sm_L[g] : 0.f;
+    }
+}
+
+template <int D, int G>
+ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
+                    const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
+{
+    float *part_o = NULL;
+    float2 *part_ml = NULL;
+    unsigned *done = NULL;
+    if (a.n_splits > 1) {
+        const size_t n_part = (size_t)n_tokens * a.n_head * a.n_splits;
+        void *scr = NULL;
+        ember_status s = ember_cuda_scratch(cu, n_part * (D * sizeof(float) + sizeof(float2)), &scr);
+        if (s != EMBER_OK) return s;
+        part_ml = (float2 *)scr;
+        part_o = (float *)((char *)scr + n_part * sizeof(float2));
+        s = ember_cuda_counters(cu, (size_t)n_tokens * a.n_head_kv, &done);
+        if (s != EMBER_OK) return s;
+    }
+    /* warp partials; the last CTA's split weights reuse that space */
+    size_t sm_o = (size_t)kWarps * G * D;
+    if ((size_t)G * kMaxSplits > sm_o) sm_o = (size_t)G * kMaxSplits;
+    const size_t smem = (sm_o + 2 * (size_t)kWarps * G) * sizeof(float);
+    static bool attr_set = false; /* once per instantiation */
+    if (!attr_set) {
+        ember_status s = ember_cuda_check(
+            cudaFuncSetAttribute(k_attn<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+            "attn (shared memory opt-in)");
+        if (s != EMBER_OK) return s;
+        attr_set = true;
+    }
+    dim3 grid((unsigned)a.n_splits, (unsigned)a.n_head_kv, (unsigned)n_tokens);
+    k_attn<D, G><<<grid, kWarps * 32, smem, cu->stream>>>(a, q, pos, seq, bt, kc, vc, out, part_o, part_ml, done);
+    return ember_cuda_launched("attn");
+}
+
+/* G (query heads per KV head) is a template argument so no lane works on
+ * absent heads. */
+template <int D>
+ember_status launch_g(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
+                      const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
+{
+    switch (a.G) {
+    case 1: return launch<D, 1>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 2: return launch<D, 2>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 3: return launch<D, 3>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 4: return launch<D, 4>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 5: return launch<D, 5>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 6: return launch<D, 6>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 7: return launch<D, 7>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    default: return launch<D, 8>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    }
+}
+
+} /* namespace */
+
+extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_params *p, const float *q,
+                                        int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                                        const int32_t *block_table, const uint16_t *k_cache,
+                                        const uint16_t *v_cache, float *out)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(p);
+    EMBER_CUDA_NONNULL(q);
+    EMBER_CUDA_NONNULL(pos);
+    EMBER_CUDA_NONNULL(seq);
+    EMBER_CUDA_NONNULL(block_table);
+    EMBER_CUDA_NONNULL(k_cache);
+    EMBER_CUDA_NONNULL(v_cache);
+    EMBER_CUDA_NONNULL(out);
+    if (n_tokens <= 0 || n_tokens > 65535)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_tokens = %lld (1..65535)", (long long)n_tokens);
+    if (p->n_head <= 0 || p->n_head_kv <= 0 || p->n_head % p->n_head_kv != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_head %d is not a multiple of n_head_kv %d",
+                           p->n_head, p->n_head_kv);
+    if (p->n_head / p->n_head_kv > kMaxG)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: %d query heads per KV head (at most %d)",
+                           p->n_head / p->n_head_kv, kMaxG);
+    if (p->page_size <= 0 || p->max_pages <= 0 || p->max_ctx <= 0 ||
+        (int64_t)p->page_size * p->max_pages < p->max_ctx)
+        return ember_error(EMBER_ERR_INVALID_ARG,
+                           "cuda: attn: page_size %d x max_pages %d cannot hold max_ctx %d positions",
+                           p->page_size, p->max_pages, p->max_ctx);
+    if (p->n_swa < 0 || !(p->scale > 0.f) || p->softcap < 0.f)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_swa %d, scale %g, softcap %g", p->n_swa,
+                           (double)p->scale, (double)p->softcap);
+
+    attn_args a;
+    a.n_head = p->n_head;
+    a.n_head_kv = p->n_head_kv;
+    a.G = p->n_head / p->n_head_kv;
+    a.scale = p->scale;
+    a.softcap = p->softcap;
+    a.n_swa = p->n_swa;
+    a.page_size = p->page_size;
+    a.max_pages = p->max_pages;
+    /* Keys one query may see, at most; split them so that the grid has
+     * ~1024+ CTAs when the batch alone does not (decode of one sequence). */
+    const int span = p->n_swa > 0 && p->n_swa < p->max_ctx ? p->n_swa : p->max_ctx;
+    const int64_t rows = n_tokens * p->n_head_kv;
+    int64_t want = rows >= 1024 ? 1 : (1024 + rows - 1) / rows;
+    int64_t by_len = (span + 31) / 32; /* no split shorter than 32 keys */
+    int64_t ns = want < by_len ? want : by_len;
+    if (ns > kMaxSplits) ns = kMaxSplits;
+    if (ns < 1) ns = 1;
+    a.chunk = (int)((span + ns - 1) / ns);
+    a.n_splits = (int)((span + a.chunk - 1) / a.chunk);
+
+    const __half *kc = reinterpret_cast<const __half *>(k_cache);
+    const __half *vc = reinterpret_cast<const __half *>(v_cache);
+    switch (p->head_dim) {
+    case 64: return launch_g<64>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    case 128: return launch_g<128>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    case 256: return launch_g<256>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    default:
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: head_dim %d (64, 128 or 256 supported)",
+                           p->head_dim);
+    }
+}

@@ -1,0 +1,236 @@
+/*
+ * cuda_backend.h — the CUDA backend's C ABI: device, memory, weights, kernels.
+ *
+ * Owns: one device context (stream, cuBLAS handle, scratch), device and
+ * mapped-host allocations, weight upload, and the kernels the op table calls:
+ * quantized mat-vec / small-batch matmul, row lookup (embeddings), RMSNorm,
+ * RoPE, gated activations, residual add, KV-cache stores and flash-attention
+ * decode over an F16 KV cache; capture of a step as a CUDA graph.
+ * Must not: know models, sampling or KV block policy (src/kv decides which
+ * cell a token goes to; we only read and write the cells we are told).
+ *
+ * Conventions:
+ * - Every kernel call is asynchronous on the context's stream, does not
+ *   synchronise with the host and does not allocate (after a first call of
+ *   the same size, which may grow scratch), so a decode step made of these
+ *   calls can be captured as a CUDA graph. Values that change from step to
+ *   step (token ids, positions, cells, block tables) are read from device
+ *   memory, never passed by value, for the same reason.
+ * - Pointers to data are device pointers (or mapped host pointers from
+ *   ember_cuda_tensor_upload(keep_in_host=true)).
+ * - Activations are F32 in row-major [rows, n] order. Weights keep their
+ *   GGUF block format and are dequantized in registers; dot products
+ *   accumulate in F32 with F32 activations, so results match the
+ *   dequantize-then-multiply reference up to summation order. To see what
+ *   the CPU backend sees, round the activations first with
+ *   ember_cuda_round_act (the op-table backend does). Block layouts: ggml-common.h (block_q4_0 ... block_q6_K),
+ *   confirmed against gguf-py gguf/quants.py.
+ * - Errors: EMBER_ERR_INVALID_ARG for bad shapes or NULL pointers,
+ *   EMBER_ERR_UNSUPPORTED for a type or head size without a kernel,
+ *   EMBER_ERR_NOMEM when an allocation fails, EMBER_ERR_INTERNAL for a CUDA
+ *   runtime error (the message carries cudaGetErrorString).
+ *
+ * Compiled only with -DEMBER_CUDA=ON (then EMBER_CUDA is defined for users
+ * of libember).
+ */
+#ifndef EMBER_CUDA_BACKEND_H
+#define EMBER_CUDA_BACKEND_H
+
+#include "ember.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "base/types.h" /* a C header without its own extern "C" */
+
+typedef struct ember_cuda ember_cuda;
+
+/* Number of usable CUDA devices; 0 when the driver or a GPU is missing.
+ * Never fails, never sets an error. */
+int ember_cuda_device_count(void);
+
+/* Open device `device` (0-based): create a stream and a cuBLAS handle.
+ * Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_INTERNAL. */
+ember_status ember_cuda_new(int device, ember_cuda **out);
+/* Release everything the context allocated (not tensors the caller holds). */
+void ember_cuda_free(ember_cuda *cu);
+/* Device name, e.g. "NVIDIA H200". */
+const char *ember_cuda_device_name(const ember_cuda *cu);
+
+/* ---- memory -------------------------------------------------------------- */
+
+/* Device allocation of `bytes` (> 0). Errors: EMBER_ERR_NOMEM. */
+ember_status ember_cuda_malloc(ember_cuda *cu, size_t bytes, void **out);
+/* Free an ember_cuda_malloc block of `bytes` (its size, for the counters). */
+void ember_cuda_mfree(ember_cuda *cu, void *p, size_t bytes);
+/* Copy host -> device; the host buffer may be reused when this returns. */
+ember_status ember_cuda_upload(ember_cuda *cu, void *dst, const void *src, size_t bytes);
+/* Copy device -> host; waits for all work queued before it. */
+ember_status ember_cuda_download(ember_cuda *cu, void *dst, const void *src, size_t bytes);
+/* Copy device -> device, asynchronous (graph-capturable). */
+ember_status ember_cuda_copy(ember_cuda *cu, void *dst, const void *src, size_t bytes);
+/* Fill `bytes` of device memory with zero bytes, asynchronous. */
+ember_status ember_cuda_memzero(ember_cuda *cu, void *dst, size_t bytes);
+/* Wait for the stream; reports an asynchronous kernel error, if any. */
+ember_status ember_cuda_synchronize(ember_cuda *cu);
+/* Bytes currently held in device memory and in mapped host memory by
+ * allocations made through this context (weights included). */
+uint64_t ember_cuda_device_bytes(const ember_cuda *cu);
+uint64_t ember_cuda_host_bytes(const ember_cuda *cu);
+
+/* ---- weights ------------------------------------------------------------- */
+
+/* A weight matrix of `ne1` rows of `ne0` elements in GGUF block format. */
+typedef struct ember_cuda_tensor {
+    uint32_t type;       /* ember_type */
+    int64_t ne0;         /* elements per row (a multiple of the block size) */
+    int64_t ne1;         /* rows */
+    size_t row_bytes;    /* bytes per row */
+    void *data;          /* device-accessible pointer to ne1 * row_bytes bytes */
+    bool in_host;        /* lives in mapped, pinned host memory (read over PCIe) */
+} ember_cuda_tensor;
+
+/* True if the kernels support weights of type `type`: F32, F16, BF16, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. */
+bool ember_cuda_type_supported(uint32_t type);
+
+/* Copy a weight matrix from host memory (e.g. the GGUF mapping) into device
+ * memory, or, with keep_in_host, into pinned host memory mapped into the
+ * device's address space: kernels read it over PCIe (meant for tables that
+ * are only looked up, such as Gemma 4's per-layer embeddings; matmul works
+ * but is slow). Errors: EMBER_ERR_UNSUPPORTED (type), EMBER_ERR_INVALID_ARG
+ * (ne0 not a multiple of the block size, non-positive sizes),
+ * EMBER_ERR_NOMEM. */
+ember_status ember_cuda_tensor_upload(ember_cuda *cu, uint32_t type, int64_t ne0, int64_t ne1,
+                                      const void *host, bool keep_in_host, ember_cuda_tensor *out);
+/* Free a tensor's memory; safe on a zeroed struct. */
+void ember_cuda_tensor_release(ember_cuda *cu, ember_cuda_tensor *t);
+
+/* ---- matmul and lookup --------------------------------------------------- */
+
+/* y[c][r] = sum_k W[r][k] * x[c][k] for c < n_cols, r < w->ne1.
+ * x: [n_cols, w->ne0] F32; y: [n_cols, w->ne1] F32 (must not alias x).
+ * n_cols <= 8 runs one fused mat-vec kernel that reads W once; up to 32
+ * columns run it per 8 columns; wider batches (prefill) dequantize W to F32
+ * in chunks of rows in the context's scratch and run cuBLAS SGEMM (F32, no
+ * TF32). Not graph-capturable above 32 columns (scratch may grow).
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED. */
+ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
+                               int64_t n_cols, float *y);
+
+/* y = dequantize(quantize(x)) in activation format `act_type`, over n
+ * floats (n a multiple of its block): Q8_0 and Q8_1 (blocks of 32: d =
+ * amax/127 kept as f16, q = roundf(x/d)), Q8_K (blocks of 256: d = amax/127
+ * as f32, q = rint(x * 127/amax)), or F32 (a copy). Run before matmul it
+ * makes the GPU see the activations the CPU backend's vec_dot sees (the same
+ * quantizers as src/quant's from_float_ref; ggml's quantize_row_q8_*), so
+ * the two backends differ only in summation order. y may equal x.
+ * Errors: EMBER_ERR_UNSUPPORTED (other types), EMBER_ERR_INVALID_ARG. */
+ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, const float *x, float *y, int64_t n);
+
+/* out[i] = dequantized row ids[i] of W, for i < n_ids; out: [n_ids, w->ne0]
+ * F32; ids: device int32, each in [0, w->ne1) (out-of-range ids give a zero
+ * row rather than a fault). */
+ember_status ember_cuda_get_rows(ember_cuda *cu, const ember_cuda_tensor *w, const int32_t *ids,
+                                 int64_t n_ids, float *out);
+
+/* ---- elementwise and normalisation -------------------------------------- */
+
+/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for each of n_rows rows of n
+ * floats; w: [n] or NULL (no weight). y may equal x. Zhang & Sennrich 2019. */
+ember_status ember_cuda_rms_norm(ember_cuda *cu, const float *x, const float *w, float *y,
+                                 int64_t n, int64_t n_rows, float eps);
+/* residual[r] += rms_norm(x[r]) * w: Gemma's post-attention / post-FFN norm
+ * fused with the residual add. x, residual: [n_rows, n]; w: [n] or NULL. */
+ember_status ember_cuda_rms_norm_add(ember_cuda *cu, const float *x, const float *w,
+                                     float *residual, int64_t n, int64_t n_rows, float eps);
+
+typedef enum ember_cuda_rope_mode {
+    EMBER_CUDA_ROPE_NORMAL = 0, /* rotate pairs (x[2i], x[2i+1]) (llama) */
+    EMBER_CUDA_ROPE_NEOX = 2,   /* rotate pairs (x[i], x[i + n_rot/2]) (gemma, neox) */
+} ember_cuda_rope_mode;
+
+/* Rotary position embedding in place (Su et al. 2021, RoFormer) on
+ * x: [n_tokens, n_head, head_dim] F32; the first n_rot (even, <= head_dim)
+ * dims of each head rotate, the rest pass through. Pair i turns by
+ * theta = freq_scale * (pos[t] * ts^i) / ff[i] with ts = powf(freq_base,
+ * -2/n_rot), evaluated in f32 by repeated multiplication as ggml_rope does;
+ * ff = freq_factors (device [n_rot/2]) or 1 when NULL; pos: device int32
+ * [n_tokens]. */
+ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t *pos, int64_t n_tokens,
+                             int n_head, int head_dim, int n_rot, ember_cuda_rope_mode mode,
+                             float freq_base, float freq_scale, const float *freq_factors);
+
+typedef enum ember_cuda_act {
+    EMBER_CUDA_ACT_SILU = 0,      /* x * sigmoid(x) */
+    EMBER_CUDA_ACT_GELU_TANH = 1, /* 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), Hendrycks & Gimpel */
+    /* GELU-tanh as ggml's CPU table computes it (and our CPU backend):
+     * x <= -10: 0; x >= 10: x; else f16(gelu(f16(x))). */
+    EMBER_CUDA_ACT_GELU_TANH_F16 = 2,
+} ember_cuda_act;
+
+/* Gated activation: out[i] = act(gate[i]) * up[i] over n elements (GLU,
+ * Shazeer 2020). out may equal gate or up. */
+ember_status ember_cuda_glu(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
+                            float *out, int64_t n);
+/* y[i] = a[i] + b[i] over n elements; y may equal a or b. */
+ember_status ember_cuda_add(ember_cuda *cu, const float *a, const float *b, float *y, int64_t n);
+/* x[i] *= s over n elements. */
+ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n);
+
+/* ---- KV cache and attention ---------------------------------------------- */
+
+/* Store n_tokens rows of `row` floats (src: [n_tokens, row] F32) into an
+ * F16 cache of cells of `row` halves: cache[cells[t]] = f16(src[t]),
+ * round-to-nearest-even. cells: device int32 [n_tokens]; negative cells are
+ * skipped. */
+ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, int64_t n_tokens, int64_t row,
+                                 const int32_t *cells, uint16_t *cache);
+
+typedef struct ember_cuda_attn_params {
+    int n_head;          /* query heads */
+    int n_head_kv;       /* K/V heads; n_head % n_head_kv == 0 (GQA) */
+    int head_dim;        /* 64, 128 or 256 */
+    float scale;         /* logits = scale * q.k (usually 1/sqrt(head_dim)) */
+    float softcap;       /* > 0: logits = softcap * tanh(logits / softcap) */
+    int32_t n_swa;       /* > 0: sliding window, key j visible iff pos - n_swa < j <= pos */
+    int32_t page_size;   /* cells per KV block */
+    int32_t max_pages;   /* columns of block_table */
+    int32_t max_ctx;     /* most positions a sequence reaches; sizes the key splits */
+} ember_cuda_attn_params;
+
+/* Flash-attention (online softmax, Dao et al. 2022; split-K "flash
+ * decoding") for n_tokens query rows, each attending causally to its
+ * sequence's keys 0..pos[t] (or its sliding window).
+ * q: [n_tokens, n_head, head_dim] F32 (RoPE applied, not pre-scaled; it is
+ * rounded to f16 before q.k, as ggml does for an F16 cache);
+ * out: [n_tokens, n_head, head_dim] F32; pos, seq: device int32 [n_tokens];
+ * block_table: device int32 [n_seq, max_pages]: key j of sequence s lives in
+ * cell block_table[s*max_pages + j/page_size]*page_size + j%page_size of
+ * k_cache / v_cache: [cells, n_head_kv, head_dim] F16. All keys up to pos[t]
+ * must be stored before the call.
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (head_dim). */
+ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_params *p, const float *q,
+                             int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                             const int32_t *block_table, const uint16_t *k_cache,
+                             const uint16_t *v_cache, float *out);
+
+/* ---- CUDA graphs --------------------------------------------------------- */
+
+typedef struct ember_cuda_graph ember_cuda_graph;
+
+/* Start capturing the stream's work into a graph (nothing runs until
+ * launched). Only kernel calls above may be made until ember_cuda_graph_end. */
+ember_status ember_cuda_graph_begin(ember_cuda *cu);
+/* End the capture and instantiate it. */
+ember_status ember_cuda_graph_end(ember_cuda *cu, ember_cuda_graph **out);
+/* Run a captured graph on the context's stream (asynchronous). */
+ember_status ember_cuda_graph_launch(ember_cuda *cu, ember_cuda_graph *g);
+void ember_cuda_graph_free(ember_cuda_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

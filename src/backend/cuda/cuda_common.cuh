@@ -1,0 +1,57 @@
+/*
+ * cuda_common.cuh — internals shared by the CUDA backend's .cu files: the
+ * context struct, error helpers, scratch memory.
+ * Must not: be included from C code (use cuda_backend.h).
+ */
+#ifndef EMBER_CUDA_COMMON_CUH
+#define EMBER_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_backend.h"
+extern "C" {
+#include "base/status.h"
+}
+
+struct ember_cuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    char name[256];
+    uint64_t device_bytes; /* held through ember_cuda_malloc / tensor upload */
+    uint64_t host_bytes;   /* mapped pinned host memory */
+    void *scratch;         /* grows on demand; never shrinks */
+    size_t scratch_bytes;
+    unsigned *counters;    /* zeroed; kernels re-arm what they use */
+    size_t n_counters;
+    bool capturing;
+};
+
+/* Turn a CUDA runtime error into EMBER_ERR_INTERNAL with `what` in the
+ * message; cudaSuccess gives EMBER_OK. */
+static inline ember_status ember_cuda_check(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return EMBER_OK;
+    return ember_error(EMBER_ERR_INTERNAL, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+/* Error of the last kernel launch (configuration errors; no sync). */
+static inline ember_status ember_cuda_launched(const char *kernel)
+{
+    return ember_cuda_check(cudaGetLastError(), kernel);
+}
+
+/* Scratch of at least `bytes` on the device (shared by all kernels of one
+ * context, used within one call). Grows outside graph capture only. */
+ember_status ember_cuda_scratch(ember_cuda *cu, size_t bytes, void **out);
+
+/* At least n zeroed device counters; kernels must leave them zero.
+ * Grows outside graph capture only. */
+ember_status ember_cuda_counters(ember_cuda *cu, size_t n, unsigned **out);
+
+#define EMBER_CUDA_NONNULL(p) \
+    do { if ((p) == NULL) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: %s: " #p " is NULL", __func__); } while (0)
+
+#endif

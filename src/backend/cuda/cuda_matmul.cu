@@ -1,0 +1,323 @@
+/*
+ * cuda_matmul.cu — quantized mat-vec / small-batch matmul and row lookup.
+ *
+ * Owns: y = W x for weights in GGUF block formats (one warp per output row,
+ * lanes over consecutive units of the row, up to 8 activation columns per
+ * pass so W is read once per 8 columns) and dequantized row lookup
+ * (embeddings). Activations stay F32; weights are dequantized in registers
+ * (cuda_quant.cuh); sums are F32.
+ * Must not: allocate or synchronise (graph capture), or know models.
+ */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+
+using namespace ember_cu;
+
+namespace {
+
+constexpr int kWarps = 4; /* rows per CTA of the mat-vec kernel */
+constexpr int kMaxCols = 8;
+constexpr int64_t kGemmMinCols = 32;               /* wider batches go through cuBLAS */
+constexpr int64_t kGemmScratchFloats = 16 << 20;   /* dequantized rows per GEMM chunk (64 MiB) */
+
+/* y[c*n_rows + r] = sum_k W[r][k] x[c*ne0 + k], c < NC. Each warp owns R
+ * consecutive rows so that every x value loaded serves R rows. */
+template <class T, int NC, int R>
+__global__ void __launch_bounds__(kWarps * 32)
+k_matvec(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, const float *__restrict__ x,
+         int64_t ne0, float *__restrict__ y, int64_t n_rows)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5)) * R;
+    if (row0 >= n_rows) return;
+    const uint8_t *wr[R];
+#pragma unroll
+    for (int rr = 0; rr < R; rr++) /* rows past the end re-read the last row; never stored */
+        wr[rr] = W + (row0 + rr < n_rows ? row0 + rr : n_rows - 1) * row_bytes;
+    float acc[NC][R];
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int rr = 0; rr < R; rr++) acc[c][rr] = 0.f;
+    for (int u = lane; u < units_per_row; u += 32) {
+        const int blk = u / T::UNITS, iu = u % T::UNITS;
+        float w[R][T::NRUN * T::RUN];
+        int off[T::NRUN];
+#pragma unroll
+        for (int rr = 0; rr < R; rr++) T::load(wr[rr] + (size_t)blk * T::BYTES, iu, w[rr], off);
+        const float *xb = x + (int64_t)blk * T::QK;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+#pragma unroll
+            for (int r = 0; r < T::NRUN; r++) {
+                float xv[T::RUN];
+#pragma unroll
+                for (int i = 0; i < T::RUN; i += 4) {
+                    const float4 v = *reinterpret_cast<const float4 *>(xb + c * ne0 + off[r] + i);
+                    xv[i] = v.x;
+                    xv[i + 1] = v.y;
+                    xv[i + 2] = v.z;
+                    xv[i + 3] = v.w;
+                }
+#pragma unroll
+                for (int rr = 0; rr < R; rr++)
+#pragma unroll
+                    for (int i = 0; i < T::RUN; i++) acc[c][rr] = fmaf(w[rr][r * T::RUN + i], xv[i], acc[c][rr]);
+            }
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int rr = 0; rr < R; rr++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[c][rr] += __shfl_xor_sync(0xffffffffu, acc[c][rr], o);
+    /* all lanes hold all sums; lane c*R + rr stores one */
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int rr = 0; rr < R; rr++)
+            if (lane == ((c * R + rr) & 31) && row0 + rr < n_rows) y[(int64_t)c * n_rows + row0 + rr] = acc[c][rr];
+}
+
+/* out[i][k] = W[ids[i]][k]; one CTA per id. */
+template <class T>
+__global__ void k_get_rows(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, int64_t n_rows,
+                           int64_t ne0, const int32_t *__restrict__ ids, float *__restrict__ out)
+{
+    const int32_t id = ids[blockIdx.x];
+    float *o = out + (int64_t)blockIdx.x * ne0;
+    if (id < 0 || id >= n_rows) {
+        for (int64_t k = threadIdx.x; k < ne0; k += blockDim.x) o[k] = 0.f;
+        return;
+    }
+    const uint8_t *wr = W + (int64_t)id * row_bytes;
+    for (int u = threadIdx.x; u < units_per_row; u += blockDim.x) {
+        const int blk = u / T::UNITS, iu = u % T::UNITS;
+        float w[T::NRUN * T::RUN];
+        int off[T::NRUN];
+        T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
+        float *ob = o + (int64_t)blk * T::QK;
+#pragma unroll
+        for (int r = 0; r < T::NRUN; r++)
+#pragma unroll
+            for (int i = 0; i < T::RUN; i++) ob[off[r] + i] = w[r * T::RUN + i];
+    }
+}
+
+/* out[r][k] = W[r0 + r][k] for r < n_rows (one CTA per row). */
+template <class T>
+__global__ void k_dequant_rows(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, int64_t r0,
+                               int64_t ne0, float *__restrict__ out)
+{
+    const uint8_t *wr = W + (r0 + blockIdx.x) * row_bytes;
+    float *o = out + (int64_t)blockIdx.x * ne0;
+    for (int u = threadIdx.x; u < units_per_row; u += blockDim.x) {
+        const int blk = u / T::UNITS, iu = u % T::UNITS;
+        float w[T::NRUN * T::RUN];
+        int off[T::NRUN];
+        T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
+        float *ob = o + (int64_t)blk * T::QK;
+#pragma unroll
+        for (int r = 0; r < T::NRUN; r++)
+#pragma unroll
+            for (int i = 0; i < T::RUN; i++) ob[off[r] + i] = w[r * T::RUN + i];
+    }
+}
+
+template <class T, int NC>
+void launch_matvec(cudaStream_t st, const ember_cuda_tensor *w, const float *x, float *y)
+{
+    /* rows per warp: 1 for mat-vec (most warps in flight), more as the batch
+     * grows and reuse of x starts to matter */
+    constexpr int R = NC == 1 ? 1 : (NC <= 3 ? 2 : 4);
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    const unsigned grid = (unsigned)((w->ne1 + kWarps * R - 1) / (kWarps * R));
+    k_matvec<T, NC, R><<<grid, kWarps * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, units, x, w->ne0, y,
+                                                     w->ne1);
+}
+
+template <class T>
+void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, int nc, float *y)
+{
+    switch (nc) {
+    case 1: launch_matvec<T, 1>(st, w, x, y); break;
+    case 2: launch_matvec<T, 2>(st, w, x, y); break;
+    case 3: launch_matvec<T, 3>(st, w, x, y); break;
+    case 4: launch_matvec<T, 4>(st, w, x, y); break;
+    case 5: launch_matvec<T, 5>(st, w, x, y); break;
+    case 6: launch_matvec<T, 6>(st, w, x, y); break;
+    case 7: launch_matvec<T, 7>(st, w, x, y); break;
+    default: launch_matvec<T, 8>(st, w, x, y); break;
+    }
+}
+
+/* Prefill: weights dequantized to F32 a chunk of rows at a time into the
+ * context's scratch, then one F32 GEMM (cuBLAS, no TF32: exact F32 products,
+ * so results still match the mat-vec kernels up to summation order). */
+template <class T>
+ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+{
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    int64_t chunk = kGemmScratchFloats / w->ne0;
+    if (chunk < 1) chunk = 1;
+    if (chunk > w->ne1) chunk = w->ne1;
+    void *scr = NULL;
+    ember_status s = ember_cuda_scratch(cu, (size_t)(chunk * w->ne0) * sizeof(float), &scr);
+    if (s != EMBER_OK) return s;
+    float *wf = (float *)scr;
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t r0 = 0; r0 < w->ne1; r0 += chunk) {
+        const int64_t nr = w->ne1 - r0 < chunk ? w->ne1 - r0 : chunk;
+        k_dequant_rows<T><<<(unsigned)nr, 128, 0, cu->stream>>>((const uint8_t *)w->data, w->row_bytes, units, r0,
+                                                                w->ne0, wf);
+        s = ember_cuda_launched("matmul (dequantize rows)");
+        if (s != EMBER_OK) return s;
+        /* column-major view: Y[r][c] at y[c*ne1 + r] = sum_k Wf[r][k] X[c][k] */
+        const cublasStatus_t cs = cublasSgemm(cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n_cols, (int)w->ne0,
+                                              &one, wf, (int)w->ne0, x, (int)w->ne0, &zero, y + r0, (int)w->ne1);
+        if (cs != CUBLAS_STATUS_SUCCESS)
+            return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSgemm failed (status %d)", (int)cs);
+    }
+    return EMBER_OK;
+}
+
+template <class T>
+ember_status matmul_t(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+{
+    if (w->ne0 % T::QK != 0)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul: %s row length %lld is not a multiple of %d",
+                           ember_type_name(w->type), (long long)w->ne0, T::QK);
+    if (w->ne0 / T::QK * T::UNITS > INT32_MAX)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul: row of %lld elements too long",
+                           (long long)w->ne0);
+    if (n_cols > kGemmMinCols) return matmul_gemm<T>(cu, w, x, n_cols, y);
+    for (int64_t c0 = 0; c0 < n_cols; c0 += kMaxCols) {
+        const int nc = (int)(n_cols - c0 < kMaxCols ? n_cols - c0 : kMaxCols);
+        /* the kernel indexes y with n_rows stride per column: offset both */
+        matvec_cols<T>(cu->stream, w, x + c0 * w->ne0, nc, y + c0 * w->ne1);
+    }
+    return ember_cuda_launched("matmul");
+}
+
+template <class T>
+ember_status get_rows_t(ember_cuda *cu, const ember_cuda_tensor *w, const int32_t *ids, int64_t n_ids, float *out)
+{
+    if (w->ne0 % T::QK != 0)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: get_rows: %s row length %lld is not a multiple of %d",
+                           ember_type_name(w->type), (long long)w->ne0, T::QK);
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    k_get_rows<T><<<(unsigned)n_ids, 128, 0, cu->stream>>>((const uint8_t *)w->data, w->row_bytes, units, w->ne1,
+                                                         w->ne0, ids, out);
+    return ember_cuda_launched("get_rows");
+}
+
+/* One warp per block of 32 (Q8_0/Q8_1): lane i holds x[i]. */
+__global__ void k_round_q8_0(const float *__restrict__ x, float *__restrict__ y, int64_t n_blocks)
+{
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    const float v = x[blk * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d16 = __half2float(__float2half_rn(d));
+    y[blk * 32 + lane] = roundf(__fmul_rn(v, id)) * d16;
+}
+
+/* One warp per block of 256 (Q8_K): lane i holds 8 elements. */
+__global__ void k_round_q8_K(const float *__restrict__ x, float *__restrict__ y, int64_t n_blocks)
+{
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    float v[8], amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = x[blk * 256 + i * 32 + lane];
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d = amax != 0.0f ? 1.0f / id : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) y[blk * 256 + i * 32 + lane] = rintf(__fmul_rn(v[i], id)) * d;
+}
+
+ember_status check_tensor(const ember_cuda_tensor *w, const char *fn)
+{
+    if (!w || !w->data || w->ne0 <= 0 || w->ne1 <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: %s: empty or NULL weight tensor", fn);
+    return EMBER_OK;
+}
+
+} /* namespace */
+
+#define EMBER_CUDA_TYPE_DISPATCH(type, FN, ...)                                                   \
+    switch (type) {                                                                               \
+    case EMBER_TYPE_F32: return FN<tf32>(__VA_ARGS__);                                            \
+    case EMBER_TYPE_F16: return FN<tf16>(__VA_ARGS__);                                            \
+    case EMBER_TYPE_BF16: return FN<tbf16>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q4_0: return FN<tq4_0>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q4_1: return FN<tq4_1>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q5_0: return FN<tq5_0>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q5_1: return FN<tq5_1>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q8_0: return FN<tq8_0>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q4_K: return FN<tq4_K>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q5_K: return FN<tq5_K>(__VA_ARGS__);                                          \
+    case EMBER_TYPE_Q6_K: return FN<tq6_K>(__VA_ARGS__);                                          \
+    default:                                                                                      \
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: no kernel for tensor type %s (%u)",      \
+                           ember_type_name(type), (unsigned)(type));                              \
+    }
+
+extern "C" ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
+                                          int64_t n_cols, float *y)
+{
+    EMBER_CUDA_NONNULL(cu);
+    ember_status s = check_tensor(w, "matmul");
+    if (s != EMBER_OK) return s;
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    if (n_cols <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul: n_cols = %lld", (long long)n_cols);
+    EMBER_CUDA_TYPE_DISPATCH(w->type, matmul_t, cu, w, x, n_cols, y)
+}
+
+extern "C" ember_status ember_cuda_get_rows(ember_cuda *cu, const ember_cuda_tensor *w, const int32_t *ids,
+                                            int64_t n_ids, float *out)
+{
+    EMBER_CUDA_NONNULL(cu);
+    ember_status s = check_tensor(w, "get_rows");
+    if (s != EMBER_OK) return s;
+    EMBER_CUDA_NONNULL(ids);
+    EMBER_CUDA_NONNULL(out);
+    if (n_ids <= 0 || n_ids > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: get_rows: n_ids = %lld", (long long)n_ids);
+    EMBER_CUDA_TYPE_DISPATCH(w->type, get_rows_t, cu, w, ids, n_ids, out)
+}
+
+extern "C" ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, const float *x, float *y, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: round_act: n = %lld", (long long)n);
+    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    if (act_type == EMBER_TYPE_F32) {
+        return x == y ? EMBER_OK : ember_cuda_copy(cu, y, x, (size_t)n * sizeof(float));
+    } else if (act_type != EMBER_TYPE_Q8_0 && act_type != EMBER_TYPE_Q8_1 && act_type != EMBER_TYPE_Q8_K) {
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: round_act: activation type %s",
+                           ember_type_name(act_type));
+    }
+    if (n % bs != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: round_act: n = %lld is not a multiple of %lld",
+                           (long long)n, (long long)bs);
+    const int64_t nb = n / bs;
+    const unsigned grid = (unsigned)((nb + 7) / 8);
+    if (bs == 32) k_round_q8_0<<<grid, 256, 0, cu->stream>>>(x, y, nb);
+    else k_round_q8_K<<<grid, 256, 0, cu->stream>>>(x, y, nb);
+    return ember_cuda_launched("round_act");
+}

@@ -1,0 +1,236 @@
+/*
+ * cuda_ops.cu — normalisation, RoPE, gated activations, elementwise ops and
+ * KV-cache stores.
+ *
+ * Owns: the small memory-bound kernels of a transformer layer.
+ * Must not: allocate or synchronise (graph capture), or know models.
+ */
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include <cuda_fp16.h>
+
+namespace {
+
+/* Sum over the CTA (blockDim.x a multiple of 32, <= 1024). */
+__device__ float block_sum(float v)
+{
+    __shared__ float red[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads(); /* red may be in use by a previous call */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    const int nw = blockDim.x >> 5;
+    v = lane < nw ? red[lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ADD = false: y = norm(x) * w; ADD = true: y += norm(x) * w. One CTA per row. */
+template <bool ADD>
+__global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict__ w, float *y, int64_t n, float eps)
+{
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss);
+    const float inv = rsqrtf(ss / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        if (ADD) yr[i] += v;
+        else yr[i] = v;
+    }
+}
+
+/* One CTA per (token, head); threads over the n_rot/2 rotated pairs.
+ * theta follows ggml_rope's f32 arithmetic step for step (theta_base = pos,
+ * times theta_scale once per pair; / ff; * freq_scale), so the CPU backend
+ * and this kernel turn by the same angles. */
+__global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, int head_dim, int n_rot, int neox,
+                       float theta_scale, float freq_scale, const float *__restrict__ ff)
+{
+    const int64_t t = blockIdx.y;
+    float *xh = x + (t * n_head + blockIdx.x) * (int64_t)head_dim;
+    const float p = (float)pos[t];
+    const int half = n_rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float tb = p;
+        for (int k = 0; k < i; k++) tb *= theta_scale;
+        const float theta = freq_scale * (ff ? tb / ff[i] : tb);
+        float s, c;
+        sincosf(theta, &s, &c);
+        const int i0 = neox ? i : 2 * i;
+        const int i1 = neox ? i + half : 2 * i + 1;
+        const float x0 = xh[i0], x1 = xh[i1];
+        xh[i0] = x0 * c - x1 * s;
+        xh[i1] = x0 * s + x1 * c;
+    }
+}
+
+__device__ __forceinline__ float act_silu(float x) { return x / (1.f + expf(-x)); }
+__device__ __forceinline__ float act_gelu_tanh(float x)
+{
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float act_gelu_tanh_f16(float x)
+{
+    if (x <= -10.f) return 0.f;
+    if (x >= 10.f) return x;
+    return __half2float(__float2half_rn(act_gelu_tanh(__half2float(__float2half_rn(x)))));
+}
+
+template <int ACT>
+__global__ void k_glu(const float *gate, const float *up, float *out, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
+                        : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
+                                                          : act_gelu_tanh_f16(g);
+        out[i] = a * up[i];
+    }
+}
+
+__global__ void k_add(const float *a, const float *b, float *y, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = a[i] + b[i];
+}
+
+__global__ void k_scale(float *x, float s, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+__global__ void k_kv_store(const float *__restrict__ src, int64_t row, const int32_t *__restrict__ cells,
+                           __half *cache)
+{
+    const int32_t cell = cells[blockIdx.x];
+    if (cell < 0) return;
+    const float *s = src + (int64_t)blockIdx.x * row;
+    __half *d = cache + (int64_t)cell * row;
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) d[i] = __float2half_rn(s[i]);
+}
+
+unsigned elementwise_grid(int64_t n)
+{
+    int64_t g = (n + 255) / 256;
+    return (unsigned)(g > 65535 ? 65535 : (g < 1 ? 1 : g));
+}
+
+int norm_threads(int64_t n)
+{
+    return n >= 1024 ? 512 : (n >= 256 ? 256 : (n > 64 ? 128 : 32));
+}
+
+} /* namespace */
+
+extern "C" ember_status ember_cuda_rms_norm(ember_cuda *cu, const float *x, const float *w, float *y, int64_t n,
+                                            int64_t n_rows, float eps)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm: bad shape [%lld, %lld]", (long long)n_rows,
+                           (long long)n);
+    k_rms_norm<false><<<(unsigned)n_rows, norm_threads(n), 0, cu->stream>>>(x, w, y, n, eps);
+    return ember_cuda_launched("rms_norm");
+}
+
+extern "C" ember_status ember_cuda_rms_norm_add(ember_cuda *cu, const float *x, const float *w, float *residual,
+                                                int64_t n, int64_t n_rows, float eps)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(residual);
+    if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add: bad shape [%lld, %lld]",
+                           (long long)n_rows, (long long)n);
+    k_rms_norm<true><<<(unsigned)n_rows, norm_threads(n), 0, cu->stream>>>(x, w, residual, n, eps);
+    return ember_cuda_launched("rms_norm_add");
+}
+
+extern "C" ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t *pos, int64_t n_tokens, int n_head,
+                                        int head_dim, int n_rot, ember_cuda_rope_mode mode, float freq_base,
+                                        float freq_scale, const float *freq_factors)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(pos);
+    if (n_tokens <= 0 || n_tokens > 65535 || n_head <= 0 || head_dim <= 0 || n_rot <= 0 || n_rot > head_dim ||
+        n_rot % 2 != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG,
+                           "cuda: rope: bad shape (n_tokens %lld, n_head %d, head_dim %d, n_rot %d)",
+                           (long long)n_tokens, n_head, head_dim, n_rot);
+    if (mode != EMBER_CUDA_ROPE_NORMAL && mode != EMBER_CUDA_ROPE_NEOX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rope: unknown mode %d", (int)mode);
+    if (!(freq_base > 0.f) || !(freq_scale > 0.f))
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rope: freq_base %g, freq_scale %g must be > 0",
+                           (double)freq_base, (double)freq_scale);
+    const int half = n_rot / 2;
+    const int threads = half >= 128 ? 128 : ((half + 31) / 32) * 32;
+    dim3 grid((unsigned)n_head, (unsigned)n_tokens);
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    k_rope<<<grid, threads, 0, cu->stream>>>(x, pos, n_head, head_dim, n_rot, mode == EMBER_CUDA_ROPE_NEOX,
+                                             theta_scale, freq_scale, freq_factors);
+    return ember_cuda_launched("rope");
+}
+
+extern "C" ember_status ember_cuda_glu(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
+                                       float *out, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(gate);
+    EMBER_CUDA_NONNULL(up);
+    EMBER_CUDA_NONNULL(out);
+    if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu: n = %lld", (long long)n);
+    if (act == EMBER_CUDA_ACT_SILU)
+        k_glu<EMBER_CUDA_ACT_SILU><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH)
+        k_glu<EMBER_CUDA_ACT_GELU_TANH><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH_F16)
+        k_glu<EMBER_CUDA_ACT_GELU_TANH_F16><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+    else
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu: unknown activation %d", (int)act);
+    return ember_cuda_launched("glu");
+}
+
+extern "C" ember_status ember_cuda_add(ember_cuda *cu, const float *a, const float *b, float *y, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(a);
+    EMBER_CUDA_NONNULL(b);
+    EMBER_CUDA_NONNULL(y);
+    if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: add: n = %lld", (long long)n);
+    k_add<<<elementwise_grid(n), 256, 0, cu->stream>>>(a, b, y, n);
+    return ember_cuda_launched("add");
+}
+
+extern "C" ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: scale: n = %lld", (long long)n);
+    k_scale<<<elementwise_grid(n), 256, 0, cu->stream>>>(x, s, n);
+    return ember_cuda_launched("scale");
+}
+
+extern "C" ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, int64_t n_tokens, int64_t row,
+                                            const int32_t *cells, uint16_t *cache)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(src);
+    EMBER_CUDA_NONNULL(cells);
+    EMBER_CUDA_NONNULL(cache);
+    if (n_tokens <= 0 || n_tokens > INT32_MAX || row <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: kv_store: bad shape [%lld, %lld]", (long long)n_tokens,
+                           (long long)row);
+    k_kv_store<<<(unsigned)n_tokens, 128, 0, cu->stream>>>(src, row, cells, reinterpret_cast<__half *>(cache));
+    return ember_cuda_launched("kv_store");
+}

@@ -1,0 +1,54 @@
+/*
+ * template.h — render a conversation with a model's chat template the way
+ * Hugging Face transformers' apply_chat_template does (tokenize=False).
+ *
+ * Owns: building the template context — messages, tools (None when absent),
+ * documents (None), add_generation_prompt, the special tokens, and the
+ * request's chat_template_kwargs (e.g. enable_thinking) — and rendering it
+ * with the Jinja interpreter (src/chat/jinja/jinja.h).
+ * Source of the contract: transformers/utils/chat_template_utils.py,
+ * render_jinja_template(): template.render(messages=..., tools=...,
+ * documents=..., add_generation_prompt=..., **special_tokens_map, **kwargs).
+ * Must not: rewrite messages (OpenAI -> Hugging Face shape conversion, such
+ * as parsing tool_call arguments from JSON strings, is the caller's job) or
+ * know about HTTP.
+ */
+#ifndef EMBER_CHAT_TEMPLATE_H
+#define EMBER_CHAT_TEMPLATE_H
+
+#include <stdbool.h>
+#include <jansson.h>
+
+#include "chat/jinja/jinja.h"
+
+typedef struct ember_chat_inputs {
+    const json_t *messages;       /* JSON array of message objects; required */
+    const json_t *tools;          /* JSON array of tool schemas, or NULL (template sees None) */
+    bool add_generation_prompt;
+    const char *bos_token;        /* NULL: not defined in the template (as a tokenizer without one) */
+    const char *eos_token;        /* NULL: not defined */
+    const json_t *kwargs;         /* JSON object of extra variables (chat_template_kwargs), or NULL */
+} ember_chat_inputs;
+
+/* Build the context object a chat template is rendered with. *out is a new
+ * reference (json_decref it). kwargs are added last and may override the
+ * special tokens but not messages/tools/documents/add_generation_prompt
+ * (Python would reject the duplicate keyword).
+ * Errors: EMBER_ERR_INVALID_ARG (messages not an array, tools not an array
+ * or null, kwargs not an object, kwargs naming a reserved variable),
+ * EMBER_ERR_NOMEM. */
+ember_status ember_chat_build_context(const ember_chat_inputs *in, json_t **out);
+
+/* Render `t` for `in`. `opts` may be NULL; when it does not pin the clock and
+ * the environment variable EMBER_FIXED_NOW holds a Unix time in seconds,
+ * strftime_now() uses that instant (UTC), so tests get stable prompts.
+ * On success *out is a malloc'd UTF-8 string (free() it), *out_len (may be
+ * NULL) its length in bytes.
+ * Errors: those of ember_chat_build_context and ember_jinja_render (a
+ * template error is EMBER_ERR_FORMAT with "line L, column C: ..." in err and
+ * in ember_last_error()). */
+ember_status ember_chat_render(const ember_jinja_template *t, const ember_chat_inputs *in,
+                               const ember_jinja_render_opts *opts, char **out, size_t *out_len,
+                               ember_jinja_error *err);
+
+#endif

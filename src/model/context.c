@@ -1,0 +1,340 @@
+/*
+ * context.c — the runtime API: contexts, batches, ember_decode, logits and
+ * sequence edits.
+ *
+ * Owns: validating a batch (tokens, sequence ids, consecutive positions),
+ * reserving its KV rows (all or nothing), cutting it into micro-batches of
+ * n_ubatch entries and running the architecture's forward over each, and the
+ * logits of the last decode. All memory (KV pool, scratch, index arrays) is
+ * allocated by ember_context_new; the logits buffer grows only when a batch
+ * asks for more logits rows than any before it.
+ * Must not: know an architecture's math (model files), or KV block internals
+ * (kv/).
+ */
+#ifdef EMBER_CUDA
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_backend.h"
+#endif
+#include "model/model.h"
+#include "base/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_BLOCK_TOKENS 32
+
+struct ember_context {
+    ember_model *m;
+    ember_context_params p;
+    ember_backend *be;
+    ember_kv *kv;
+    ember_scratch s;
+    void *scratch_mem;
+    uint64_t scratch_bytes;
+    /* per-decode index arrays, [n_batch] each */
+    int64_t *kv_row;
+    ember_attn_query *query;
+    int32_t *out_map;     /* entry -> logits row, or -1 */
+    int32_t *out_idx;     /* ubatch-local indices of entries that want logits */
+    int32_t n_last;       /* entries of the last decode */
+    int32_t n_out_last;
+    /* per-sequence, [n_seq_max] */
+    int32_t *seq_next;
+    int32_t *seq_count;
+    ember_seq_id *seq_list;
+    float *logits;
+    int64_t logits_rows;  /* capacity in rows of n_vocab */
+};
+
+/* Mirror a copy-on-write block copy into a backend that keeps its own copy
+ * of the cache. */
+static void kv_copy_to_backend(void *ud, const ember_kv *kv, int32_t dst, int32_t src)
+{
+    ember_context *c = ud;
+    const int64_t bt = ember_kv_block_tokens(kv);
+    for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
+        const ember_kv_layer_view view = ember_kv_layer(kv, il);
+        c->be->ops->kv_copy(c->be, &view, dst * bt, src * bt, bt);
+    }
+}
+
+ember_context_params ember_context_default_params(void)
+{
+    ember_context_params p = {
+        .n_ctx = 4096, .n_kv_tokens = 0, .n_seq_max = 1,
+        .n_batch = 2048, .n_ubatch = 512, .n_threads = 0,
+        .type_k = EMBER_KV_F16, .type_v = EMBER_KV_F16,
+    };
+    return p;
+}
+
+static bool kv_type(ember_kv_type t, uint32_t *out)
+{
+    switch (t) {
+    case EMBER_KV_F16: *out = EMBER_TYPE_F16; return true;
+    case EMBER_KV_Q8_0: *out = EMBER_TYPE_Q8_0; return true;
+    case EMBER_KV_F32: *out = EMBER_TYPE_F32; return true;
+    }
+    return false;
+}
+
+ember_status ember_context_new(ember_model *m, const ember_context_params *params, ember_context **out)
+{
+    if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: out is NULL");
+    *out = NULL;
+    if (!m) return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: model is NULL");
+    ember_context_params p = params ? *params : ember_context_default_params();
+    if (p.n_kv_tokens == 0) p.n_kv_tokens = p.n_ctx;
+    if (p.n_ubatch == 0 || p.n_ubatch > p.n_batch) p.n_ubatch = p.n_batch;
+    if (p.n_ctx < 1 || p.n_ctx > (1u << 24) || p.n_seq_max < 1 || p.n_seq_max > 4096 || p.n_batch < 1 ||
+        p.n_batch > (1u << 20) || p.n_kv_tokens > (1u << 28))
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: n_ctx %u, n_seq_max %u, n_batch %u, n_kv_tokens %u out of range",
+                           p.n_ctx, p.n_seq_max, p.n_batch, p.n_kv_tokens);
+    uint32_t tk, tv;
+    if (!kv_type(p.type_k, &tk) || !kv_type(p.type_v, &tv))
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: unknown KV cache type %d/%d", (int)p.type_k, (int)p.type_v);
+    const ember_hparams *hp = &m->hp;
+    if (tk == EMBER_TYPE_Q8_0 && hp->head_dim_k % 32 != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: q8_0 K cache needs key_length %d to be a multiple of 32", hp->head_dim_k);
+    if (tv == EMBER_TYPE_Q8_0 && hp->head_dim_v % 32 != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: q8_0 V cache needs value_length %d to be a multiple of 32", hp->head_dim_v);
+
+    ember_context *c = calloc(1, sizeof *c);
+    if (!c) return ember_error(EMBER_ERR_NOMEM, "ember_context_new: out of memory");
+    c->m = m;
+    c->p = p;
+    ember_status st;
+
+    const int64_t ub = p.n_ubatch;
+    const int64_t n_q = (int64_t)hp->n_head * hp->head_dim_k, n_k = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    const int64_t n_v = (int64_t)hp->n_head_kv * hp->head_dim_v, n_att = (int64_t)hp->n_head * hp->head_dim_v;
+    int64_t max_in = hp->n_embd;
+    if (hp->n_ff > max_in) max_in = hp->n_ff;
+    if (n_att > max_in) max_in = n_att;
+    ember_backend_limits lim = {
+        .max_tokens = ub, .max_n_in = max_in, .max_kv_tokens = p.n_ctx,
+        .max_head_dim = hp->head_dim_k > hp->head_dim_v ? hp->head_dim_k : hp->head_dim_v,
+    };
+#ifdef EMBER_CUDA
+    if (m->n_gpu_layers != 0 && ember_cuda_device_count() > 0) {
+        if ((st = ember_backend_cuda_new(m->device, &lim, &c->be))) goto fail;
+    } else
+#endif
+    if ((st = ember_backend_cpu_new(p.n_threads, &lim, &c->be))) goto fail;
+
+    ember_kv_params kp = {
+        .n_layer = hp->n_layer, .n_embd_k = n_k, .n_embd_v = n_v, .type_k = tk, .type_v = tv,
+        .block_tokens = KV_BLOCK_TOKENS,
+        .n_blocks = (int32_t)((p.n_kv_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS),
+        .n_seq_max = (int32_t)p.n_seq_max, .n_ctx = (int32_t)p.n_ctx,
+    };
+    if ((st = ember_kv_new(&kp, &c->kv))) goto fail;
+    if (c->be->ops->kv_copy) ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
+
+    const int64_t sizes[8] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff};
+    int64_t total = 0;
+    for (int i = 0; i < 8; i++) total += (sizes[i] + 15) & ~(int64_t)15;
+    c->scratch_mem = calloc((size_t)total, sizeof(float));
+    c->scratch_bytes = (uint64_t)total * sizeof(float);
+    const size_t nb = p.n_batch, ns = p.n_seq_max;
+    c->kv_row = malloc(nb * sizeof *c->kv_row);
+    c->query = malloc(nb * sizeof *c->query);
+    c->out_map = malloc(nb * sizeof *c->out_map);
+    c->out_idx = malloc(nb * sizeof *c->out_idx);
+    c->seq_next = malloc(ns * sizeof *c->seq_next);
+    c->seq_count = calloc(ns, sizeof *c->seq_count);
+    c->seq_list = malloc(ns * sizeof *c->seq_list);
+    c->logits_rows = p.n_seq_max < p.n_batch ? p.n_seq_max : p.n_batch;
+    c->logits = malloc((size_t)c->logits_rows * (size_t)hp->n_vocab * sizeof(float));
+    if (!c->scratch_mem || !c->kv_row || !c->query || !c->out_map || !c->out_idx || !c->seq_next ||
+        !c->seq_count || !c->seq_list || !c->logits) {
+        st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: cannot allocate %llu bytes of scratch", (unsigned long long)c->scratch_bytes);
+        goto fail;
+    }
+    float *f = c->scratch_mem;
+    float **dst[8] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2};
+    for (int i = 0; i < 8; i++) { *dst[i] = f; f += (sizes[i] + 15) & ~(int64_t)15; }
+#ifdef EMBER_CUDA
+    if (!ember_backend_is_cuda(c->be))
+#endif
+    c->scratch_bytes += ember_backend_scratch_bytes(c->be);
+    *out = c;
+    return EMBER_OK;
+fail:
+    ember_context_free(c);
+    return st;
+}
+
+void ember_context_free(ember_context *c)
+{
+    if (!c) return;
+    ember_backend_free(c->be);
+    ember_kv_free(c->kv);
+    free(c->scratch_mem);
+    free(c->kv_row);
+    free(c->query);
+    free(c->out_map);
+    free(c->out_idx);
+    free(c->seq_next);
+    free(c->seq_count);
+    free(c->seq_list);
+    free(c->logits);
+    free(c);
+}
+
+uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv); }
+uint64_t ember_context_scratch_bytes(const ember_context *c)
+{
+    return c->scratch_bytes + (uint64_t)c->logits_rows * (uint64_t)c->m->hp.n_vocab * sizeof(float);
+}
+
+ember_status ember_batch_init(int32_t n_max, ember_batch *out)
+{
+    if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "ember_batch_init: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (n_max < 1) return ember_error(EMBER_ERR_INVALID_ARG, "ember_batch_init: n_max %d < 1", n_max);
+    out->token = calloc((size_t)n_max, sizeof *out->token);
+    out->pos = calloc((size_t)n_max, sizeof *out->pos);
+    out->seq_id = calloc((size_t)n_max, sizeof *out->seq_id);
+    out->logits = calloc((size_t)n_max, sizeof *out->logits);
+    if (!out->token || !out->pos || !out->seq_id || !out->logits) {
+        ember_batch_free(out);
+        return ember_error(EMBER_ERR_NOMEM, "ember_batch_init: cannot allocate %d entries", n_max);
+    }
+    return EMBER_OK;
+}
+
+void ember_batch_free(ember_batch *b)
+{
+    if (!b) return;
+    free(b->token);
+    free(b->pos);
+    free(b->seq_id);
+    free(b->logits);
+    memset(b, 0, sizeof *b);
+}
+
+ember_status ember_decode(ember_context *c, const ember_batch *b)
+{
+    if (!c || !b) return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: context or batch is NULL");
+    const int32_t n = b->n_tokens;
+    const ember_hparams *hp = &c->m->hp;
+    c->n_last = 0;
+    c->n_out_last = 0;
+    if (n < 1 || (uint32_t)n > c->p.n_batch)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: n_tokens %d not in [1, n_batch %u]", n, c->p.n_batch);
+    if (!b->token || !b->pos || !b->seq_id || !b->logits)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: batch arrays must not be NULL");
+
+    /* validate: ids, tokens, consecutive positions per sequence */
+    int32_t n_seqs = 0, n_out = 0;
+    ember_status st = EMBER_OK;
+    for (int32_t i = 0; i < n; i++) {
+        const ember_seq_id s = b->seq_id[i];
+        if (s < 0 || (uint32_t)s >= c->p.n_seq_max) {
+            st = ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: entry %d: seq_id %d not in [0, n_seq_max %u)", i, s, c->p.n_seq_max);
+            break;
+        }
+        if (b->token[i] < 0 || b->token[i] >= hp->n_vocab) {
+            st = ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: entry %d: token %d not in [0, n_vocab %d)", i, b->token[i], hp->n_vocab);
+            break;
+        }
+        if (c->seq_count[s] == 0) {
+            c->seq_list[n_seqs++] = s;
+            c->seq_next[s] = ember_kv_seq_len(c->kv, s);
+        }
+        if (b->pos[i] != c->seq_next[s]) {
+            st = ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: entry %d: position %d of sequence %d, expected %d (positions must continue the sequence)",
+                             i, b->pos[i], s, c->seq_next[s]);
+            break;
+        }
+        c->seq_next[s]++;
+        c->seq_count[s]++;
+        if (b->logits[i]) n_out++;
+    }
+    if (st == EMBER_OK) {
+        ember_seq_id *ids = c->seq_list;
+        int32_t *cnt = (int32_t *)c->out_idx;   /* reused as scratch: n_seqs <= n_batch */
+        for (int32_t k = 0; k < n_seqs; k++) cnt[k] = c->seq_count[ids[k]];
+        st = ember_kv_append(c->kv, ids, cnt, n_seqs);
+    }
+    for (int32_t k = 0; k < n_seqs; k++) c->seq_count[c->seq_list[k]] = 0;
+    if (st != EMBER_OK) return st;
+
+    /* grow the logits buffer if this batch wants more rows than ever before */
+    if (n_out > c->logits_rows) {
+        float *nl = realloc(c->logits, (size_t)n_out * (size_t)hp->n_vocab * sizeof(float));
+        if (!nl) {
+            /* roll back the reservation so nothing is written */
+            for (int32_t i = n - 1; i >= 0; i--) ember_kv_seq_truncate(c->kv, b->seq_id[i], b->pos[i]);
+            return ember_error(EMBER_ERR_NOMEM, "ember_decode: cannot allocate logits for %d rows", n_out);
+        }
+        c->logits = nl;
+        c->logits_rows = n_out;
+    }
+
+    int32_t o = 0;
+    for (int32_t i = 0; i < n; i++) {
+        c->kv_row[i] = ember_kv_row(c->kv, b->seq_id[i], b->pos[i]);
+        c->query[i].blocks = ember_kv_seq_blocks(c->kv, b->seq_id[i]);
+        c->query[i].pos = b->pos[i];
+        c->out_map[i] = b->logits[i] ? o++ : -1;
+    }
+
+    ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .s = &c->s};
+    for (int32_t u0 = 0; u0 < n; u0 += (int32_t)c->p.n_ubatch) {
+        int32_t u1 = u0 + (int32_t)c->p.n_ubatch;
+        if (u1 > n) u1 = n;
+        int32_t first_out = -1, n_uo = 0;
+        for (int32_t i = u0; i < u1; i++) {
+            if (c->out_map[i] < 0) continue;
+            if (first_out < 0) first_out = c->out_map[i];
+            c->out_idx[n_uo++] = i - u0;
+        }
+        ember_ubatch ubatch = {
+            .n = u1 - u0, .token = b->token + u0, .pos = b->pos + u0, .kv_row = c->kv_row + u0,
+            .query = c->query + u0, .n_out = n_uo, .out_idx = c->out_idx,
+            .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
+        };
+        c->m->arch->forward(&run, &ubatch);
+    }
+    c->n_last = n;
+    c->n_out_last = n_out;
+    return EMBER_OK;
+}
+
+const float *ember_get_logits(ember_context *c, int32_t i)
+{
+    if (!c) return NULL;
+    if (i < 0) {
+        if (c->n_out_last == 0) return NULL;
+        return c->logits + (size_t)(c->n_out_last - 1) * (size_t)c->m->hp.n_vocab;
+    }
+    if (i >= c->n_last || c->out_map[i] < 0) return NULL;
+    return c->logits + (size_t)c->out_map[i] * (size_t)c->m->hp.n_vocab;
+}
+
+ember_status ember_seq_remove(ember_context *c, ember_seq_id seq)
+{
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_remove: context is NULL");
+    return ember_kv_seq_remove(c->kv, seq);
+}
+
+ember_status ember_seq_truncate(ember_context *c, ember_seq_id seq, ember_pos n_keep)
+{
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_truncate: context is NULL");
+    return ember_kv_seq_truncate(c->kv, seq, n_keep);
+}
+
+ember_status ember_seq_fork(ember_context *c, ember_seq_id src, ember_seq_id dst, ember_pos n)
+{
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_fork: context is NULL");
+    return ember_kv_seq_fork(c->kv, src, dst, n);
+}
+
+ember_pos ember_seq_len(const ember_context *c, ember_seq_id seq) { return c ? ember_kv_seq_len(c->kv, seq) : 0; }
+
+uint32_t ember_kv_free_tokens(const ember_context *c)
+{
+    return c ? (uint32_t)ember_kv_free_blocks(c->kv) * (uint32_t)ember_kv_block_tokens(c->kv) : 0;
+}

@@ -1,0 +1,284 @@
+/*
+ * model.c — loading a GGUF model: architecture registry, common
+ * hyperparameters, binding weights in place, and the public accessors.
+ *
+ * Owns: ember_model_load/free and the ember_model_* getters, the helpers that
+ * model files use to bind tensors and read "<arch>.*" keys, and the shared
+ * transformer pieces (project, attend, output). Must not: hold per-context
+ * state or copy weights (they stay in the mapping, in their block format).
+ *
+ * Key names: llama.cpp src/llama-arch.cpp (LLM_KV_*), gguf-py constants.py.
+ */
+#include "model/model.h"
+#include "base/status.h"
+#include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const ember_arch *const registry[] = {
+    &ember_arch_gemma3,
+    &ember_arch_llama,
+};
+
+ember_model_params ember_model_default_params(void)
+{
+    ember_model_params p = {.n_gpu_layers = 0, .device = 0, .use_mmap = true};
+    return p;
+}
+
+/* ---- metadata helpers ---------------------------------------------------- */
+
+ember_status ember_model_get_u32(const ember_model *m, const char *suffix, bool required, int32_t *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    uint32_t v;
+    ember_status st = ember_gguf_get_u32(m->gguf, key, &v);
+    if (st == EMBER_ERR_NOT_FOUND && !required) return EMBER_OK;
+    if (st == EMBER_ERR_NOT_FOUND) return ember_error(st, "%s: missing metadata key '%s'", m->path, key);
+    if (st != EMBER_OK) return ember_error(st, "%s: metadata key '%s' is not an unsigned 32-bit integer", m->path, key);
+    if (v > INT32_MAX) return ember_error(EMBER_ERR_FORMAT, "%s: metadata key '%s' = %u is too large", m->path, key, v);
+    *out = (int32_t)v;
+    return EMBER_OK;
+}
+
+ember_status ember_model_get_f32(const ember_model *m, const char *suffix, bool required, float *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    float v;
+    ember_status st = ember_gguf_get_f32(m->gguf, key, &v);
+    if (st == EMBER_ERR_NOT_FOUND && !required) return EMBER_OK;
+    if (st == EMBER_ERR_NOT_FOUND) return ember_error(st, "%s: missing metadata key '%s'", m->path, key);
+    if (st != EMBER_OK) return ember_error(st, "%s: metadata key '%s' is not a number", m->path, key);
+    if (!isfinite(v)) return ember_error(EMBER_ERR_FORMAT, "%s: metadata key '%s' is not finite", m->path, key);
+    *out = v;
+    return EMBER_OK;
+}
+
+/* ---- tensor binding ------------------------------------------------------ */
+
+ember_status ember_model_bind_matrix(ember_model *m, const char *name, int64_t n_in, int64_t n_out,
+                                     bool required, ember_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    const ember_gguf_tensor *t = ember_gguf_get_tensor(m->gguf, name);
+    if (!t) {
+        if (!required) return EMBER_OK;
+        return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor '%s' (architecture %s)", m->path, name, m->arch_name);
+    }
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1)
+        return ember_error(EMBER_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                           m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                           (long long)t->ne[3], (long long)n_in, (long long)n_out);
+    const ember_quant_traits *tr = ember_quant_traits_get(t->type);
+    if (!tr || !tr->vec_dot || !tr->to_float)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which has no CPU kernels",
+                           m->path, name, ember_type_name(t->type));
+    const ember_quant_traits *at = ember_quant_traits_get(tr->vec_dot_type);
+    if (tr->vec_dot_type != EMBER_TYPE_F32 && tr->vec_dot_type != EMBER_TYPE_F16 && (!at || !at->from_float_ref))
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' (%s) needs activations in %s, which cannot be quantized",
+                           m->path, name, ember_type_name(t->type), ember_type_name(tr->vec_dot_type));
+    uint64_t rb;
+    if (!ember_type_row_bytes(t->type, (uint64_t)n_in, &rb) || rb * (uint64_t)n_out != t->nbytes)
+        return ember_error(EMBER_ERR_FORMAT, "%s: tensor '%s' (%s) rows of %lld elements are not whole blocks",
+                           m->path, name, ember_type_name(t->type), (long long)n_in);
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->row_bytes = (size_t)rb;
+    w->data = t->data;
+    w->name = t->name;
+    return EMBER_OK;
+}
+
+ember_status ember_model_bind_vector(ember_model *m, const char *name, int64_t n, const float **out)
+{
+    const ember_gguf_tensor *t = ember_gguf_get_tensor(m->gguf, name);
+    if (!t) return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor '%s' (architecture %s)", m->path, name, m->arch_name);
+    if (t->type != EMBER_TYPE_F32)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, expected F32", m->path, name, ember_type_name(t->type));
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return ember_error(EMBER_ERR_FORMAT, "%s: tensor '%s' has %lld x %lld elements, expected %lld",
+                           m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)n);
+    if (((uintptr_t)t->data & 3) != 0)
+        return ember_error(EMBER_ERR_FORMAT, "%s: tensor '%s' data is not 4-byte aligned", m->path, name);
+    *out = t->data;
+    return EMBER_OK;
+}
+
+/* ---- common hyperparameters --------------------------------------------- */
+
+static ember_status load_common_hparams(ember_model *m)
+{
+    ember_hparams *hp = &m->hp;
+    ember_status st;
+    if ((st = ember_model_get_u32(m, "context_length", true, &hp->n_ctx_train))) return st;
+    if ((st = ember_model_get_u32(m, "embedding_length", true, &hp->n_embd))) return st;
+    if ((st = ember_model_get_u32(m, "block_count", true, &hp->n_layer))) return st;
+    if ((st = ember_model_get_u32(m, "feed_forward_length", true, &hp->n_ff))) return st;
+    if ((st = ember_model_get_u32(m, "attention.head_count", true, &hp->n_head))) return st;
+    hp->n_head_kv = hp->n_head;
+    if ((st = ember_model_get_u32(m, "attention.head_count_kv", false, &hp->n_head_kv))) return st;
+    if (hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 || hp->n_head_kv < 1 ||
+        hp->n_ctx_train < 1)
+        return ember_error(EMBER_ERR_FORMAT, "%s: hyperparameters must be positive (n_embd %d, n_layer %d, n_ff %d, n_head %d, n_head_kv %d, context_length %d)",
+                           m->path, hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv, hp->n_ctx_train);
+    if (hp->n_layer > EMBER_MAX_LAYERS)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: %s.block_count %d exceeds %d", m->path, m->arch_name, hp->n_layer, EMBER_MAX_LAYERS);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return ember_error(EMBER_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", m->path, hp->n_head, hp->n_head_kv);
+    hp->head_dim_k = hp->n_embd / hp->n_head;
+    if ((st = ember_model_get_u32(m, "attention.key_length", false, &hp->head_dim_k))) return st;
+    hp->head_dim_v = hp->head_dim_k;
+    if ((st = ember_model_get_u32(m, "attention.value_length", false, &hp->head_dim_v))) return st;
+    hp->n_rot = hp->head_dim_k;
+    if ((st = ember_model_get_u32(m, "rope.dimension_count", false, &hp->n_rot))) return st;
+    if (hp->head_dim_k < 1 || hp->head_dim_v < 1 || hp->head_dim_k > 1024 || hp->head_dim_v > 1024 ||
+        hp->n_rot < 2 || hp->n_rot > hp->head_dim_k || hp->n_rot % 2 != 0)
+        return ember_error(EMBER_ERR_FORMAT, "%s: head sizes out of range (key_length %d, value_length %d, rope.dimension_count %d)",
+                           m->path, hp->head_dim_k, hp->head_dim_v, hp->n_rot);
+    if ((st = ember_model_get_f32(m, "attention.layer_norm_rms_epsilon", true, &hp->norm_eps))) return st;
+    hp->rope_base = 10000.0f;
+    if ((st = ember_model_get_f32(m, "rope.freq_base", false, &hp->rope_base))) return st;
+    hp->rope_base_swa = 10000.0f;
+    if ((st = ember_model_get_f32(m, "rope.freq_base_swa", false, &hp->rope_base_swa))) return st;
+    hp->rope_scale = 1.0f;
+    {
+        char key[160];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", m->arch_name);
+        const char *type = NULL;
+        if (ember_gguf_get_str(m->gguf, key, &type, NULL) == EMBER_OK && strcmp(type, "none") != 0) {
+            if (strcmp(type, "linear") != 0)
+                return ember_error(EMBER_ERR_UNSUPPORTED, "%s: %s = '%s' is not supported (none, linear)", m->path, key, type);
+            float factor = 1.0f;
+            if ((st = ember_model_get_f32(m, "rope.scaling.factor", true, &factor))) return st;
+            if (factor <= 0.0f) return ember_error(EMBER_ERR_FORMAT, "%s: %s.rope.scaling.factor %g is not positive", m->path, m->arch_name, factor);
+            hp->rope_scale = 1.0f / factor;
+        }
+    }
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    hp->embd_scale = 1.0f;
+    if (hp->norm_eps <= 0.0f || hp->rope_base <= 0.0f || hp->rope_base_swa <= 0.0f)
+        return ember_error(EMBER_ERR_FORMAT, "%s: layer_norm_rms_epsilon and rope bases must be positive", m->path);
+    return EMBER_OK;
+}
+
+/* ---- load / free ---------------------------------------------------------- */
+
+static ember_status ember_model_load_vocab(ember_model *m) { return ember_vocab_load(m->gguf, &m->vocab); }
+static void ember_model_free_vocab(ember_model *m) { ember_vocab_free(m->vocab); m->vocab = NULL; }
+const struct ember_vocab *ember_model_vocab(const ember_model *m) { return m->vocab; }
+
+ember_status ember_model_load(const char *path, const ember_model_params *params, ember_model **out)
+{
+    if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "ember_model_load: out is NULL");
+    *out = NULL;
+    if (!path) return ember_error(EMBER_ERR_INVALID_ARG, "ember_model_load: path is NULL");
+    ember_model_params def = ember_model_default_params();
+    if (!params) params = &def;
+    ember_model *m = calloc(1, sizeof *m);
+    if (!m) return ember_error(EMBER_ERR_NOMEM, "ember_model_load: out of memory");
+    /* Any n_gpu_layers != 0 puts the whole model on the GPU when the build has
+     * CUDA and a device exists (per-layer split: not yet); else CPU. */
+    m->n_gpu_layers = params->n_gpu_layers;
+    m->device = params->device;
+    snprintf(m->path, sizeof m->path, "%s", path);
+    ember_status st = ember_gguf_open(path, &m->gguf);
+    if (st != EMBER_OK) { free(m); return st; }
+
+    const char *arch = NULL;
+    if (ember_gguf_get_str(m->gguf, "general.architecture", &arch, NULL) != EMBER_OK) {
+        st = ember_error(EMBER_ERR_NOT_FOUND, "%s: missing metadata key 'general.architecture'", path);
+        goto fail;
+    }
+    snprintf(m->arch_name, sizeof m->arch_name, "%s", arch);
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
+        if (!strcmp(registry[i]->name, arch)) m->arch = registry[i];
+    if (!m->arch) {
+        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, llama)", path, arch);
+        goto fail;
+    }
+    if ((st = load_common_hparams(m))) goto fail;
+
+    const ember_gguf_tensor *te = ember_gguf_get_tensor(m->gguf, "token_embd.weight");
+    if (!te) { st = ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor 'token_embd.weight'", path); goto fail; }
+    if (te->ne[1] < 1 || te->ne[1] > INT32_MAX) { st = ember_error(EMBER_ERR_FORMAT, "%s: token_embd.weight has %lld rows", path, (long long)te->ne[1]); goto fail; }
+    m->hp.n_vocab = (int32_t)te->ne[1];
+    if ((st = ember_model_bind_matrix(m, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, &m->tok_embd))) goto fail;
+    if ((st = ember_model_bind_vector(m, "output_norm.weight", m->hp.n_embd, &m->output_norm))) goto fail;
+    if ((st = ember_model_bind_matrix(m, "output.weight", m->hp.n_embd, m->hp.n_vocab, false, &m->output))) goto fail;
+    if (!m->output.data) m->output = m->tok_embd;   /* tied embeddings */
+
+    m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    if (!m->layers) { st = ember_error(EMBER_ERR_NOMEM, "ember_model_load: out of memory"); goto fail; }
+    if ((st = m->arch->load(m))) goto fail;
+
+    for (int64_t i = 0; i < ember_gguf_n_tensors(m->gguf); i++) m->size_bytes += ember_gguf_tensor_at(m->gguf, i)->nbytes;
+    if ((st = ember_model_load_vocab(m))) goto fail;
+    *out = m;
+    return EMBER_OK;
+fail:
+    ember_model_free(m);
+    return st;
+}
+
+void ember_model_free(ember_model *m)
+{
+    if (!m) return;
+    ember_model_free_vocab(m);
+    free(m->layers);
+    ember_gguf_close(m->gguf);
+    free(m);
+}
+
+const char *ember_model_arch(const ember_model *m) { return m->arch_name; }
+int32_t ember_model_n_vocab(const ember_model *m) { return m->hp.n_vocab; }
+int32_t ember_model_n_ctx_train(const ember_model *m) { return m->hp.n_ctx_train; }
+int32_t ember_model_n_embd(const ember_model *m) { return m->hp.n_embd; }
+int32_t ember_model_n_layer(const ember_model *m) { return m->hp.n_layer; }
+uint64_t ember_model_size_bytes(const ember_model *m) { return m->size_bytes; }
+
+/* ---- shared transformer pieces ---------------------------------------------- */
+
+void ember_project(const ember_run *r, const float *x, int32_t n, const ember_weight *w0, float *y0,
+                   const ember_weight *w1, float *y1, const ember_weight *w2, float *y2)
+{
+    const ember_weight *ws[3] = {w0, w1, w2};
+    float *ys[3] = {y0, y1, y2};
+    int32_t nw = w2 ? 3 : w1 ? 2 : 1;
+    r->be->ops->matmul(r->be, x, n, nw, ws, ys);
+}
+
+void ember_attend(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *q,
+                  const float *k, const float *v, float kq_scale, int32_t n_swa, float *out)
+{
+    const ember_hparams *hp = &r->m->hp;
+    const ember_kv_layer_view view = ember_kv_layer(r->kv, il);
+    r->be->ops->kv_store(r->be, &view, k, v, ub->kv_row, ub->n);
+    const ember_attn_params ap = {
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+        .head_dim_k = hp->head_dim_k, .head_dim_v = hp->head_dim_v,
+        .kq_scale = kq_scale, .n_swa = n_swa,
+    };
+    r->be->ops->attention(r->be, &view, &ap, q, ub->query, ub->n, out);
+}
+
+void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x)
+{
+    if (ub->n_out == 0) return;
+    const ember_hparams *hp = &r->m->hp;
+    float *g = r->s->xb;
+    for (int32_t i = 0; i < ub->n_out; i++)
+        memcpy(g + (size_t)i * hp->n_embd, x + (size_t)ub->out_idx[i] * hp->n_embd, (size_t)hp->n_embd * sizeof(float));
+    r->be->ops->rms_norm(r->be, g, g, r->m->output_norm, ub->n_out, hp->n_embd, hp->norm_eps);
+    ember_project(r, g, ub->n_out, &r->m->output, ub->logits, NULL, NULL, NULL, NULL);
+    if (hp->final_softcap > 0.0f) {
+        const float c = hp->final_softcap;
+        for (int64_t i = 0; i < (int64_t)ub->n_out * hp->n_vocab; i++) ub->logits[i] = c * tanhf(ub->logits[i] / c);
+    }
+}

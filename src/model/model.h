@@ -1,0 +1,139 @@
+/*
+ * model.h — internal: the loaded model, the context, and the architecture
+ * registry that model files (gemma3.c, llama.c, ...) plug into.
+ *
+ * Owns: hyperparameters read from GGUF metadata, weights bound in place to
+ * the mapped tensors, the per-step view of a micro-batch (ember_ubatch) and
+ * the scratch a forward pass writes into. Must not: parse GGUF bytes (gguf/),
+ * run kernels (backend/), or manage KV blocks (kv/).
+ */
+#ifndef EMBER_MODEL_H
+#define EMBER_MODEL_H
+
+#include "ember.h"
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+#include "kv/kv.h"
+
+#define EMBER_MAX_LAYERS 256
+
+typedef struct ember_hparams {
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim_k;       /* attention.key_length, else n_embd / n_head */
+    int32_t head_dim_v;
+    int32_t n_ff;
+    int32_t n_rot;            /* rope.dimension_count, else head_dim_k */
+    float norm_eps;           /* attention.layer_norm_rms_epsilon */
+    float rope_base;          /* rope.freq_base (global layers) */
+    float rope_scale;         /* 1 / rope.scaling.factor for linear scaling, else 1 */
+    float rope_base_swa;      /* rope.freq_base_swa, default 10000 */
+    int32_t n_swa;            /* attention.sliding_window; 0 = none */
+    bool is_swa[EMBER_MAX_LAYERS];
+    float attn_scale;         /* multiplies q.k */
+    float embd_scale;         /* multiplies token embeddings */
+    float final_softcap;      /* 0 = none */
+} ember_hparams;
+
+typedef struct ember_layer {
+    const float *attn_norm, *attn_q_norm, *attn_k_norm, *post_attn_norm;
+    const float *ffn_norm, *post_ffw_norm;
+    ember_weight wq, wk, wv, wo;
+    ember_weight ffn_gate, ffn_up, ffn_down;
+} ember_layer;
+
+struct ember_vocab;
+typedef struct ember_arch ember_arch;
+
+struct ember_model {
+    char path[512];
+    ember_gguf *gguf;
+    const ember_arch *arch;
+    char arch_name[64];
+    ember_hparams hp;
+    ember_layer *layers;
+    ember_weight tok_embd;
+    ember_weight output;      /* token_embd when tied */
+    const float *output_norm;
+    struct ember_vocab *vocab;
+    uint64_t size_bytes;
+    int32_t n_gpu_layers;     /* from ember_model_params: != 0 runs on the GPU (CUDA builds) */
+    int32_t device;
+};
+
+/* One micro-batch as a forward pass sees it: n entries with their token,
+ * position, KV row (where this entry's K/V go in every layer) and attention
+ * query (its sequence's block table and position). Rows out_idx[0..n_out) ask
+ * for logits, written to logits[i * n_vocab]. */
+typedef struct ember_ubatch {
+    int32_t n;
+    const ember_token *token;
+    const ember_pos *pos;
+    const int64_t *kv_row;
+    const ember_attn_query *query;
+    int32_t n_out;
+    const int32_t *out_idx;
+    float *logits;
+} ember_ubatch;
+
+/* Scratch of one context, each sized for n_ubatch rows. */
+typedef struct ember_scratch {
+    float *x;      /* residual stream [n, n_embd] */
+    float *xb;     /* [n, n_embd] */
+    float *q;      /* [n, n_head * head_dim_k] */
+    float *k;      /* [n, n_head_kv * head_dim_k] */
+    float *v;      /* [n, n_head_kv * head_dim_v] */
+    float *att;    /* [n, n_head * head_dim_v] */
+    float *hb;     /* [n, n_ff] */
+    float *hb2;    /* [n, n_ff] */
+} ember_scratch;
+
+/* What a forward pass runs with. */
+typedef struct ember_run {
+    const ember_model *m;
+    ember_backend *be;
+    ember_kv *kv;
+    ember_scratch *s;
+} ember_run;
+
+struct ember_arch {
+    const char *name;   /* general.architecture */
+    /* Read arch-specific hyperparameters into m->hp (common ones are read
+     * before) and bind every tensor. Errors name the key or tensor. */
+    ember_status (*load)(ember_model *m);
+    /* Run the model over ub: write K/V for every entry and logits for out_idx. */
+    void (*forward)(const ember_run *r, const ember_ubatch *ub);
+};
+
+extern const ember_arch ember_arch_gemma3;
+extern const ember_arch ember_arch_llama;
+
+/* --- helpers for model files (model.c) --- */
+
+/* Bind matrix `name` of shape [n_out, n_in] (GGUF ne = {n_in, n_out}); its
+ * type must have a vec_dot kernel. Errors: EMBER_ERR_NOT_FOUND (names the
+ * tensor), EMBER_ERR_FORMAT (shape), EMBER_ERR_UNSUPPORTED (type). With
+ * required == false a missing tensor leaves w->data NULL and returns OK. */
+ember_status ember_model_bind_matrix(ember_model *m, const char *name, int64_t n_in, int64_t n_out,
+                                     bool required, ember_weight *w);
+/* Bind F32 vector `name` of n elements. */
+ember_status ember_model_bind_vector(ember_model *m, const char *name, int64_t n, const float **out);
+/* "<arch>.<suffix>" metadata getters; required ones report the full key. */
+ember_status ember_model_get_u32(const ember_model *m, const char *suffix, bool required, int32_t *out);
+ember_status ember_model_get_f32(const ember_model *m, const char *suffix, bool required, float *out);
+
+/* Common transformer pieces over backend ops. */
+/* y [n_tokens, w->n_out] = x W^T for up to 3 weights sharing the input. */
+void ember_project(const ember_run *r, const float *x, int32_t n, const ember_weight *w0, float *y0,
+                   const ember_weight *w1, float *y1, const ember_weight *w2, float *y2);
+/* Store K/V of ub and attend; q [n, n_head*hd] -> out [n, n_head*hd_v]. */
+void ember_attend(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *q,
+                  const float *k, const float *v, float kq_scale, int32_t n_swa, float *out);
+/* Final norm + LM head over the rows in ub->out_idx. Uses s->xb as gather space. */
+void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x);
+
+#endif

@@ -1,0 +1,314 @@
+/* CPU backend ops against direct double-precision evaluation of each op's
+ * textbook formula (written here independently of src/backend):
+ * RMSNorm (Zhang & Sennrich 2019), RoPE in both pair layouts (Su et al.
+ * 2021), GELU-tanh / SiLU gating, matmul with weights and activations chosen
+ * to be exact in Q8_0 / F32, and softmax attention over a paged cache
+ * (scattered blocks, GQA, sliding window), plus the thread pool. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "base/threadpool.h"
+#include "quant/quant.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)   /* xorshift64, uniform in [-1, 1) */
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static ember_backend *new_be(int nth)
+{
+    ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 256, .max_kv_tokens = 64, .max_head_dim = 64};
+    ember_backend *be = NULL;
+    assert_int_equal(ember_backend_cpu_new(nth, &lim, &be), EMBER_OK);
+    return be;
+}
+
+static void test_threadpool_runs_every_index(void **st)
+{
+    (void)st;
+    ember_threadpool *tp;
+    assert_int_equal(ember_threadpool_new(3, &tp), EMBER_OK);
+    static _Atomic int hits[3];
+    for (int rep = 0; rep < 200; rep++) {
+        void fn(void *arg, int ith, int nth);
+        ember_threadpool_run(tp, fn, hits);
+    }
+    for (int i = 0; i < 3; i++) assert_int_equal(atomic_load(&hits[i]), 200);
+    ember_threadpool_free(tp);
+    assert_int_equal(ember_threadpool_new(0, &tp), EMBER_ERR_INVALID_ARG);
+}
+void fn(void *arg, int ith, int nth)
+{
+    _Atomic int *h = arg;
+    assert_int_equal(nth, 3);
+    atomic_fetch_add(&h[ith], 1);
+}
+
+static void test_rms_norm(void **st)
+{
+    (void)st;
+    ember_backend *be = new_be(2);
+    enum { R = 5, N = 96 };
+    float x[R * N], w[N], y[R * N];
+    for (int i = 0; i < R * N; i++) x[i] = frand() * 3.0f;
+    for (int i = 0; i < N; i++) w[i] = 1.0f + frand();
+    be->ops->rms_norm(be, y, x, w, R, N, 1e-6f);
+    for (int r = 0; r < R; r++) {
+        double ss = 0;
+        for (int i = 0; i < N; i++) ss += (double)x[r * N + i] * x[r * N + i];
+        double inv = 1.0 / sqrt(ss / N + 1e-6);
+        for (int i = 0; i < N; i++) assert_float_equal(y[r * N + i], x[r * N + i] * inv * w[i], 1e-5);
+    }
+    be->ops->free(be);
+}
+
+static void check_rope(ember_backend *be, ember_rope_mode mode)
+{
+    enum { T = 3, H = 2, D = 16, ROT = 12 };
+    float x[T * H * D], y[T * H * D];
+    for (int i = 0; i < T * H * D; i++) x[i] = y[i] = frand();
+    const ember_pos pos[T] = {0, 7, 300};
+    const double base = 10000.0, fs = 0.5;
+    be->ops->rope(be, y, T, H, D, ROT, pos, (float)base, (float)fs, mode);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const float *a = x + (t * H + h) * D;
+            const float *b = y + (t * H + h) * D;
+            for (int i = 0; i < ROT / 2; i++) {
+                double th = fs * pos[t] * pow(base, -2.0 * i / ROT);
+                int i0 = mode == EMBER_ROPE_NEOX ? i : 2 * i, i1 = mode == EMBER_ROPE_NEOX ? i + ROT / 2 : 2 * i + 1;
+                assert_float_equal(b[i0], a[i0] * cos(th) - a[i1] * sin(th), 2e-4);
+                assert_float_equal(b[i1], a[i0] * sin(th) + a[i1] * cos(th), 2e-4);
+            }
+            for (int i = ROT; i < D; i++) assert_true(b[i] == a[i]);   /* past n_rot: untouched */
+        }
+}
+
+static void test_rope(void **st)
+{
+    (void)st;
+    ember_backend *be = new_be(2);
+    check_rope(be, EMBER_ROPE_NEOX);
+    check_rope(be, EMBER_ROPE_NORM);
+    be->ops->free(be);
+}
+
+static void test_gated_activations(void **st)
+{
+    (void)st;
+    ember_backend *be = new_be(1);
+    enum { N = 200 };
+    float g[N], u[N], y[N];
+    for (int i = 0; i < N; i++) { g[i] = frand() * 12.0f; u[i] = frand(); }
+    memcpy(y, g, sizeof y);
+    be->ops->geglu(be, y, u, N);
+    for (int i = 0; i < N; i++) {
+        double x = g[i];
+        double gelu = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+        /* f16 rounding of input and output: relative 2^-10 each */
+        assert_float_equal(y[i], gelu * u[i], 3e-3 * (fabs(gelu * u[i]) + fabs(x)) + 1e-6);
+    }
+    memcpy(y, g, sizeof y);
+    be->ops->swiglu(be, y, u, N);
+    for (int i = 0; i < N; i++) {
+        double x = g[i];
+        assert_float_equal(y[i], x / (1.0 + exp(-x)) * u[i], 1e-5 * (1 + fabs(x)));
+    }
+    be->ops->free(be);
+}
+
+/* Q8_0 block: f16 scale d then 32 int8 values; value = d * q. */
+static void pack_q8_0(const int8_t *q, float d, uint8_t *blk)
+{
+    uint16_t h = ember_fp32_to_fp16(d);
+    memcpy(blk, &h, 2);
+    memcpy(blk + 2, q, 32);
+}
+
+static void test_matmul_q8_0_exact(void **st)
+{
+    (void)st;
+    ember_backend *be = new_be(2);
+    enum { NIN = 64, NOUT = 40, T = 5 };
+    /* weights: integer codes times power-of-two scales, exact in Q8_0 */
+    static uint8_t wdata[NOUT * (NIN / 32) * 34];
+    static double wref[NOUT][NIN];
+    for (int r = 0; r < NOUT; r++)
+        for (int b = 0; b < NIN / 32; b++) {
+            int8_t q[32];
+            float d = ldexpf(1.0f, -(r + b) % 5 - 3);
+            for (int i = 0; i < 32; i++) { q[i] = (int8_t)((int)(frand() * 127)); wref[r][b * 32 + i] = d * q[i]; }
+            pack_q8_0(q, d, wdata + (r * (NIN / 32) + b) * 34);
+        }
+    /* activations: each 32-block has max |x| = 127 * 2^-6 so Q8_0 quantization is exact */
+    float x[T * NIN];
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < NIN; i++) {
+            int k = (i % 32 == 0) ? 127 : (int)(frand() * 126);
+            x[t * NIN + i] = ldexpf((float)k, -6);
+        }
+    ember_weight w = {.type = EMBER_TYPE_Q8_0, .n_in = NIN, .n_out = NOUT, .row_bytes = (NIN / 32) * 34, .data = wdata, .name = "w"};
+    float y[T * NOUT];
+    const ember_weight *ws[1] = {&w};
+    float *ys[1] = {y};
+    be->ops->matmul(be, x, T, 1, ws, ys);
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < NOUT; r++) {
+            double s = 0;
+            for (int i = 0; i < NIN; i++) s += wref[r][i] * x[t * NIN + i];
+            assert_float_equal(y[t * NOUT + r], s, 1e-3 * (1 + fabs(s)));
+        }
+    /* two weights of different formats in one call, single token */
+    float wf[NOUT * NIN];
+    for (int i = 0; i < NOUT * NIN; i++) wf[i] = frand();
+    ember_weight w2 = {.type = EMBER_TYPE_F32, .n_in = NIN, .n_out = NOUT, .row_bytes = NIN * 4, .data = wf, .name = "wf"};
+    float y1[NOUT], y2[NOUT];
+    const ember_weight *ws2[2] = {&w, &w2};
+    float *ys2[2] = {y1, y2};
+    be->ops->matmul(be, x, 1, 2, ws2, ys2);
+    for (int r = 0; r < NOUT; r++) {
+        double s1 = 0, s2 = 0;
+        for (int i = 0; i < NIN; i++) { s1 += wref[r][i] * x[i]; s2 += (double)wf[r * NIN + i] * x[i]; }
+        assert_float_equal(y1[r], s1, 1e-3 * (1 + fabs(s1)));
+        assert_float_equal(y2[r], s2, 1e-4 * (1 + fabs(s2)));
+    }
+    be->ops->free(be);
+}
+
+/* Matmul of every 32-block weight format over several tokens (the tiled
+ * prefill path) and one token (mat-vec), against the double-precision sum
+ * of dequantized weights times dequantized activations: the quantized
+ * product is exact in integers, so only float rounding may differ. */
+static void check_matmul_format(uint32_t wt, int64_t n_tokens)
+{
+    ember_backend *be = new_be(2);
+    enum { NIN = 256, NOUT = 37 };
+    const ember_quant_traits *tw = ember_quant_traits_get(wt);
+    const ember_quant_traits *ta = ember_quant_traits_get(tw->vec_dot_type);
+    const size_t rb = NIN / tw->block_size * tw->block_bytes, ab = NIN / ta->block_size * ta->block_bytes;
+    uint8_t *w = malloc(NOUT * rb), *aq = malloc(ab);
+    float *wf = malloc(sizeof(float) * NOUT * NIN), *x = malloc(sizeof(float) * 16 * NIN), *xd = malloc(sizeof(float) * NIN);
+    float *y = malloc(sizeof(float) * 16 * NOUT);
+    for (int i = 0; i < NOUT * NIN; i++) wf[i] = frand() + 0.3f;
+    for (int r = 0; r < NOUT; r++) tw->from_float_ref(wf + r * NIN, w + r * rb, NIN);
+    for (int r = 0; r < NOUT; r++) tw->to_float(w + r * rb, wf + r * NIN, NIN);
+    for (int i = 0; i < n_tokens * NIN; i++) x[i] = frand() * 4.0f + 0.5f;
+    ember_weight wd = {.type = wt, .n_in = NIN, .n_out = NOUT, .row_bytes = rb, .data = w, .name = "w"};
+    const ember_weight *ws[1] = {&wd};
+    float *ys[1] = {y};
+    be->ops->matmul(be, x, n_tokens, 1, ws, ys);
+    for (int64_t t = 0; t < n_tokens; t++) {
+        ta->from_float_ref(x + t * NIN, aq, NIN);
+        ta->to_float(aq, xd, NIN);
+        for (int r = 0; r < NOUT; r++) {
+            double s = 0, sa = 0;
+            for (int i = 0; i < NIN; i++) { s += (double)wf[r * NIN + i] * xd[i]; sa += fabs((double)wf[r * NIN + i] * xd[i]); }
+            /* Q8_1 keeps s = d * sum(q) in f16 (ggml's layout): 2^-11 relative */
+            const double tol = (tw->vec_dot_type == EMBER_TYPE_Q8_1 ? 3e-4 : 1e-5) * (1 + sa);
+            if (fabs(y[t * NOUT + r] - s) > tol)
+                fail_msg("%s, %lld tokens: y[%lld][%d] = %f, expected %f", tw->name, (long long)n_tokens, (long long)t, r, y[t * NOUT + r], s);
+        }
+    }
+    free(w); free(aq); free(wf); free(x); free(xd); free(y);
+    be->ops->free(be);
+}
+
+static void test_matmul_formats(void **st)
+{
+    (void)st;
+    const uint32_t types[] = {EMBER_TYPE_Q4_0, EMBER_TYPE_Q4_1, EMBER_TYPE_Q5_0, EMBER_TYPE_Q5_1, EMBER_TYPE_Q8_0,
+                              EMBER_TYPE_Q4_K, EMBER_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        check_matmul_format(types[i], 1);
+        check_matmul_format(types[i], 7);
+        check_matmul_format(types[i], 16);
+    }
+}
+
+/* Attention over a paged cache with blocks out of order, GQA 4 -> 2 heads. */
+static void check_attention(uint32_t type, int32_t n_swa, double tol)
+{
+    ember_backend *be = new_be(2);
+    enum { BT = 4, NB = 6, HK = 2, H = 4, D = 32, NPOS = 11 };
+    const size_t row_elems = HK * D;
+    const size_t rb = type == EMBER_TYPE_F32 ? row_elems * 4 : type == EMBER_TYPE_F16 ? row_elems * 2 : row_elems / 32 * 34;
+    uint8_t *k = calloc(NB * BT, rb), *v = calloc(NB * BT, rb);
+    static float kf[NPOS][HK * D], vf[NPOS][HK * D];
+    const int32_t blocks[3] = {4, 1, 3};   /* positions 0-3 in block 4, 4-7 in 1, 8-10 in 3 */
+    ember_kv_layer_view view = {.type_k = type, .type_v = type, .k = k, .v = v, .k_row_bytes = rb, .v_row_bytes = rb,
+                                .block_tokens = BT, .n_rows = NB * BT};
+    for (int p = 0; p < NPOS; p++) {
+        for (size_t i = 0; i < row_elems; i++) { kf[p][i] = frand(); vf[p][i] = frand(); }
+    }
+    int64_t rows[NPOS];
+    for (int p = 0; p < NPOS; p++) rows[p] = (int64_t)blocks[p / BT] * BT + p % BT;
+    be->ops->kv_store(be, &view, &kf[0][0], &vf[0][0], rows, NPOS);
+    /* reference values: what the cache holds, read back through to_float */
+    static float kr[NPOS][HK * D], vr[NPOS][HK * D];
+    const ember_quant_traits *tr = ember_quant_traits_get(type);
+    for (int p = 0; p < NPOS; p++) {
+        tr->to_float(k + rows[p] * rb, kr[p], (int64_t)row_elems);
+        tr->to_float(v + rows[p] * rb, vr[p], (int64_t)row_elems);
+    }
+    enum { NQ = 3 };
+    const ember_pos qpos[NQ] = {0, 6, 10};
+    ember_attn_query qs[NQ];
+    float q[NQ * H * D], out[NQ * H * D];
+    for (int i = 0; i < NQ; i++) { qs[i].blocks = blocks; qs[i].pos = qpos[i]; }
+    for (int i = 0; i < NQ * H * D; i++) q[i] = frand();
+    ember_attn_params ap = {.n_head = H, .n_head_kv = HK, .head_dim_k = D, .head_dim_v = D, .kq_scale = 0.3f, .n_swa = n_swa};
+    be->ops->attention(be, &view, &ap, q, qs, NQ, out);
+    for (int i = 0; i < NQ; i++)
+        for (int h = 0; h < H; h++) {
+            int g = h / (H / HK);
+            int lo = n_swa > 0 ? qpos[i] - n_swa + 1 : 0;
+            if (lo < 0) lo = 0;
+            double sc[NPOS], mx = -1e300, sum = 0;
+            for (int j = lo; j <= qpos[i]; j++) {
+                double s = 0;
+                for (int d = 0; d < D; d++) s += (double)q[(i * H + h) * D + d] * kr[j][g * D + d];
+                sc[j] = 0.3 * s;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            for (int j = lo; j <= qpos[i]; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
+            for (int d = 0; d < D; d++) {
+                double o = 0;
+                for (int j = lo; j <= qpos[i]; j++) o += sc[j] / sum * vr[j][g * D + d];
+                assert_float_equal(out[(i * H + h) * D + d], o, tol);
+            }
+        }
+    free(k);
+    free(v);
+    be->ops->free(be);
+}
+
+static void test_attention_f32(void **st) { (void)st; check_attention(EMBER_TYPE_F32, 0, 1e-5); }
+static void test_attention_f16(void **st) { (void)st; check_attention(EMBER_TYPE_F16, 0, 3e-3); }
+static void test_attention_q8_0(void **st) { (void)st; check_attention(EMBER_TYPE_Q8_0, 0, 2e-2); }
+static void test_attention_sliding_window(void **st) { (void)st; check_attention(EMBER_TYPE_F32, 3, 1e-5); }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threadpool_runs_every_index),
+        cmocka_unit_test(test_rms_norm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_gated_activations),
+        cmocka_unit_test(test_matmul_q8_0_exact),
+        cmocka_unit_test(test_matmul_formats),
+        cmocka_unit_test(test_attention_f32),
+        cmocka_unit_test(test_attention_f16),
+        cmocka_unit_test(test_attention_q8_0),
+        cmocka_unit_test(test_attention_sliding_window),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

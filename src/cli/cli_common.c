@@ -12,28 +12,17 @@
 #include <unistd.h>
 
 #include "base/status.h"
-#include "gguf/gguf.h"
 
 ember_status cli_model_load(const char *path, cli_model *out)
 {
     memset(out, 0, sizeof *out);
-    ember_gguf *g = NULL;
-    ember_status st = ember_gguf_open(path, &g);
-    if (st != EMBER_OK)
-        return st;
-    st = ember_vocab_load(g, &out->vocab);
-    ember_gguf_close(g);
-    if (st != EMBER_OK)
-        return st;
     ember_model_params mp = ember_model_default_params();
-    st = ember_model_load(path, &mp, &out->model);
-    if (st != EMBER_OK) {
-        ember_vocab_free(out->vocab);
-        out->vocab = NULL;
+    ember_status st = ember_model_load(path, &mp, &out->model);
+    if (st != EMBER_OK)
         return st;
-    }
-    if (ember_model_n_vocab(out->model) < ember_vocab_n_tokens(out->vocab)) {
-        int32_t nm = ember_model_n_vocab(out->model), nv = ember_vocab_n_tokens(out->vocab);
+    out->vocab = ember_model_vocab(out->model);
+    if (!out->vocab || ember_model_n_vocab(out->model) < ember_vocab_n_tokens(out->vocab)) {
+        int32_t nm = ember_model_n_vocab(out->model), nv = out->vocab ? ember_vocab_n_tokens(out->vocab) : 0;
         cli_model_free(out);
         return ember_error(EMBER_ERR_FORMAT, "%s: the output layer has %d rows for %d vocabulary tokens", path,
                            nm, nv);
@@ -45,8 +34,7 @@ void cli_model_free(cli_model *m)
 {
     if (!m)
         return;
-    ember_model_free(m->model);
-    ember_vocab_free(m->vocab);
+    ember_model_free(m->model);   /* owns the vocabulary */
     m->model = NULL;
     m->vocab = NULL;
 }

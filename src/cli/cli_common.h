@@ -14,15 +14,15 @@
 #include "ember.h"
 #include "tokenizer/tokenizer.h"
 
-/* A model and the vocabulary read from the same GGUF. */
+/* A model and its vocabulary (owned by the model). */
 typedef struct cli_model {
     ember_model *model;
-    ember_vocab *vocab;
+    const ember_vocab *vocab;
 } cli_model;
 
-/* Load `path` as a model (weights) and its vocabulary. Errors are those of
- * ember_model_load, ember_gguf_open and ember_vocab_load; on failure
- * nothing is held. */
+/* Load `path` as a model with its vocabulary. Errors are those of
+ * ember_model_load, and EMBER_ERR_FORMAT when the output layer has fewer
+ * rows than the vocabulary has tokens; on failure nothing is held. */
 ember_status cli_model_load(const char *path, cli_model *out);
 void cli_model_free(cli_model *m);
 

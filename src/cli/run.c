@@ -129,6 +129,10 @@ static int parse(int argc, char **argv, run_opts *o)
         usage(stderr);
         return 2;
     }
+    if (o->ids_file && o->n_predict < 0) {
+        fprintf(stderr, "ember run: --prompt-ids-file needs -n >= 0\n");
+        return 2;
+    }
     if (!o->seed_set)
         o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     return -1;

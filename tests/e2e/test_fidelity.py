@@ -104,6 +104,8 @@ def test_perplexity_matches_llama_cpp(model, ember_bin):
     p = g["perplexity"]
     full = os.environ.get("EMBER_FULL_PPL") == "1"
     ref = p if full else p["fast"]
+    if ref["ppl"] is None:
+        pytest.skip(f"{name}: the golden has no whole-text llama.cpp perplexity yet (make_goldens.py)")
     cmd = [ember_bin, "perplexity", "-m", path, "-f", str(TEXT), "-c", str(p["ctx"]), "-t", THREADS]
     if not full:
         cmd += ["--chunks", str(ref["chunks"])]

@@ -116,13 +116,19 @@ def completions(bin_dir, model, prompts_ids, threads):
         srv.wait(timeout=30)
 
 
-def perplexity(bin_dir, model, threads, chunks=None):
+def perplexity_start(bin_dir, model, threads, chunks=None):
+    """Start llama-perplexity in the background (it runs beside the completions)."""
     cmd = [str(bin_dir / "llama-perplexity"), "-m", str(model), "-f", str(TEXT), "-c", str(PPL_CTX),
            "-t", str(threads)]
     if chunks:
         cmd += ["--chunks", str(chunks)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    log = out.stdout + out.stderr
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def perplexity_result(proc):
+    log, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError("llama-perplexity failed: " + log[-2000:])
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", log)
     chunks = re.search(r"calculating perplexity over (\d+) chunks", log)
     return dict(ctx=PPL_CTX, ppl=float(m.group(1)), err=float(m.group(2)), chunks=int(chunks.group(1)))
@@ -132,7 +138,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-bin", default="/opt/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin")
     ap.add_argument("--models", default=os.path.expanduser("~/.cache/ember/models"))
-    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-t", "--threads", type=int, default=1,
+                    help="threads per llama.cpp process (results do not depend on it)")
     ap.add_argument("--only", choices=list(MODELS))
     args = ap.parse_args()
     bin_dir = pathlib.Path(args.llama_bin)
@@ -144,18 +151,22 @@ def main():
         model = pathlib.Path(args.models) / fname
         ids = [tokenize(bin_dir, model, p) for p in PROMPTS]
         text_ids = tokenize(bin_dir, model, TEXT.read_text(encoding="utf-8"))
+        full = perplexity_start(bin_dir, model, args.threads)
+        # the first PPL_FAST_CHUNKS chunks only: the quick check CI runs by default
+        fast = perplexity_start(bin_dir, model, args.threads, PPL_FAST_CHUNKS)
         gens = completions(bin_dir, model, ids, args.threads)
         for g, p in zip(gens, PROMPTS):
             g["prompt"] = p
-        ppl = perplexity(bin_dir, model, args.threads)
-        ppl["text"] = str(TEXT.relative_to(ROOT))
-        ppl["n_tokens"] = len(text_ids)
-        # the first PPL_FAST_CHUNKS chunks only: the quick check CI runs by default
-        ppl["fast"] = perplexity(bin_dir, model, args.threads, PPL_FAST_CHUNKS)
         doc = dict(model=fname, source="tests/golden/runtime/make_goldens.py",
                    llama_cpp=[v for v in version if v.startswith("version")],
-                   n_predict=N_PREDICT, n_probs=N_PROBS, generations=gens, perplexity=ppl)
+                   n_predict=N_PREDICT, n_probs=N_PROBS, generations=gens, perplexity=None)
         out = HERE / f"{name}.json"
+        out.write_text(json.dumps(doc, indent=1) + "\n")   # completions first: they are the slow part
+        ppl = perplexity_result(full)
+        ppl["text"] = str(TEXT.relative_to(ROOT))
+        ppl["n_tokens"] = len(text_ids)
+        ppl["fast"] = perplexity_result(fast)
+        doc["perplexity"] = ppl
         out.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"{out}: {len(gens)} generations, PPL {ppl['ppl']} +/- {ppl['err']} over {ppl['n_tokens']} tokens")
 

@@ -93,7 +93,9 @@ def run(s):
 
     def language(tr):
         r = s.chat([{"role": "user", "content": "おすすめの朝ごはんを一つ教えてください。"}], tr)
-        return is_japanese(text(r)), tokens(r), text(r)[:60]
+        t = text(r)
+        # Japanese, and not a degenerate loop of a few characters
+        return is_japanese(t) and len(set(t)) >= 8, tokens(r), t[:60]
     s.probe("agent", "stays in the user's language (ja)", language)
 
     def over_calling(tr):

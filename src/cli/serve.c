@@ -37,6 +37,7 @@ static void usage(FILE *f)
             "      --host ADDR             listen address (default 127.0.0.1)\n"
             "      --port N                listen port (default 8080; 0 picks a free one)\n"
             "      --api-key KEY           require 'Authorization: Bearer KEY' (except /health)\n"
+            "      --api-key-file F        read KEY from the first line of file F (keeps it out of ps)\n"
             "      --alias NAME            model id reported to clients (default: the file name)\n"
             "      --chat-template-file F  Jinja chat template to use instead of the GGUF's\n"
             "      --chat-template-kwargs J  JSON object of default template variables, e.g. '{\"enable_thinking\":false}'\n"
@@ -58,6 +59,22 @@ static bool int_arg(const char *opt, const char *v, long lo, long hi, long *out)
     return true;
 }
 
+/* The API key from the first line of `path` (trailing CR/LF and spaces
+ * dropped) into buf[n]. False, with a message on stderr, if the file cannot be
+ * read or the key is empty or longer than n - 1 bytes. */
+static bool read_key_file(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) { fprintf(stderr, "ember serve: --api-key-file: cannot open '%s'\n", path); return false; }
+    bool ok = fgets(buf, (int)n, f) != NULL;
+    fclose(f);
+    size_t len = ok ? strlen(buf) : 0;
+    if (ok && len == n - 1 && buf[len - 1] != '\n') ok = false;   /* longer than the buffer */
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ')) buf[--len] = '\0';
+    if (!ok || !len) { fprintf(stderr, "ember serve: --api-key-file: '%s' holds no key on its first line (or one over %zu bytes)\n", path, n - 1); return false; }
+    return true;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     serve_opts o = {.n_parallel = 4, .n_batch = 512, .n_prefill_chunk = 128, .type_k = EMBER_KV_F16,
@@ -65,6 +82,7 @@ int cmd_serve(int argc, char **argv)
     server_config sc = {.host = "127.0.0.1", .port = 8080};
     const char *kwargs = NULL;
     char alias_buf[256];
+    static char api_key_buf[1024];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -89,6 +107,12 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--host")) { if (!v) goto missing; sc.host = TAKE(); }
         else if (!strcmp(a, "--port")) { if (!int_arg(a, TAKE(), 0, 65535, &x)) return 2; sc.port = (int)x; }
         else if (!strcmp(a, "--api-key")) { if (!v) goto missing; sc.api_key = TAKE(); }
+        else if (!strcmp(a, "--api-key-file")) {
+            if (!v) goto missing;
+            const char *f = TAKE();
+            if (!read_key_file(f, api_key_buf, sizeof api_key_buf)) return 2;
+            sc.api_key = api_key_buf;
+        }
         else if (!strcmp(a, "--alias")) { if (!v) goto missing; sc.alias = TAKE(); }
         else if (!strcmp(a, "--chat-template-file")) { if (!v) goto missing; o.template_file = TAKE(); }
         else if (!strcmp(a, "--chat-template-kwargs")) { if (!v) goto missing; kwargs = TAKE(); }

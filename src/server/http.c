@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -728,7 +729,7 @@ static bool authorized(server *s, struct MHD_Connection *mc)
 {
     if (!s->cfg.api_key || !s->cfg.api_key[0]) return true;
     const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;   /* RFC 7235: the scheme is case-insensitive */
     const char *k = h + 7, *want = s->cfg.api_key;
     size_t nk = strlen(k), nw = strlen(want);
     unsigned diff = (unsigned)(nk ^ nw);

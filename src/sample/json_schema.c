@@ -54,6 +54,7 @@ typedef struct refmemo { char *ref; char *rule; } refmemo;
 
 typedef struct jsc {
     const json_t *root;
+    ember_schema_syntax syn;   /* EMBER_SCHEMA_JSON or _GEMMA4 for values (XML_PARAMS: root only) */
     sb rules;
     refmemo *memo; size_t n_memo, cap_memo;
     unsigned counter;
@@ -87,6 +88,38 @@ static const char PRIMITIVES[] =
     "email ::= email-part \"@\" email-part\n"
     "dec-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n"
     "ipv4 ::= dec-octet \".\" dec-octet \".\" dec-octet \".\" dec-octet\n";
+
+/* The Gemma 4 argument syntax (gemma4.c): bare keys, strings between <|"|>
+ * tokens with no escapes (no '<' inside, so the closing <|"|> cannot start
+ * early), no whitespace; numbers and literals as in JSON. The rule names are
+ * those of PRIMITIVES so that the generators can share them. */
+static const char PRIMITIVES_GEMMA4[] =
+    "ws ::= \"\"\n"
+    "value ::= object | array | string | number | boolean | null\n"
+    "object ::= \"{\" ( key \":\" value ( \",\" key \":\" value )* )? \"}\"\n"
+    "key ::= [A-Za-z0-9_.-]+ | string\n"
+    "array ::= \"[\" ( value ( \",\" value )* )? \"]\"\n"
+    "string ::= \"<|\\\"|>\" string-tail\n"
+    "string-tail ::= char* \"<|\\\"|>\"\n"
+    "char ::= [^<]\n"
+    "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]* )\n"
+    "number ::= integer ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]+ )?\n"
+    "boolean ::= \"true\" | \"false\"\n"
+    "null ::= \"null\"\n"
+    "nothing ::= [^\\x00-\\U0010FFFF]\n"
+    "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n"
+    "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" ( [0-5] [0-9] | \"60\" ) ( \".\" [0-9]+ )? "
+    "( [Zz] | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
+    "date-time ::= date [Tt] time\n"
+    "hex ::= [0-9a-fA-F]\n"
+    "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n"
+    "email-part ::= [^<\"\\\\@\\x00-\\x20]+\n"
+    "email ::= email-part \"@\" email-part\n"
+    "dec-octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n"
+    "ipv4 ::= dec-octet \".\" dec-octet \".\" dec-octet \".\" dec-octet\n";
+
+/* raw text of a Qwen3-Coder string parameter */
+static const char XML_CHAR[] = "xchar ::= [^<]\n";
 
 /* A fresh rule name from a hint: [a-z0-9-] only. */
 static char *rule_name(jsc *c, const char *hint)
@@ -132,10 +165,42 @@ static void put_gbnf_literal(sb *b, const char *s, size_t n)
     sb_put(b, "\"");
 }
 
-/* Grammar for the JSON encoding of string s: the quotes, and for each
- * character its shortest JSON form (the form of json.dumps / jansson). */
-static void put_json_string(sb *b, const char *s, size_t n)
+#define GEMMA_QUOTE "<|\"|>"
+
+static void put_json_string(const jsc *c, sb *b, const char *s, size_t n);
+
+/* A Gemma 4 bare key: what the template writes unquoted and gemma4.c reads
+ * back (no , { } [ ] < > " : and no whitespace). */
+static bool gemma_bare_key(const char *k)
 {
+    if (!*k) return false;
+    for (const char *p = k; *p; p++)
+        if (strchr(",{}[]<>\":| \t\r\n", *p)) return false;
+    return true;
+}
+
+/* Grammar for an object key: JSON string; Gemma 4 bare word (or quoted). */
+static void put_key(const jsc *c, sb *b, const char *k)
+{
+    if (c->syn == EMBER_SCHEMA_GEMMA4 && gemma_bare_key(k)) put_gbnf_literal(b, k, strlen(k));
+    else put_json_string(c, b, k, strlen(k));
+}
+
+/* Grammar for the JSON encoding of string s: the quotes, and for each
+ * character its shortest JSON form (the form of json.dumps / jansson); in
+ * the Gemma 4 syntax the raw text between <|"|> tokens. */
+static void put_json_string(const jsc *c, sb *b, const char *s, size_t n)
+{
+    if (c->syn == EMBER_SCHEMA_GEMMA4) {   /* <|"|>raw text<|"|> */
+        sb g = {0};
+        sb_put(&g, GEMMA_QUOTE);
+        sb_putn(&g, s, n);
+        sb_put(&g, GEMMA_QUOTE);
+        if (g.oom) b->oom = true;
+        else put_gbnf_literal(b, g.a, g.n);
+        free(g.a);
+        return;
+    }
     sb json = {0};
     sb_put(&json, "\"");
     for (size_t i = 0; i < n; i++) {
@@ -172,7 +237,7 @@ static bool put_json_value(jsc *c, sb *b, const json_t *v)
             if (!first) sb_put(b, " \",\" ws");
             first = false;
             sb_put(b, " ");
-            put_json_string(b, k, strlen(k));
+            put_key(c, b, k);
             sb_put(b, " ws \":\" ws ");
             if (!put_json_value(c, b, x)) return false;
             sb_put(b, " ws");
@@ -192,7 +257,7 @@ static bool put_json_value(jsc *c, sb *b, const json_t *v)
         sb_put(b, " \"]\"");
         break;
     }
-    case JSON_STRING: put_json_string(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_STRING: put_json_string(c, b, json_string_value(v), json_string_length(v)); break;
     case JSON_INTEGER: sb_printf(b, "\"%lld\"", (long long)json_integer_value(v)); break;
     case JSON_REAL: {
         char *t = json_dumps(v, JSON_ENCODE_ANY);
@@ -292,13 +357,15 @@ static bool get_uint(jsc *c, const json_t *s, const char *key, const char *ptr, 
 
 static bool gen_string(jsc *c, const json_t *s, const char *ptr, sb *out)
 {
+    /* the string's quotes as a GBNF literal */
+    const char *q = c->syn == EMBER_SCHEMA_GEMMA4 ? "\"<|\\\"|>\"" : "\"\\\"\"";
     const json_t *fmt = json_object_get(s, "format");
     if (fmt) {
         if (!json_is_string(fmt)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/format must be a string", ptr);
         const char *f = json_string_value(fmt);
         static const char *const known[] = { "date", "time", "date-time", "uuid", "email", "ipv4" };
         for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-            if (strcmp(f, known[i]) == 0) { sb_printf(out, "\"\\\"\" %s \"\\\"\"", f); return true; }
+            if (strcmp(f, known[i]) == 0) { sb_printf(out, "%s %s %s", q, f, q); return true; }
         FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s/format '%.100s' is not supported", ptr, f);
     }
     long long lo = 0, hi = -1;
@@ -306,8 +373,8 @@ static bool gen_string(jsc *c, const json_t *s, const char *ptr, sb *out)
     if (lo == 0 && hi < 0) { sb_put(out, "string"); return true; }
     if (lo > MAX_BOUND || hi > MAX_BOUND) FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s: string length bound over %d", ptr, MAX_BOUND);
     if (hi >= 0 && hi < lo) { sb_put(out, "nothing"); return true; }
-    if (hi < 0) sb_printf(out, "\"\\\"\" char{%lld,} \"\\\"\"", lo);
-    else sb_printf(out, "\"\\\"\" char{%lld,%lld} \"\\\"\"", lo, hi);
+    if (hi < 0) sb_printf(out, "%s char{%lld,} %s", q, lo, q);
+    else sb_printf(out, "%s char{%lld,%lld} %s", q, lo, hi, q);
     return true;
 }
 
@@ -492,7 +559,47 @@ static bool gen_other_key(jsc *c, const json_t *props, sb *out)
     return ok;
 }
 
-static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out)
+/* A Qwen3-Coder parameter value (qwen3_coder.c): a property typed "string"
+ * is raw text (no '<' under this grammar, so no closing tag can start
+ * inside it); any other value is JSON text. */
+static bool gen_xml_value(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out)
+{
+    const json_t *t = json_is_object(s) ? json_object_get(s, "type") : NULL;
+    if (!json_is_string(t) || strcmp(json_string_value(t), "string") != 0) return gen_rule(c, s, hint, ptr, out);
+    const json_t *x;
+    if ((x = json_object_get(s, "const")) || (x = json_object_get(s, "enum"))) {
+        const json_t *one = json_is_array(x) ? NULL : x;
+        size_t n = one ? 1 : json_array_size(x);
+        if (n == 0) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/enum must be a non-empty array", ptr);
+        sb_put(out, "( ");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *v = one ? one : json_array_get(x, i);
+            if (i) sb_put(out, " | ");
+            if (json_is_string(v)) put_gbnf_literal(out, json_string_value(v), json_string_length(v));
+            else sb_put(out, "nothing");   /* a non-string under type string matches nothing */
+        }
+        sb_put(out, " )");
+        return true;
+    }
+    const json_t *fmt = json_object_get(s, "format");
+    if (json_is_string(fmt)) {
+        static const char *const known[] = { "date", "time", "date-time", "uuid", "email", "ipv4" };
+        for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+            if (strcmp(json_string_value(fmt), known[i]) == 0) { sb_put(out, known[i]); return true; }
+        FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s/format '%.100s' is not supported", ptr, json_string_value(fmt));
+    }
+    long long lo = 0, hi = -1;
+    if (!get_uint(c, s, "minLength", ptr, &lo) || !get_uint(c, s, "maxLength", ptr, &hi)) return false;
+    if (lo > MAX_BOUND || hi > MAX_BOUND) FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s: string length bound over %d", ptr, MAX_BOUND);
+    if (hi >= 0 && hi < lo) sb_put(out, "nothing");
+    else if (hi < 0) sb_printf(out, "xchar{%lld,}", lo);
+    else sb_printf(out, "xchar{%lld,%lld}", lo, hi);
+    return true;
+}
+
+/* An object. xml: the root of a Qwen3-Coder call, whose properties are
+ * written <parameter=KEY>\nVALUE\n</parameter>\n with no braces or commas. */
+static bool gen_object_syn(jsc *c, const json_t *s, const char *hint, const char *ptr, bool xml, sb *out)
 {
     const json_t *props = json_object_get(s, "properties");
     const json_t *req = json_object_get(s, "required");
@@ -509,11 +616,24 @@ static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *pt
     if (props) json_object_foreach((json_t *)props, key, sub) {
         if (!ok) break;
         sb e = {0};
-        put_json_string(&e, key, strlen(key));
-        sb_put(&e, " ws \":\" ws ");
         char p2[300]; snprintf(p2, sizeof p2, "%.200s/properties/%.80s", ptr, key);
-        ok = gen_rule(c, sub, key, p2, &e);
-        sb_put(&e, " ws");
+        if (xml) {
+            sb open = {0};
+            sb_put(&open, "<parameter=");
+            sb_put(&open, key);
+            sb_put(&open, ">\n");
+            if (open.oom) ok = false;
+            else put_gbnf_literal(&e, open.a, open.n);
+            free(open.a);
+            sb_put(&e, " ");
+            ok = ok && gen_xml_value(c, sub, key, p2, &e);
+            sb_put(&e, " \"\\n</parameter>\\n\"");
+        } else {
+            put_key(c, &e, key);
+            sb_put(&e, " ws \":\" ws ");
+            ok = gen_rule(c, sub, key, p2, &e);
+            sb_put(&e, " ws");
+        }
         kv[i] = e.a;
         size_t j; json_t *r;
         if (req) json_array_foreach(req, j, r) if (json_is_string(r) && strcmp(json_string_value(r), key) == 0) isreq[i] = true;
@@ -524,7 +644,9 @@ static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *pt
     sb akv = {0};
     bool more = true;
     if (ok) {
-        if (json_is_false(addl)) more = false;
+        /* Gemma 4 / Qwen3-Coder calls: the declared arguments only (stricter
+         * than a schema that allows more) */
+        if (json_is_false(addl) || xml || c->syn == EMBER_SCHEMA_GEMMA4) more = false;
         else if (addl && !json_is_true(addl)) {
             ok = gen_other_key(c, props, &akv);
             sb_put(&akv, " ws \":\" ws ");
@@ -542,6 +664,7 @@ static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *pt
          * REST(k) = [","kv_k] REST(k+1) ; REST(n) = ("," akv)*
          * FIRST(k) = kv_k REST(k+1) | FIRST(k+1) (optional k) ; kv_k REST(k+1) (required)
          * FIRST(n) = (akv ("," akv)*)? */
+        const char *sep = xml ? "" : "\",\" ws ";
         char **rest = calloc(n + 1, sizeof *rest), **first = calloc(n + 1, sizeof *first);
         if (!rest || !first) { free(rest); free(first); ok = false; c->err = ember_error(EMBER_ERR_NOMEM, "json_schema: out of memory"); }
         for (size_t k = n + 1; ok && k-- > 0;) {
@@ -554,8 +677,8 @@ static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *pt
             if (k == n) {
                 if (more) { sb_printf(&rb, "( \",\" ws %s )*", akv.a); sb_printf(&fb, "( %s ( \",\" ws %s )* )?", akv.a, akv.a); }
             } else {
-                if (isreq[k]) sb_printf(&rb, "\",\" ws %s %s", kv[k], rest[k + 1]);
-                else sb_printf(&rb, "( \",\" ws %s )? %s", kv[k], rest[k + 1]);
+                if (isreq[k]) sb_printf(&rb, "%s%s %s", sep, kv[k], rest[k + 1]);
+                else sb_printf(&rb, "( %s%s )? %s", sep, kv[k], rest[k + 1]);
                 if (isreq[k]) sb_printf(&fb, "%s %s", kv[k], rest[k + 1]);
                 else sb_printf(&fb, "%s %s | %s", kv[k], rest[k + 1], first[k + 1]);
             }
@@ -563,13 +686,19 @@ static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *pt
             define_rule(c, first[k], &fb);
             free(rb.a); free(fb.a);
         }
-        if (ok) sb_printf(out, "\"{\" ws %s \"}\"", first[0]);
+        if (ok && xml) sb_put(out, first[0]);
+        else if (ok) sb_printf(out, "\"{\" ws %s \"}\"", first[0]);
         for (size_t k = 0; k <= n; k++) { if (rest) free(rest[k]); if (first) free(first[k]); }
         free(rest); free(first);
     }
     for (size_t k = 0; k < n; k++) free(kv[k]);
     free(kv); free(isreq); free(akv.a);
     return ok;
+}
+
+static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *out)
+{
+    return gen_object_syn(c, s, hint, ptr, false, out);
 }
 
 static bool gen_type(jsc *c, const json_t *s, const char *t, const char *hint, const char *ptr, sb *out)
@@ -649,14 +778,35 @@ static bool gen(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *
 
 ember_status ember_json_schema_to_gbnf(const json_t *schema, char **out)
 {
+    return ember_json_schema_to_gbnf_syntax(schema, EMBER_SCHEMA_JSON, out);
+}
+
+ember_status ember_json_schema_to_gbnf_syntax(const json_t *schema, ember_schema_syntax syn, char **out)
+{
     if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "json_schema: out is NULL");
     *out = NULL;
     if (!schema) return ember_error(EMBER_ERR_INVALID_ARG, "json_schema: schema is NULL");
+    if (syn != EMBER_SCHEMA_JSON && syn != EMBER_SCHEMA_GEMMA4 && syn != EMBER_SCHEMA_XML_PARAMS)
+        return ember_error(EMBER_ERR_INVALID_ARG, "json_schema: unknown syntax %d", (int)syn);
     jsc c;
     memset(&c, 0, sizeof c);
     c.root = schema;
+    c.syn = syn == EMBER_SCHEMA_GEMMA4 ? EMBER_SCHEMA_GEMMA4 : EMBER_SCHEMA_JSON;
     sb rootb = {0};
-    bool ok = gen(&c, schema, "root", "#", &rootb);
+    bool ok;
+    if (syn == EMBER_SCHEMA_XML_PARAMS) {
+        /* the parameters of a call: an object schema ({} or true: no parameters) */
+        if (json_is_object(schema) && !json_object_get(schema, "$ref") && !json_object_get(schema, "anyOf") &&
+            !json_object_get(schema, "oneOf") && !json_object_get(schema, "allOf"))
+            ok = gen_object_syn(&c, schema, "root", "#", true, &rootb);
+        else if (json_is_true(schema))
+            ok = (sb_put(&rootb, "\"\""), true);
+        else
+            ok = false, c.err = ember_error(EMBER_ERR_UNSUPPORTED,
+                                            "json_schema: the parameters of a Qwen3-Coder call must be a plain object schema");
+    } else {
+        ok = gen(&c, schema, "root", "#", &rootb);
+    }
     ember_status st = EMBER_OK;
     if (ok) {
         sb all = {0};
@@ -664,7 +814,8 @@ ember_status ember_json_schema_to_gbnf(const json_t *schema, char **out)
         sb_putn(&all, rootb.a ? rootb.a : "", rootb.n);
         sb_put(&all, "\n");
         sb_putn(&all, c.rules.a ? c.rules.a : "", c.rules.n);
-        sb_put(&all, PRIMITIVES);
+        sb_put(&all, syn == EMBER_SCHEMA_GEMMA4 ? PRIMITIVES_GEMMA4 : PRIMITIVES);
+        if (syn == EMBER_SCHEMA_XML_PARAMS) sb_put(&all, XML_CHAR);
         if (all.oom || c.rules.oom || rootb.oom) { free(all.a); st = ember_error(EMBER_ERR_NOMEM, "json_schema: out of memory"); }
         else *out = all.a;
     } else st = c.err ? c.err : ember_error(EMBER_ERR_INTERNAL, "json_schema: failed");

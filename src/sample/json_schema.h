@@ -45,6 +45,31 @@
  * EMBER_ERR_NOMEM. */
 ember_status ember_json_schema_to_gbnf(const json_t *schema, char **out);
 
+/* The syntax a schema's instances are written in:
+ *  EMBER_SCHEMA_JSON       JSON text (RFC 8259).
+ *  EMBER_SCHEMA_GEMMA4     Gemma 4's tool-call argument syntax
+ *      (src/chat/formats/gemma4.c): {key:<|"|>text<|"|>,n:1,b:true,o:{..},l:[..]}
+ *      with bare keys (quoted with <|"|> when not [A-Za-z0-9_.-]+), raw
+ *      strings and no whitespace.
+ *  EMBER_SCHEMA_XML_PARAMS the parameters of a Qwen3-Coder call
+ *      (src/chat/formats/qwen3_coder.c): each property of the root object as
+ *      <parameter=KEY>\nVALUE\n</parameter>\n, VALUE raw text when the
+ *      property is typed "string", else JSON text. The root must be a plain
+ *      object schema (no $ref/anyOf at the top).
+ * In the Gemma 4 and XML syntaxes the grammar is stricter than the schema:
+ * no properties beyond the declared ones, and raw strings never contain '<'
+ * (so no closing tag or <|"|> can start inside them). */
+typedef enum ember_schema_syntax {
+    EMBER_SCHEMA_JSON = 0,
+    EMBER_SCHEMA_GEMMA4,
+    EMBER_SCHEMA_XML_PARAMS,
+} ember_schema_syntax;
+
+/* ember_json_schema_to_gbnf for instances written in syntax `syn`. Errors:
+ * as ember_json_schema_to_gbnf, and EMBER_ERR_UNSUPPORTED (XML_PARAMS with a
+ * root that is not a plain object schema). */
+ember_status ember_json_schema_to_gbnf_syntax(const json_t *schema, ember_schema_syntax syn, char **out);
+
 /* GBNF for any JSON object (response_format json_object). Caller frees. */
 ember_status ember_json_object_gbnf(char **out);
 

@@ -381,7 +381,7 @@ static bool prepare_structured(server *s, const oai_req *rq, const ember_token *
         ember_tool_format tf = chat_tools_tool_format(s->ct);
         ember_reasoning_syntax rs = chat_tools_reasoning(s->ct);
         const char *param = "tool_choice";
-        ember_status st = chat_tools_choice_gbnf(rq, tf, &tool_gbnf, &param);
+        ember_status st = chat_tools_choice_gbnf_tmpl(rq, tf, s->text.chat_template, &tool_gbnf, &param);
         if (st != EMBER_OK) {
             oai_error_set(err, st == EMBER_ERR_NOMEM ? 500 : 400, "invalid_request_error", param, NULL, "%s",
                           ember_last_error());

@@ -250,7 +250,8 @@ static void stream_parsed(stream *st, const oai_result *res, const char *delta, 
     json_array_clear(st->deltas);
     if (!lp_sent) out_event(st, oai_chat_delta_chunk(&st->rq, res, NULL, NULL, tok_from, tok_to, piece_fn, st->s));
     if (fin) {
-        const char *fr = st->saw_tool_call ? "tool_calls" : oai_finish_reason(res->finish);
+        const char *fr = st->saw_tool_call && res->finish != ENGINE_FINISH_LENGTH ? "tool_calls"
+                                                                                  : oai_finish_reason(res->finish);
         out_event(st, oai_chat_delta_chunk(&st->rq, res, NULL, fr ? fr : "stop", 0, 0, piece_fn, st->s));
     }
 }

@@ -7,7 +7,9 @@
  */
 #include "sample/json_schema.h"
 
+#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,10 +357,534 @@ static bool get_uint(jsc *c, const json_t *s, const char *key, const char *ptr, 
 
 #define MAX_BOUND 10000
 
+/* ---- numeric bounds (minimum, maximum, exclusiveMinimum, exclusiveMaximum) ----
+ * Integers: exact, as alternatives over digit strings of each length (no
+ * leading zeros, no "-0"). Numbers: exact for integral bounds, in plain
+ * decimal form (an exponent is not produced under bounds); a bound that is
+ * not an integer is reported as unsupported. */
+
+#define MAX_NUM_BOUND 1e15   /* bounds beyond are reported unsupported (double precision) */
+
+/* L-digit decimal strings from x to y (both L digits, x <= y). */
+static void digits_range(sb *out, const char *x, const char *y, size_t L)
+{
+    if (L == 1) {
+        if (x[0] == y[0]) sb_printf(out, "\"%c\"", x[0]);
+        else sb_printf(out, "[%c-%c]", x[0], y[0]);
+        return;
+    }
+    bool x0 = true, y9 = true;
+    for (size_t i = 1; i < L; i++) { if (x[i] != '0') x0 = false; if (y[i] != '9') y9 = false; }
+    if (x[0] == y[0]) {
+        sb_printf(out, "\"%c\" ", x[0]);
+        digits_range(out, x + 1, y + 1, L - 1);
+        return;
+    }
+    char nines[24], zeros[24];
+    memset(nines, '9', L - 1); nines[L - 1] = 0;
+    memset(zeros, '0', L - 1); zeros[L - 1] = 0;
+    int lo = x0 ? x[0] : x[0] + 1, hi = y9 ? y[0] : y[0] - 1;
+    bool any = false;
+    sb_put(out, "( ");
+    if (!x0) { sb_printf(out, "\"%c\" ( ", x[0]); digits_range(out, x + 1, nines, L - 1); sb_put(out, " )"); any = true; }
+    if (lo <= hi) {
+        if (any) sb_put(out, " | ");
+        if (lo == hi) sb_printf(out, "\"%c\" [0-9]{%zu}", lo, L - 1);
+        else sb_printf(out, "[%c-%c] [0-9]{%zu}", lo, hi, L - 1);
+        any = true;
+    }
+    if (!y9) { if (any) sb_put(out, " | "); sb_printf(out, "\"%c\" ( ", y[0]); digits_range(out, zeros, y + 1, L - 1); sb_put(out, " )"); }
+    sb_put(out, " )");
+}
+
+/* Naturals a..b (b < 0: unbounded), a >= 0, written without leading zeros. */
+static void nat_range(sb *out, long long a, long long b)
+{
+    char sa[24], sb_[24];
+    int la = snprintf(sa, sizeof sa, "%lld", a);
+    int lb = b >= 0 ? snprintf(sb_, sizeof sb_, "%lld", b) : la;
+    sb_put(out, "( ");
+    bool any = false;
+    for (int L = la; L <= lb; L++) {
+        char x[24], y[24];
+        if (L == la) memcpy(x, sa, (size_t)la + 1);
+        else { x[0] = '1'; memset(x + 1, '0', (size_t)L - 1); x[L] = 0; }
+        if (b >= 0 && L == lb) memcpy(y, sb_, (size_t)lb + 1);
+        else { memset(y, '9', (size_t)L); y[L] = 0; }
+        if (any) sb_put(out, " | ");
+        digits_range(out, x, y, (size_t)L);
+        any = true;
+    }
+    if (b < 0) sb_printf(out, " | [1-9] [0-9]{%d,}", la);
+    sb_put(out, " )");
+}
+
+typedef struct nbound { bool has; double v; bool open; } nbound;
+
+static bool read_bounds(jsc *c, const json_t *s, const char *ptr, nbound *lo, nbound *hi)
+{
+    static const char *const keys[4] = { "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum" };
+    *lo = *hi = (nbound){0};
+    for (int k = 0; k < 4; k++) {
+        const json_t *x = json_object_get(s, keys[k]);
+        if (!x) continue;
+        if (!json_is_number(x)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/%s must be a number", ptr, keys[k]);
+        double v = json_number_value(x);
+        if (v > MAX_NUM_BOUND || v < -MAX_NUM_BOUND)
+            FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s/%s: bounds beyond 1e15 are not supported", ptr, keys[k]);
+        nbound *b = k < 2 ? lo : hi;
+        bool open = k & 1;
+        /* the tighter of minimum and exclusiveMinimum (maximum likewise) */
+        bool tighter = !b->has || (k < 2 ? (v > b->v || (v == b->v && open)) : (v < b->v || (v == b->v && open)));
+        if (tighter) *b = (nbound){true, v, open};
+    }
+    return true;
+}
+
+static bool has_bounds(const json_t *s)
+{
+    return json_object_get(s, "minimum") || json_object_get(s, "maximum") || json_object_get(s, "exclusiveMinimum") ||
+           json_object_get(s, "exclusiveMaximum");
+}
+
+static bool gen_int_bounded(jsc *c, const json_t *s, const char *ptr, sb *out)
+{
+    nbound lb, hb;
+    if (!read_bounds(c, s, ptr, &lb, &hb)) return false;
+    long long lo = 0, hi = 0;
+    if (lb.has) lo = lb.open ? (long long)floor(lb.v) + 1 : (long long)ceil(lb.v);
+    if (hb.has) hi = hb.open ? (long long)ceil(hb.v) - 1 : (long long)floor(hb.v);
+    if (lb.has && hb.has && lo > hi) { sb_put(out, "nothing"); return true; }
+    bool any = false;
+    sb_put(out, "( ");
+    if (!hb.has || hi >= 0) {                       /* 0 and up */
+        nat_range(out, lb.has && lo > 0 ? lo : 0, hb.has ? hi : -1);
+        any = true;
+    }
+    if (!lb.has || lo < 0) {                        /* below 0: "-" and a magnitude */
+        long long mlo = hb.has && hi < 0 ? -hi : 1, mhi = lb.has ? -lo : -1;
+        if (any) sb_put(out, " | ");
+        sb_put(out, "\"-\" ");
+        nat_range(out, mlo, mhi);
+        any = true;
+    }
+    if ((!lb.has || lo <= 0) && (!hb.has || hi >= 0)) sb_put(out, " | \"-0\"");   /* -0 is 0 */
+    sb_put(out, " )");
+    return true;
+}
+
+/* Magnitudes m (plain decimal, no sign) with a <= m <= b (open ends
+ * exclusive; b < 0 unbounded), a and b integers >= 0. */
+static void mag_range(sb *out, long long a, bool a_open, long long b, bool b_open)
+{
+    static const char frac[] = "( \".\" [0-9]+ )?", zfrac[] = "( \".\" \"0\"+ )?",
+                      nzfrac[] = "\".\" [0-9]* [1-9] [0-9]*";
+    if (b >= 0 && (a > b || (a == b && (a_open || b_open)))) { sb_put(out, "nothing"); return; }
+    if (b >= 0 && a == b) { sb_printf(out, "\"%lld\" %s", a, zfrac); return; }
+    sb_put(out, "( ");
+    if (a_open) sb_printf(out, "\"%lld\" %s", a, nzfrac);
+    else sb_printf(out, "\"%lld\" %s", a, frac);
+    if (b < 0 || a + 1 <= b - 1) {
+        sb_put(out, " | ");
+        nat_range(out, a + 1, b < 0 ? -1 : b - 1);
+        sb_printf(out, " %s", frac);
+    }
+    if (b >= 0 && !b_open) sb_printf(out, " | \"%lld\" %s", b, zfrac);
+    sb_put(out, " )");
+}
+
+static bool gen_number_bounded(jsc *c, const json_t *s, const char *ptr, sb *out)
+{
+    nbound lb, hb;
+    if (!read_bounds(c, s, ptr, &lb, &hb)) return false;
+    if ((lb.has && lb.v != floor(lb.v)) || (hb.has && hb.v != floor(hb.v)))
+        FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s: bounds of a number must be integers (minimum/maximum %g/%g)", ptr,
+             lb.has ? lb.v : 0.0, hb.has ? hb.v : 0.0);
+    long long lo = (long long)lb.v, hi = (long long)hb.v;
+    bool any = false;
+    sb_put(out, "( ");
+    /* values >= 0 */
+    if (!hb.has || hi > 0 || (hi == 0 && !hb.open)) {
+        bool from_lo = lb.has && lo >= 0;
+        mag_range(out, from_lo ? lo : 0, from_lo && lb.open, hb.has ? hi : -1, hb.open);
+        any = true;
+    }
+    /* values < 0: "-" and a magnitude > 0 */
+    if (!lb.has || lo < 0) {
+        bool to_hi = hb.has && hi < 0;
+        if (any) sb_put(out, " | ");
+        sb_put(out, "\"-\" ");
+        mag_range(out, to_hi ? -hi : 0, to_hi ? hb.open : true, lb.has ? -lo : -1, lb.open);
+        any = true;
+    }
+    /* -0 (and -0.0...) is 0 */
+    if (any && (!lb.has || lo < 0 || (lo == 0 && !lb.open)) && (!hb.has || hi > 0 || (hi == 0 && !hb.open)))
+        sb_put(out, " | \"-0\" ( \".\" \"0\"+ )?");
+    sb_put(out, " )");
+    return true;
+}
+
+/* ---- pattern: an ECMA-262 regex subset to GBNF over the string's encoding ----
+ * Supported: literals, escapes (\d \D \w \W \s \S \t \n \r \f \v \0 \xHH
+ * \uHHHH and escaped punctuation), [classes] with ranges, negation and
+ * \d \w \s inside, '.', groups ( ) and (?: ), '|', quantifiers * + ? {n}
+ * {n,} {n,m} (lazy '?' ignored: same language), '^' at the start and '$'
+ * at the end. Unanchored ends match anything (JSON Schema's search
+ * semantics). Unsupported (reported): back-references, lookaround, \b, \B,
+ * anchors elsewhere, \D \W \S inside a class. In JSON text a character is
+ * matched raw, or by its short escape (\" \\ \b \f \n \r \t) or \u00XX for
+ * other control characters; a non-ASCII character written as a \u escape is
+ * not recognised. In the raw syntaxes (Gemma 4, Qwen3-Coder) '<' never
+ * matches (see ember_schema_syntax). */
+
+typedef struct cprange { uint32_t lo, hi; } cprange;
+typedef struct cpset { cprange r[64]; int n; bool neg; } cpset;
+
+typedef struct rx {
+    jsc *c;
+    const char *ptr;
+    const char *s;
+    size_t i, n;
+    bool raw;       /* Gemma 4 / XML raw text, else JSON text */
+    bool top_alt;   /* a '|' outside any group */
+} rx;
+
+#define RXFAIL(x, fmt, ...) do { if ((x)->c->err == EMBER_OK) (x)->c->err = ember_error(EMBER_ERR_UNSUPPORTED, "json_schema: %.200s/pattern at offset %zu: " fmt, (x)->ptr, (x)->i, ##__VA_ARGS__); return false; } while (0)
+
+static bool set_add(rx *x, cpset *st, uint32_t lo, uint32_t hi)
+{
+    if (st->n == 64) RXFAIL(x, "class with more than 64 ranges");
+    st->r[st->n++] = (cprange){lo, hi};
+    return true;
+}
+
+static bool set_contains(const cpset *st, uint32_t cp)
+{
+    bool in = false;
+    for (int i = 0; i < st->n; i++) if (cp >= st->r[i].lo && cp <= st->r[i].hi) in = true;
+    return in != st->neg;
+}
+
+/* one UTF-8 code point at x->s[x->i] */
+static bool rx_cp(rx *x, uint32_t *cp)
+{
+    const unsigned char *p = (const unsigned char *)x->s + x->i;
+    size_t left = x->n - x->i;
+    unsigned char b = p[0];
+    size_t len = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
+    if (!len || len > left) RXFAIL(x, "invalid UTF-8");
+    uint32_t v = len == 1 ? b : len == 2 ? (b & 0x1Fu) : len == 3 ? (b & 0x0Fu) : (b & 0x07u);
+    for (size_t k = 1; k < len; k++) v = (v << 6) | (p[k] & 0x3Fu);
+    *cp = v;
+    x->i += len;
+    return true;
+}
+
+static int hexv(char ch)
+{
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
+/* shorthand classes */
+static bool add_shorthand(rx *x, cpset *st, char k)
+{
+    switch (k) {
+    case 'd': return set_add(x, st, '0', '9');
+    case 'w': return set_add(x, st, 'a', 'z') && set_add(x, st, 'A', 'Z') && set_add(x, st, '0', '9') && set_add(x, st, '_', '_');
+    case 's':
+        return set_add(x, st, 0x09, 0x0D) && set_add(x, st, ' ', ' ') && set_add(x, st, 0xA0, 0xA0) &&
+               set_add(x, st, 0x1680, 0x1680) && set_add(x, st, 0x2000, 0x200A) && set_add(x, st, 0x2028, 0x2029) &&
+               set_add(x, st, 0x202F, 0x202F) && set_add(x, st, 0x205F, 0x205F) && set_add(x, st, 0x3000, 0x3000) &&
+               set_add(x, st, 0xFEFF, 0xFEFF);
+    }
+    return false;
+}
+
+/* After a '\': a single code point (*cp) or a shorthand (*sh = 'd', 'D', ...). */
+static bool rx_escape(rx *x, uint32_t *cp, char *sh)
+{
+    *sh = 0;
+    if (x->i >= x->n) RXFAIL(x, "trailing backslash");
+    char k = x->s[x->i++];
+    switch (k) {
+    case 'd': case 'D': case 'w': case 'W': case 's': case 'S': *sh = k; return true;
+    case 't': *cp = '\t'; return true;
+    case 'n': *cp = '\n'; return true;
+    case 'r': *cp = '\r'; return true;
+    case 'f': *cp = '\f'; return true;
+    case 'v': *cp = '\v'; return true;
+    case '0': *cp = 0; return true;
+    case 'x': case 'u': {
+        int nd = k == 'x' ? 2 : 4;
+        uint32_t v = 0;
+        for (int d = 0; d < nd; d++) {
+            int h = x->i < x->n ? hexv(x->s[x->i]) : -1;
+            if (h < 0) RXFAIL(x, "bad \\%c escape", k);
+            v = v * 16 + (uint32_t)h;
+            x->i++;
+        }
+        *cp = v;
+        return true;
+    }
+    default:
+        if ((k >= 'a' && k <= 'z') || (k >= 'A' && k <= 'Z') || (k >= '0' && k <= '9'))
+            RXFAIL(x, "\\%c is not supported", k);
+        x->i--;
+        return rx_cp(x, cp);   /* escaped punctuation or any other character */
+    }
+}
+
+/* GBNF for a code point inside a [class] */
+static void class_cp(sb *out, uint32_t cp)
+{
+    if (cp == ']' || cp == '\\' || cp == '-' || cp == '^') sb_printf(out, "\\%c", (char)cp);
+    else if (cp < 0x20 || cp == 0x7F) sb_printf(out, "\\x%02X", cp);
+    else if (cp < 0x80) sb_putn(out, (const char *)&(char){(char)cp}, 1);
+    else sb_printf(out, "\\U%08X", cp);
+}
+
+/* GBNF for "one character of set st, as encoded in the string" */
+static void emit_set(rx *x, sb *out, const cpset *st)
+{
+    /* code points never matched raw: JSON " \ and controls; raw text '<' */
+    static const cprange json_special[] = { {0x00, 0x1F}, {'"', '"'}, {'\\', '\\'} };
+    static const cprange raw_special[] = { {'<', '<'} };
+    const cprange *sp = x->raw ? raw_special : json_special;
+    int nsp = x->raw ? 1 : 3;
+    sb_put(out, "( ");
+    bool any = false;
+    if (st->neg) {
+        sb_put(out, "[^");
+        for (int i = 0; i < st->n; i++) {
+            class_cp(out, st->r[i].lo);
+            if (st->r[i].hi > st->r[i].lo) { sb_put(out, "-"); class_cp(out, st->r[i].hi); }
+        }
+        for (int i = 0; i < nsp; i++) {
+            class_cp(out, sp[i].lo);
+            if (sp[i].hi > sp[i].lo) { sb_put(out, "-"); class_cp(out, sp[i].hi); }
+        }
+        sb_put(out, "]");
+        any = true;
+    } else {
+        /* each range minus the special code points */
+        sb cls = {0};
+        for (int i = 0; i < st->n; i++) {
+            uint32_t lo = st->r[i].lo, hi = st->r[i].hi;
+            while (lo <= hi) {
+                /* skip special code points at lo */
+                bool skipped = false;
+                for (int k = 0; k < nsp; k++) if (lo >= sp[k].lo && lo <= sp[k].hi) { lo = sp[k].hi + 1; skipped = true; }
+                if (skipped) continue;
+                uint32_t end = hi;
+                for (int k = 0; k < nsp; k++) if (sp[k].lo > lo && sp[k].lo - 1 < end) end = sp[k].lo - 1;
+                class_cp(&cls, lo);
+                if (end > lo) { sb_put(&cls, "-"); class_cp(&cls, end); }
+                if (end == UINT32_MAX) break;
+                lo = end + 1;
+            }
+        }
+        if (cls.n) { sb_printf(out, "[%s]", cls.a); any = true; }
+        if (cls.oom) out->oom = true;
+        free(cls.a);
+    }
+    if (!x->raw) {
+        static const uint32_t specials[] = { '"', '\\', '\b', '\f', '\n', '\r', '\t', 0x00, 0x01, 0x02, 0x03, 0x04, 0x05,
+                                             0x06, 0x07, 0x0B, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16,
+                                             0x17, 0x18, 0x19, 0x1A, 0x1B, 0x1C, 0x1D, 0x1E, 0x1F };
+        for (size_t k = 0; k < sizeof specials / sizeof *specials; k++) {
+            uint32_t cp = specials[k];
+            if (!set_contains(st, cp)) continue;
+            if (any) sb_put(out, " | ");
+            any = true;
+            switch (cp) {
+            case '"': sb_put(out, "\"\\\\\\\"\""); break;
+            case '\\': sb_put(out, "\"\\\\\\\\\""); break;
+            case '\b': sb_put(out, "\"\\\\b\""); break;
+            case '\f': sb_put(out, "\"\\\\f\""); break;
+            case '\n': sb_put(out, "\"\\\\n\""); break;
+            case '\r': sb_put(out, "\"\\\\r\""); break;
+            case '\t': sb_put(out, "\"\\\\t\""); break;
+            default: sb_printf(out, "\"\\\\u%04x\"", cp);
+            }
+        }
+    }
+    if (!any) sb_put(out, "nothing");
+    sb_put(out, " )");
+}
+
+static bool rx_alt(rx *x, sb *out, int depth);
+
+/* one atom (no quantifier) */
+static bool rx_atom(rx *x, sb *out, int depth)
+{
+    char ch = x->s[x->i];
+    cpset st = {0};
+    if (ch == '(') {
+        x->i++;
+        if (x->i + 1 < x->n && x->s[x->i] == '?') {
+            if (x->s[x->i + 1] != ':') RXFAIL(x, "lookaround and named groups are not supported");
+            x->i += 2;
+        }
+        sb_put(out, "( ");
+        if (!rx_alt(x, out, depth + 1)) return false;
+        if (x->i >= x->n || x->s[x->i] != ')') RXFAIL(x, "missing ')'");
+        x->i++;
+        sb_put(out, " )");
+        return true;
+    }
+    if (ch == '[') {
+        x->i++;
+        if (x->i < x->n && x->s[x->i] == '^') { st.neg = true; x->i++; }
+        while (x->i < x->n && x->s[x->i] != ']') {
+            uint32_t lo;
+            char sh = 0;
+            if (x->s[x->i] == '\\') {
+                x->i++;
+                if (!rx_escape(x, &lo, &sh)) return false;
+                if (sh) {
+                    if (sh == 'D' || sh == 'W' || sh == 'S') RXFAIL(x, "\\%c inside a class is not supported", sh);
+                    if (!add_shorthand(x, &st, sh)) return false;
+                    continue;
+                }
+            } else if (!rx_cp(x, &lo)) return false;
+            uint32_t hi = lo;
+            if (x->i + 1 < x->n && x->s[x->i] == '-' && x->s[x->i + 1] != ']') {
+                x->i++;
+                if (x->s[x->i] == '\\') {
+                    x->i++;
+                    if (!rx_escape(x, &hi, &sh)) return false;
+                    if (sh) RXFAIL(x, "a class shorthand cannot end a range");
+                } else if (!rx_cp(x, &hi)) return false;
+                if (hi < lo) RXFAIL(x, "range out of order");
+            }
+            if (!set_add(x, &st, lo, hi)) return false;
+        }
+        if (x->i >= x->n) RXFAIL(x, "missing ']'");
+        x->i++;
+        emit_set(x, out, &st);
+        return true;
+    }
+    if (ch == '.') {
+        x->i++;
+        st.neg = true;
+        set_add(x, &st, '\n', '\n'); set_add(x, &st, '\r', '\r'); set_add(x, &st, 0x2028, 0x2029);
+        emit_set(x, out, &st);
+        return true;
+    }
+    if (ch == '\\') {
+        x->i++;
+        uint32_t cp;
+        char sh;
+        if (!rx_escape(x, &cp, &sh)) return false;
+        if (sh) {
+            char lower = (char)(sh | 0x20);
+            if (!add_shorthand(x, &st, lower)) return false;
+            st.neg = sh != lower;
+        } else {
+            set_add(x, &st, cp, cp);
+        }
+        emit_set(x, out, &st);
+        return true;
+    }
+    if (ch == '^' || ch == '$') RXFAIL(x, "'%c' is only supported at the pattern's ends", ch);
+    if (ch == '*' || ch == '+' || ch == '?' || ch == '{') RXFAIL(x, "nothing to repeat");
+    uint32_t cp;
+    if (!rx_cp(x, &cp)) return false;
+    set_add(x, &st, cp, cp);
+    emit_set(x, out, &st);
+    return true;
+}
+
+static bool rx_uint(rx *x, long long *v)
+{
+    if (x->i >= x->n || x->s[x->i] < '0' || x->s[x->i] > '9') return false;
+    long long a = 0;
+    while (x->i < x->n && x->s[x->i] >= '0' && x->s[x->i] <= '9') {
+        a = a * 10 + (x->s[x->i++] - '0');
+        if (a > MAX_BOUND) return false;
+    }
+    *v = a;
+    return true;
+}
+
+static bool rx_seq(rx *x, sb *out, int depth)
+{
+    bool any = false;
+    while (x->i < x->n && x->s[x->i] != '|' && x->s[x->i] != ')') {
+        if (x->s[x->i] == '$' && x->i + 1 == x->n && depth == 0) break;   /* end anchor */
+        if (any) sb_put(out, " ");
+        if (!rx_atom(x, out, depth)) return false;
+        any = true;
+        if (x->i >= x->n) break;
+        char q = x->s[x->i];
+        if (q == '*' || q == '+' || q == '?') { sb_putn(out, &q, 1); x->i++; }
+        else if (q == '{') {
+            long long m = 0, n = -1;
+            x->i++;
+            if (!rx_uint(x, &m)) RXFAIL(x, "bad {m,n} quantifier (bounds up to %d)", MAX_BOUND);
+            if (x->i < x->n && x->s[x->i] == ',') {
+                x->i++;
+                if (x->i < x->n && x->s[x->i] != '}') { if (!rx_uint(x, &n) || n < m) RXFAIL(x, "bad {m,n} quantifier"); }
+                else n = -2;   /* {m,} */
+            }
+            if (x->i >= x->n || x->s[x->i] != '}') RXFAIL(x, "bad {m,n} quantifier");
+            x->i++;
+            if (n == -1) sb_printf(out, "{%lld}", m);
+            else if (n == -2) sb_printf(out, "{%lld,}", m);
+            else sb_printf(out, "{%lld,%lld}", m, n);
+        } else continue;
+        if (x->i < x->n && x->s[x->i] == '?') x->i++;   /* lazy: same language */
+        if (x->i < x->n && strchr("*+?{", x->s[x->i])) RXFAIL(x, "nested quantifier");
+    }
+    if (!any) sb_put(out, "\"\"");
+    return true;
+}
+
+static bool rx_alt(rx *x, sb *out, int depth)
+{
+    if (depth > 32) RXFAIL(x, "groups nested deeper than 32");
+    if (!rx_seq(x, out, depth)) return false;
+    while (x->i < x->n && x->s[x->i] == '|') {
+        if (depth == 0) x->top_alt = true;
+        x->i++;
+        sb_put(out, " | ");
+        if (!rx_seq(x, out, depth)) return false;
+    }
+    return true;
+}
+
+/* The pattern's grammar between the string's quotes q (a GBNF literal, or
+ * "" for raw XML text); `anychar` is the rule of one character. */
+static bool gen_pattern(jsc *c, const json_t *s, const char *ptr, const char *q, bool raw, const char *anychar, sb *out)
+{
+    const json_t *p = json_object_get(s, "pattern");
+    if (!json_is_string(p)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/pattern must be a string", ptr);
+    if (json_object_get(s, "minLength") || json_object_get(s, "maxLength") || json_object_get(s, "format"))
+        FAIL(c, EMBER_ERR_UNSUPPORTED, "%.200s: pattern together with minLength, maxLength or format is not supported", ptr);
+    rx x = { c, ptr, json_string_value(p), 0, json_string_length(p), raw, false };
+    bool start = x.n > 0 && x.s[0] == '^';
+    if (start) x.i = 1;
+    bool end = x.n > x.i && x.s[x.n - 1] == '$' && (x.n < 2 || x.s[x.n - 2] != '\\');
+    sb body = {0};
+    if (!rx_alt(&x, &body, 0)) { free(body.a); return false; }
+    if (x.i < x.n && !(end && x.i == x.n - 1)) { free(body.a); RXFAIL(&x, "unbalanced ')'"); }
+    if (x.top_alt && (start || end)) { free(body.a); RXFAIL(&x, "anchors around a top-level '|' are not supported (group it: ^(a|b)$)"); }
+    if (*q) sb_printf(out, "%s ", q);
+    if (!start) sb_printf(out, "%s* ", anychar);
+    sb_printf(out, "( %s )", body.a ? body.a : "\"\"");
+    if (!end) sb_printf(out, " %s*", anychar);
+    if (*q) sb_printf(out, " %s", q);
+    if (body.oom) out->oom = true;
+    free(body.a);
+    return true;
+}
+
+
 static bool gen_string(jsc *c, const json_t *s, const char *ptr, sb *out)
 {
     /* the string's quotes as a GBNF literal */
     const char *q = c->syn == EMBER_SCHEMA_GEMMA4 ? "\"<|\\\"|>\"" : "\"\\\"\"";
+    if (json_object_get(s, "pattern")) return gen_pattern(c, s, ptr, q, c->syn == EMBER_SCHEMA_GEMMA4, "char", out);
     const json_t *fmt = json_object_get(s, "format");
     if (fmt) {
         if (!json_is_string(fmt)) FAIL(c, EMBER_ERR_INVALID_ARG, "%.200s/format must be a string", ptr);
@@ -581,6 +1107,7 @@ static bool gen_xml_value(jsc *c, const json_t *s, const char *hint, const char 
         sb_put(out, " )");
         return true;
     }
+    if (json_object_get(s, "pattern")) return gen_pattern(c, s, ptr, "", true, "xchar", out);
     const json_t *fmt = json_object_get(s, "format");
     if (json_is_string(fmt)) {
         static const char *const known[] = { "date", "time", "date-time", "uuid", "email", "ipv4" };
@@ -704,8 +1231,8 @@ static bool gen_object(jsc *c, const json_t *s, const char *hint, const char *pt
 static bool gen_type(jsc *c, const json_t *s, const char *t, const char *hint, const char *ptr, sb *out)
 {
     if (!strcmp(t, "string")) return gen_string(c, s, ptr, out);
-    if (!strcmp(t, "integer")) { sb_put(out, "integer"); return true; }
-    if (!strcmp(t, "number")) { sb_put(out, "number"); return true; }
+    if (!strcmp(t, "integer")) { if (has_bounds(s)) return gen_int_bounded(c, s, ptr, out); sb_put(out, "integer"); return true; }
+    if (!strcmp(t, "number")) { if (has_bounds(s)) return gen_number_bounded(c, s, ptr, out); sb_put(out, "number"); return true; }
     if (!strcmp(t, "boolean")) { sb_put(out, "boolean"); return true; }
     if (!strcmp(t, "null")) { sb_put(out, "null"); return true; }
     if (!strcmp(t, "object")) return gen_object(c, s, hint, ptr, out);
@@ -766,7 +1293,8 @@ static bool gen(jsc *c, const json_t *s, const char *hint, const char *ptr, sb *
         ok = gen_object(c, s, hint, ptr, out);
     } else if (json_object_get(s, "items") || json_object_get(s, "prefixItems") || json_object_get(s, "minItems") || json_object_get(s, "maxItems")) {
         ok = gen_array(c, s, hint, ptr, out);
-    } else if (json_object_get(s, "format") || json_object_get(s, "minLength") || json_object_get(s, "maxLength")) {
+    } else if (json_object_get(s, "format") || json_object_get(s, "minLength") || json_object_get(s, "maxLength") ||
+               json_object_get(s, "pattern")) {
         ok = gen_string(c, s, ptr, out);
     } else {
         sb_put(out, "value");

@@ -41,7 +41,10 @@ def start(ember_bin, model, template):
 def fmt(request, ember_bin, smollm2_path):
     template, marker = FORMATS[request.param]
     s = start(ember_bin, smollm2_path, template)
-    c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=120)
+    c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=300)
+    # one request first, so that the (long, for Devstral) prompt is in the prefix cache
+    # before the concurrent runs: a loaded 2-core CI machine then stays within the timeout
+    c.chat.completions.create(model="m", messages=ASK, tools=TOOLS, max_tokens=1)
     yield request.param, s, c, marker
     assert s.stop() == 0
 

@@ -79,7 +79,6 @@ typedef struct g4_model {
     ember_weight ple_tok_embd; /* per_layer_token_embd: [n_vocab, n_layer * P] */
     ember_weight ple_model_proj; /* per_layer_model_proj: [n_layer * P, n_embd] */
     const float *ple_proj_norm;  /* [P] */
-    int64_t n_kv_row;          /* elements of a KV-cache row (hp n_head_kv * head_dim_k) */
     int32_t n_expert, n_expert_used, n_ff_exp;
     int64_t aux_moe;           /* offset (floats per token) of the MoE scratch in aux */
     g4_layer *layers;
@@ -196,10 +195,10 @@ static ember_status gemma4_load(ember_model *m)
     hp->embd_scale = sqrtf((float)hp->n_embd);
     hp->final_softcap = 0.0f;
     if ((st = ember_model_get_f32(m, "final_logit_softcapping", false, &hp->final_softcap))) return st;
-    /* the context sizes scratch and KV rows by the largest layer */
+    /* the context sizes scratch by the largest layer, the KV cache per layer
+     * (n_embd_k_gqa below) */
     hp->head_dim_k = hp->head_dim_v = head_dim_full > head_dim_swa ? head_dim_full : head_dim_swa;
     hp->n_rot = n_rot_full;
-    g->n_kv_row = (int64_t)hp->n_head_kv * hp->head_dim_k;
 
     const int32_t first_shared = n_layer - n_shared;
     for (int32_t il = 0; il < n_layer; il++) {
@@ -227,6 +226,8 @@ static ember_status gemma4_load(ember_model *m)
             if (S->n_head_kv != G->n_head_kv || S->head_dim != G->head_dim)
                 return ember_error(EMBER_ERR_FORMAT, "%s: KV-shared layer %d and its source %d differ in KV shape", m->path, il, G->kv_src);
         }
+        /* the KV cache keeps exactly this layer's heads; a KV-shared layer none */
+        hp->n_embd_k_gqa[il] = hp->n_embd_v_gqa[il] = G->has_kv ? (int64_t)G->n_head_kv * G->head_dim : 0;
     }
 
     /* --- tensors --- */
@@ -341,17 +342,6 @@ static ember_status gemma4_load(ember_model *m)
 #undef MAT
 #undef VEC
     return EMBER_OK;
-}
-
-/* Spread n rows of w_from floats to rows of w_to >= w_from floats in place,
- * zero-filling the tail: K/V of a layer narrower than the cache row. */
-static void widen_rows(float *buf, int32_t n, int64_t w_from, int64_t w_to)
-{
-    if (w_from == w_to) return;
-    for (int32_t t = n - 1; t >= 0; t--) {
-        memmove(buf + (int64_t)t * w_to, buf + (int64_t)t * w_from, (size_t)w_from * sizeof(float));
-        memset(buf + (int64_t)t * w_to + w_from, 0, (size_t)(w_to - w_from) * sizeof(float));
-    }
 }
 
 /* Per-layer embeddings for the ubatch, layer-major: returns ple with
@@ -522,15 +512,13 @@ static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
             op->rms_norm(be, s->k, s->k, L->attn_k_norm, (int64_t)n * n_kv, hd, eps);
             op->rms_norm(be, s->v, s->v, NULL, (int64_t)n * n_kv, hd, eps);
             gemma4_rope(r, G, s->k, n, n_kv, ub->pos, s->att);
-            widen_rows(s->k, n, (int64_t)n_kv * hd, g->n_kv_row);
-            widen_rows(s->v, n, (int64_t)n_kv * hd, g->n_kv_row);
-            op->kv_store(be, &view, s->k, s->v, ub->kv_row, n);
+            op->kv_store(be, &view, s->k, s->v, ember_ubatch_rows(r->kv, ub, il), n);
         }
         const ember_attn_params ap = {
             .n_head = hp->n_head, .n_head_kv = n_kv, .head_dim_k = hd, .head_dim_v = hd,
             .kq_scale = hp->attn_scale, .n_swa = G->swa ? hp->n_swa : 0,
         };
-        op->attention(be, &view, &ap, s->q, ub->query, n, s->att);
+        op->attention(be, &view, &ap, s->q, ember_ubatch_query(r->kv, ub, G->kv_src), n, s->att);
         ember_project(r, s->att, n, &L->wo, s->xb, NULL, NULL, NULL, NULL);
         op->rms_norm(be, s->xb, s->xb, L->post_attn_norm, n, n_embd, eps);
         op->add(be, s->x, s->xb, n * n_embd);

@@ -8,7 +8,7 @@
 #   - 8-parallel aggregate decode:     build/bench/par_decode -np 8 -pp 128 -tg 128
 #                                      (llama-batched-bench's S_TG; from the cudagraph branch)
 #   - TTFT: ember serve -c 16384 -np 1, non-streaming completions of max_tokens 1
-#     for prompts of ~128 and ~1024 tokens (curl time_total; each prompt distinct)
+#     for token-id prompts of 128 and 1024 tokens (curl time_total; each prompt distinct)
 #   - GPU memory of that server (nvidia-smi, per process and whole GPU) after the
 #     requests, at -c 16384 and -c 65536; the server's own KV/scratch line.
 #
@@ -19,6 +19,12 @@
 # PLE_HOST_FLAG to the flag once it exists (e.g. PLE_HOST_FLAG=--ple-host);
 # until then summary.md also prints GPU memory minus the table's bytes,
 # labelled as an estimate.
+#
+# Known gaps (2026-11-29, main + cudagraph branch): the CUDA attention kernel
+# takes head_dim 64/128/256 only, and E4B's full layers have 512, so ember's
+# CUDA runs stop at the first full layer until that kernel grows D=512; gemma4
+# is not marked device_scratch (it reads scratch on the host for PLE/MoE), so
+# its ops stage activations through the host. Each step logs its exit code.
 #
 # Inputs (environment):
 #   OUT            results folder (required; the device tool fetches it)
@@ -31,6 +37,11 @@
 #   E4B_ARGS       extra generator arguments (e.g. "--layers 12 --vocab 4096" for a dry run)
 #   PLE_HOST_FLAG  see above
 #   STEP_TIMEOUT   seconds per step (default 150); the device allows 600 per command
+#   BENCH_ARGS     ember/llama bench sizes (default "-p 512 -n 256 -r 3")
+#   TTFT_SHORT, TTFT_LONG  prompt lengths in tokens (default 128, 1024)
+#   CTXS           server contexts (default "16384 65536")
+# Dry run on a CPU box: OUT=/tmp/o E4B_ARGS="--layers 12 --vocab 4096" BENCH_ARGS="-p 16 -n 4 -r 1" \
+#   TTFT_LONG=64 STEP_TIMEOUT=120 bench/gpu/e4b_h200.sh
 set -u
 : "${OUT:?set OUT}"
 WORK=${WORK:-/tmp/e4b}
@@ -38,6 +49,10 @@ EMBER_BIN=${EMBER_BIN:-build/bin/ember}
 PAR_BIN=${PAR_BIN:-build/bench/par_decode}
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 PLE_HOST_FLAG=${PLE_HOST_FLAG:-}
+BENCH_ARGS=${BENCH_ARGS:--p 512 -n 256 -r 3}
+TTFT_SHORT=${TTFT_SHORT:-128}
+TTFT_LONG=${TTFT_LONG:-1024}
+CTXS=${CTXS:-16384 65536}
 mkdir -p "$OUT" "$WORK"
 S="$OUT/summary.md"
 log() { echo "$*" | tee -a "$S"; }
@@ -101,17 +116,19 @@ gpu_used() {  # whole-GPU memory in use, MiB
 proc_mem() {  # GPU memory of pid $1, MiB
   [ "$GPU" = 1 ] && nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p="$1" '$1==p{print $2}' || echo "n/a"
 }
-smi_watch() {  # sample whole-GPU memory every 200 ms into $1 until killed
-  [ "$GPU" = 1 ] && nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null &
-  echo $!
+smi_watch() {  # sample whole-GPU memory every 200 ms into $1 until killed; prints the sampler's pid
+  if [ "$GPU" = 1 ]; then
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null &
+    echo $!
+  fi
 }
 peak() { [ -s "$1" ] && sort -n "$1" | tail -1 || echo "n/a"; }
 log "GPU memory in use before the runs: $(gpu_used) MiB"
 
 # --- 1. single stream: pp512, tg256
-log "## ember bench (pp512, tg256, 3 repetitions) $PLE_HOST_FLAG"
+log "## ember bench $BENCH_ARGS $PLE_HOST_FLAG"
 w=$(smi_watch "$OUT/smi_bench.txt")
-timeout "$STEP_TIMEOUT" "$EMBER_BIN" bench -m "$MODEL" -p 512 -n 256 -r 3 $PLE_HOST_FLAG >"$OUT/ember_bench.md" 2>"$OUT/ember_bench.err"
+timeout "$STEP_TIMEOUT" "$EMBER_BIN" bench -m "$MODEL" $BENCH_ARGS $PLE_HOST_FLAG >"$OUT/ember_bench.md" 2>"$OUT/ember_bench.err"
 rc=$?
 [ -n "$w" ] && kill "$w" 2>/dev/null
 cat "$OUT/ember_bench.md" >>"$S"
@@ -131,16 +148,17 @@ fi
 log ""
 
 # --- 3. server: TTFT and memory at -c 16384 and 65536
-port=18080
-ttft() {  # $1 = base url, $2 = prompt characters, $3 = tag
-  local text
-  text=$(python3 -c "import sys; n=int(sys.argv[1]); k=int(sys.argv[2]); print(''.join(chr(97 + (k * 7 + i * 3) % 26) for i in range(n)))" "$2" "$3")
-  curl -s -o "$OUT/resp_$3.json" -w '%{time_total}' -H 'Content-Type: application/json' \
-    -d "{\"prompt\": \"$text\", \"max_tokens\": 1, \"temperature\": 0}" "$1/v1/completions"
+seed=0
+ttft() {  # $1 = base url, $2 = prompt tokens, $3 = tag: one completion of max_tokens 1, wall seconds
+  seed=$((seed + 1))
+  # a token-id prompt (<bos> + distinct random ids of the synthetic "t<i>" tokens): exactly $2 tokens,
+  # a new one each call so no prefix cache helps; both servers accept token arrays
+  python3 -c "import json, random, sys; r = random.Random(int(sys.argv[2])); n = int(sys.argv[1]); print(json.dumps({'prompt': [2] + [r.randrange(300, 4000) for _ in range(n - 1)], 'max_tokens': 1, 'temperature': 0}))" "$2" "$seed" >"$WORK/req.json"
+  curl -s -o "$OUT/resp_$3.json" -w '%{time_total}' -H 'Content-Type: application/json' -d @"$WORK/req.json" "$1/v1/completions"
 }
 serve_run() {  # $1 = engine (ember|llama), $2 = ctx
   local eng=$1 ctx=$2 pid
-  port=$((port + 1))
+  port=$(python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
   if [ "$eng" = ember ]; then
     "$EMBER_BIN" serve -m "$MODEL" -c "$ctx" -np 1 --port $port $PLE_HOST_FLAG >"$OUT/serve_${eng}_$ctx.log" 2>&1 &
   else
@@ -148,21 +166,24 @@ serve_run() {  # $1 = engine (ember|llama), $2 = ctx
   fi
   pid=$!
   local base="http://127.0.0.1:$port" i=0
-  until curl -sf "$base/health" >/dev/null 2>&1; do
+  until curl -sf "$base/health" >/dev/null 2>&1 && kill -0 $pid 2>/dev/null; do
     sleep 0.5; i=$((i + 1))
-    if ! kill -0 $pid 2>/dev/null || [ $i -gt 240 ]; then log "$eng -c $ctx: server did not come up"; kill $pid 2>/dev/null; return; fi
+    if ! kill -0 $pid 2>/dev/null || [ $i -gt 240 ]; then
+      log "$eng -c $ctx: server did not come up: $(tail -2 "$OUT/serve_${eng}_$ctx.log")"; kill $pid 2>/dev/null; return
+    fi
   done
   log "$eng -c $ctx: up after $((i / 2)) s; idle GPU memory: process $(proc_mem $pid) MiB, GPU $(gpu_used) MiB"
-  local r
+  ttft "$base" 16 "${eng}_${ctx}_warm" >/dev/null   # first use uploads weights: not timed
+  local r=""
   for tag in 1 2 3; do
-    r="$r $(ttft "$base" 128 "${eng}_${ctx}_a$tag")"
+    r="$r $(ttft "$base" "$TTFT_SHORT" "${eng}_${ctx}_a$tag")"
   done
-  log "  TTFT, ~128-token prompts (s): $r  (prompt tokens: $(grep -o '"prompt_tokens":[0-9]*' "$OUT/resp_${eng}_${ctx}_a1.json"))"
+  log "  TTFT, ~$TTFT_SHORT-token prompts (s): $r  (prompt tokens: $(grep -o '"prompt_tokens":[0-9]*' "$OUT/resp_${eng}_${ctx}_a1.json"))"
   r=""
   for tag in 1 2; do
-    r="$r $(ttft "$base" 1024 "${eng}_${ctx}_b$tag")"
+    r="$r $(ttft "$base" "$TTFT_LONG" "${eng}_${ctx}_b$tag")"
   done
-  log "  TTFT, ~1024-token prompts (s): $r  (prompt tokens: $(grep -o '"prompt_tokens":[0-9]*' "$OUT/resp_${eng}_${ctx}_b1.json"))"
+  log "  TTFT, ~$TTFT_LONG-token prompts (s): $r  (prompt tokens: $(grep -o '"prompt_tokens":[0-9]*' "$OUT/resp_${eng}_${ctx}_b1.json"))"
   local pm; pm=$(proc_mem $pid)
   log "  after requests: GPU memory of the process $pm MiB, whole GPU $(gpu_used) MiB; host VmRSS $(awk '/VmRSS/{print int($2/1024)}' /proc/$pid/status) MiB"
   if [ "$eng" = ember ] && [ -z "$PLE_HOST_FLAG" ] && [ -n "$pm" ] && [ "$pm" != n/a ] && [ -n "${PLE_BYTES:-}" ]; then
@@ -172,7 +193,7 @@ serve_run() {  # $1 = engine (ember|llama), $2 = ctx
   kill $pid; wait $pid 2>/dev/null
 }
 log "## servers: TTFT and memory (one slot)"
-for ctx in 16384 65536; do
+for ctx in $CTXS; do
   serve_run ember $ctx
   [ -n "${LLAMA_BIN:-}" ] && [ -x "$LLAMA_BIN/llama-server" ] && serve_run llama $ctx
 done
@@ -180,8 +201,8 @@ log ""
 
 # --- 4. llama.cpp, when a CUDA build was carried
 if [ -n "${LLAMA_BIN:-}" ] && [ -x "$LLAMA_BIN/llama-bench" ]; then
-  log "## llama-bench -ngl 99 (pp512, tg256, 3 repetitions)"
-  timeout "$STEP_TIMEOUT" "$LLAMA_BIN/llama-bench" -m "$MODEL" -ngl 99 -p 512 -n 256 -r 3 -o md >"$OUT/llama_bench.md" 2>"$OUT/llama_bench.err"
+  log "## llama-bench -ngl 99 $BENCH_ARGS"
+  timeout "$STEP_TIMEOUT" "$LLAMA_BIN/llama-bench" -m "$MODEL" -ngl 99 $BENCH_ARGS -o md >"$OUT/llama_bench.md" 2>"$OUT/llama_bench.err"
   cat "$OUT/llama_bench.md" >>"$S"
   if [ -x "$LLAMA_BIN/llama-batched-bench" ]; then
     log "## llama-batched-bench -npp 128 -ntg 128 -npl 1,8"

@@ -344,6 +344,20 @@ static ember_status gemma4_load(ember_model *m)
     return EMBER_OK;
 }
 
+/* out [n, w->n_in] = rows ids of w, dequantized on the host straight from the
+ * mapped file. Used for per_layer_token_embd, by far the largest tensor (1.48
+ * GiB of E4B's 4.2) of which a step needs only its tokens' rows: looking them
+ * up here instead of through the backend's get_rows means a GPU backend never
+ * sees, so never uploads, the table (llama.cpp likewise keeps it on the CPU as
+ * an input-layer tensor). Same values as get_rows (ggml_get_rows: to_float of
+ * the row). Needs `out` in host memory: gemma4 keeps its scratch on the host. */
+static void ple_rows_host(const ember_weight *w, const ember_token *ids, int32_t n, float *out)
+{
+    const ember_quant_traits *tr = ember_quant_traits_get(w->type);
+    for (int32_t t = 0; t < n; t++)
+        tr->to_float((const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes, out + (size_t)t * (size_t)w->n_in, w->n_in);
+}
+
 /* Per-layer embeddings for the ubatch, layer-major: returns ple with
  * ple[(l * n + t) * P + i]. */
 static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, const float *x)
@@ -357,7 +371,7 @@ static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, cons
     float *e = r->s->aux;               /* [n, L*P] token-major */
     float *p = e + (int64_t)n * LP;     /* [n, L*P], then layer-major [L, n, P] */
 
-    op->get_rows(be, &g->ple_tok_embd, ub->token, n, e);
+    ple_rows_host(&g->ple_tok_embd, ub->token, n, e);
     op->scale(be, e, sqrtf((float)P), n * LP);
     ember_project(r, x, n, &g->ple_model_proj, p, NULL, NULL, NULL, NULL);
     op->scale(be, p, 1.0f / sqrtf((float)m->hp.n_embd), n * LP);

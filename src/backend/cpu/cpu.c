@@ -29,6 +29,7 @@ static void (*axpy_f16)(int64_t, float, const uint16_t *, float *) = ember_cpu_a
 static float (*dot_f32)(int64_t, const float *, const float *) = ember_cpu_dot_f32;
 static void (*to_f16_row)(int64_t, const float *, uint16_t *) = ember_cpu_f32_to_f16_row;
 static void (*mad_f16)(int64_t, uint16_t *, const uint16_t *, float) = ember_cpu_mad_f16;
+static void (*scale_f16)(int64_t, uint16_t *, float) = ember_cpu_scale_f16;
 static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cpu_dot_f32_f16;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
 static bool have_vnni;   /* AVX-512 VNNI tiles */
@@ -49,6 +50,7 @@ static void init_tables(void)
         dot_f32 = ember_cpu_dot_f32_avx2;
         to_f16_row = ember_cpu_f32_to_f16_row_avx2;
         mad_f16 = ember_cpu_mad_f16_avx2;
+        scale_f16 = ember_cpu_scale_f16_avx2;
         dot_f32_f16 = ember_cpu_dot_f32_f16_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
@@ -59,9 +61,19 @@ static void init_tables(void)
 
 float ember_cpu_dot_f16(int64_t n, const uint16_t *a, const uint16_t *b)
 {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += cpu_f16_to_f32(a[i]) * cpu_f16_to_f32(b[i]);
-    return s;
+    float acc[4][16] = {{0}};
+    const int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                acc[j][l] = fmaf(cpu_f16_to_f32(a[i + 16 * j + l]), cpu_f16_to_f32(b[i + 16 * j + l]), acc[j][l]);
+    float t[16], u[8], v[4];
+    for (int l = 0; l < 16; l++) t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    for (int l = 0; l < 8; l++) u[l] = t[l + 8] + t[l];
+    for (int l = 0; l < 4; l++) v[l] = u[l + 4] + u[l];
+    double s = (double)((v[0] + v[2]) + (v[1] + v[3]));
+    for (int64_t i = np; i < n; i++) s += (double)(cpu_f16_to_f32(a[i]) * cpu_f16_to_f32(b[i]));
+    return (float)s;
 }
 
 void ember_cpu_axpy_f16(int64_t n, float a, const uint16_t *x, float *y)
@@ -76,9 +88,34 @@ float ember_cpu_dot_f32(int64_t n, const float *a, const float *b)
     return s;
 }
 
+/* f16(y + p) with one rounding, for p = x * h exact in f32 (see cpu.h). */
+static inline uint16_t f16_sum_exact(float y, float p)
+{
+    const float s = y + p, bb = s - y, err = (y - (s - bb)) + (p - bb);
+    if (err == 0.0f) return ember_fp32_to_fp16(s);
+    uint32_t u;
+    memcpy(&u, &s, 4);
+    if ((u >> 31) != (signbit(err) ? 1u : 0u)) u -= 1;   /* s was rounded away from zero */
+    u |= 1;
+    float o;
+    memcpy(&o, &u, 4);
+    return ember_fp32_to_fp16(o);
+}
+
 void ember_cpu_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float a)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) + cpu_f16_to_f32(x[i]) * a);
+    const int64_t np = n & ~(int64_t)(EMBER_GGML_F16_STEP - 1);
+    const float ah = cpu_f16_to_f32(ember_fp32_to_fp16(a));
+    for (int64_t i = 0; i < np; i++) y[i] = f16_sum_exact(cpu_f16_to_f32(y[i]), cpu_f16_to_f32(x[i]) * ah);
+    for (int64_t i = np; i < n; i++) y[i] = ember_fp32_to_fp16(fmaf(cpu_f16_to_f32(x[i]), a, cpu_f16_to_f32(y[i])));
+}
+
+void ember_cpu_scale_f16(int64_t n, uint16_t *y, float a)
+{
+    const int64_t np = n & ~(int64_t)(EMBER_GGML_F16_STEP - 1);
+    const float ah = cpu_f16_to_f32(ember_fp32_to_fp16(a));
+    for (int64_t i = 0; i < np; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) * ah);
+    for (int64_t i = np; i < n; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) * a);
 }
 
 float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b)
@@ -338,17 +375,19 @@ static void rope_rows(void *arg, int ith, int nth)
         }
         for (int32_t h = 0; h < a->n_head; h++) {
             float *v = a->x + (t * a->n_head + h) * a->head_dim;
+            /* ggml's x0*cos - x1*sin and x0*sin + x1*cos as its -march
+             * build compiles them: the first product fused (FMA) */
             if (a->mode == EMBER_ROPE_NEOX) {
                 for (int32_t i = 0; i < half; i++) {
                     const float x0 = v[i], x1 = v[i + half];
-                    v[i] = x0 * cs[i] - x1 * sn[i];
-                    v[i + half] = x0 * sn[i] + x1 * cs[i];
+                    v[i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                    v[i + half] = fmaf(x0, sn[i], x1 * cs[i]);
                 }
             } else {
                 for (int32_t i = 0; i < half; i++) {
                     const float x0 = v[2 * i], x1 = v[2 * i + 1];
-                    v[2 * i] = x0 * cs[i] - x1 * sn[i];
-                    v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+                    v[2 * i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                    v[2 * i + 1] = fmaf(x0, sn[i], x1 * cs[i]);
                 }
             }
         }
@@ -505,12 +544,12 @@ static void attn_run(void *arg, int ith, int nth)
                         const float m_old = M;
                         M = s;
                         ms = expf(m_old - M);
-                        for (int32_t d = 0; d < hv; d++) vkq[d] = ember_fp32_to_fp16(cpu_f16_to_f32(vkq[d]) * ms);
+                        scale_f16(hv, vkq, ms);
                     } else {
                         vs = expf(s - M);
                     }
                     mad_f16(hv, vkq, vr, vs);
-                    S = S * ms + vs;
+                    S = fmaf(S, ms, vs);   /* ggml's S*ms + vs, contracted to an FMA */
                 }
                 const float inv = S == 0.0f ? 0.0f : 1.0f / S;
                 for (int32_t d = 0; d < hv; d++) acc[d] = cpu_f16_to_f32(vkq[d]) * inv;

@@ -30,6 +30,7 @@ static float (*dot_f32)(int64_t, const float *, const float *) = ember_cpu_dot_f
 static void (*to_f16_row)(int64_t, const float *, uint16_t *) = ember_cpu_f32_to_f16_row;
 static void (*mad_f16)(int64_t, uint16_t *, const uint16_t *, float) = ember_cpu_mad_f16;
 static void (*scale_f16)(int64_t, uint16_t *, float) = ember_cpu_scale_f16;
+static void (*swiglu_row)(int64_t, float *, const float *) = ember_cpu_swiglu;
 static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cpu_dot_f32_f16;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
 static bool have_vnni;   /* AVX-512 VNNI tiles */
@@ -51,6 +52,7 @@ static void init_tables(void)
         to_f16_row = ember_cpu_f32_to_f16_row_avx2;
         mad_f16 = ember_cpu_mad_f16_avx2;
         scale_f16 = ember_cpu_scale_f16_avx2;
+        swiglu_row = ember_cpu_swiglu_avx2;
         dot_f32_f16 = ember_cpu_dot_f32_f16_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
@@ -123,6 +125,29 @@ float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b)
     float s = 0.0f;
     for (int64_t i = 0; i < n; i++) s += a[i] * cpu_f16_to_f32(b[i]);
     return s;
+}
+
+/* exp(x) as ggml_v_expf (AVX-512): n = round(x/ln2), b = x - n ln2 in two
+ * parts, a degree-5 polynomial, times 2^n; |n| > 192 gives 0 or inf. */
+static float ggml_expf(float x)
+{
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
+void ember_cpu_swiglu(int64_t n, float *y, const float *x)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float g = y[i];
+        y[i] = (g / (1.0f + ggml_expf(0.0f - g))) * x[i];
+    }
 }
 
 void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y)
@@ -436,10 +461,7 @@ static void ew_run(void *arg, int ith, int nth)
         }
         break;
     case 1: /* swiglu: y = silu(y) * x */
-        for (int64_t i = lo; i < hi; i++) {
-            const float g = y[i];
-            y[i] = g / (1.0f + expf(-g)) * x[i];
-        }
+        swiglu_row(hi - lo, y + lo, x + lo);
         break;
     case 2:
         for (int64_t i = lo; i < hi; i++) y[i] += x[i];

@@ -63,6 +63,12 @@ void ember_cpu_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x, float a);
  * n & ~127 elements, f16(y[i] * a) for the rest. */
 void ember_cpu_scale_f16(int64_t n, uint16_t *y, float a);
 void ember_cpu_scale_f16_avx2(int64_t n, uint16_t *y, float a);
+/* y[i] = silu(y[i]) * x[i] with ggml_vec_swiglu_f32's numerics in its AVX-512
+ * build (ggml-cpu/vec.h ggml_v_expf, ggml_v_silu: x / (1 + exp(-x)) with a
+ * polynomial exp, from ARM's optimized routines), operation for operation,
+ * FMAs included. */
+void ember_cpu_swiglu(int64_t n, float *y, const float *x);
+void ember_cpu_swiglu_avx2(int64_t n, float *y, const float *x);
 /* Elements of a row that ggml's AVX-512-FP16 f16 vector loops cover
  * (GGML_F16_STEP = 128); the rest go through its scalar loop. */
 #define EMBER_GGML_F16_STEP 128

@@ -7,10 +7,21 @@
  * scratch all of that needs, sized at creation. Must not: allocate in an op,
  * know about models or sequences.
  *
- * Numerics follow ggml's CPU backend so results track llama.cpp: activations
- * are quantized with the format's reference quantizer (Q8_0/Q8_1/Q8_K) and
- * dotted with the quant traits' vec_dot; RMSNorm sums in double; RoPE builds
- * theta by repeated multiplication in f32; GELU goes through f16 rounding.
+ * Numerics are those of llama.cpp's CPU backend as its x86 AVX-512 build
+ * (-march=native, GCC's default FMA contraction) computes a single-token
+ * ubatch, operation for operation, so that hidden states agree to the bit and
+ * greedy runs token for token (tests/e2e/test_fidelity.py). Activation
+ * quantization is a Q8 rounding of every matmul input: one ulp anywhere moves
+ * some of those roundings, and the differences then grow layer by layer to
+ * the size of the Q8 noise (~1% per matmul, 0.1-0.8 nats in the logits), so
+ * "close" is not enough. Hence: activations quantized as ggml's x86
+ * quantize_row_q8_0/q8_1/q8_K; the int32 lanes and float accumulation of its
+ * vec_dot/tinyBLAS/repacked gemv; RMSNorm sums in double; RoPE theta by
+ * repeated multiplication in f32, rotation with the first product fused;
+ * flash attention with an f16 query, ggml's f16 dot order and its f16
+ * accumulator rounded as AVX-512-FP16 does; SwiGLU with ggml's polynomial
+ * exp; GELU from an f16 table. (Every variant — scalar aside for the quant
+ * dots — gives the same bits; the helpers say which ggml code they follow.)
  */
 #include "backend/cpu/cpu.h"
 #include "base/status.h"
@@ -29,6 +40,8 @@ static void (*axpy_f16)(int64_t, float, const uint16_t *, float *) = ember_cpu_a
 static float (*dot_f32)(int64_t, const float *, const float *) = ember_cpu_dot_f32;
 static void (*to_f16_row)(int64_t, const float *, uint16_t *) = ember_cpu_f32_to_f16_row;
 static void (*mad_f16)(int64_t, uint16_t *, const uint16_t *, float) = ember_cpu_mad_f16;
+static void (*scale_f16)(int64_t, uint16_t *, float) = ember_cpu_scale_f16;
+static void (*swiglu_row)(int64_t, float *, const float *) = ember_cpu_swiglu;
 static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cpu_dot_f32_f16;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
 static bool have_vnni;   /* AVX-512 VNNI tiles */
@@ -40,7 +53,9 @@ static void init_tables(void)
      * Gimpel 2016), tabulated over f16 inputs with f16 outputs like ggml. */
     for (uint32_t i = 0; i < 65536; i++) {
         float x = ember_cpu_f16_table[i];
-        float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
+        /* as ggml_gelu_f32 compiled with FMA contraction (its table is made
+         * by the -march=native build): 1 + a*x*x is one fused step */
+        float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * fmaf(0.044715f * x, x, 1.0f)));
         gelu_f16_table[i] = ember_fp16_to_fp32(ember_fp32_to_fp16(g));
     }
     if (ember_cpu_variant_active() >= EMBER_CPU_AVX2) {
@@ -49,6 +64,8 @@ static void init_tables(void)
         dot_f32 = ember_cpu_dot_f32_avx2;
         to_f16_row = ember_cpu_f32_to_f16_row_avx2;
         mad_f16 = ember_cpu_mad_f16_avx2;
+        scale_f16 = ember_cpu_scale_f16_avx2;
+        swiglu_row = ember_cpu_swiglu_avx2;
         dot_f32_f16 = ember_cpu_dot_f32_f16_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
@@ -59,9 +76,19 @@ static void init_tables(void)
 
 float ember_cpu_dot_f16(int64_t n, const uint16_t *a, const uint16_t *b)
 {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += cpu_f16_to_f32(a[i]) * cpu_f16_to_f32(b[i]);
-    return s;
+    float acc[4][16] = {{0}};
+    const int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                acc[j][l] = fmaf(cpu_f16_to_f32(a[i + 16 * j + l]), cpu_f16_to_f32(b[i + 16 * j + l]), acc[j][l]);
+    float t[16], u[8], v[4];
+    for (int l = 0; l < 16; l++) t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    for (int l = 0; l < 8; l++) u[l] = t[l + 8] + t[l];
+    for (int l = 0; l < 4; l++) v[l] = u[l + 4] + u[l];
+    double s = (double)((v[0] + v[2]) + (v[1] + v[3]));
+    for (int64_t i = np; i < n; i++) s += (double)(cpu_f16_to_f32(a[i]) * cpu_f16_to_f32(b[i]));
+    return (float)s;
 }
 
 void ember_cpu_axpy_f16(int64_t n, float a, const uint16_t *x, float *y)
@@ -76,9 +103,34 @@ float ember_cpu_dot_f32(int64_t n, const float *a, const float *b)
     return s;
 }
 
+/* f16(y + p) with one rounding, for p = x * h exact in f32 (see cpu.h). */
+static inline uint16_t f16_sum_exact(float y, float p)
+{
+    const float s = y + p, bb = s - y, err = (y - (s - bb)) + (p - bb);
+    if (err == 0.0f) return ember_fp32_to_fp16(s);
+    uint32_t u;
+    memcpy(&u, &s, 4);
+    if ((u >> 31) != (signbit(err) ? 1u : 0u)) u -= 1;   /* s was rounded away from zero */
+    u |= 1;
+    float o;
+    memcpy(&o, &u, 4);
+    return ember_fp32_to_fp16(o);
+}
+
 void ember_cpu_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float a)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) + cpu_f16_to_f32(x[i]) * a);
+    const int64_t np = n & ~(int64_t)(EMBER_GGML_F16_STEP - 1);
+    const float ah = cpu_f16_to_f32(ember_fp32_to_fp16(a));
+    for (int64_t i = 0; i < np; i++) y[i] = f16_sum_exact(cpu_f16_to_f32(y[i]), cpu_f16_to_f32(x[i]) * ah);
+    for (int64_t i = np; i < n; i++) y[i] = ember_fp32_to_fp16(fmaf(cpu_f16_to_f32(x[i]), a, cpu_f16_to_f32(y[i])));
+}
+
+void ember_cpu_scale_f16(int64_t n, uint16_t *y, float a)
+{
+    const int64_t np = n & ~(int64_t)(EMBER_GGML_F16_STEP - 1);
+    const float ah = cpu_f16_to_f32(ember_fp32_to_fp16(a));
+    for (int64_t i = 0; i < np; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) * ah);
+    for (int64_t i = np; i < n; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) * a);
 }
 
 float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b)
@@ -86,6 +138,29 @@ float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b)
     float s = 0.0f;
     for (int64_t i = 0; i < n; i++) s += a[i] * cpu_f16_to_f32(b[i]);
     return s;
+}
+
+/* exp(x) as ggml_v_expf (AVX-512): n = round(x/ln2), b = x - n ln2 in two
+ * parts, a degree-5 polynomial, times 2^n; |n| > 192 gives 0 or inf. */
+static float ggml_expf(float x)
+{
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
+void ember_cpu_swiglu(int64_t n, float *y, const float *x)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float g = y[i];
+        y[i] = (g / (1.0f + ggml_expf(0.0f - g))) * x[i];
+    }
 }
 
 void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y)
@@ -338,17 +413,19 @@ static void rope_rows(void *arg, int ith, int nth)
         }
         for (int32_t h = 0; h < a->n_head; h++) {
             float *v = a->x + (t * a->n_head + h) * a->head_dim;
+            /* ggml's x0*cos - x1*sin and x0*sin + x1*cos as its -march
+             * build compiles them: the first product fused (FMA) */
             if (a->mode == EMBER_ROPE_NEOX) {
                 for (int32_t i = 0; i < half; i++) {
                     const float x0 = v[i], x1 = v[i + half];
-                    v[i] = x0 * cs[i] - x1 * sn[i];
-                    v[i + half] = x0 * sn[i] + x1 * cs[i];
+                    v[i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                    v[i + half] = fmaf(x0, sn[i], x1 * cs[i]);
                 }
             } else {
                 for (int32_t i = 0; i < half; i++) {
                     const float x0 = v[2 * i], x1 = v[2 * i + 1];
-                    v[2 * i] = x0 * cs[i] - x1 * sn[i];
-                    v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+                    v[2 * i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                    v[2 * i + 1] = fmaf(x0, sn[i], x1 * cs[i]);
                 }
             }
         }
@@ -397,10 +474,7 @@ static void ew_run(void *arg, int ith, int nth)
         }
         break;
     case 1: /* swiglu: y = silu(y) * x */
-        for (int64_t i = lo; i < hi; i++) {
-            const float g = y[i];
-            y[i] = g / (1.0f + expf(-g)) * x[i];
-        }
+        swiglu_row(hi - lo, y + lo, x + lo);
         break;
     case 2:
         for (int64_t i = lo; i < hi; i++) y[i] += x[i];
@@ -505,12 +579,12 @@ static void attn_run(void *arg, int ith, int nth)
                         const float m_old = M;
                         M = s;
                         ms = expf(m_old - M);
-                        for (int32_t d = 0; d < hv; d++) vkq[d] = ember_fp32_to_fp16(cpu_f16_to_f32(vkq[d]) * ms);
+                        scale_f16(hv, vkq, ms);
                     } else {
                         vs = expf(s - M);
                     }
                     mad_f16(hv, vkq, vr, vs);
-                    S = S * ms + vs;
+                    S = fmaf(S, ms, vs);   /* ggml's S*ms + vs, contracted to an FMA */
                 }
                 const float inv = S == 0.0f ? 0.0f : 1.0f / S;
                 for (int32_t d = 0; d < hv; d++) acc[d] = cpu_f16_to_f32(vkq[d]) * inv;

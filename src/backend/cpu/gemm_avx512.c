@@ -6,8 +6,10 @@
  * VNNI's dpbusd multiplies unsigned by signed bytes straight into int32, so
  * weights are unpacked unsigned (q + off: off = 8 for Q4_0, 16 for Q5_0, 128
  * for Q8_0, 0 for the _1 formats) and the offset is taken back exactly in
- * int32 by starting the lane-0 accumulator at -off * sum(qa) (sums of each
- * activation block, computed when the activations are quantized).
+ * int32 by starting each lane's accumulator at -off * (the sum of the four
+ * activation bytes that lane multiplies). Every int32 lane then holds what
+ * ggml's vec_dot and llamafile's tinyBLAS hold, sum over elements 4l..4l+3 of
+ * q_w * q_a, so the float accumulation that follows rounds as theirs does.
  * Must not: run unless ember_cpu_variant_active() is AVX512 (which implies
  * AVX512BW/VL/VNNI; cpu.c checks).
  */
@@ -67,6 +69,7 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
                  const int32_t *const *as, float out[4][4])                                       \
 {                                                                                                \
     const size_t ABS = HAS_MIN ? 36 : 34, AQ = HAS_MIN ? 4 : 2;                                   \
+    (void)as;                                                                                     \
     __m256 c[4][4];                                                                               \
     float m[4][4];                                                                                \
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                           \
@@ -85,7 +88,8 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
             const __m256i a = _mm256_loadu_si256((const __m256i *)(ab + AQ));                     \
             const float ad = h2f(ab);                                                             \
             const float s = HAS_MIN ? h2f(ab + 2) : 0.0f;                                         \
-            const __m256i init = OFF ? _mm256_zextsi128_si256(_mm_cvtsi32_si128(-(OFF) * as[j][b])) \
+            const __m256i init = OFF ? _mm256_sub_epi32(_mm256_setzero_si256(),                   \
+                                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)(OFF)), a)) \
                                      : _mm256_setzero_si256();                                    \
             _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                 \
                 const __m256i p = _mm256_dpbusd_epi32(init, wu[i], a);                            \

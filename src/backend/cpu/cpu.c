@@ -21,6 +21,7 @@
 #include <string.h>
 
 float ember_cpu_f16_table[65536];
+int ember_cpu_prefetch_bytes = 4096;
 static float gelu_f16_table[65536];   /* f16(gelu(f16 x)) as f32, by f16 bits of x */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -43,6 +44,8 @@ static void init_tables(void)
         float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
         gelu_f16_table[i] = ember_fp16_to_fp32(ember_fp32_to_fp16(g));
     }
+    const char *pf = getenv("EMBER_PREFETCH");   /* tuning knob for bench/matvec */
+    if (pf) ember_cpu_prefetch_bytes = atoi(pf) < 0 ? 0 : atoi(pf) > 65536 ? 65536 : atoi(pf);
     if (ember_cpu_variant_active() >= EMBER_CPU_AVX2) {
         dot_f16 = ember_cpu_dot_f16_avx2;
         axpy_f16 = ember_cpu_axpy_f16_avx2;
@@ -253,6 +256,9 @@ static void mm_dot(void *arg, int ith, int nth)
         }
         for (int64_t r = r0; r < r1; r++) {
             const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+            if (t1 - t0 == 1)   /* decode: keep the row stream ahead of the loads */
+                for (size_t o = 0; o < w->row_bytes; o += 64)
+                    __builtin_prefetch((const uint8_t *)wr + ember_cpu_prefetch_bytes + o);
             for (int64_t t = t0; t < t1; t++) {
                 float s;
                 vd(a->n_in, &s, wr, (const uint8_t *)a->xq + (size_t)t * a->xq_row);

@@ -33,6 +33,10 @@ typedef struct cpu_backend {
     uint64_t scratch_bytes;
 } cpu_backend;
 
+/* Decode mat-vecs prefetch the weight bytes this far ahead of the ones being
+ * read (set once at backend creation). */
+extern int ember_cpu_prefetch_bytes;
+
 /* f16 -> f32 by table (exact), f32 -> f16 round-to-nearest-even. */
 extern float ember_cpu_f16_table[65536];
 static inline float cpu_f16_to_f32(uint16_t h) { return ember_cpu_f16_table[h]; }

@@ -8,6 +8,9 @@
  * for Q8_0, 0 for the _1 formats) and the offset is taken back exactly in
  * int32 by starting the lane-0 accumulator at -off * sum(qa) (sums of each
  * activation block, computed when the activations are quantized).
+ * Decode (4 x 1) prefetches each weight row ember_cpu_prefetch_bytes ahead:
+ * rows are read in address order, and without it the hardware prefetcher
+ * (which stops at 4 KiB pages) leaves the loads waiting on memory.
  * Must not: run unless ember_cpu_variant_active() is AVX512 (which implies
  * AVX512BW/VL/VNNI; cpu.c checks).
  */
@@ -76,6 +79,7 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
         float wd[4], wm[4];                                                                       \
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                     \
             const uint8_t *blk = wr[i] + b * WBS;                                                 \
+            if (RN == 1) _mm_prefetch((const char *)blk + ember_cpu_prefetch_bytes, _MM_HINT_T0); \
             wu[i] = UNPACK(blk);                                                                  \
             wd[i] = h2f(blk);                                                                     \
             wm[i] = HAS_MIN ? h2f(blk + 2) : 0.0f;                                                \

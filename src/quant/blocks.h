@@ -141,8 +141,6 @@ static inline uint32_t ember_load_u32(const uint8_t *p) { uint32_t v; memcpy(&v,
 EMBER_DECL_DOTS(scalar)
 EMBER_DECL_DOTS(avx2)
 EMBER_DECL_DOTS(avx512)
-/* one weight row x 4 activation rows (quant.h: ember_quant_vec_dot4) */
-void ember_vec_dot4_q6_K_avx512(int64_t n, float *restrict s, const void *restrict x, const void *const *y);
 EMBER_DECL_Q8(scalar)
 EMBER_DECL_Q8(avx2)
 EMBER_DECL_Q8(avx512)

@@ -148,14 +148,6 @@ static void table_init(void)
     }
 }
 
-ember_vec_dot4_fn ember_quant_vec_dot4(uint32_t t)
-{
-    pthread_once(&table_once, table_init);
-    if (ember_cpu_variant_active() != EMBER_CPU_AVX512) return NULL;
-    if (t == EMBER_TYPE_Q6_K) return ember_vec_dot4_q6_K_avx512;
-    return NULL;
-}
-
 const ember_quant_traits *ember_quant_traits_get(uint32_t t)
 {
     if (t >= EMBER_TYPE_COUNT) return NULL;

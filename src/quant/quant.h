@@ -73,17 +73,6 @@ typedef struct ember_quant_traits {
  * decides the CPU variant (see below); the returned row is immutable. */
 const ember_quant_traits *ember_quant_traits_get(uint32_t t);
 
-/* s[j] = x . y[j] for j < 4: one weight row of type t against 4 activation
- * rows, unpacking the weights once (prefill). Each s[j] is bit-identical to
- * ember_quant_traits_get(t)->vec_dot(n, &s[j], x, y[j]) (the two share their
- * code; the batch-invariance check of tests/unit/backend/test_ops.c
- * covers it). NULL where the active CPU
- * variant has no such kernel (so far: Q6_K with AVX-512; for Q4_K the
- * shared unpacking did not pay on AVX-512, where the per-token multiplies
- * are the bottleneck). */
-typedef void (*ember_vec_dot4_fn)(int64_t n, float *restrict s, const void *restrict x, const void *const *y);
-ember_vec_dot4_fn ember_quant_vec_dot4(uint32_t t);
-
 /* The CPU variant in use: the best this CPU supports, unless the environment
  * variable EMBER_CPU_VARIANT=scalar|avx2|avx512 forces one (a variant the CPU
  * cannot run falls back to the best it can, with a note on stderr).

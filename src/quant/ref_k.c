@@ -517,17 +517,32 @@ static float dot_q45_K(const uint8_t *scales, uint16_t dh, uint16_t dminh, const
     return y->d * (FP16(dh) * (float)isum - FP16(dminh) * (float)msum);
 }
 
+/* Q4_K x Q8_K in the float order of llama.cpp's x86 build, which repacks
+ * Q4_K weights (ggml-cpu/repack.cpp q4_K_8x8) and runs
+ * ggml_gemv_q4_K_8x8_q8_K for a token: per super-block the scaled integer
+ * sums isum = sum_j sc_j (q4 . q8)_j and imin = sum_j m_j bsum_j, exact; then
+ * A = fma(isum, d*d8, A) and M = fma(imin, dmin*d8, M) across super-blocks;
+ * result A - M. (Its 4-token gemm, used for prompt rows in groups of four,
+ * rounds differently; ember keeps one order for every batch shape.) */
 void ember_vec_dot_q4_K_scalar(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy)
 {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     int8_t q[QK_K];
-    float sum = 0;
+    float acc = 0, accm = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         unpack_q45_K(x[i].qs, NULL, q);
-        sum += dot_q45_K(x[i].scales, x[i].d, x[i].dmin, q, &y[i]);
+        int isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            ember_k4_scale_min(j, x[i].scales, &sc, &m);
+            isum += sc * dot16(q + j * 32, y[i].qs + j * 32, 32);
+            msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        acc = fmaf((float)isum, FP16(x[i].d) * y[i].d, acc);
+        accm = fmaf((float)msum, FP16(x[i].dmin) * y[i].d, accm);
     }
-    *s = sum;
+    *s = acc - accm;
 }
 
 void ember_vec_dot_q5_K_scalar(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy)
@@ -549,13 +564,23 @@ void ember_vec_dot_q6_K_scalar(int64_t n, float *restrict s, const void *restric
     const block_q8_K *y = vy;
     int8_t q[QK_K];
     float sum = 0;
+    /* ggml's AVX2 order (simd256.h dot_q6_K_256): 8 int32 lanes, lane l
+     * holding elements 32c+4l..32c+4l+3 (c = 0..7) of the unsigned 6-bit
+     * values, minus 32 * the scaled sums of sub-blocks 2l and 2l+1; each lane
+     * accumulated in f32 by FMA; lanes summed (0+4, 2+6) + (1+5, 3+7). */
+    float acc[8] = {0};
+    (void)sum;
     for (int64_t i = 0; i < n / QK_K; i++) {
         unpack_q6_K(&x[i], q);
-        int isum = 0;
-        for (int j = 0; j < 16; j++) isum += x[i].scales[j] * dot16(q + j * 16, y[i].qs + j * 16, 16);
-        sum += y[i].d * (FP16(x[i].d) * (float)isum);
+        int32_t lane[8] = {0};
+        for (int e = 0; e < QK_K; e++)
+            lane[(e % 32) / 4] += x[i].scales[e / 16] * (q[e] + 32) * y[i].qs[e];
+        for (int l = 0; l < 8; l++)
+            lane[l] -= 32 * (y[i].bsums[2 * l] * x[i].scales[2 * l] + y[i].bsums[2 * l + 1] * x[i].scales[2 * l + 1]);
+        const float d = y[i].d * FP16(x[i].d);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
     }
-    *s = sum;
+    *s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
 void ember_vec_dot_iq4_xs_scalar(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy)

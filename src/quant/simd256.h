@@ -14,6 +14,7 @@
 #define EMBER_QUANT_SIMD256_H
 
 #include <immintrin.h>
+#include <math.h>
 #include "quant/blocks.h"
 
 /* each including file exports only the kernels it does not replace */
@@ -348,13 +349,20 @@ static inline __m128i q3_K_scales(const uint8_t *b)
     return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
 }
 
+static inline int hsum_epi32_256(__m256i v)
+{
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(t);
+}
+
 static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
 {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
+    float acc = 0, accm = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i smv = k4_scales_mins(x[i].scales);
         uint8_t sm[16];
@@ -374,11 +382,11 @@ static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
             p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sm[2 * c + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
-        const float d = y[i].d * H2F(x[i].d);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm += y[i].d * H2F(x[i].dmin) * (float)msum;
+        /* llama.cpp's repacked-gemv order (ref_k.c ember_vec_dot_q4_K_scalar) */
+        acc = fmaf((float)hsum_epi32_256(sumi), H2F(x[i].d) * y[i].d, acc);
+        accm = fmaf((float)msum, H2F(x[i].dmin) * y[i].d, accm);
     }
-    *s = hsum_ps256(acc) - accm;
+    *s = acc - accm;
 }
 
 static void dot_q5_K_256(int64_t n, float *s, const void *vx, const void *vy)
@@ -429,7 +437,6 @@ static void dot_q6_K_256(int64_t n, float *s, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        int corr = bsums_dot(y[i].bsums, sc16);
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -456,7 +463,11 @@ static void dot_q6_K_256(int64_t n, float *s, const void *vx, const void *vy)
             p3 = _mm256_madd_epi16(p3, scale_pair_v(sc16, 8 * h + 6));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
         }
-        sumi = _mm256_sub_epi32(sumi, _mm256_setr_epi32(32 * corr, 0, 0, 0, 0, 0, 0, 0));
+        /* the -32 offset per lane as ggml's AVX2 vec_dot_q6_K_q8_K takes it
+         * back (lane l: sub-blocks 2l, 2l+1), so each int32 lane, and the
+         * float accumulation after it, is theirs */
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(
+                   _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc16), 5));
         const float d = y[i].d * H2F(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -596,7 +607,7 @@ static inline __m256i hsum_8x8_epi32(const __m256i s[8])
 }
 
 /* Q8_0 / Q8_1 rows, 8 blocks at a time so that the two divisions per block
- * (d = amax/127, id = 1/d, as the scalar code) run 8-wide. */
+ * (d = amax/127, id = 127/amax, as the scalar code) run 8-wide. */
 static void quantize_q8_x_256(const float *x, void *vy, int64_t n, bool q8_1)
 {
     const int64_t nb = n / 32;
@@ -616,7 +627,7 @@ static void quantize_q8_x_256(const float *x, void *vy, int64_t n, bool q8_1)
         const __m256 amax = hmax_8x8(m);
         const __m256 d = _mm256_div_ps(amax, _mm256_set1_ps(127.0f));
         const __m256 nz = _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ);
-        const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d), nz);
+        const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.0f), amax), nz);
         float idv[8];
         uint16_t dh[8];
         _mm256_storeu_ps(idv, id);

@@ -66,14 +66,21 @@ static inline __m512i k4_scale_pairs(__m128i sm)
     return _mm512_or_si512(s, _mm512_slli_epi32(s, 16));
 }
 
+static inline int _mm256_reduce_add_epi32_emb(__m256i v)
+{
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(t);
+}
+
 static void dot_q4_K_512(int64_t n, float *s, const void *vx, const void *vy)
 {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     const __m512i m4 = _mm512_set1_epi8(0xF);
     const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
+    float acc = 0, accm = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m128i sm = k4_scales_mins(x[i].scales);
         __m256i mins = k4_mins_x2(sm);
@@ -87,10 +94,11 @@ static void dot_q4_K_512(int64_t n, float *s, const void *vx, const void *vy)
             __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y[i].qs + 64 * c));
             sumi = _mm512_dpwssd_epi32(sumi, p, k4_chunk_scales(pairs, c));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * H2F(x[i].d)), _mm512_cvtepi32_ps(sumi), acc);
-        accm = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * H2F(x[i].dmin)), _mm256_cvtepi32_ps(msum), accm);
+        /* llama.cpp's repacked-gemv order (ref_k.c ember_vec_dot_q4_K_scalar) */
+        acc = fmaf((float)_mm512_reduce_add_epi32(sumi), H2F(x[i].d) * y[i].d, acc);
+        accm = fmaf((float)_mm256_reduce_add_epi32_emb(msum), H2F(x[i].dmin) * y[i].d, accm);
     }
-    *s = hsum_ps512(acc) - hsum_ps256(accm);
+    *s = acc - accm;
 }
 
 static void dot_q5_K_512(int64_t n, float *s, const void *vx, const void *vy)
@@ -131,62 +139,7 @@ static void dot_q5_K_512(int64_t n, float *s, const void *vx, const void *vy)
  * 64..127 (high nibbles) directly; qh (32 bytes) is broadcast to both halves
  * of a zmm and shifted per half. u = ql | qh<<4 in 0..63, the -32 through
  * bsums. Each 128-bit lane is one 16-element sub-block with its own scale. */
-/* One weight row against NT activation rows: the weight unpacking is shared,
- * every token gets exactly the single-row operations in the same order (so
- * the NT = 4 form used by prefill is bit-identical to NT calls of NT = 1). */
-static inline __attribute__((always_inline)) void dot_q6_K_nt(int64_t n, float *s, const void *vx,
-                                                              const void *const *vy, const int NT)
-{
-    const block_q6_K *x = vx;
-    const block_q8_K *y[4];
-    for (int j = 0; j < NT; j++) y[j] = vy[j];
-    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
-    const __m512i sh01 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), sh23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
-    const __m512i lane4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    __m512 acc[4];
-    for (int j = 0; j < NT; j++) acc[j] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        __m512i s32 = _mm512_cvtepi8_epi32(sc8);
-        __m512i pairs = _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s32, 16));
-        __m512i sumi[4];
-        for (int j = 0; j < NT; j++) sumi[j] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
-            __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
-            __m512i h01 = _mm512_and_si512(_mm512_srlv_epi64(hb, sh01), m3);
-            __m512i h23 = _mm512_and_si512(_mm512_srlv_epi64(hb, sh23), m3);
-            __m512i u0 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(h01, 4));
-            __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_slli_epi16(h23, 4));
-            __m512i sc0 = _mm512_permutexvar_epi32(_mm512_add_epi32(lane4, _mm512_set1_epi32(8 * h)), pairs);
-            __m512i sc1 = _mm512_permutexvar_epi32(_mm512_add_epi32(lane4, _mm512_set1_epi32(8 * h + 4)), pairs);
-            for (int j = 0; j < NT; j++) {
-                __m512i p0 = _mm512_maddubs_epi16(u0, _mm512_loadu_si512(y[j][i].qs + 128 * h));
-                __m512i p1 = _mm512_maddubs_epi16(u1, _mm512_loadu_si512(y[j][i].qs + 128 * h + 64));
-                sumi[j] = _mm512_dpwssd_epi32(sumi[j], p0, sc0);
-                sumi[j] = _mm512_dpwssd_epi32(sumi[j], p1, sc1);
-            }
-        }
-        const float xd = H2F(x[i].d);
-        for (int j = 0; j < NT; j++) {
-            __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[j][i].bsums), sc16);
-            /* sum(u*y) - 32*sum(sc*bsums): fold the correction into the low 8 lanes */
-            sumi[j] = _mm512_sub_epi32(sumi[j], _mm512_castsi256_si512(_mm256_slli_epi32(corr, 5)));
-            acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(y[j][i].d * xd), _mm512_cvtepi32_ps(sumi[j]), acc[j]);
-        }
-    }
-    for (int j = 0; j < NT; j++) s[j] = hsum_ps512(acc[j]);
-}
-
-static void dot_q6_K_512(int64_t n, float *s, const void *vx, const void *vy)
-{
-    const void *y1[1] = {vy};
-    dot_q6_K_nt(n, s, vx, y1, 1);
-}
-
-static void dot4_q6_K_512(int64_t n, float *s, const void *vx, const void *const *vy) { dot_q6_K_nt(n, s, vx, vy, 4); }
+/* Q6_K: dot_q6_K_256, whose int32 lanes are those of ggml's vec_dot_q6_K_q8_K */
 
 /* ---- Q3_K / Q2_K ---------------------------------------------------------------
  * A zmm holds two 32-element groups (g, g+1) of one 128-element half: the 32
@@ -275,12 +228,7 @@ EXPORT_DOT(f32, dot_f32_512) EXPORT_DOT(f16, dot_f16_512) EXPORT_DOT(bf16, dot_b
 EXPORT_DOT(q4_0, dot_q4_0_256) EXPORT_DOT(q4_1, dot_q4_1_256) EXPORT_DOT(q5_0, dot_q5_0_256)
 EXPORT_DOT(q5_1, dot_q5_1_256) EXPORT_DOT(q8_0, dot_q8_0_256) EXPORT_DOT(iq4_nl, dot_iq4_nl_256)
 EXPORT_DOT(q2_K, dot_q2_K_512) EXPORT_DOT(q3_K, dot_q3_K_512) EXPORT_DOT(q4_K, dot_q4_K_512)
-EXPORT_DOT(q5_K, dot_q5_K_512) EXPORT_DOT(q6_K, dot_q6_K_512) EXPORT_DOT(iq4_xs, dot_iq4_xs_256)
-
-void ember_vec_dot4_q6_K_avx512(int64_t n, float *restrict s, const void *restrict x, const void *const *y)
-{
-    dot4_q6_K_512(n, s, x, y);
-}
+EXPORT_DOT(q5_K, dot_q5_K_512) EXPORT_DOT(q6_K, dot_q6_K_256) EXPORT_DOT(iq4_xs, dot_iq4_xs_256)
 
 void ember_quantize_q8_0_avx512(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0_256(x, y, n); }
 void ember_quantize_q8_1_avx512(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1_256(x, y, n); }

@@ -30,6 +30,8 @@ static void (*axpy_f16)(int64_t, float, const uint16_t *, float *) = ember_cpu_a
 static float (*dot_f32)(int64_t, const float *, const float *) = ember_cpu_dot_f32;
 static void (*to_f16_row)(int64_t, const float *, uint16_t *) = ember_cpu_f32_to_f16_row;
 static void (*mad_f16)(int64_t, uint16_t *, const uint16_t *, float) = ember_cpu_mad_f16;
+static void (*scale_f16)(int64_t, uint16_t *, float) = ember_cpu_scale_f16;
+static void (*swiglu_row)(int64_t, float *, const float *) = ember_cpu_swiglu;
 static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cpu_dot_f32_f16;
 static void (*dot_f32_f16_multi)(int64_t, int, const float *const *, const uint16_t *, float *) = ember_cpu_dot_f32_f16_multi;
 static void (*axpy_f16_multi)(int64_t, int, const float *, const uint16_t *, float *const *) = ember_cpu_axpy_f16_multi;
@@ -43,7 +45,9 @@ static void init_tables(void)
      * Gimpel 2016), tabulated over f16 inputs with f16 outputs like ggml. */
     for (uint32_t i = 0; i < 65536; i++) {
         float x = ember_cpu_f16_table[i];
-        float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
+        /* as ggml_gelu_f32 compiled with FMA contraction (its table is made
+         * by the -march=native build): 1 + a*x*x is one fused step */
+        float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * fmaf(0.044715f * x, x, 1.0f)));
         gelu_f16_table[i] = ember_fp16_to_fp32(ember_fp32_to_fp16(g));
     }
     const char *pf = getenv("EMBER_PREFETCH");   /* tuning knob for bench/matvec */
@@ -54,6 +58,8 @@ static void init_tables(void)
         dot_f32 = ember_cpu_dot_f32_avx2;
         to_f16_row = ember_cpu_f32_to_f16_row_avx2;
         mad_f16 = ember_cpu_mad_f16_avx2;
+        scale_f16 = ember_cpu_scale_f16_avx2;
+        swiglu_row = ember_cpu_swiglu_avx2;
         dot_f32_f16 = ember_cpu_dot_f32_f16_avx2;
         dot_f32_f16_multi = ember_cpu_dot_f32_f16_multi_avx2;
         axpy_f16_multi = ember_cpu_axpy_f16_multi_avx2;
@@ -66,9 +72,19 @@ static void init_tables(void)
 
 float ember_cpu_dot_f16(int64_t n, const uint16_t *a, const uint16_t *b)
 {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += cpu_f16_to_f32(a[i]) * cpu_f16_to_f32(b[i]);
-    return s;
+    float acc[4][16] = {{0}};
+    const int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                acc[j][l] = fmaf(cpu_f16_to_f32(a[i + 16 * j + l]), cpu_f16_to_f32(b[i + 16 * j + l]), acc[j][l]);
+    float t[16], u[8], v[4];
+    for (int l = 0; l < 16; l++) t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    for (int l = 0; l < 8; l++) u[l] = t[l + 8] + t[l];
+    for (int l = 0; l < 4; l++) v[l] = u[l + 4] + u[l];
+    double s = (double)((v[0] + v[2]) + (v[1] + v[3]));
+    for (int64_t i = np; i < n; i++) s += (double)(cpu_f16_to_f32(a[i]) * cpu_f16_to_f32(b[i]));
+    return (float)s;
 }
 
 void ember_cpu_axpy_f16(int64_t n, float a, const uint16_t *x, float *y)
@@ -83,9 +99,34 @@ float ember_cpu_dot_f32(int64_t n, const float *a, const float *b)
     return s;
 }
 
+/* f16(y + p) with one rounding, for p = x * h exact in f32 (see cpu.h). */
+static inline uint16_t f16_sum_exact(float y, float p)
+{
+    const float s = y + p, bb = s - y, err = (y - (s - bb)) + (p - bb);
+    if (err == 0.0f) return ember_fp32_to_fp16(s);
+    uint32_t u;
+    memcpy(&u, &s, 4);
+    if ((u >> 31) != (signbit(err) ? 1u : 0u)) u -= 1;   /* s was rounded away from zero */
+    u |= 1;
+    float o;
+    memcpy(&o, &u, 4);
+    return ember_fp32_to_fp16(o);
+}
+
 void ember_cpu_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float a)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) + cpu_f16_to_f32(x[i]) * a);
+    const int64_t np = n & ~(int64_t)(EMBER_GGML_F16_STEP - 1);
+    const float ah = cpu_f16_to_f32(ember_fp32_to_fp16(a));
+    for (int64_t i = 0; i < np; i++) y[i] = f16_sum_exact(cpu_f16_to_f32(y[i]), cpu_f16_to_f32(x[i]) * ah);
+    for (int64_t i = np; i < n; i++) y[i] = ember_fp32_to_fp16(fmaf(cpu_f16_to_f32(x[i]), a, cpu_f16_to_f32(y[i])));
+}
+
+void ember_cpu_scale_f16(int64_t n, uint16_t *y, float a)
+{
+    const int64_t np = n & ~(int64_t)(EMBER_GGML_F16_STEP - 1);
+    const float ah = cpu_f16_to_f32(ember_fp32_to_fp16(a));
+    for (int64_t i = 0; i < np; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) * ah);
+    for (int64_t i = np; i < n; i++) y[i] = ember_fp32_to_fp16(cpu_f16_to_f32(y[i]) * a);
 }
 
 float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b)
@@ -103,6 +144,29 @@ void ember_cpu_dot_f32_f16_multi(int64_t n, int nq, const float *const *a, const
 void ember_cpu_axpy_f16_multi(int64_t n, int nq, const float *w, const uint16_t *x, float *const *y)
 {
     for (int q = 0; q < nq; q++) ember_cpu_axpy_f16(n, w[q], x, y[q]);
+}
+
+/* exp(x) as ggml_v_expf (AVX-512): n = round(x/ln2), b = x - n ln2 in two
+ * parts, a degree-5 polynomial, times 2^n; |n| > 192 gives 0 or inf. */
+static float ggml_expf(float x)
+{
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
+void ember_cpu_swiglu(int64_t n, float *y, const float *x)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float g = y[i];
+        y[i] = (g / (1.0f + ggml_expf(0.0f - g))) * x[i];
+    }
 }
 
 void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y)
@@ -268,22 +332,12 @@ static void mm_dot(void *arg, int ith, int nth)
             ember_cpu_gemm_q32_avx2(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
             continue;
         }
-        const ember_vec_dot4_fn vd4 = t1 - t0 >= 4 ? ember_quant_vec_dot4(w->type) : NULL;
         for (int64_t r = r0; r < r1; r++) {
             const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-            int64_t t = t0;
-            if (vd4)   /* 4 tokens at a time, bit-identical to vd on each */
-                for (; t + 4 <= t1; t += 4) {
-                    const void *xr[4];
-                    float s4[4];
-                    for (int j = 0; j < 4; j++) xr[j] = (const uint8_t *)a->xq + (size_t)(t + j) * a->xq_row;
-                    vd4(a->n_in, s4, wr, xr);
-                    for (int j = 0; j < 4; j++) y[(t + j) * n_out + r] = s4[j];
-                }
             if (t1 - t0 == 1)   /* decode: keep the row stream ahead of the loads */
                 for (size_t o = 0; o < w->row_bytes; o += 64)
                     __builtin_prefetch((const uint8_t *)wr + ember_cpu_prefetch_bytes + o);
-            for (; t < t1; t++) {
+            for (int64_t t = t0; t < t1; t++) {
                 float s;
                 vd(a->n_in, &s, wr, (const uint8_t *)a->xq + (size_t)t * a->xq_row);
                 y[t * n_out + r] = s;
@@ -368,17 +422,19 @@ static void rope_rows(void *arg, int ith, int nth)
         }
         for (int32_t h = 0; h < a->n_head; h++) {
             float *v = a->x + (t * a->n_head + h) * a->head_dim;
+            /* ggml's x0*cos - x1*sin and x0*sin + x1*cos as its -march
+             * build compiles them: the first product fused (FMA) */
             if (a->mode == EMBER_ROPE_NEOX) {
                 for (int32_t i = 0; i < half; i++) {
                     const float x0 = v[i], x1 = v[i + half];
-                    v[i] = x0 * cs[i] - x1 * sn[i];
-                    v[i + half] = x0 * sn[i] + x1 * cs[i];
+                    v[i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                    v[i + half] = fmaf(x0, sn[i], x1 * cs[i]);
                 }
             } else {
                 for (int32_t i = 0; i < half; i++) {
                     const float x0 = v[2 * i], x1 = v[2 * i + 1];
-                    v[2 * i] = x0 * cs[i] - x1 * sn[i];
-                    v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+                    v[2 * i] = fmaf(x0, cs[i], -(x1 * sn[i]));
+                    v[2 * i + 1] = fmaf(x0, sn[i], x1 * cs[i]);
                 }
             }
         }
@@ -427,10 +483,7 @@ static void ew_run(void *arg, int ith, int nth)
         }
         break;
     case 1: /* swiglu: y = silu(y) * x */
-        for (int64_t i = lo; i < hi; i++) {
-            const float g = y[i];
-            y[i] = g / (1.0f + expf(-g)) * x[i];
-        }
+        swiglu_row(hi - lo, y + lo, x + lo);
         break;
     case 2:
         for (int64_t i = lo; i < hi; i++) y[i] += x[i];
@@ -535,12 +588,12 @@ static void attn_run(void *arg, int ith, int nth)
                         const float m_old = M;
                         M = s;
                         ms = expf(m_old - M);
-                        for (int32_t d = 0; d < hv; d++) vkq[d] = ember_fp32_to_fp16(cpu_f16_to_f32(vkq[d]) * ms);
+                        scale_f16(hv, vkq, ms);
                     } else {
                         vs = expf(s - M);
                     }
                     mad_f16(hv, vkq, vr, vs);
-                    S = S * ms + vs;
+                    S = fmaf(S, ms, vs);   /* ggml's S*ms + vs, contracted to an FMA */
                 }
                 const float inv = S == 0.0f ? 0.0f : 1.0f / S;
                 for (int32_t d = 0; d < hv; d++) acc[d] = cpu_f16_to_f32(vkq[d]) * inv;

@@ -44,15 +44,41 @@ extern int ember_cpu_prefetch_bytes;
 extern float ember_cpu_f16_table[65536];
 static inline float cpu_f16_to_f32(uint16_t h) { return ember_cpu_f16_table[h]; }
 
-/* dot of n f16 values with n f16 values, f32 accumulation. */
+/* dot of n f16 values with n f16 values in the order of ggml_vec_dot_f16 as
+ * llama.cpp's x86 AVX-512 build runs it (ggml-cpu/vec.cpp, simd-mappings.h):
+ * four accumulators of 16 f32 lanes over steps of 64 elements (fused
+ * multiply-add), folded 0+2, 1+3, then 0+1, the 16 lanes summed as GCC's
+ * _mm512_reduce_add_ps (8+8, 4+4, then [0]+[2], [1]+[3], then the two), the
+ * n % 64 leftovers added one by one in double; rounded to f32 at the end.
+ * Every variant gives the same bits. */
 float ember_cpu_dot_f16(int64_t n, const uint16_t *a, const uint16_t *b);
 float ember_cpu_dot_f16_avx2(int64_t n, const uint16_t *a, const uint16_t *b);
 /* y[i] += a * f16(x[i]) */
 void ember_cpu_axpy_f16(int64_t n, float a, const uint16_t *x, float *y);
 void ember_cpu_axpy_f16_avx2(int64_t n, float a, const uint16_t *x, float *y);
-/* y[i] = f16(f32(y[i]) + f32(x[i]) * a): ggml_vec_mad_f16 (f16 accumulator) */
+/* ggml_vec_mad_f16 (the f16 accumulator of ggml's flash attention) as the
+ * AVX-512-FP16 build runs it: the first n & ~127 elements in f16 arithmetic,
+ * y[i] = f16(y[i] + x[i] * f16(a)) rounded once (vfmadd...ph); the rest
+ * (the scalar loop, contracted to an f32 FMA) y[i] = f16(fmaf(x[i], a, y[i])).
+ * The single f16 rounding is reproduced exactly with f32 arithmetic: the
+ * product of two f16 is exact in f32, the sum's error is recovered by TwoSum
+ * and folded into the last bit (round to odd), which a round-to-nearest
+ * conversion to f16 then honours (Boldo & Melquiond 2008). */
 void ember_cpu_mad_f16(int64_t n, uint16_t *y, const uint16_t *x, float a);
 void ember_cpu_mad_f16_avx2(int64_t n, uint16_t *y, const uint16_t *x, float a);
+/* ggml_vec_scale_f16 likewise: y[i] = f16(y[i] * f16(a)) for the first
+ * n & ~127 elements, f16(y[i] * a) for the rest. */
+void ember_cpu_scale_f16(int64_t n, uint16_t *y, float a);
+void ember_cpu_scale_f16_avx2(int64_t n, uint16_t *y, float a);
+/* y[i] = silu(y[i]) * x[i] with ggml_vec_swiglu_f32's numerics in its AVX-512
+ * build (ggml-cpu/vec.h ggml_v_expf, ggml_v_silu: x / (1 + exp(-x)) with a
+ * polynomial exp, from ARM's optimized routines), operation for operation,
+ * FMAs included. */
+void ember_cpu_swiglu(int64_t n, float *y, const float *x);
+void ember_cpu_swiglu_avx2(int64_t n, float *y, const float *x);
+/* Elements of a row that ggml's AVX-512-FP16 f16 vector loops cover
+ * (GGML_F16_STEP = 128); the rest go through its scalar loop. */
+#define EMBER_GGML_F16_STEP 128
 /* dot of f32 a with f16 b, f32 accumulation */
 float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b);
 float ember_cpu_dot_f32_f16_avx2(int64_t n, const float *a, const uint16_t *b);

@@ -6,8 +6,10 @@
  * VNNI's dpbusd multiplies unsigned by signed bytes straight into int32, so
  * weights are unpacked unsigned (q + off: off = 8 for Q4_0, 16 for Q5_0, 128
  * for Q8_0, 0 for the _1 formats) and the offset is taken back exactly in
- * int32 by starting the lane-0 accumulator at -off * sum(qa) (sums of each
- * activation block, computed when the activations are quantized).
+ * int32 by starting each lane's accumulator at -off * (the sum of the four
+ * activation bytes that lane multiplies). Every int32 lane then holds what
+ * ggml's vec_dot and llamafile's tinyBLAS hold, sum over elements 4l..4l+3 of
+ * q_w * q_a, so the float accumulation that follows rounds as theirs does.
  * Decode (4 x 1) prefetches each weight row ember_cpu_prefetch_bytes ahead:
  * rows are read in address order, and without it the hardware prefetcher
  * (which stops at 4 KiB pages) leaves the loads waiting on memory.
@@ -70,6 +72,7 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
                  const int32_t *const *as, float out[4][4])                                       \
 {                                                                                                \
     const size_t ABS = HAS_MIN ? 36 : 34, AQ = HAS_MIN ? 4 : 2;                                   \
+    (void)as;                                                                                     \
     __m256 c[4][4];                                                                               \
     float m[4][4];                                                                                \
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                           \
@@ -89,7 +92,8 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
             const __m256i a = _mm256_loadu_si256((const __m256i *)(ab + AQ));                     \
             const float ad = h2f(ab);                                                             \
             const float s = HAS_MIN ? h2f(ab + 2) : 0.0f;                                         \
-            const __m256i init = OFF ? _mm256_zextsi128_si256(_mm_cvtsi32_si128(-(OFF) * as[j][b])) \
+            const __m256i init = OFF ? _mm256_sub_epi32(_mm256_setzero_si256(),                   \
+                                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)(OFF)), a)) \
                                      : _mm256_setzero_si256();                                    \
             _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                 \
                 const __m256i p = _mm256_dpbusd_epi32(init, wu[i], a);                            \
@@ -114,6 +118,7 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
                  const int32_t *const *as, float out[4][4])                                       \
 {                                                                                                \
     const size_t ABS = HAS_MIN ? 36 : 34, AQ = HAS_MIN ? 4 : 2;                                   \
+    (void)as;                                                                                     \
     __m512 c[4][2];                                                                               \
     float m[4][4];                                                                                \
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                         \
@@ -130,9 +135,9 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
                                       _mm256_loadu_si256((const __m256i *)(a1 + AQ)), 1);          \
             ad[p] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(h2f(a0))),           \
                                        _mm256_set1_ps(h2f(a1)), 1);                               \
-            init[p] = OFF ? _mm512_maskz_set1_epi32((__mmask16)0x0001, -(OFF) * as[2 * p][b])      \
+            init[p] = OFF ? _mm512_sub_epi32(_mm512_setzero_si512(),                               \
+                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)(OFF)), a[p])) \
                           : _mm512_setzero_si512();                                               \
-            if (OFF) init[p] = _mm512_mask_set1_epi32(init[p], (__mmask16)0x0100, -(OFF) * as[2 * p + 1][b]); \
             if (HAS_MIN) { s[2 * p] = h2f(a0 + 2); s[2 * p + 1] = h2f(a1 + 2); }                  \
         }                                                                                         \
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                     \

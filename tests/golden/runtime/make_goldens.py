@@ -7,7 +7,7 @@ records, with llama.cpp's own tools:
     as the model's vocabulary says: BOS for Gemma, none for SmolLM2), so the
     runtime check does not depend on ember's tokenizer;
   - greedy continuations of up to 128 tokens (llama-server /completion with
-    the prompt as token ids, temperature 0, cache_prompt false), the top
+    the prompt as token ids, temperature 0, cache_prompt false, -ub 1), the top
     log-probabilities of every step (n_probs, post_sampling_probs false:
     softmax of the raw logits), from which the top-1/top-2 logit gap of each
     step follows (log-softmax differences equal logit differences);
@@ -17,7 +17,25 @@ records, with llama.cpp's own tools:
     number of tokens, and the estimate over its first 8 chunks (--chunks 8).
 Writes tests/golden/runtime/<model>.json. tests/e2e/test_fidelity.py reads them.
 
+Why llama-server runs with --ubatch-size 1: llama.cpp's CPU backend picks its
+matmul kernel by the number of tokens in a ubatch, and for some weight types
+the kernels round differently: repacked Q4_K (q4_K_8x8) goes through a 4-row
+gemm for prompt rows in groups of four but a gemv for the rest and for every
+decoded token, and K-quants without repacking (Q6_K) through a tiled kernel
+from 8 rows up. The same prompt then gives logits that depend on how it was
+split (Gemma 3 270M Q4_K_M: up to 0.4 apart between a 6-token prompt run at
+once and token by token), and a greedy run can follow either. With one token
+per ubatch every position goes through the single-token kernels, which are
+the ones every decode step uses; ember computes every position the same way
+whatever the batch (batch invariance), in that order. Perplexity keeps
+llama-perplexity's defaults: a 0.5% bound does not see rounding order.
+
 usage: python3 tests/golden/runtime/make_goldens.py [--llama-bin DIR] [--models DIR] [-t N]
+         [--only MODEL] [--keep-perplexity] [--perplexity-log FILE]
+  --keep-perplexity      redo the generations, keep the JSON's perplexity block
+  --perplexity-log FILE  take the whole-text value from the output of the same
+                         llama-perplexity command run by hand (it takes an hour
+                         on a loaded 2-core machine) instead of running it
 """
 import argparse
 import ast
@@ -86,7 +104,7 @@ def completions(bin_dir, model, prompts_ids, threads):
     port = free_port()
     srv = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
                             "--port", str(port), "-c", "2048", "-np", "1", "-t", str(threads),
-                            "--no-warmup"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            "-ub", "1", "--no-warmup"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):
             try:
@@ -129,6 +147,10 @@ def perplexity_result(proc):
     log, _ = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError("llama-perplexity failed: " + log[-2000:])
+    return perplexity_parse(log)
+
+
+def perplexity_parse(log):
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", log)
     chunks = re.search(r"calculating perplexity over (\d+) chunks", log)
     return dict(ctx=PPL_CTX, ppl=float(m.group(1)), err=float(m.group(2)), chunks=int(chunks.group(1)))
@@ -141,6 +163,8 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=1,
                     help="threads per llama.cpp process (results do not depend on it)")
     ap.add_argument("--only", choices=list(MODELS))
+    ap.add_argument("--keep-perplexity", action="store_true")
+    ap.add_argument("--perplexity-log")
     args = ap.parse_args()
     bin_dir = pathlib.Path(args.llama_bin)
     version = subprocess.run([str(bin_dir / "llama-server"), "--version"], capture_output=True,
@@ -151,21 +175,28 @@ def main():
         model = pathlib.Path(args.models) / fname
         ids = [tokenize(bin_dir, model, p) for p in PROMPTS]
         text_ids = tokenize(bin_dir, model, TEXT.read_text(encoding="utf-8"))
-        full = perplexity_start(bin_dir, model, args.threads)
-        # the first PPL_FAST_CHUNKS chunks only: the quick check CI runs by default
-        fast = perplexity_start(bin_dir, model, args.threads, PPL_FAST_CHUNKS)
+        out = HERE / f"{name}.json"
+        old = json.loads(out.read_text()) if out.exists() else {}
+        keep = args.keep_perplexity and old.get("perplexity")
+        if not keep:
+            full = None if args.perplexity_log else perplexity_start(bin_dir, model, args.threads)
+            # the first PPL_FAST_CHUNKS chunks only: the quick check CI runs by default
+            fast = perplexity_start(bin_dir, model, args.threads, PPL_FAST_CHUNKS)
         gens = completions(bin_dir, model, ids, args.threads)
         for g, p in zip(gens, PROMPTS):
             g["prompt"] = p
         doc = dict(model=fname, source="tests/golden/runtime/make_goldens.py",
                    llama_cpp=[v for v in version if v.startswith("version")],
                    n_predict=N_PREDICT, n_probs=N_PROBS, generations=gens, perplexity=None)
-        out = HERE / f"{name}.json"
         out.write_text(json.dumps(doc, indent=1) + "\n")   # completions first: they are the slow part
-        ppl = perplexity_result(full)
-        ppl["text"] = str(TEXT.relative_to(ROOT))
-        ppl["n_tokens"] = len(text_ids)
-        ppl["fast"] = perplexity_result(fast)
+        if keep:
+            ppl = old["perplexity"]
+        else:
+            ppl = perplexity_parse(pathlib.Path(args.perplexity_log).read_text()) if args.perplexity_log \
+                else perplexity_result(full)
+            ppl["text"] = str(TEXT.relative_to(ROOT))
+            ppl["n_tokens"] = len(text_ids)
+            ppl["fast"] = perplexity_result(fast)
         doc["perplexity"] = ppl
         out.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"{out}: {len(gens)} generations, PPL {ppl['ppl']} +/- {ppl['err']} over {ppl['n_tokens']} tokens")

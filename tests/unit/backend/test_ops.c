@@ -219,7 +219,7 @@ static void check_matmul_format(uint32_t wt, int64_t n_tokens)
         }
     }
     /* batch invariance: each token alone (the decode mat-vec) gives the same
-     * bits as inside the batch (prefill tiles, 4-token K-quant dots) */
+     * bits as inside the batch (prefill tiles) */
     float y1[NOUT];
     float *ys1[1] = {y1};
     for (int64_t t = 0; t < n_tokens; t++) {

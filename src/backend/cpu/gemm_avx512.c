@@ -106,68 +106,14 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
         _Pragma("GCC unroll 4") for (int j = 0; j < RN; j++) out[i][j] = hsum(c[i][j]) + m[i][j];  \
 }
 
-/* The 4 x 4 tile for prefill, as 4 rows x 2 token pairs: a zmm holds the
- * 8-lane accumulators of two tokens side by side (weights broadcast to both
- * halves), so each instruction does the work of two in the 4 x 1 kernel.
- * Every lane sees exactly the operations of the 4 x 1 kernel in the same
- * order (same integer dot, same f32 product d_w * d_a, same fma chain over
- * blocks, same horizontal sum of each 256-bit half), so the outputs are
- * bit-identical to decoding each token alone. */
-#define DEFINE_TILE2(NAME, UNPACK, OFF, HAS_MIN, WBS)                                               \
-static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,                 \
-                 const int32_t *const *as, float out[4][4])                                       \
-{                                                                                                \
-    const size_t ABS = HAS_MIN ? 36 : 34, AQ = HAS_MIN ? 4 : 2;                                   \
-    (void)as;                                                                                     \
-    __m512 c[4][2];                                                                               \
-    float m[4][4];                                                                                \
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                         \
-        c[i][0] = c[i][1] = _mm512_setzero_ps();                                                  \
-        m[i][0] = m[i][1] = m[i][2] = m[i][3] = 0.0f;                                             \
-    }                                                                                             \
-    for (int64_t b = 0; b < nb; b++) {                                                            \
-        __m512i a[2], init[2];                                                                    \
-        __m512 ad[2];                                                                             \
-        float s[4];                                                                               \
-        _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {                                     \
-            const uint8_t *a0 = ar[2 * p] + b * ABS, *a1 = ar[2 * p + 1] + b * ABS;               \
-            a[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a0 + AQ))), \
-                                      _mm256_loadu_si256((const __m256i *)(a1 + AQ)), 1);          \
-            ad[p] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(h2f(a0))),           \
-                                       _mm256_set1_ps(h2f(a1)), 1);                               \
-            init[p] = OFF ? _mm512_sub_epi32(_mm512_setzero_si512(),                               \
-                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)(OFF)), a[p])) \
-                          : _mm512_setzero_si512();                                               \
-            if (HAS_MIN) { s[2 * p] = h2f(a0 + 2); s[2 * p + 1] = h2f(a1 + 2); }                  \
-        }                                                                                         \
-        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                     \
-            const uint8_t *blk = wr[i] + b * WBS;                                                 \
-            const __m512i wu = _mm512_broadcast_i64x4(UNPACK(blk));                               \
-            const __m512 wd = _mm512_set1_ps(h2f(blk));                                           \
-            const float wm = HAS_MIN ? h2f(blk + 2) : 0.0f;                                       \
-            _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {                                 \
-                const __m512i q = _mm512_dpbusd_epi32(init[p], wu, a[p]);                         \
-                c[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(wd, ad[p]), c[i][p]); \
-            }                                                                                     \
-            if (HAS_MIN)                                                                          \
-                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) m[i][j] = __builtin_fmaf(wm, s[j], m[i][j]); \
-        }                                                                                         \
-    }                                                                                             \
-    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)                                           \
-        _Pragma("GCC unroll 2") for (int p = 0; p < 2; p++) {                                     \
-            out[i][2 * p] = hsum(_mm512_castps512_ps256(c[i][p])) + m[i][2 * p];                  \
-            out[i][2 * p + 1] = hsum(_mm512_extractf32x8_ps(c[i][p], 1)) + m[i][2 * p + 1];       \
-        }                                                                                         \
-}
-
 /* 4 x 4 tiles, and 4 x 1 for single tokens (decode, ragged ends); both sum
  * each output in the same order, so a token's result does not depend on
  * the tile it falls in. */
-DEFINE_TILE2(tile_q4_0, u_q4_0, 8, 0, 18)
-DEFINE_TILE2(tile_q5_0, u_q5_0, 16, 0, 22)
-DEFINE_TILE2(tile_q8_0, u_q8_0, 128, 0, 34)
-DEFINE_TILE2(tile_q4_1, u_q4_1, 0, 1, 20)
-DEFINE_TILE2(tile_q5_1, u_q5_1, 0, 1, 24)
+DEFINE_TILE(tile_q4_0, u_q4_0, 8, 0, 18, 4)
+DEFINE_TILE(tile_q5_0, u_q5_0, 16, 0, 22, 4)
+DEFINE_TILE(tile_q8_0, u_q8_0, 128, 0, 34, 4)
+DEFINE_TILE(tile_q4_1, u_q4_1, 0, 1, 20, 4)
+DEFINE_TILE(tile_q5_1, u_q5_1, 0, 1, 24, 4)
 DEFINE_TILE(vec_q4_0, u_q4_0, 8, 0, 18, 1)
 DEFINE_TILE(vec_q5_0, u_q5_0, 16, 0, 22, 1)
 DEFINE_TILE(vec_q8_0, u_q8_0, 128, 0, 34, 1)

@@ -66,12 +66,13 @@ ember_status ember_kv_new(const ember_kv_params *p, ember_kv **out)
     kv->seqs = calloc((size_t)p->n_seq_max, sizeof *kv->seqs);
     if (!kv->k || !kv->v || !kv->refs || !kv->free_stack || !kv->seqs) goto nomem;
     for (int32_t il = 0; il < p->n_layer; il++) {
-        kv->k[il] = malloc(rows * kb);
-        kv->v[il] = malloc(rows * vb);
+        /* zeroed so that a never-written row can never hold NaN bit patterns;
+         * calloc gets large blocks as fresh zero pages from the OS, so the
+         * pool becomes resident only as blocks are written (peak RSS follows
+         * the tokens cached, not n_ctx) */
+        kv->k[il] = calloc(rows, kb);
+        kv->v[il] = calloc(rows, vb);
         if (!kv->k[il] || !kv->v[il]) goto nomem;
-        /* zero so that a never-written row can never hold NaN bit patterns */
-        memset(kv->k[il], 0, rows * kb);
-        memset(kv->v[il], 0, rows * vb);
         kv->bytes += rows * (kb + vb);
     }
     for (int32_t s = 0; s < p->n_seq_max; s++) {

@@ -7,10 +7,21 @@
  * scratch all of that needs, sized at creation. Must not: allocate in an op,
  * know about models or sequences.
  *
- * Numerics follow ggml's CPU backend so results track llama.cpp: activations
- * are quantized with the format's reference quantizer (Q8_0/Q8_1/Q8_K) and
- * dotted with the quant traits' vec_dot; RMSNorm sums in double; RoPE builds
- * theta by repeated multiplication in f32; GELU goes through f16 rounding.
+ * Numerics are those of llama.cpp's CPU backend as its x86 AVX-512 build
+ * (-march=native, GCC's default FMA contraction) computes a single-token
+ * ubatch, operation for operation, so that hidden states agree to the bit and
+ * greedy runs token for token (tests/e2e/test_fidelity.py). Activation
+ * quantization is a Q8 rounding of every matmul input: one ulp anywhere moves
+ * some of those roundings, and the differences then grow layer by layer to
+ * the size of the Q8 noise (~1% per matmul, 0.1-0.8 nats in the logits), so
+ * "close" is not enough. Hence: activations quantized as ggml's x86
+ * quantize_row_q8_0/q8_1/q8_K; the int32 lanes and float accumulation of its
+ * vec_dot/tinyBLAS/repacked gemv; RMSNorm sums in double; RoPE theta by
+ * repeated multiplication in f32, rotation with the first product fused;
+ * flash attention with an f16 query, ggml's f16 dot order and its f16
+ * accumulator rounded as AVX-512-FP16 does; SwiGLU with ggml's polynomial
+ * exp; GELU from an f16 table. (Every variant — scalar aside for the quant
+ * dots — gives the same bits; the helpers say which ggml code they follow.)
  */
 #include "backend/cpu/cpu.h"
 #include "base/status.h"

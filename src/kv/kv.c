@@ -139,7 +139,10 @@ ember_status ember_kv_new(const ember_kv_params *p, ember_kv **out)
     for (int32_t il = 0; il < p->n_layer; il++) {
         if (!kv->k_row_bytes[il]) continue;
         const size_t rows = (size_t)kv->g[kv->group[il]].n_blocks * (size_t)bt;
-        /* zeroed so that a never-written row can never hold NaN bit patterns */
+        /* zeroed so that a never-written row can never hold NaN bit patterns;
+         * calloc gets large blocks as fresh zero pages from the OS, so the
+         * pool becomes resident only as blocks are written (peak RSS follows
+         * the tokens cached, not n_ctx) */
         kv->k[il] = calloc(rows, kv->k_row_bytes[il]);
         kv->v[il] = calloc(rows, kv->v_row_bytes[il]);
         if (!kv->k[il] || !kv->v[il]) goto nomem;

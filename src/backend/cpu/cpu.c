@@ -32,6 +32,7 @@
 #include <string.h>
 
 float ember_cpu_f16_table[65536];
+int ember_cpu_prefetch_bytes = 4096;
 static float gelu_f16_table[65536];   /* f16(gelu(f16 x)) as f32, by f16 bits of x */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -43,6 +44,8 @@ static void (*mad_f16)(int64_t, uint16_t *, const uint16_t *, float) = ember_cpu
 static void (*scale_f16)(int64_t, uint16_t *, float) = ember_cpu_scale_f16;
 static void (*swiglu_row)(int64_t, float *, const float *) = ember_cpu_swiglu;
 static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cpu_dot_f32_f16;
+static void (*dot_f32_f16_multi)(int64_t, int, const float *const *, const uint16_t *, float *) = ember_cpu_dot_f32_f16_multi;
+static void (*axpy_f16_multi)(int64_t, int, const float *, const uint16_t *, float *const *) = ember_cpu_axpy_f16_multi;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
 static bool have_vnni;   /* AVX-512 VNNI tiles */
 
@@ -58,6 +61,8 @@ static void init_tables(void)
         float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * fmaf(0.044715f * x, x, 1.0f)));
         gelu_f16_table[i] = ember_fp16_to_fp32(ember_fp32_to_fp16(g));
     }
+    const char *pf = getenv("EMBER_PREFETCH");   /* tuning knob for bench/matvec */
+    if (pf) ember_cpu_prefetch_bytes = atoi(pf) < 0 ? 0 : atoi(pf) > 65536 ? 65536 : atoi(pf);
     if (ember_cpu_variant_active() >= EMBER_CPU_AVX2) {
         dot_f16 = ember_cpu_dot_f16_avx2;
         axpy_f16 = ember_cpu_axpy_f16_avx2;
@@ -67,6 +72,8 @@ static void init_tables(void)
         scale_f16 = ember_cpu_scale_f16_avx2;
         swiglu_row = ember_cpu_swiglu_avx2;
         dot_f32_f16 = ember_cpu_dot_f32_f16_avx2;
+        dot_f32_f16_multi = ember_cpu_dot_f32_f16_multi_avx2;
+        axpy_f16_multi = ember_cpu_axpy_f16_multi_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
     }
@@ -138,6 +145,16 @@ float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b)
     float s = 0.0f;
     for (int64_t i = 0; i < n; i++) s += a[i] * cpu_f16_to_f32(b[i]);
     return s;
+}
+
+void ember_cpu_dot_f32_f16_multi(int64_t n, int nq, const float *const *a, const uint16_t *b, float *out)
+{
+    for (int q = 0; q < nq; q++) out[q] = ember_cpu_dot_f32_f16(n, a[q], b);
+}
+
+void ember_cpu_axpy_f16_multi(int64_t n, int nq, const float *w, const uint16_t *x, float *const *y)
+{
+    for (int q = 0; q < nq; q++) ember_cpu_axpy_f16(n, w[q], x, y[q]);
 }
 
 /* exp(x) as ggml_v_expf (AVX-512): n = round(x/ln2), b = x - n ln2 in two
@@ -328,6 +345,9 @@ static void mm_dot(void *arg, int ith, int nth)
         }
         for (int64_t r = r0; r < r1; r++) {
             const void *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+            if (t1 - t0 == 1)   /* decode: keep the row stream ahead of the loads */
+                for (size_t o = 0; o < w->row_bytes; o += 64)
+                    __builtin_prefetch((const uint8_t *)wr + ember_cpu_prefetch_bytes + o);
             for (int64_t t = t0; t < t1; t++) {
                 float s;
                 vd(a->n_in, &s, wr, (const uint8_t *)a->xq + (size_t)t * a->xq_row);
@@ -650,15 +670,84 @@ static void attn_run(void *arg, int ith, int nth)
     }
 }
 
+/* F16 cache, >= FA_TILE_Q queries: ggml's all-f32 tiled numerics, with the
+ * query heads that share a KV head (GQA) taken together so each K/V row is
+ * converted from f16 once for up to ATTN_GROUP heads. Per head the
+ * operations and their order are those of the one-head loop in attn_run. */
+static void attn_run_grouped(void *arg, int ith, int nth)
+{
+    (void)nth;
+    attn_task *a = arg;
+    const ember_attn_params *p = a->p;
+    const ember_kv_layer_view *kv = a->kv;
+    cpu_thread_scratch *ts = &a->cb->ts[ith];
+    const int32_t hk = p->head_dim_k, hv = p->head_dim_v;
+    const int32_t n_rep = p->n_head / p->n_head_kv;
+    const int32_t n_grp = (n_rep + ATTN_GROUP - 1) / ATTN_GROUP;   /* chunks per KV head */
+    const int32_t bt = kv->block_tokens;
+    const int64_t n_items = (int64_t)a->n * p->n_head_kv * n_grp;
+    const size_t k_head_bytes = row_size(kv->type_k, hk);
+    const size_t v_head_bytes = row_size(kv->type_v, hv);
+    const int64_t kv_max = a->cb->lim.max_kv_tokens;
+    for (;;) {
+        const int64_t item = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (item >= n_items) break;
+        const int64_t t = item / ((int64_t)p->n_head_kv * n_grp);
+        const int32_t rem = (int32_t)(item % ((int64_t)p->n_head_kv * n_grp));
+        const int32_t g = rem / n_grp, h0 = g * n_rep + (rem % n_grp) * ATTN_GROUP;
+        const int nq = n_rep - (h0 - g * n_rep) < ATTN_GROUP ? n_rep - (h0 - g * n_rep) : ATTN_GROUP;
+        const ember_attn_query *qq = &a->queries[t];
+        int32_t lo = 0;
+        if (p->n_swa > 0 && qq->pos - p->n_swa + 1 > 0) lo = qq->pos - p->n_swa + 1;
+        const int32_t hi = qq->pos;   /* inclusive */
+        const float *qh[ATTN_GROUP];
+        float *acc[ATTN_GROUP], s[ATTN_GROUP], mx[ATTN_GROUP], w[ATTN_GROUP];
+        for (int q = 0; q < nq; q++) {
+            qh[q] = a->q + (t * p->n_head + h0 + q) * hk;
+            acc[q] = ts->acc + (size_t)q * (size_t)a->cb->lim.max_head_dim;
+            mx[q] = -INFINITY;
+        }
+        for (int32_t j = lo; j <= hi; j++) {
+            const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+            const uint16_t *kr = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
+            dot_f32_f16_multi(hk, nq, qh, kr, s);
+            for (int q = 0; q < nq; q++) {
+                const float sq = s[q] * p->kq_scale;
+                ts->scores[(size_t)q * (size_t)kv_max + (size_t)(j - lo)] = sq;
+                if (sq > mx[q]) mx[q] = sq;
+            }
+        }
+        float inv[ATTN_GROUP];
+        for (int q = 0; q < nq; q++) {
+            float *sc = ts->scores + (size_t)q * (size_t)kv_max;
+            float sum = 0.0f;
+            for (int32_t j = 0; j <= hi - lo; j++) { sc[j] = expf(sc[j] - mx[q]); sum += sc[j]; }
+            inv[q] = 1.0f / sum;
+            memset(acc[q], 0, (size_t)hv * sizeof(float));
+        }
+        for (int32_t j = lo; j <= hi; j++) {
+            const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
+            for (int q = 0; q < nq; q++) w[q] = ts->scores[(size_t)q * (size_t)kv_max + (size_t)(j - lo)];
+            axpy_f16_multi(hv, nq, w, (const uint16_t *)((const uint8_t *)kv->v + (size_t)row * kv->v_row_bytes + (size_t)g * v_head_bytes), acc);
+        }
+        for (int q = 0; q < nq; q++) {
+            for (int32_t d = 0; d < hv; d++) acc[q][d] *= inv[q];
+            memcpy(a->out + (t * p->n_head + h0 + q) * hv, acc[q], (size_t)hv * sizeof(float));
+        }
+    }
+}
+
 static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
                          const float *q, const ember_attn_query *queries, int32_t n, float *out)
 {
     attn_task a = {.cb = CPU(be), .kv = kv, .p = p, .q = q, .queries = queries, .n = n, .out = out};
     atomic_store(&a.next, 0);
-    int64_t items = (int64_t)n * p->n_head;
+    const bool grouped = kv->type_k == EMBER_TYPE_F16 && kv->type_v == EMBER_TYPE_F16 && n >= FA_TILE_Q;
+    const int32_t n_rep = p->n_head / p->n_head_kv;
+    int64_t items = grouped ? (int64_t)n * p->n_head_kv * ((n_rep + ATTN_GROUP - 1) / ATTN_GROUP) : (int64_t)n * p->n_head;
     int nth = CPU(be)->n_threads;
     if (items < nth) nth = (int)items;
-    ember_threadpool_run_n(CPU(be)->tp, nth, attn_run, &a);
+    ember_threadpool_run_n(CPU(be)->tp, nth, grouped ? attn_run_grouped : attn_run, &a);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------------- */
@@ -722,16 +811,16 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
     if (!cb->act || !cb->asum || !cb->ts) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
     cb->scratch_bytes = cb->act_bytes;
     for (int32_t i = 0; i < n_threads; i++) {
-        cb->ts[i].scores = malloc((size_t)lim->max_kv_tokens * sizeof(float));
+        cb->ts[i].scores = malloc((size_t)lim->max_kv_tokens * ATTN_GROUP * sizeof(float));
         cb->ts[i].vrow = malloc((size_t)lim->max_head_dim * sizeof(float));
-        cb->ts[i].acc = malloc((size_t)lim->max_head_dim * sizeof(float));
+        cb->ts[i].acc = malloc((size_t)lim->max_head_dim * ATTN_GROUP * sizeof(float));
         cb->ts[i].qconv = malloc((size_t)lim->max_head_dim * 4 + 64);
         cb->ts[i].vkq16 = malloc((size_t)lim->max_head_dim * sizeof(uint16_t));
         if (!cb->ts[i].scores || !cb->ts[i].vrow || !cb->ts[i].acc || !cb->ts[i].qconv || !cb->ts[i].vkq16) {
             op_free(&cb->base);
             return ember_error(EMBER_ERR_NOMEM, "cpu backend: attention scratch for %lld keys", (long long)lim->max_kv_tokens);
         }
-        cb->scratch_bytes += (size_t)lim->max_kv_tokens * sizeof(float) + (size_t)lim->max_head_dim * 12 + 64;
+        cb->scratch_bytes += (size_t)lim->max_kv_tokens * ATTN_GROUP * sizeof(float) + (size_t)lim->max_head_dim * (8 + 4 * ATTN_GROUP) + 64;
     }
     *out = &cb->base;
     return EMBER_OK;

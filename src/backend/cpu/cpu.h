@@ -13,10 +13,13 @@
 
 #include <stdatomic.h>
 
+/* Query heads of one KV head that prefill attention processes together. */
+#define ATTN_GROUP 8
+
 typedef struct cpu_thread_scratch {
-    float *scores;    /* [max_kv_tokens] */
+    float *scores;    /* [ATTN_GROUP][max_kv_tokens] */
     float *vrow;      /* [max_head_dim] */
-    float *acc;       /* [max_head_dim] */
+    float *acc;       /* [ATTN_GROUP][max_head_dim] */
     void *qconv;      /* query head in K's dot format, max_head_dim*4 bytes */
     uint16_t *vkq16;  /* [max_head_dim] f16 output accumulator (ggml's flash-attention numerics) */
 } cpu_thread_scratch;
@@ -32,6 +35,10 @@ typedef struct cpu_backend {
     cpu_thread_scratch *ts;
     uint64_t scratch_bytes;
 } cpu_backend;
+
+/* Decode mat-vecs prefetch the weight bytes this far ahead of the ones being
+ * read (set once at backend creation). */
+extern int ember_cpu_prefetch_bytes;
 
 /* f16 -> f32 by table (exact), f32 -> f16 round-to-nearest-even. */
 extern float ember_cpu_f16_table[65536];
@@ -75,6 +82,12 @@ void ember_cpu_swiglu_avx2(int64_t n, float *y, const float *x);
 /* dot of f32 a with f16 b, f32 accumulation */
 float ember_cpu_dot_f32_f16(int64_t n, const float *a, const uint16_t *b);
 float ember_cpu_dot_f32_f16_avx2(int64_t n, const float *a, const uint16_t *b);
+/* nq <= 8 queries against one f16 row; bit-identical to nq single calls of
+ * the AVX2 versions above (simd_avx2.c). */
+void ember_cpu_dot_f32_f16_multi(int64_t n, int nq, const float *const *a, const uint16_t *b, float *out);
+void ember_cpu_dot_f32_f16_multi_avx2(int64_t n, int nq, const float *const *a, const uint16_t *b, float *out);
+void ember_cpu_axpy_f16_multi(int64_t n, int nq, const float *w, const uint16_t *x, float *const *y);
+void ember_cpu_axpy_f16_multi_avx2(int64_t n, int nq, const float *w, const uint16_t *x, float *const *y);
 float ember_cpu_dot_f32(int64_t n, const float *a, const float *b);
 float ember_cpu_dot_f32_avx2(int64_t n, const float *a, const float *b);
 void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y);

@@ -69,9 +69,12 @@ bool ember_cpu_gemm_supported(uint32_t type)
            type == EMBER_TYPE_Q4_1 || type == EMBER_TYPE_Q5_1;
 }
 
-/* One 2-row x 4-token tile kernel per format. Rows/tokens past the end are
- * padded by repeating the first one (their results are not stored). */
-#define DEFINE_TILE(NAME, UNPACK, HAS_MIN, WBS)                                                     \
+/* One 2-row x 4-token tile kernel per format, and a 2 x 1 one for single
+ * tokens (decode, ragged ends) that sums each output in the same order, so a
+ * token's result does not depend on the tile it falls in. Rows past the end
+ * are padded by repeating the first one (their results are not stored). The
+ * 2 x 1 kernel prefetches the weights ember_cpu_prefetch_bytes ahead. */
+#define DEFINE_TILE(NAME, UNPACK, HAS_MIN, WBS, RN)                                                 \
 static void NAME(int64_t nb, const uint8_t *w0, const uint8_t *w1, const uint8_t *const *ar,      \
                  float out[2][4])                                                                \
 {                                                                                                \
@@ -82,13 +85,17 @@ static void NAME(int64_t nb, const uint8_t *w0, const uint8_t *w1, const uint8_t
     float m00 = 0, m01 = 0, m02 = 0, m03 = 0, m10 = 0, m11 = 0, m12 = 0, m13 = 0;                 \
     for (int64_t b = 0; b < nb; b++) {                                                            \
         const uint8_t *b0 = w0 + b * WBS, *b1 = w1 + b * WBS;                                     \
+        if (RN == 1) {                                                                            \
+            _mm_prefetch((const char *)b0 + ember_cpu_prefetch_bytes, _MM_HINT_T0);               \
+            _mm_prefetch((const char *)b1 + ember_cpu_prefetch_bytes, _MM_HINT_T0);               \
+        }                                                                                         \
         const __m256i q0 = UNPACK(b0), q1 = UNPACK(b1);                                           \
         const __m256i u0 = HAS_MIN ? q0 : _mm256_sign_epi8(q0, q0);                               \
         const __m256i u1 = HAS_MIN ? q1 : _mm256_sign_epi8(q1, q1);                               \
         const float d0 = h2f(b0), d1 = h2f(b1);                                                   \
         const float n0 = HAS_MIN ? h2f(b0 + 2) : 0.0f, n1 = HAS_MIN ? h2f(b1 + 2) : 0.0f;         \
         _Pragma("GCC unroll 4")                                                                   \
-        for (int j = 0; j < 4; j++) {                                                             \
+        for (int j = 0; j < RN; j++) {                                                            \
             const uint8_t *ab = ar[j] + b * ABS;                                                  \
             const __m256i a = _mm256_loadu_si256((const __m256i *)(ab + AQ));                     \
             const float ad = h2f(ab);                                                             \
@@ -114,11 +121,16 @@ static void NAME(int64_t nb, const uint8_t *w0, const uint8_t *w1, const uint8_t
     out[1][0] = hsum(c10) + m10; out[1][1] = hsum(c11) + m11; out[1][2] = hsum(c12) + m12; out[1][3] = hsum(c13) + m13; \
 }
 
-DEFINE_TILE(tile_q4_0, unpack_q4_0, 0, 18)
-DEFINE_TILE(tile_q5_0, unpack_q5_0, 0, 22)
-DEFINE_TILE(tile_q8_0, unpack_q8_0, 0, 34)
-DEFINE_TILE(tile_q4_1, unpack_q4_1, 1, 20)
-DEFINE_TILE(tile_q5_1, unpack_q5_1, 1, 24)
+DEFINE_TILE(tile_q4_0, unpack_q4_0, 0, 18, 4)
+DEFINE_TILE(tile_q5_0, unpack_q5_0, 0, 22, 4)
+DEFINE_TILE(tile_q8_0, unpack_q8_0, 0, 34, 4)
+DEFINE_TILE(tile_q4_1, unpack_q4_1, 1, 20, 4)
+DEFINE_TILE(tile_q5_1, unpack_q5_1, 1, 24, 4)
+DEFINE_TILE(vec_q4_0, unpack_q4_0, 0, 18, 1)
+DEFINE_TILE(vec_q5_0, unpack_q5_0, 0, 22, 1)
+DEFINE_TILE(vec_q8_0, unpack_q8_0, 0, 34, 1)
+DEFINE_TILE(vec_q4_1, unpack_q4_1, 1, 20, 1)
+DEFINE_TILE(vec_q5_1, unpack_q5_1, 1, 24, 1)
 
 /* y[t * ldy + r] for r in [r0, r1), t in [t0, t1): rows of w (row_bytes each)
  * against activation rows xq (xq_row bytes each, Q8_0 or Q8_1 blocks). */
@@ -129,18 +141,22 @@ void ember_cpu_gemm_q32_avx2(uint32_t type, int64_t n_in, const uint8_t *w, size
     void (*tile)(int64_t, const uint8_t *, const uint8_t *, const uint8_t *const *, float[2][4]) =
         type == EMBER_TYPE_Q4_0 ? tile_q4_0 : type == EMBER_TYPE_Q5_0 ? tile_q5_0 : type == EMBER_TYPE_Q8_0 ? tile_q8_0
       : type == EMBER_TYPE_Q4_1 ? tile_q4_1 : tile_q5_1;
+    void (*vec)(int64_t, const uint8_t *, const uint8_t *, const uint8_t *const *, float[2][4]) =
+        type == EMBER_TYPE_Q4_0 ? vec_q4_0 : type == EMBER_TYPE_Q5_0 ? vec_q5_0 : type == EMBER_TYPE_Q8_0 ? vec_q8_0
+      : type == EMBER_TYPE_Q4_1 ? vec_q4_1 : vec_q5_1;
     const int64_t nb = n_in / 32;
     for (int64_t r = r0; r < r1; r += 2) {
         const int64_t rm = r1 - r < 2 ? r1 - r : 2;
         const uint8_t *w0 = w + (size_t)r * row_bytes, *w1 = rm > 1 ? w0 + row_bytes : w0;
-        for (int64_t t = t0; t < t1; t += 4) {
-            const int64_t rn = t1 - t < 4 ? t1 - t : 4;
+        for (int64_t t = t0; t < t1;) {
+            const int64_t rn = t1 - t < 4 ? 1 : 4;
             const uint8_t *ar[4];
             for (int j = 0; j < 4; j++) ar[j] = xq + (size_t)(j < rn ? t + j : t) * xq_row;
             float out[2][4];
-            tile(nb, w0, w1, ar, out);
+            (rn == 4 ? tile : vec)(nb, w0, w1, ar, out);
             for (int i = 0; i < rm; i++)
                 for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i][j];
+            t += rn;
         }
     }
 }

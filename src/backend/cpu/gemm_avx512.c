@@ -10,6 +10,9 @@
  * activation bytes that lane multiplies). Every int32 lane then holds what
  * ggml's vec_dot and llamafile's tinyBLAS hold, sum over elements 4l..4l+3 of
  * q_w * q_a, so the float accumulation that follows rounds as theirs does.
+ * Decode (4 x 1) prefetches each weight row ember_cpu_prefetch_bytes ahead:
+ * rows are read in address order, and without it the hardware prefetcher
+ * (which stops at 4 KiB pages) leaves the loads waiting on memory.
  * Must not: run unless ember_cpu_variant_active() is AVX512 (which implies
  * AVX512BW/VL/VNNI; cpu.c checks).
  */
@@ -79,6 +82,7 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
         float wd[4], wm[4];                                                                       \
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                     \
             const uint8_t *blk = wr[i] + b * WBS;                                                 \
+            if (RN == 1) _mm_prefetch((const char *)blk + ember_cpu_prefetch_bytes, _MM_HINT_T0); \
             wu[i] = UNPACK(blk);                                                                  \
             wd[i] = h2f(blk);                                                                     \
             wm[i] = HAS_MIN ? h2f(blk + 2) : 0.0f;                                                \
@@ -94,7 +98,7 @@ static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar,
             _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                 \
                 const __m256i p = _mm256_dpbusd_epi32(init, wu[i], a);                            \
                 c[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd[i] * ad), c[i][j]); \
-                if (HAS_MIN) m[i][j] += wm[i] * s;                                                \
+                if (HAS_MIN) m[i][j] = __builtin_fmaf(wm[i], s, m[i][j]);                       \
             }                                                                                     \
         }                                                                                         \
     }                                                                                             \

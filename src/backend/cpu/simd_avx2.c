@@ -124,6 +124,42 @@ float ember_cpu_dot_f32_f16_avx2(int64_t n, const float *a, const uint16_t *b)
     return s;
 }
 
+/* The dot above for nq (<= 8) f32 rows a[q] against one f16 row b, converting
+ * b once: out[q] is bit-identical to ember_cpu_dot_f32_f16_avx2(n, a[q], b). */
+void ember_cpu_dot_f32_f16_multi_avx2(int64_t n, int nq, const float *const *a, const uint16_t *b, float *out)
+{
+    __m256 s0[8], s1[8];
+    for (int q = 0; q < nq; q++) s0[q] = s1[q] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 b0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i)));
+        const __m256 b1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i + 8)));
+        for (int q = 0; q < nq; q++) {
+            s0[q] = _mm256_fmadd_ps(_mm256_loadu_ps(a[q] + i), b0, s0[q]);
+            s1[q] = _mm256_fmadd_ps(_mm256_loadu_ps(a[q] + i + 8), b1, s1[q]);
+        }
+    }
+    for (int q = 0; q < nq; q++) {
+        float s = hsum256(_mm256_add_ps(s0[q], s1[q]));
+        for (int64_t k = i; k < n; k++) s += a[q][k] * cpu_f16_to_f32(b[k]);
+        out[q] = s;
+    }
+}
+
+/* y[q][i] += w[q] * f16(x[i]) for nq rows, converting x once: each y[q] is
+ * bit-identical to ember_cpu_axpy_f16_avx2(n, w[q], x, y[q]). */
+void ember_cpu_axpy_f16_multi_avx2(int64_t n, int nq, const float *w, const uint16_t *x, float *const *y)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        for (int q = 0; q < nq; q++)
+            _mm256_storeu_ps(y[q] + i, _mm256_fmadd_ps(_mm256_set1_ps(w[q]), vx, _mm256_loadu_ps(y[q] + i)));
+    }
+    for (int q = 0; q < nq; q++)
+        for (int64_t k = i; k < n; k++) y[q][k] += w[q] * cpu_f16_to_f32(x[k]);
+}
+
 /* ggml_v_expf (cpu.c ggml_expf), 8 lanes; 2^n applied as two exact powers
  * of two so that only the last product rounds (as VSCALEFPS). */
 static inline __m256 ggml_expf8(__m256 x)

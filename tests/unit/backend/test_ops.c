@@ -218,6 +218,15 @@ static void check_matmul_format(uint32_t wt, int64_t n_tokens)
                 fail_msg("%s, %lld tokens: y[%lld][%d] = %f, expected %f", tw->name, (long long)n_tokens, (long long)t, r, y[t * NOUT + r], s);
         }
     }
+    /* batch invariance: each token alone (the decode mat-vec) gives the same
+     * bits as inside the batch (prefill tiles) */
+    float y1[NOUT];
+    float *ys1[1] = {y1};
+    for (int64_t t = 0; t < n_tokens; t++) {
+        be->ops->matmul(be, x + t * NIN, 1, 1, ws, ys1);
+        if (memcmp(y1, y + t * NOUT, sizeof y1) != 0)
+            fail_msg("%s, %lld tokens: token %lld alone differs from the batch", tw->name, (long long)n_tokens, (long long)t);
+    }
     free(w); free(aq); free(wf); free(x); free(xd); free(y);
     be->ops->free(be);
 }
@@ -231,14 +240,18 @@ static void test_matmul_formats(void **st)
         check_matmul_format(types[i], 1);
         check_matmul_format(types[i], 7);
         check_matmul_format(types[i], 16);
+        check_matmul_format(types[i], 13);
     }
 }
 
-/* Attention over a paged cache with blocks out of order, GQA 4 -> 2 heads. */
-static void check_attention(uint32_t type, int32_t n_swa, double tol)
+/* Attention over a paged cache with blocks out of order, GQA h -> 2 heads,
+ * nq queries (>= 64 takes the CPU backend's prefill path, which handles the
+ * heads of one KV head together, in groups of up to 8). */
+static void check_attention_n(uint32_t type, int32_t n_swa, double tol, int nq, int h_total)
 {
     ember_backend *be = new_be(2);
-    enum { BT = 4, NB = 6, HK = 2, H = 4, D = 32, NPOS = 11 };
+    enum { BT = 4, NB = 6, HK = 2, D = 32, NPOS = 11 };
+    const int H = h_total, NQ = nq;
     const size_t row_elems = HK * D;
     const size_t rb = type == EMBER_TYPE_F32 ? row_elems * 4 : type == EMBER_TYPE_F16 ? row_elems * 2 : row_elems / 32 * 34;
     uint8_t *k = calloc(NB * BT, rb), *v = calloc(NB * BT, rb);
@@ -259,11 +272,14 @@ static void check_attention(uint32_t type, int32_t n_swa, double tol)
         tr->to_float(k + rows[p] * rb, kr[p], (int64_t)row_elems);
         tr->to_float(v + rows[p] * rb, vr[p], (int64_t)row_elems);
     }
-    enum { NQ = 3 };
-    const ember_pos qpos[NQ] = {0, 6, 10};
-    ember_attn_query qs[NQ];
-    float q[NQ * H * D], out[NQ * H * D];
-    for (int i = 0; i < NQ; i++) { qs[i].blocks = blocks; qs[i].pos = qpos[i]; }
+    ember_pos *qpos = malloc(sizeof(ember_pos) * (size_t)NQ);
+    ember_attn_query *qs = malloc(sizeof(ember_attn_query) * (size_t)NQ);
+    float *q = malloc(sizeof(float) * (size_t)(NQ * H * D)), *out = malloc(sizeof(float) * (size_t)(NQ * H * D));
+    for (int i = 0; i < NQ; i++) {
+        qpos[i] = NQ == 3 ? (ember_pos[]){0, 6, 10}[i] : (ember_pos)((i * 7) % NPOS);
+        qs[i].blocks = blocks;
+        qs[i].pos = qpos[i];
+    }
     for (int i = 0; i < NQ * H * D; i++) q[i] = frand();
     ember_attn_params ap = {.n_head = H, .n_head_kv = HK, .head_dim_k = D, .head_dim_v = D, .kq_scale = 0.3f, .n_swa = n_swa};
     be->ops->attention(be, &view, &ap, q, qs, NQ, out);
@@ -288,13 +304,25 @@ static void check_attention(uint32_t type, int32_t n_swa, double tol)
         }
     free(k);
     free(v);
+    free(qpos);
+    free(qs);
+    free(q);
+    free(out);
     be->ops->free(be);
 }
+
+static void check_attention(uint32_t type, int32_t n_swa, double tol) { check_attention_n(type, n_swa, tol, 3, 4); }
 
 static void test_attention_f32(void **st) { (void)st; check_attention(EMBER_TYPE_F32, 0, 1e-5); }
 static void test_attention_f16(void **st) { (void)st; check_attention(EMBER_TYPE_F16, 0, 3e-3); }
 static void test_attention_q8_0(void **st) { (void)st; check_attention(EMBER_TYPE_Q8_0, 0, 2e-2); }
 static void test_attention_sliding_window(void **st) { (void)st; check_attention(EMBER_TYPE_F32, 3, 1e-5); }
+static void test_attention_f16_prefill(void **st)
+{
+    (void)st;
+    check_attention_n(EMBER_TYPE_F16, 0, 3e-3, 70, 4);    /* 2 heads per KV head */
+    check_attention_n(EMBER_TYPE_F16, 3, 3e-3, 70, 20);   /* 10 per KV head: groups of 8 and 2 */
+}
 
 int main(void)
 {
@@ -309,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_attention_f16),
         cmocka_unit_test(test_attention_q8_0),
         cmocka_unit_test(test_attention_sliding_window),
+        cmocka_unit_test(test_attention_f16_prefill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

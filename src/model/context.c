@@ -30,6 +30,7 @@ struct ember_context {
     ember_kv *kv;
     ember_scratch s;
     void *scratch_mem;
+    bool scratch_on_backend;   /* scratch_mem from be->ops->act_alloc */
     uint64_t scratch_bytes;
     /* per-decode index arrays, [n_batch] each */
     int64_t *kv_row;
@@ -134,7 +135,11 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     const int64_t sizes[9] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff, ub * hp->n_aux};
     int64_t total = 0;
     for (int i = 0; i < 9; i++) total += (sizes[i] + 15) & ~(int64_t)15;
-    c->scratch_mem = calloc((size_t)total, sizeof(float));
+    /* a backend with activation memory of its own (GPU) keeps the scratch
+     * there when the architecture never reads scratch on the host */
+    c->scratch_on_backend = c->be->ops->act_alloc && m->arch->device_scratch;
+    c->scratch_mem = c->scratch_on_backend ? c->be->ops->act_alloc(c->be, (size_t)total * sizeof(float))
+                                           : calloc((size_t)total, sizeof(float));
     c->scratch_bytes = (uint64_t)total * sizeof(float);
     const size_t nb = p.n_batch, ns = p.n_seq_max;
     c->kv_row = malloc(nb * sizeof *c->kv_row);
@@ -168,9 +173,10 @@ fail:
 void ember_context_free(ember_context *c)
 {
     if (!c) return;
+    if (c->scratch_on_backend) c->be->ops->act_free(c->be, c->scratch_mem);
+    else free(c->scratch_mem);
     ember_backend_free(c->be);
     ember_kv_free(c->kv);
-    free(c->scratch_mem);
     free(c->kv_row);
     free(c->query);
     free(c->out_map);
@@ -296,7 +302,21 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .query = c->query + u0, .n_out = n_uo, .out_idx = c->out_idx,
             .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
         };
-        c->m->arch->forward(&run, &ubatch);
+        if (c->be->ops->step_begin) {
+            const ember_backend_step bs = {
+                .n = ubatch.n, .token = ubatch.token, .pos = ubatch.pos, .kv_row = ubatch.kv_row,
+                .query = ubatch.query, .n_out = n_uo, .out_idx = c->out_idx,
+                .block_tokens = (int32_t)ember_kv_block_tokens(c->kv),
+            };
+            c->be->ops->step_begin(c->be, &bs);
+            c->m->arch->forward(&run, &ubatch);
+            if (!c->be->ops->step_end(c->be)) {   /* a graph replay that did not match: run op by op */
+                c->m->arch->forward(&run, &ubatch);
+                c->be->ops->step_end(c->be);
+            }
+        } else {
+            c->m->arch->forward(&run, &ubatch);
+        }
     }
     c->n_last = n;
     c->n_out_last = n_out;

@@ -78,6 +78,10 @@ ember_status ember_cuda_synchronize(ember_cuda *cu);
  * allocations made through this context (weights included). */
 uint64_t ember_cuda_device_bytes(const ember_cuda *cu);
 uint64_t ember_cuda_host_bytes(const ember_cuda *cu);
+/* A counter that changes whenever the context's internal scratch or split
+ * counters move to new addresses (a captured graph that used them is then
+ * stale and must be captured again). */
+uint64_t ember_cuda_mem_generation(const ember_cuda *cu);
 
 /* ---- weights ------------------------------------------------------------- */
 
@@ -178,6 +182,9 @@ ember_status ember_cuda_glu(ember_cuda *cu, ember_cuda_act act, const float *gat
 ember_status ember_cuda_add(ember_cuda *cu, const float *a, const float *b, float *y, int64_t n);
 /* x[i] *= s over n elements. */
 ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n);
+/* x[i] = cap * tanhf(x[i] / cap) over n elements (logit soft-capping,
+ * Gemma 2); cap > 0. */
+ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, int64_t n);
 
 /* ---- KV cache and attention ---------------------------------------------- */
 

@@ -27,6 +27,7 @@ struct ember_cuda {
     unsigned *counters;    /* zeroed; kernels re-arm what they use */
     size_t n_counters;
     bool capturing;
+    uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
 };
 
 /* Turn a CUDA runtime error into EMBER_ERR_INTERNAL with `what` in the

@@ -146,6 +146,7 @@ extern "C" ember_status ember_cuda_synchronize(ember_cuda *cu)
 
 extern "C" uint64_t ember_cuda_device_bytes(const ember_cuda *cu) { return cu ? cu->device_bytes : 0; }
 extern "C" uint64_t ember_cuda_host_bytes(const ember_cuda *cu) { return cu ? cu->host_bytes : 0; }
+extern "C" uint64_t ember_cuda_mem_generation(const ember_cuda *cu) { return cu ? cu->generation : 0; }
 
 ember_status ember_cuda_scratch(ember_cuda *cu, size_t bytes, void **out)
 {
@@ -161,6 +162,7 @@ ember_status ember_cuda_scratch(ember_cuda *cu, size_t bytes, void **out)
     ember_status s = ember_cuda_check(cudaStreamSynchronize(cu->stream), "scratch grow (sync)");
     if (s != EMBER_OK) return s;
     if (cu->scratch) cudaFree(cu->scratch);
+    cu->generation++;
     cu->scratch = NULL;
     cu->scratch_bytes = 0;
     size_t want = bytes + bytes / 4;
@@ -186,6 +188,7 @@ ember_status ember_cuda_counters(ember_cuda *cu, size_t n, unsigned **out)
     ember_status s = ember_cuda_check(cudaStreamSynchronize(cu->stream), "counters grow (sync)");
     if (s != EMBER_OK) return s;
     if (cu->counters) cudaFree(cu->counters);
+    cu->generation++;
     cu->counters = NULL;
     cu->n_counters = 0;
     size_t want = n < 1024 ? 1024 : n;

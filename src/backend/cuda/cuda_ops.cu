@@ -107,6 +107,12 @@ __global__ void k_scale(float *x, float s, int64_t n)
         x[i] *= s;
 }
 
+__global__ void k_softcap(float *x, float cap, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 __global__ void k_kv_store(const float *__restrict__ src, int64_t row, const int32_t *__restrict__ cells,
                            __half *cache)
 {
@@ -219,6 +225,16 @@ extern "C" ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int6
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: scale: n = %lld", (long long)n);
     k_scale<<<elementwise_grid(n), 256, 0, cu->stream>>>(x, s, n);
     return ember_cuda_launched("scale");
+}
+
+extern "C" ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    if (n <= 0 || !(cap > 0.f))
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: softcap: n = %lld, cap = %g", (long long)n, (double)cap);
+    k_softcap<<<elementwise_grid(n), 256, 0, cu->stream>>>(x, cap, n);
+    return ember_cuda_launched("softcap");
 }
 
 extern "C" ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, int64_t n_tokens, int64_t row,

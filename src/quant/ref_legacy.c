@@ -261,16 +261,20 @@ void ember_quantize_q8_1_ref(const float *restrict x, void *restrict vy, int64_t
     }
 }
 
-/* Activation quantizers (the `from_float` of the scalar variant): the same as
- * the _ref ones but rounding ties to even (ember_round_small), which is what the SIMD
- * conversions do, so all variants give identical bytes. */
+/* Activation quantizers (the `from_float` of the scalar variant): the bytes of
+ * ggml's CPU quantize_row_q8_0 / quantize_row_q8_1 (ggml-cpu/arch/x86/quants.c),
+ * which llama.cpp runs on activations: unlike the _ref ones the multiplier is
+ * id = 127/amax (not 1/d; the two differ by an ulp for some amax, which moves
+ * x*id across a rounding boundary now and then) and ties round to even
+ * (ember_round_small, as the SIMD conversions). All variants give identical
+ * bytes. */
 void ember_quantize_q8_0_scalar(const float *restrict x, void *restrict vy, int64_t n)
 {
     block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
         float amax = 0;
         for (int j = 0; j < QK8_0; j++) { float a = fabsf(x[j]); amax = a > amax ? a : amax; }
-        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        const float d = amax / 127, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[i].d = TOFP16(d);
         for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)ember_round_small(x[j] * id);
     }
@@ -281,7 +285,7 @@ void ember_quantize_q8_1_scalar(const float *restrict x, void *restrict vy, int6
     for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
         float amax = 0;
         for (int j = 0; j < QK8_1; j++) { float a = fabsf(x[j]); amax = a > amax ? a : amax; }
-        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        const float d = amax / 127, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         int sum = 0;
         for (int j = 0; j < QK8_1; j++) { y[i].qs[j] = (int8_t)ember_round_small(x[j] * id); sum += y[i].qs[j]; }
         y[i].d = TOFP16(d);

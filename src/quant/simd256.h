@@ -596,7 +596,7 @@ static inline __m256i hsum_8x8_epi32(const __m256i s[8])
 }
 
 /* Q8_0 / Q8_1 rows, 8 blocks at a time so that the two divisions per block
- * (d = amax/127, id = 1/d, as the scalar code) run 8-wide. */
+ * (d = amax/127, id = 127/amax, as the scalar code) run 8-wide. */
 static void quantize_q8_x_256(const float *x, void *vy, int64_t n, bool q8_1)
 {
     const int64_t nb = n / 32;
@@ -616,7 +616,7 @@ static void quantize_q8_x_256(const float *x, void *vy, int64_t n, bool q8_1)
         const __m256 amax = hmax_8x8(m);
         const __m256 d = _mm256_div_ps(amax, _mm256_set1_ps(127.0f));
         const __m256 nz = _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_OQ);
-        const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d), nz);
+        const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.0f), amax), nz);
         float idv[8];
         uint16_t dh[8];
         _mm256_storeu_ps(idv, id);

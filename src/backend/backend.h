@@ -144,6 +144,10 @@ typedef struct ember_backend_ops {
      * on failure (error set). act_free releases it. */
     void *(*act_alloc)(ember_backend *be, size_t bytes);
     void (*act_free)(ember_backend *be, void *p);
+    /* Host memory the device copies into fastest (pinned), for outputs such
+     * as logits; NULL on failure (error set). */
+    void *(*host_alloc)(ember_backend *be, size_t bytes);
+    void (*host_free)(ember_backend *be, void *p);
     /* dst[i] = src[i], i < n floats (memcpy over activation memory). */
     void (*copy)(ember_backend *be, float *dst, const float *src, int64_t n);
     /* x[i] = cap * tanh(x[i] / cap), i < n (final logit soft-capping). */

@@ -47,6 +47,21 @@ struct ember_context {
     int64_t logits_rows;  /* capacity in rows of n_vocab */
 };
 
+/* The logits buffer: pinned host memory from a GPU backend (one fast copy
+ * per step), else malloc. */
+static float *logits_alloc(ember_context *c, size_t bytes)
+{
+    if (c->be && c->be->ops->host_alloc) return c->be->ops->host_alloc(c->be, bytes);
+    return malloc(bytes);
+}
+
+static void logits_free(ember_context *c, float *p)
+{
+    if (!p) return;
+    if (c->be && c->be->ops->host_free) c->be->ops->host_free(c->be, p);
+    else free(p);
+}
+
 /* Mirror a copy-on-write block copy into a backend that keeps its own copy
  * of the cache. */
 static void kv_copy_to_backend(void *ud, const ember_kv *kv, int32_t dst, int32_t src)
@@ -150,7 +165,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     c->seq_count = calloc(ns, sizeof *c->seq_count);
     c->seq_list = malloc(ns * sizeof *c->seq_list);
     c->logits_rows = p.n_seq_max < p.n_batch ? p.n_seq_max : p.n_batch;
-    c->logits = malloc((size_t)c->logits_rows * (size_t)hp->n_vocab * sizeof(float));
+    c->logits = logits_alloc(c, (size_t)c->logits_rows * (size_t)hp->n_vocab * sizeof(float));
     if (!c->scratch_mem || !c->kv_row || !c->query || !c->out_map || !c->out_idx || !c->seq_next ||
         !c->seq_count || !c->seq_list || !c->logits) {
         st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: cannot allocate %llu bytes of scratch", (unsigned long long)c->scratch_bytes);
@@ -173,6 +188,7 @@ fail:
 void ember_context_free(ember_context *c)
 {
     if (!c) return;
+    logits_free(c, c->logits);
     if (c->scratch_on_backend) c->be->ops->act_free(c->be, c->scratch_mem);
     else free(c->scratch_mem);
     ember_backend_free(c->be);
@@ -184,7 +200,6 @@ void ember_context_free(ember_context *c)
     free(c->seq_next);
     free(c->seq_count);
     free(c->seq_list);
-    free(c->logits);
     free(c);
 }
 
@@ -269,7 +284,8 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
 
     /* grow the logits buffer if this batch wants more rows than ever before */
     if (n_out > c->logits_rows) {
-        float *nl = realloc(c->logits, (size_t)n_out * (size_t)hp->n_vocab * sizeof(float));
+        float *nl = logits_alloc(c, (size_t)n_out * (size_t)hp->n_vocab * sizeof(float));
+        if (nl) logits_free(c, c->logits);   /* nothing in it is read again */
         if (!nl) {
             /* roll back the reservation so nothing is written */
             for (int32_t i = n - 1; i >= 0; i--) ember_kv_seq_truncate(c->kv, b->seq_id[i], b->pos[i]);

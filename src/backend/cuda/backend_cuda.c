@@ -79,6 +79,8 @@ typedef struct cuda_backend {
     /* activation memory handed out by act_alloc */
     void *act[MAX_ACT];
     size_t act_bytes[MAX_ACT];
+    void *pinned[MAX_ACT];   /* host_alloc */
+    size_t pinned_bytes[MAX_ACT];
     /* the current step (step_begin .. step_end) */
     bool in_step;
     step_mode mode;
@@ -101,6 +103,14 @@ typedef struct cuda_backend {
     uint64_t gen;            /* bumped when staging or step buffers move */
     graph_entry graphs[MAX_GRAPHS];
     int32_t n_graphs;
+    /* fusion inside a step (EMBER_CUDA_FUSE=0 turns it off): an RMSNorm on
+     * device memory waits to see whether the next op adds its output to the
+     * residual (one kernel), and a power-of-two scale of q waits to be
+     * folded into the attention scale (exact: it commutes with f16
+     * rounding of q) */
+    bool fuse_on;
+    struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
+    struct { bool on; float *x; float s; int64_t n; } ps;
 } cuda_backend;
 
 /* ---- verify mode --------------------------------------------------------- *
@@ -152,6 +162,35 @@ static void mixf(cuda_backend *b, float f)
 /* True when the ops must not touch the device (a replay, or a capture that
  * cannot go on). */
 static bool skip(const cuda_backend *b) { return b->mode == M_REPLAY || b->failed; }
+
+/* Launch what fusion held back (see cuda_backend.fuse_on). */
+static void flush_norm(cuda_backend *b)
+{
+    if (!b->pn.on) return;
+    b->pn.on = false;
+    if (skip(b)) return;
+    CK("rms_norm", ember_cuda_rms_norm(b->cu, b->pn.x, b->pn.w, b->pn.y, b->pn.n, b->pn.n_rows, b->pn.eps));
+}
+
+static void flush_scale(cuda_backend *b)
+{
+    if (!b->ps.on) return;
+    b->ps.on = false;
+    if (skip(b)) return;
+    CK("scale", ember_cuda_scale(b->cu, b->ps.x, b->ps.s, b->ps.n));
+}
+
+static void flush(cuda_backend *b)
+{
+    flush_norm(b);
+    flush_scale(b);
+}
+
+static bool pow2(float s)
+{
+    int e;
+    return s > 0.f && frexpf(s, &e) == 0.5f;
+}
 
 static void *stage(cuda_backend *b, int slot, size_t bytes)
 {
@@ -541,6 +580,7 @@ static void flush_pending(cuda_backend *b)
 static bool op_step_end(ember_backend *be)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
     graph_entry *e = b->cur;
     bool ok = true;
     if (b->mode == M_EAGER) {
@@ -607,6 +647,7 @@ static void op_free(ember_backend *be)
     }
     for (int i = 0; i < STAGE_SLOTS; i++) ember_cuda_mfree(b->cu, b->stage[i], b->stage_bytes[i]);
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_mfree(b->cu, b->act[i], b->act_bytes[i]);
+    for (int i = 0; i < MAX_ACT; i++) ember_cuda_host_free(b->cu, b->pinned[i], b->pinned_bytes[i]);
     ember_cuda_mfree(b->cu, b->d_step, b->d_step_n * sizeof(int32_t));
     ember_cuda_free(b->cu);
     free(b->copies);
@@ -647,9 +688,39 @@ static void op_act_free(ember_backend *be, void *p)
         }
 }
 
+/* pinned host blocks handed out by host_alloc, with their sizes */
+static void *op_host_alloc(ember_backend *be, size_t bytes)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    for (int i = 0; i < MAX_ACT; i++) {
+        if (b->pinned[i]) continue;
+        void *p = NULL;
+        if (ember_cuda_host_alloc(b->cu, bytes, &p) != EMBER_OK) return NULL;
+        b->pinned[i] = p;
+        b->pinned_bytes[i] = bytes;
+        return p;
+    }
+    ember_error(EMBER_ERR_NOMEM, "CUDA backend: more than %d pinned host buffers", MAX_ACT);
+    return NULL;
+}
+
+static void op_host_free(ember_backend *be, void *p)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    if (!p) return;
+    for (int i = 0; i < MAX_ACT; i++)
+        if (b->pinned[i] == p) {
+            ember_cuda_synchronize(b->cu);
+            ember_cuda_host_free(b->cu, p, b->pinned_bytes[i]);
+            b->pinned[i] = NULL;
+            b->pinned_bytes[i] = 0;
+        }
+}
+
 static void cu_copy(ember_backend *be, float *dst, const float *src, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
     mix(b, 100);
     mix(b, (uint64_t)n);
     const float *s = in_f(b, 0, src, (size_t)n);
@@ -662,6 +733,7 @@ static void cu_copy(ember_backend *be, float *dst, const float *src, int64_t n)
 static void cu_softcap(ember_backend *be, float *x, float cap, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
     mix(b, 101);
     mix(b, (uint64_t)n);
     mixf(b, cap);
@@ -674,6 +746,7 @@ static void cu_softcap(ember_backend *be, float *x, float cap, int64_t n)
 static void cu_get_rows(ember_backend *be, const ember_weight *w, const ember_token *ids, int32_t n, float *out)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
     mix(b, 102);
     mix(b, (uint64_t)n);
     mixp(b, w->data);
@@ -694,9 +767,20 @@ static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float
     mix(b, (uint64_t)(n_rows * 131 + n));
     mixp(b, w);
     const size_t len = (size_t)(n_rows * n);
+    flush(b);
     const float *dx = in_f(b, 0, x, len);
     float *dy = y == x ? (float *)dx : out_f(b, 1, y, len);
     const float *dw = vec(b, w, n);
+    if (b->fuse_on && b->in_step && is_act(b, x) && is_act(b, y)) {
+        b->pn.on = true;   /* launched by the next op, or fused into an add */
+        b->pn.x = dx;
+        b->pn.w = dw;
+        b->pn.y = dy;
+        b->pn.n = n;
+        b->pn.n_rows = n_rows;
+        b->pn.eps = eps;
+        return;
+    }
     if (skip(b)) return;
     CK("rms_norm", ember_cuda_rms_norm(b->cu, dx, dw, dy, n, n_rows, eps));
     out_done(b, y, dy, len);
@@ -706,6 +790,7 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
                       float *const *ys)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
     mix(b, 104);
     mix(b, (uint64_t)(n_tokens * 7 + n_w));
     const int64_t n = n_tokens * ws[0]->n_in;
@@ -747,6 +832,7 @@ static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n
                         const float *freq_factors)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
     mix(b, 105);
     mix(b, (uint64_t)(n_tokens * 1000003 + n_head * 1009 + head_dim * 17 + n_rot) * 4 + (uint64_t)mode);
     mixf(b, base);
@@ -773,6 +859,7 @@ static void cu_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_hea
 static void glu(ember_backend *be, ember_cuda_act act, float *gate, const float *up_h, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
     mix(b, 106 + (uint64_t)act);
     mix(b, (uint64_t)n);
     float *dg = io_f(b, 0, gate, (size_t)n);
@@ -798,6 +885,16 @@ static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
     cuda_backend *b = (cuda_backend *)be;
     mix(b, 110);
     mix(b, (uint64_t)n);
+    if (b->pn.on && b->pn.y == x && b->pn.n * b->pn.n_rows == n && is_act(b, y) && b->pn.x != y) {
+        b->pn.on = false;   /* y += rms_norm(..) in one kernel (it still writes the norm's output) */
+        flush_scale(b);
+        mixp(b, y);
+        if (skip(b)) return;
+        CK("rms_norm_add", ember_cuda_rms_norm_add_out(b->cu, b->pn.x, b->pn.w, b->pn.y, y, b->pn.n, b->pn.n_rows,
+                                                       b->pn.eps));
+        return;
+    }
+    flush(b);
     float *dy = io_f(b, 0, y, (size_t)n);
     const float *dx = in_f(b, 1, x, (size_t)n);
     if (skip(b)) return;
@@ -811,7 +908,15 @@ static void cu_scale(ember_backend *be, float *x, float s, int64_t n)
     mix(b, 111);
     mix(b, (uint64_t)n);
     mixf(b, s);
+    flush(b);
     float *d = io_f(b, 0, x, (size_t)n);
+    if (b->fuse_on && b->in_step && is_act(b, x) && pow2(s)) {
+        b->ps.on = true;   /* folded into the attention that reads x, or launched by the next op */
+        b->ps.x = d;
+        b->ps.s = s;
+        b->ps.n = n;
+        return;
+    }
     if (skip(b)) return;
     CK("scale", ember_cuda_scale(b->cu, d, s, n));
     out_done(b, x, d, (size_t)n);
@@ -831,6 +936,8 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
 {
     cuda_backend *b = (cuda_backend *)be;
     check_kv(kv);
+    flush_norm(b);
+    if (b->ps.on && (b->ps.x == k || b->ps.x == v)) flush_scale(b);
     mix(b, 112);
     mix(b, (uint64_t)n);
     mixp(b, kv->k);
@@ -847,14 +954,14 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
     uint16_t *dv = kv_dev(b, kv->v, kv->v_row_bytes * (size_t)kv->n_rows);
     const float *sk = in_f(b, 0, k, (size_t)(n * rk)), *sv = in_f(b, 1, v, (size_t)(n * rv));
     if (skip(b)) return;
-    CK("kv_store", ember_cuda_kv_store(b->cu, sk, n, rk, dcells, dk));
-    CK("kv_store", ember_cuda_kv_store(b->cu, sv, n, rv, dcells, dv));
+    CK("kv_store", ember_cuda_kv_store2(b->cu, sk, rk, sv, rv, n, dcells, dk, dv));
 }
 
 static void cu_kv_copy(ember_backend *be, const ember_kv_layer_view *kv, int64_t dst_row, int64_t src_row,
                        int64_t n_rows)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
     dev_copy *ck = find_copy(b, kv->k), *cv = find_copy(b, kv->v);
     if (!ck || !cv) return;   /* nothing stored on the device yet */
     CK("kv_copy", ember_cuda_copy(b->cu, (char *)ck->t.data + (size_t)dst_row * kv->k_row_bytes,
@@ -874,6 +981,13 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         ember_error(EMBER_ERR_UNSUPPORTED, "head_dim_k %d != head_dim_v %d", p->head_dim_k, p->head_dim_v);
         die("attention");
     }
+    flush_norm(b);
+    float q_scale = 1.f;
+    if (b->ps.on && b->ps.x == q && b->ps.n == (int64_t)n * p->n_head * p->head_dim_k) {
+        b->ps.on = false;   /* q * 2^k rounds to f16 exactly as q does */
+        q_scale = b->ps.s;
+    }
+    flush_scale(b);
     mix(b, 113);
     mix(b, (uint64_t)n);
     mixp(b, kv->k);
@@ -916,7 +1030,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     const uint16_t *dv = kv_dev(b, kv->v, kv->v_row_bytes * (size_t)kv->n_rows);
     if (skip(b)) return;
     const ember_cuda_attn_params ap = {
-        .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim_k, .scale = p->kq_scale,
+        .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim_k, .scale = p->kq_scale * q_scale,
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
     };
     CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, dpos, dseq, dtab, dk, dv, dout));
@@ -1111,6 +1225,8 @@ static const ember_backend_ops cuda_ops = {
     .kv_copy = cu_kv_copy,
     .act_alloc = op_act_alloc,
     .act_free = op_act_free,
+    .host_alloc = op_host_alloc,
+    .host_free = op_host_free,
     .copy = cu_copy,
     .softcap = cu_softcap,
     .step_begin = op_step_begin,
@@ -1135,6 +1251,8 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->f32_act = f32a && *f32a && strcmp(f32a, "0") != 0;
     const char *gr = getenv("EMBER_CUDA_GRAPHS");
     b->graphs_on = !(gr && !strcmp(gr, "0"));
+    const char *fu = getenv("EMBER_CUDA_FUSE");
+    b->fuse_on = !(fu && !strcmp(fu, "0"));
     const char *vfy = getenv("EMBER_CUDA_VERIFY");
     if (vfy && *vfy && strcmp(vfy, "0") != 0) {
         b->base.ops = &cuda_ops_verify;

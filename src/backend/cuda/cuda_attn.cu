@@ -68,6 +68,7 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
        float *__restrict__ out, float *__restrict__ part_o, float2 *__restrict__ part_ml,
        unsigned *__restrict__ done)
 {
+    ember_pdl_wait();
     constexpr int E = D / 32;
     const int split = blockIdx.x, hkv = blockIdx.y;
     const int64_t t = blockIdx.z;
@@ -275,7 +276,7 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
         attr_set = true;
     }
     dim3 grid((unsigned)a.n_splits, (unsigned)a.n_head_kv, (unsigned)n_tokens);
-    k_attn<D, G><<<grid, kWarps * 32, smem, cu->stream>>>(a, q, pos, seq, bt, kc, vc, out, part_o, part_ml, done);
+    ember_launch(k_attn<D, G>, grid, kWarps * 32, smem, cu->stream, a, q, pos, seq, bt, kc, vc, out, part_o, part_ml, done);
     return ember_cuda_launched("attn");
 }
 

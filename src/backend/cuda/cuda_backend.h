@@ -64,6 +64,10 @@ const char *ember_cuda_device_name(const ember_cuda *cu);
 ember_status ember_cuda_malloc(ember_cuda *cu, size_t bytes, void **out);
 /* Free an ember_cuda_malloc block of `bytes` (its size, for the counters). */
 void ember_cuda_mfree(ember_cuda *cu, void *p, size_t bytes);
+/* Pinned (page-locked) host memory of `bytes`: device copies into it run at
+ * full PCIe speed. Errors: EMBER_ERR_NOMEM. */
+ember_status ember_cuda_host_alloc(ember_cuda *cu, size_t bytes, void **out);
+void ember_cuda_host_free(ember_cuda *cu, void *p, size_t bytes);
 /* Copy host -> device; the host buffer may be reused when this returns. */
 ember_status ember_cuda_upload(ember_cuda *cu, void *dst, const void *src, size_t bytes);
 /* Copy device -> host; waits for all work queued before it. */
@@ -180,6 +184,14 @@ ember_status ember_cuda_glu(ember_cuda *cu, ember_cuda_act act, const float *gat
                             float *out, int64_t n);
 /* y[i] = a[i] + b[i] over n elements; y may equal a or b. */
 ember_status ember_cuda_add(ember_cuda *cu, const float *a, const float *b, float *y, int64_t n);
+/* y = rms_norm(x) * w (y may equal x) and residual += y, per row: Gemma's
+ * post-norms fused with the residual add (the same float operations as
+ * ember_cuda_rms_norm then ember_cuda_add). */
+ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float *x, const float *w, float *y,
+                                         float *residual, int64_t n, int64_t n_rows, float eps);
+/* ember_cuda_kv_store for K (rows of rk) and V (rows of rv) in one launch. */
+ember_status ember_cuda_kv_store2(ember_cuda *cu, const float *k, int64_t rk, const float *v, int64_t rv,
+                                  int64_t n_tokens, const int32_t *cells, uint16_t *k_cache, uint16_t *v_cache);
 /* x[i] *= s over n elements. */
 ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n);
 /* x[i] = cap * tanhf(x[i] / cap) over n elements (logit soft-capping,

@@ -22,8 +22,12 @@ extern "C" int ember_cuda_device_count(void)
     return n;
 }
 
+bool ember_cuda_pdl_on = true;
+
 extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
 {
+    const char *pdl = getenv("EMBER_CUDA_PDL");
+    ember_cuda_pdl_on = !(pdl && !strcmp(pdl, "0"));
     EMBER_CUDA_NONNULL(out);
     *out = NULL;
     int n = ember_cuda_device_count();
@@ -44,6 +48,12 @@ extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasCreate failed");
     if (s == EMBER_OK && cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetStream failed");
+    /* EMBER_CUDA_TF32=1: prefill GEMMs on the tensor cores in TF32 (10-bit
+     * mantissa products, F32 sums) instead of exact F32 products */
+    const char *tf32 = getenv("EMBER_CUDA_TF32");
+    if (s == EMBER_OK && tf32 && strcmp(tf32, "0") &&
+        cublasSetMathMode(cu->cublas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)
+        s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetMathMode failed");
     if (s != EMBER_OK) {
         ember_cuda_free(cu);
         return s;
@@ -94,6 +104,27 @@ extern "C" void ember_cuda_mfree(ember_cuda *cu, void *p, size_t bytes)
     if (!cu || !p) return;
     cudaFree(p);
     cu->device_bytes -= bytes <= cu->device_bytes ? bytes : cu->device_bytes;
+}
+
+extern "C" ember_status ember_cuda_host_alloc(ember_cuda *cu, size_t bytes, void **out)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(out);
+    *out = NULL;
+    if (cudaMallocHost(out, bytes ? bytes : 4) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        return ember_error(EMBER_ERR_NOMEM, "cuda: cannot allocate %zu bytes of pinned host memory", bytes);
+    }
+    cu->host_bytes += bytes;
+    return EMBER_OK;
+}
+
+extern "C" void ember_cuda_host_free(ember_cuda *cu, void *p, size_t bytes)
+{
+    if (!cu || !p) return;
+    cudaFreeHost(p);
+    cu->host_bytes -= bytes <= cu->host_bytes ? bytes : cu->host_bytes;
 }
 
 extern "C" ember_status ember_cuda_upload(ember_cuda *cu, void *dst, const void *src, size_t bytes)

@@ -31,6 +31,7 @@ __device__ float block_sum(float v)
 template <bool ADD>
 __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict__ w, float *y, int64_t n, float eps)
 {
+    ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
     float ss = 0.f;
@@ -51,6 +52,7 @@ __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict_
 __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, int head_dim, int n_rot, int neox,
                        float theta_scale, float freq_scale, const float *__restrict__ ff)
 {
+    ember_pdl_wait();
     const int64_t t = blockIdx.y;
     float *xh = x + (t * n_head + blockIdx.x) * (int64_t)head_dim;
     const float p = (float)pos[t];
@@ -86,6 +88,7 @@ __device__ __forceinline__ float act_gelu_tanh_f16(float x)
 template <int ACT>
 __global__ void k_glu(const float *gate, const float *up, float *out, int64_t n)
 {
+    ember_pdl_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
         const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
@@ -97,18 +100,53 @@ __global__ void k_glu(const float *gate, const float *up, float *out, int64_t n)
 
 __global__ void k_add(const float *a, const float *b, float *y, int64_t n)
 {
+    ember_pdl_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = a[i] + b[i];
 }
 
 __global__ void k_scale(float *x, float s, int64_t n)
 {
+    ember_pdl_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] *= s;
 }
 
+/* Gemma's post-norm fused with the residual add: y = norm(x) * w (y may be
+ * x), residual += y. One CTA per row. */
+__global__ void k_rms_norm_add_out(const float *x, const float *__restrict__ w, float *y, float *residual, int64_t n,
+                                   float eps)
+{
+    ember_pdl_wait();
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n, *rr = residual + (int64_t)blockIdx.x * n;
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss);
+    const float inv = rsqrtf(ss / (float)n + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        yr[i] = v;
+        rr[i] += v;
+    }
+}
+
+/* K and V rows of a step in one launch: blockIdx.y 0 stores K, 1 stores V. */
+__global__ void k_kv_store2(const float *__restrict__ sk, int64_t rk, const float *__restrict__ sv, int64_t rv,
+                            const int32_t *__restrict__ cells, __half *ck, __half *cv)
+{
+    ember_pdl_wait();
+    const int32_t cell = cells[blockIdx.x];
+    if (cell < 0) return;
+    const int64_t row = blockIdx.y ? rv : rk;
+    const float *s = (blockIdx.y ? sv : sk) + (int64_t)blockIdx.x * row;
+    __half *d = (blockIdx.y ? cv : ck) + (int64_t)cell * row;
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) d[i] = __float2half_rn(s[i]);
+}
+
 __global__ void k_softcap(float *x, float cap, int64_t n)
 {
+    ember_pdl_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
@@ -116,6 +154,7 @@ __global__ void k_softcap(float *x, float cap, int64_t n)
 __global__ void k_kv_store(const float *__restrict__ src, int64_t row, const int32_t *__restrict__ cells,
                            __half *cache)
 {
+    ember_pdl_wait();
     const int32_t cell = cells[blockIdx.x];
     if (cell < 0) return;
     const float *s = src + (int64_t)blockIdx.x * row;
@@ -145,7 +184,7 @@ extern "C" ember_status ember_cuda_rms_norm(ember_cuda *cu, const float *x, cons
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm: bad shape [%lld, %lld]", (long long)n_rows,
                            (long long)n);
-    k_rms_norm<false><<<(unsigned)n_rows, norm_threads(n), 0, cu->stream>>>(x, w, y, n, eps);
+    ember_launch(k_rms_norm<false>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, n, eps);
     return ember_cuda_launched("rms_norm");
 }
 
@@ -158,7 +197,7 @@ extern "C" ember_status ember_cuda_rms_norm_add(ember_cuda *cu, const float *x, 
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add: bad shape [%lld, %lld]",
                            (long long)n_rows, (long long)n);
-    k_rms_norm<true><<<(unsigned)n_rows, norm_threads(n), 0, cu->stream>>>(x, w, residual, n, eps);
+    ember_launch(k_rms_norm<true>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, residual, n, eps);
     return ember_cuda_launched("rms_norm_add");
 }
 
@@ -183,7 +222,7 @@ extern "C" ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t 
     const int threads = half >= 128 ? 128 : ((half + 31) / 32) * 32;
     dim3 grid((unsigned)n_head, (unsigned)n_tokens);
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
-    k_rope<<<grid, threads, 0, cu->stream>>>(x, pos, n_head, head_dim, n_rot, mode == EMBER_CUDA_ROPE_NEOX,
+    ember_launch(k_rope, grid, threads, 0, cu->stream, x, pos, n_head, head_dim, n_rot, mode == EMBER_CUDA_ROPE_NEOX,
                                              theta_scale, freq_scale, freq_factors);
     return ember_cuda_launched("rope");
 }
@@ -197,11 +236,11 @@ extern "C" ember_status ember_cuda_glu(ember_cuda *cu, ember_cuda_act act, const
     EMBER_CUDA_NONNULL(out);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu: n = %lld", (long long)n);
     if (act == EMBER_CUDA_ACT_SILU)
-        k_glu<EMBER_CUDA_ACT_SILU><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+        ember_launch(k_glu<EMBER_CUDA_ACT_SILU>, elementwise_grid(n), 256, 0, cu->stream, gate, up, out, n);
     else if (act == EMBER_CUDA_ACT_GELU_TANH)
-        k_glu<EMBER_CUDA_ACT_GELU_TANH><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+        ember_launch(k_glu<EMBER_CUDA_ACT_GELU_TANH>, elementwise_grid(n), 256, 0, cu->stream, gate, up, out, n);
     else if (act == EMBER_CUDA_ACT_GELU_TANH_F16)
-        k_glu<EMBER_CUDA_ACT_GELU_TANH_F16><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+        ember_launch(k_glu<EMBER_CUDA_ACT_GELU_TANH_F16>, elementwise_grid(n), 256, 0, cu->stream, gate, up, out, n);
     else
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu: unknown activation %d", (int)act);
     return ember_cuda_launched("glu");
@@ -214,7 +253,7 @@ extern "C" ember_status ember_cuda_add(ember_cuda *cu, const float *a, const flo
     EMBER_CUDA_NONNULL(b);
     EMBER_CUDA_NONNULL(y);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: add: n = %lld", (long long)n);
-    k_add<<<elementwise_grid(n), 256, 0, cu->stream>>>(a, b, y, n);
+    ember_launch(k_add, elementwise_grid(n), 256, 0, cu->stream, a, b, y, n);
     return ember_cuda_launched("add");
 }
 
@@ -223,8 +262,40 @@ extern "C" ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int6
     EMBER_CUDA_NONNULL(cu);
     EMBER_CUDA_NONNULL(x);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: scale: n = %lld", (long long)n);
-    k_scale<<<elementwise_grid(n), 256, 0, cu->stream>>>(x, s, n);
+    ember_launch(k_scale, elementwise_grid(n), 256, 0, cu->stream, x, s, n);
     return ember_cuda_launched("scale");
+}
+
+extern "C" ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float *x, const float *w, float *y,
+                                                    float *residual, int64_t n, int64_t n_rows, float eps)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    EMBER_CUDA_NONNULL(residual);
+    if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add_out: bad shape [%lld, %lld]",
+                           (long long)n_rows, (long long)n);
+    ember_launch(k_rms_norm_add_out, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, residual, n, eps);
+    return ember_cuda_launched("rms_norm_add_out");
+}
+
+extern "C" ember_status ember_cuda_kv_store2(ember_cuda *cu, const float *k, int64_t rk, const float *v, int64_t rv,
+                                             int64_t n_tokens, const int32_t *cells, uint16_t *k_cache,
+                                             uint16_t *v_cache)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(k);
+    EMBER_CUDA_NONNULL(v);
+    EMBER_CUDA_NONNULL(cells);
+    EMBER_CUDA_NONNULL(k_cache);
+    EMBER_CUDA_NONNULL(v_cache);
+    if (n_tokens <= 0 || n_tokens > INT32_MAX || rk <= 0 || rv <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: kv_store2: bad shape [%lld, %lld/%lld]",
+                           (long long)n_tokens, (long long)rk, (long long)rv);
+    ember_launch(k_kv_store2, dim3((unsigned)n_tokens, 2), 128, 0, cu->stream, k, rk, v, rv, cells,
+                 reinterpret_cast<__half *>(k_cache), reinterpret_cast<__half *>(v_cache));
+    return ember_cuda_launched("kv_store2");
 }
 
 extern "C" ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, int64_t n)
@@ -233,7 +304,7 @@ extern "C" ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, 
     EMBER_CUDA_NONNULL(x);
     if (n <= 0 || !(cap > 0.f))
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: softcap: n = %lld, cap = %g", (long long)n, (double)cap);
-    k_softcap<<<elementwise_grid(n), 256, 0, cu->stream>>>(x, cap, n);
+    ember_launch(k_softcap, elementwise_grid(n), 256, 0, cu->stream, x, cap, n);
     return ember_cuda_launched("softcap");
 }
 
@@ -247,6 +318,6 @@ extern "C" ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, in
     if (n_tokens <= 0 || n_tokens > INT32_MAX || row <= 0)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: kv_store: bad shape [%lld, %lld]", (long long)n_tokens,
                            (long long)row);
-    k_kv_store<<<(unsigned)n_tokens, 128, 0, cu->stream>>>(src, row, cells, reinterpret_cast<__half *>(cache));
+    ember_launch(k_kv_store, (unsigned)n_tokens, 128, 0, cu->stream, src, row, cells, reinterpret_cast<__half *>(cache));
     return ember_cuda_launched("kv_store");
 }

@@ -159,8 +159,11 @@ typedef struct ember_backend_ops {
      * Outputs to host memory (logits) may be deferred until step_end.
      * step_end returns false when the ops did not run (a replay that did not
      * match what was captured): the caller runs the same pass again, which
-     * then runs op by op, and calls step_end again. */
-    void (*step_begin)(ember_backend *be, const struct ember_backend_step *st);
+     * then runs op by op, and calls step_end again. step_begin returns true
+     * when the backend will run the whole step itself (a captured step that
+     * has replayed identically before): the caller then skips the forward
+     * pass and calls step_end, which writes the logits to st->logits. */
+    bool (*step_begin)(ember_backend *be, const struct ember_backend_step *st);
     bool (*step_end)(ember_backend *be);
 } ember_backend_ops;
 
@@ -173,6 +176,7 @@ typedef struct ember_backend_step {
     const ember_attn_query *query;   /* [n] */
     int32_t n_out;                   /* rows that want logits */
     const int32_t *out_idx;          /* [n_out] */
+    float *logits;                   /* host [n_out, n_vocab]: where the pass writes its logits */
     int32_t block_tokens;            /* KV cells per block */
 } ember_backend_step;
 

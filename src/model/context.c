@@ -322,10 +322,10 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             const ember_backend_step bs = {
                 .n = ubatch.n, .token = ubatch.token, .pos = ubatch.pos, .kv_row = ubatch.kv_row,
                 .query = ubatch.query, .n_out = n_uo, .out_idx = c->out_idx,
-                .block_tokens = (int32_t)ember_kv_block_tokens(c->kv),
+                .block_tokens = (int32_t)ember_kv_block_tokens(c->kv), .logits = ubatch.logits,
             };
-            c->be->ops->step_begin(c->be, &bs);
-            c->m->arch->forward(&run, &ubatch);
+            if (!c->be->ops->step_begin(c->be, &bs))   /* true: the backend replays the whole step */
+                c->m->arch->forward(&run, &ubatch);
             if (!c->be->ops->step_end(c->be)) {   /* a graph replay that did not match: run op by op */
                 c->m->arch->forward(&run, &ubatch);
                 c->be->ops->step_end(c->be);

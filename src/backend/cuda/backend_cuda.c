@@ -58,6 +58,8 @@ typedef struct graph_entry {
     int32_t n_pend;
     const void *pend_dev[MAX_PEND];
     size_t pend_bytes[MAX_PEND];
+    bool pend_is_logits;     /* its one host output is always the step's logits */
+    int32_t verified;        /* replays whose op sequence matched the capture */
 } graph_entry;
 
 typedef struct cuda_backend {
@@ -91,6 +93,7 @@ typedef struct cuda_backend {
     const ember_pos *s_pos;
     const int64_t *s_kv_row;
     const ember_attn_query *s_query;
+    float *s_logits;
     int32_t s_n, s_max_pages, s_max_ctx;
     int32_t *d_step;         /* device [tok n][pos n][cells n][seq n][table n_seq x max_pages] */
     size_t d_step_n;
@@ -111,6 +114,7 @@ typedef struct cuda_backend {
     bool fuse_on;
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
+    struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
 } cuda_backend;
 
 /* ---- verify mode --------------------------------------------------------- *
@@ -180,10 +184,19 @@ static void flush_scale(cuda_backend *b)
     CK("scale", ember_cuda_scale(b->cu, b->ps.x, b->ps.s, b->ps.n));
 }
 
+static void flush_glu(cuda_backend *b)
+{
+    if (!b->pg.on) return;
+    b->pg.on = false;
+    if (skip(b)) return;
+    CK("glu", ember_cuda_glu(b->cu, b->pg.act, b->pg.gate, b->pg.up, b->pg.gate, b->pg.n));
+}
+
 static void flush(cuda_backend *b)
 {
     flush_norm(b);
     flush_scale(b);
+    flush_glu(b);
 }
 
 static bool pow2(float s)
@@ -490,7 +503,10 @@ static graph_entry *graph_find(cuda_backend *b, uint64_t key)
     return e;
 }
 
-static void op_step_begin(ember_backend *be, const ember_backend_step *st)
+/* Replays verified this many times run without the forward pass. */
+enum { TRUST_REPLAYS = 2 };
+
+static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
 {
     cuda_backend *b = (cuda_backend *)be;
     const int32_t n = st->n, bt = st->block_tokens;
@@ -504,6 +520,7 @@ static void op_step_begin(ember_backend *be, const ember_backend_step *st)
     b->s_pos = st->pos;
     b->s_kv_row = st->kv_row;
     b->s_query = st->query;
+    b->s_logits = st->logits;
     b->s_n = n;
     int32_t max_ctx = (int32_t)b->lim.max_kv_tokens;
     for (int32_t i = 0; i < n; i++)
@@ -547,7 +564,7 @@ static void op_step_begin(ember_backend *be, const ember_backend_step *st)
     CK("step arrays", ember_cuda_upload(b->cu, b->d_step, h, total * sizeof(int32_t)));
 
     /* graphs: small steps (decode) whose capacity-bound shapes are fixed */
-    if (!b->graphs_on || n > GRAPH_MAX_N || max_ctx != (int32_t)b->lim.max_kv_tokens) return;
+    if (!b->graphs_on || n > GRAPH_MAX_N || max_ctx != (int32_t)b->lim.max_kv_tokens) return false;
     uint64_t key = 0x51ed270b1ull;
     key = key * 1099511628211ull ^ (uint64_t)n;
     key = key * 1099511628211ull ^ (uint64_t)st->n_out;
@@ -556,11 +573,20 @@ static void op_step_begin(ember_backend *be, const ember_backend_step *st)
     for (int32_t i = 0; i < n; i++) key = key * 1099511628211ull ^ (uint64_t)seq[i];
     const uint64_t g = mem_gen(b);
     graph_entry *e = graph_find(b, key);
-    if (!e || e->disabled) return;
+    if (!e || e->disabled) return false;
     if (e->g && e->gen != g) graphs_drop(b);   /* buffers moved since the capture */
     b->cur = e;
     if (e->g) {
         b->mode = M_REPLAY;
+        if (e->verified >= TRUST_REPLAYS && e->n_pend == 1 && e->pend_is_logits && st->logits) {
+            /* the forward pass would only repeat the checked op sequence */
+            b->sig = e->sig;
+            b->n_pend = 1;
+            b->pend_host[0] = st->logits;
+            b->pend_dev[0] = e->pend_dev[0];
+            b->pend_bytes[0] = e->pend_bytes[0];
+            return true;
+        }
     } else if (e->seen >= 1) {
         /* the same shape ran eagerly once: every buffer it needs exists */
         if (ember_cuda_graph_begin(b->cu) == EMBER_OK) {
@@ -568,6 +594,7 @@ static void op_step_begin(ember_backend *be, const ember_backend_step *st)
             e->gen = g;
         }
     }
+    return false;
 }
 
 static void flush_pending(cuda_backend *b)
@@ -596,6 +623,8 @@ static bool op_step_end(ember_backend *be)
             e->g = g;
             e->sig = b->sig;
             e->n_pend = b->n_pend;
+            e->verified = 0;
+            e->pend_is_logits = b->n_pend == 1 && b->pend_host[0] == b->s_logits;
             for (int32_t i = 0; i < b->n_pend; i++) {
                 e->pend_dev[i] = b->pend_dev[i];
                 e->pend_bytes[i] = b->pend_bytes[i];
@@ -611,6 +640,8 @@ static bool op_step_end(ember_backend *be)
             e->disabled = true;
             ok = false;
         } else {
+            if (b->n_pend != 1 || b->pend_host[0] != b->s_logits) e->pend_is_logits = false;
+            e->verified++;
             CK("graph launch", ember_cuda_graph_launch(b->cu, e->g));
             flush_pending(b);
         }
@@ -790,10 +821,34 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
                       float *const *ys)
 {
     cuda_backend *b = (cuda_backend *)be;
-    flush(b);
+    const int64_t n = n_tokens * ws[0]->n_in;
+    /* an RMSNorm waiting for this matmul's input: its Q8_0 rounding is done
+     * in the norm's kernel when every weight wants 32-blocks (Q8_0/Q8_1) */
+    bool fuse_round = b->pn.on && b->pn.y == x && b->pn.n % 32 == 0 && b->pn.n * b->pn.n_rows == n && !b->f32_act;
+    for (int32_t k = 0; fuse_round && k < n_w; k++) {
+        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
+        fuse_round = qt && (qt->vec_dot_type == EMBER_TYPE_Q8_0 || qt->vec_dot_type == EMBER_TYPE_Q8_1);
+    }
+    bool fuse_glu = b->pg.on && b->pg.gate == x && b->pg.n == n && !b->f32_act;
+    for (int32_t k = 0; fuse_glu && k < n_w; k++) {
+        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
+        fuse_glu = qt && qt->vec_dot_type == EMBER_TYPE_Q8_K;
+    }
+    const ember_cuda_act gact = b->pg.act;
+    const float *gup = b->pg.up;
+    if (fuse_glu) b->pg.on = false;
+    const float *nx = b->pn.x, *nw = b->pn.w;
+    const int64_t nn = b->pn.n, nrows = b->pn.n_rows;
+    const float neps = b->pn.eps;
+    if (fuse_round) {
+        b->pn.on = false;
+        flush_scale(b);
+        flush_glu(b);
+    } else {
+        flush(b);
+    }
     mix(b, 104);
     mix(b, (uint64_t)(n_tokens * 7 + n_w));
-    const int64_t n = n_tokens * ws[0]->n_in;
     const float *dx = in_f(b, 0, x, (size_t)n);
     /* activations rounded to each weight's vec_dot_type, once per format
      * (as the CPU backend quantizes them), unless EMBER_CUDA_F32_ACT */
@@ -810,6 +865,18 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         dy[k] = out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
     }
     if (skip(b)) return;
+    if (fuse_round) {
+        float *r = stage(b, SLOT_ROUND, (size_t)n * sizeof(float));
+        if (skip(b)) return;
+        CK("matmul (norm + rounding)", ember_cuda_rms_norm_round_q8(b->cu, nx, nw, (float *)dx, r, nn, nrows, neps));
+        for (int32_t k = 0; k < n_w; k++) fmt[k] = EMBER_TYPE_F32, xin[k] = r;
+    }
+    if (fuse_glu) {
+        float *r = stage(b, SLOT_ROUND, (size_t)n * sizeof(float));
+        if (skip(b)) return;
+        CK("matmul (glu + rounding)", ember_cuda_glu_round_q8K(b->cu, gact, (float *)dx, gup, (float *)dx, r, n));
+        for (int32_t k = 0; k < n_w; k++) fmt[k] = EMBER_TYPE_F32, xin[k] = r;
+    }
     for (int32_t k = 0; k < n_w; k++) {
         if (fmt[k] == EMBER_TYPE_F32) continue;
         int32_t j = 0;
@@ -864,6 +931,14 @@ static void glu(ember_backend *be, ember_cuda_act act, float *gate, const float 
     mix(b, (uint64_t)n);
     float *dg = io_f(b, 0, gate, (size_t)n);
     const float *du = in_f(b, 1, up_h, (size_t)n);
+    if (b->fuse_on && b->in_step && is_act(b, gate) && is_act(b, up_h) && n % 256 == 0) {
+        b->pg.on = true;   /* launched by the next op, or with the next matmul's Q8_K rounding */
+        b->pg.act = act;
+        b->pg.gate = dg;
+        b->pg.up = du;
+        b->pg.n = n;
+        return;
+    }
     if (skip(b)) return;
     CK("glu", ember_cuda_glu(b->cu, act, dg, du, dg, n));
     out_done(b, gate, dg, (size_t)n);
@@ -937,6 +1012,7 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
     cuda_backend *b = (cuda_backend *)be;
     check_kv(kv);
     flush_norm(b);
+    flush_glu(b);
     if (b->ps.on && (b->ps.x == k || b->ps.x == v)) flush_scale(b);
     mix(b, 112);
     mix(b, (uint64_t)n);
@@ -982,6 +1058,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         die("attention");
     }
     flush_norm(b);
+    flush_glu(b);
     float q_scale = 1.f;
     if (b->ps.on && b->ps.x == q && b->ps.n == (int64_t)n * p->n_head * p->head_dim_k) {
         b->ps.on = false;   /* q * 2^k rounds to f16 exactly as q does */

@@ -121,8 +121,9 @@ void ember_cuda_tensor_release(ember_cuda *cu, ember_cuda_tensor *t);
  * x: [n_cols, w->ne0] F32; y: [n_cols, w->ne1] F32 (must not alias x).
  * n_cols <= 8 runs one fused mat-vec kernel that reads W once; up to 32
  * columns run it per 8 columns; wider batches (prefill) dequantize W to F32
- * in chunks of rows in the context's scratch and run cuBLAS SGEMM (F32, no
- * TF32). Not graph-capturable above 32 columns (scratch may grow).
+ * in chunks of rows in the context's scratch and run a cuBLAS GEMM (TF32
+ * tensor cores; exact F32 products with EMBER_CUDA_TF32=0). Not
+ * graph-capturable above 32 columns (scratch may grow).
  * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED. */
 ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
                                int64_t n_cols, float *y);
@@ -189,6 +190,14 @@ ember_status ember_cuda_add(ember_cuda *cu, const float *a, const float *b, floa
  * ember_cuda_rms_norm then ember_cuda_add). */
 ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float *x, const float *w, float *y,
                                          float *residual, int64_t n, int64_t n_rows, float eps);
+/* out = act(gate) * up (ember_cuda_glu) and r = ember_cuda_round_act(Q8_K,
+ * out) in one kernel; n % 256 == 0. */
+ember_status ember_cuda_glu_round_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
+                                      float *out, float *r, int64_t n);
+/* y = rms_norm(x) * w (y may equal x) and r = ember_cuda_round_act(Q8_0, y)
+ * in one kernel (the rounding of the matmul that reads y next); n % 32 == 0. */
+ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float *x, const float *w, float *y, float *r,
+                                          int64_t n, int64_t n_rows, float eps);
 /* ember_cuda_kv_store for K (rows of rk) and V (rows of rv) in one launch. */
 ember_status ember_cuda_kv_store2(ember_cuda *cu, const float *k, int64_t rk, const float *v, int64_t rv,
                                   int64_t n_tokens, const int32_t *cells, uint16_t *k_cache, uint16_t *v_cache);

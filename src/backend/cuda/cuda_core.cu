@@ -48,10 +48,12 @@ extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasCreate failed");
     if (s == EMBER_OK && cublasSetStream(cu->cublas, cu->stream) != CUBLAS_STATUS_SUCCESS)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetStream failed");
-    /* EMBER_CUDA_TF32=1: prefill GEMMs on the tensor cores in TF32 (10-bit
-     * mantissa products, F32 sums) instead of exact F32 products */
+    /* Prefill GEMMs run on the tensor cores in TF32 (10-bit mantissa
+     * products, F32 sums): 1.5x pp512 on the H200 with perplexity within
+     * 0.2% of the CPU backend's (bench/results/cuda-h200.md).
+     * EMBER_CUDA_TF32=0 keeps exact F32 products. */
     const char *tf32 = getenv("EMBER_CUDA_TF32");
-    if (s == EMBER_OK && tf32 && strcmp(tf32, "0") &&
+    if (s == EMBER_OK && !(tf32 && !strcmp(tf32, "0")) &&
         cublasSetMathMode(cu->cublas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetMathMode failed");
     if (s != EMBER_OK) {

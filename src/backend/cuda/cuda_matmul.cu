@@ -156,8 +156,10 @@ void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, in
 }
 
 /* Prefill: weights dequantized to F32 a chunk of rows at a time into the
- * context's scratch, then one F32 GEMM (cuBLAS, no TF32: exact F32 products,
- * so results still match the mat-vec kernels up to summation order). */
+ * context's scratch, then one GEMM through cuBLAS: TF32 tensor-core products
+ * by default (the handle's math mode, cuda_core.cu), exact F32 products with
+ * EMBER_CUDA_TF32=0 (then results match the mat-vec kernels up to
+ * summation order). */
 template <class T>
 ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
 {

@@ -131,6 +131,67 @@ __global__ void k_rms_norm_add_out(const float *x, const float *__restrict__ w, 
     }
 }
 
+/* out = act(gate) * up (as k_glu) and r = out rounded to Q8_K blocks of 256
+ * (as ember_cuda_round_act: id = 127/amax, d = 1/id, q = rint(out * id)).
+ * One warp per block of 256; lane l holds elements l, l+32, ..., l+224. */
+template <int ACT>
+__global__ void k_glu_round_q8K(const float *gate, const float *up, float *out, float *r, int64_t n_blocks)
+{
+    ember_pdl_wait();
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    float v[8], amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int64_t j = blk * 256 + i * 32 + lane;
+        const float g = gate[j];
+        const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
+                        : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
+                                                          : act_gelu_tanh_f16(g);
+        v[i] = a * up[j];
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d = amax != 0.0f ? 1.0f / id : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int64_t j = blk * 256 + i * 32 + lane;
+        out[j] = v[i];
+        r[j] = rintf(__fmul_rn(v[i], id)) * d;
+    }
+}
+
+/* y = rms_norm(x) * w and r = y rounded to Q8_0 blocks of 32 (what
+ * ember_cuda_round_act does: d = amax/127 kept as f16, q = rint(y * 127/amax))
+ * in one pass. One CTA per row; n % 32 == 0, so each warp's 32 consecutive
+ * elements are one block. */
+__global__ void k_rms_norm_round_q8(const float *x, const float *__restrict__ w, float *y, float *r, int64_t n,
+                                    float eps)
+{
+    ember_pdl_wait();
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n, *rr = r + (int64_t)blockIdx.x * n;
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss);
+    const float inv = rsqrtf(ss / (float)n + eps);
+    const int64_t warp0 = threadIdx.x & ~31;
+    for (int64_t base = warp0; base < n; base += blockDim.x) {
+        const int64_t i = base + (threadIdx.x & 31);
+        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float d16 = __half2float(__float2half_rn(d));
+        yr[i] = v;
+        rr[i] = rintf(__fmul_rn(v, id)) * d16;
+    }
+}
+
 /* K and V rows of a step in one launch: blockIdx.y 0 stores K, 1 stores V. */
 __global__ void k_kv_store2(const float *__restrict__ sk, int64_t rk, const float *__restrict__ sv, int64_t rv,
                             const int32_t *__restrict__ cells, __half *ck, __half *cv)
@@ -278,6 +339,42 @@ extern "C" ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float 
                            (long long)n_rows, (long long)n);
     ember_launch(k_rms_norm_add_out, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, residual, n, eps);
     return ember_cuda_launched("rms_norm_add_out");
+}
+
+extern "C" ember_status ember_cuda_glu_round_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate,
+                                                  const float *up, float *out, float *r, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(gate);
+    EMBER_CUDA_NONNULL(up);
+    EMBER_CUDA_NONNULL(out);
+    EMBER_CUDA_NONNULL(r);
+    if (n <= 0 || n % 256 != 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu_round_q8K: n = %lld", (long long)n);
+    const int64_t nb = n / 256;
+    const unsigned grid = (unsigned)((nb + 7) / 8);
+    if (act == EMBER_CUDA_ACT_SILU)
+        ember_launch(k_glu_round_q8K<EMBER_CUDA_ACT_SILU>, grid, 256, 0, cu->stream, gate, up, out, r, nb);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH)
+        ember_launch(k_glu_round_q8K<EMBER_CUDA_ACT_GELU_TANH>, grid, 256, 0, cu->stream, gate, up, out, r, nb);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH_F16)
+        ember_launch(k_glu_round_q8K<EMBER_CUDA_ACT_GELU_TANH_F16>, grid, 256, 0, cu->stream, gate, up, out, r, nb);
+    else
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu_round_q8K: unknown activation %d", (int)act);
+    return ember_cuda_launched("glu_round_q8K");
+}
+
+extern "C" ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float *x, const float *w, float *y,
+                                                     float *r, int64_t n, int64_t n_rows, float eps)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    EMBER_CUDA_NONNULL(r);
+    if (n <= 0 || n % 32 != 0 || n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_round_q8: bad shape [%lld, %lld]",
+                           (long long)n_rows, (long long)n);
+    ember_launch(k_rms_norm_round_q8, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, r, n, eps);
+    return ember_cuda_launched("rms_norm_round_q8");
 }
 
 extern "C" ember_status ember_cuda_kv_store2(ember_cuda *cu, const float *k, int64_t rk, const float *v, int64_t rv,

@@ -112,6 +112,7 @@ typedef struct cuda_backend {
      * folded into the attention scale (exact: it commutes with f16
      * rounding of q) */
     bool fuse_on;
+    bool exact_attn;         /* EMBER_CUDA_ATTN_EXACT=1: < 64-query attention in the CPU's order and rounding */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
@@ -985,7 +986,7 @@ static void cu_scale(ember_backend *be, float *x, float s, int64_t n)
     mixf(b, s);
     flush(b);
     float *d = io_f(b, 0, x, (size_t)n);
-    if (b->fuse_on && b->in_step && is_act(b, x) && pow2(s)) {
+    if (b->fuse_on && !b->exact_attn && b->in_step && is_act(b, x) && pow2(s)) {
         b->ps.on = true;   /* folded into the attention that reads x, or launched by the next op */
         b->ps.x = d;
         b->ps.s = s;
@@ -1109,6 +1110,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     const ember_cuda_attn_params ap = {
         .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim_k, .scale = p->kq_scale * q_scale,
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
+        .exact = b->exact_attn && n < 64,   /* the CPU's split (FA_TILE_Q) */
     };
     CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, dpos, dseq, dtab, dk, dv, dout));
     out_done(b, out, dout, nq);
@@ -1330,6 +1332,8 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->graphs_on = !(gr && !strcmp(gr, "0"));
     const char *fu = getenv("EMBER_CUDA_FUSE");
     b->fuse_on = !(fu && !strcmp(fu, "0"));
+    const char *ex = getenv("EMBER_CUDA_ATTN_EXACT");
+    b->exact_attn = ex && *ex && strcmp(ex, "0") != 0;
     const char *vfy = getenv("EMBER_CUDA_VERIFY");
     if (vfy && *vfy && strcmp(vfy, "0") != 0) {
         b->base.ops = &cuda_ops_verify;

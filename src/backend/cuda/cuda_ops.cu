@@ -12,19 +12,31 @@
 
 namespace {
 
-/* Sum over the CTA (blockDim.x a multiple of 32, <= 1024). */
-__device__ float block_sum(float v)
+/* Sum over the CTA in double (blockDim.x a multiple of 32, <= 1024). */
+__device__ double block_sum_d(double v)
 {
-    __shared__ float red[32];
+    __shared__ double red_d[32];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads(); /* red may be in use by a previous call */
-    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (lane == 0) red_d[warp] = v;
     __syncthreads();
     const int nw = blockDim.x >> 5;
-    v = lane < nw ? red[lane] : 0.f;
+    v = lane < nw ? red_d[lane] : 0.0;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+/* 1 / sqrt(mean(x^2) + eps) for one row, as the CPU backend computes it
+ * (ggml_rms_norm): squares in f32, summed in double, mean rounded to f32,
+ * then an IEEE sqrt and division, so both backends scale rows alike. */
+__device__ float row_inv_rms(const float *xr, int64_t n, float eps)
+{
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
+    ss = block_sum_d(ss);
+    const float mean = (float)(ss / (double)n);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
 /* ADD = false: y = norm(x) * w; ADD = true: y += norm(x) * w. One CTA per row. */
@@ -34,10 +46,7 @@ __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict_
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
-    float ss = 0.f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    ss = block_sum(ss);
-    const float inv = rsqrtf(ss / (float)n + eps);
+    const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = xr[i] * inv * (w ? w[i] : 1.f);
         if (ADD) yr[i] += v;
@@ -74,8 +83,11 @@ __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, in
 __device__ __forceinline__ float act_silu(float x) { return x / (1.f + expf(-x)); }
 __device__ __forceinline__ float act_gelu_tanh(float x)
 {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
+    /* the CPU backend's arrangement, k x (1 + a x^2), without contractions,
+     * tanh rounded from double */
+    const float k = 0.79788456080286535588f; /* sqrt(2/pi) */
+    const float inner = __fmul_rn(__fmul_rn(k, x), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, x), x)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, (float)tanh((double)inner)));
 }
 
 __device__ __forceinline__ float act_gelu_tanh_f16(float x)
@@ -120,10 +132,7 @@ __global__ void k_rms_norm_add_out(const float *x, const float *__restrict__ w, 
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n, *rr = residual + (int64_t)blockIdx.x * n;
-    float ss = 0.f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    ss = block_sum(ss);
-    const float inv = rsqrtf(ss / (float)n + eps);
+    const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = xr[i] * inv * (w ? w[i] : 1.f);
         yr[i] = v;
@@ -174,10 +183,7 @@ __global__ void k_rms_norm_round_q8(const float *x, const float *__restrict__ w,
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n, *rr = r + (int64_t)blockIdx.x * n;
-    float ss = 0.f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    ss = block_sum(ss);
-    const float inv = rsqrtf(ss / (float)n + eps);
+    const float inv = row_inv_rms(xr, n, eps);
     const int64_t warp0 = threadIdx.x & ~31;
     for (int64_t base = warp0; base < n; base += blockDim.x) {
         const int64_t i = base + (threadIdx.x & 31);

@@ -112,7 +112,7 @@ typedef struct cuda_backend {
      * folded into the attention scale (exact: it commutes with f16
      * rounding of q) */
     bool fuse_on;
-    bool exact_attn;         /* EMBER_CUDA_ATTN_EXACT=1: < 64-query attention in the CPU's order and rounding */
+    bool exact_attn;         /* EMBER_CUDA_EXACT=1: < 64-query attention in the CPU's order and rounding */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
@@ -1332,7 +1332,7 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->graphs_on = !(gr && !strcmp(gr, "0"));
     const char *fu = getenv("EMBER_CUDA_FUSE");
     b->fuse_on = !(fu && !strcmp(fu, "0"));
-    const char *ex = getenv("EMBER_CUDA_ATTN_EXACT");
+    const char *ex = getenv("EMBER_CUDA_EXACT");
     b->exact_attn = ex && *ex && strcmp(ex, "0") != 0;
     const char *vfy = getenv("EMBER_CUDA_VERIFY");
     if (vfy && *vfy && strcmp(vfy, "0") != 0) {

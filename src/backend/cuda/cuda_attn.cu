@@ -280,7 +280,7 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
     return ember_cuda_launched("attn");
 }
 
-/* ---- CPU-order attention (EMBER_CUDA_ATTN_EXACT) -------------------------
+/* ---- CPU-order attention (EMBER_CUDA_EXACT) -------------------------
  * The CPU backend's flash attention for calls of < 64 queries over an F16
  * cache (ggml's one-row-at-a-time kernel): q rounded to f16; per key, in
  * key order, s = dot_f16(q, k) * scale with the AVX2 summation order (16

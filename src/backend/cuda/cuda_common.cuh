@@ -60,9 +60,7 @@ ember_status ember_cuda_counters(ember_cuda *cu, size_t n, unsigned **out);
  * launch. Without the attribute the wait is a no-op. EMBER_CUDA_PDL=0 turns
  * the attribute off (plain launches). */
 extern bool ember_cuda_pdl_on;
-/* EMBER_CUDA_EXACT=1: kernels that can round exactly as the CPU backend does
- * (RMSNorm sums, attention of < 64 queries) do so, at some speed cost. */
-extern bool ember_cuda_exact_on;
+
 
 __device__ __forceinline__ void ember_pdl_wait()
 {

@@ -23,14 +23,12 @@ extern "C" int ember_cuda_device_count(void)
 }
 
 bool ember_cuda_pdl_on = true;
-bool ember_cuda_exact_on = false;
 
 extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
 {
     const char *pdl = getenv("EMBER_CUDA_PDL");
     ember_cuda_pdl_on = !(pdl && !strcmp(pdl, "0"));
-    const char *ex = getenv("EMBER_CUDA_EXACT");
-    ember_cuda_exact_on = ex && *ex && strcmp(ex, "0") != 0;
+
     EMBER_CUDA_NONNULL(out);
     *out = NULL;
     int n = ember_cuda_device_count();

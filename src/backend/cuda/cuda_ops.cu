@@ -27,34 +27,12 @@ __device__ double block_sum_d(double v)
     return v;
 }
 
-/* Sum over the CTA (blockDim.x a multiple of 32, <= 1024). */
-__device__ float block_sum(float v)
+/* 1 / sqrt(mean(x^2) + eps) for one row, as the CPU backend computes it
+ * (ggml_rms_norm): squares in f32, summed in double, mean rounded to f32,
+ * then an IEEE sqrt and division, so both backends scale rows alike (no
+ * measurable cost on the H200: bench/results/cuda-h200.md, leases 4-5). */
+__device__ float row_inv_rms(const float *xr, int64_t n, float eps)
 {
-    __shared__ float red[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads(); /* red may be in use by a previous call */
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    const int nw = blockDim.x >> 5;
-    v = lane < nw ? red[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* 1 / sqrt(mean(x^2) + eps) for one row. exact (EMBER_CUDA_EXACT=1): as the
- * CPU backend computes it (ggml_rms_norm): squares in f32, summed in double,
- * mean rounded to f32, then an IEEE sqrt and division, so both backends
- * scale rows alike (it costs ~6% of decode speed); else an f32 sum and
- * rsqrtf. */
-__device__ float row_inv_rms(const float *xr, int64_t n, float eps, bool exact)
-{
-    if (!exact) {
-        float sf = 0.f;
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sf = fmaf(xr[i], xr[i], sf);
-        sf = block_sum(sf);
-        return rsqrtf(sf / (float)n + eps);
-    }
     double ss = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
     ss = block_sum_d(ss);
@@ -64,13 +42,12 @@ __device__ float row_inv_rms(const float *xr, int64_t n, float eps, bool exact)
 
 /* ADD = false: y = norm(x) * w; ADD = true: y += norm(x) * w. One CTA per row. */
 template <bool ADD>
-__global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict__ w, float *y, int64_t n, float eps,
-                           bool exact)
+__global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict__ w, float *y, int64_t n, float eps)
 {
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
-    const float inv = row_inv_rms(xr, n, eps, exact);
+    const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = xr[i] * inv * (w ? w[i] : 1.f);
         if (ADD) yr[i] += v;
@@ -107,11 +84,11 @@ __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, in
 __device__ __forceinline__ float act_silu(float x) { return x / (1.f + expf(-x)); }
 __device__ __forceinline__ float act_gelu_tanh(float x)
 {
-    /* the CPU backend's arrangement, k x (1 + a x^2), without contractions,
-     * tanh rounded from double */
+    /* the CPU backend's arrangement, k x (1 + a x^2), without contractions
+     * (tanh in double cost ~6% of decode: the fused GLU kernel runs few CTAs) */
     const float k = 0.79788456080286535588f; /* sqrt(2/pi) */
     const float inner = __fmul_rn(__fmul_rn(k, x), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, x), x)));
-    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, (float)tanh((double)inner)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
 }
 
 __device__ __forceinline__ float act_gelu_tanh_f16(float x)
@@ -151,12 +128,12 @@ __global__ void k_scale(float *x, float s, int64_t n)
 /* Gemma's post-norm fused with the residual add: y = norm(x) * w (y may be
  * x), residual += y. One CTA per row. */
 __global__ void k_rms_norm_add_out(const float *x, const float *__restrict__ w, float *y, float *residual, int64_t n,
-                                   float eps, bool exact)
+                                   float eps)
 {
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n, *rr = residual + (int64_t)blockIdx.x * n;
-    const float inv = row_inv_rms(xr, n, eps, exact);
+    const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = xr[i] * inv * (w ? w[i] : 1.f);
         yr[i] = v;
@@ -202,12 +179,12 @@ __global__ void k_glu_round_q8K(const float *gate, const float *up, float *out, 
  * in one pass. One CTA per row; n % 32 == 0, so each warp's 32 consecutive
  * elements are one block. */
 __global__ void k_rms_norm_round_q8(const float *x, const float *__restrict__ w, float *y, float *r, int64_t n,
-                                    float eps, bool exact)
+                                    float eps)
 {
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n, *rr = r + (int64_t)blockIdx.x * n;
-    const float inv = row_inv_rms(xr, n, eps, exact);
+    const float inv = row_inv_rms(xr, n, eps);
     const int64_t warp0 = threadIdx.x & ~31;
     for (int64_t base = warp0; base < n; base += blockDim.x) {
         const int64_t i = base + (threadIdx.x & 31);
@@ -275,7 +252,7 @@ extern "C" ember_status ember_cuda_rms_norm(ember_cuda *cu, const float *x, cons
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm: bad shape [%lld, %lld]", (long long)n_rows,
                            (long long)n);
-    ember_launch(k_rms_norm<false>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, n, eps, ember_cuda_exact_on);
+    ember_launch(k_rms_norm<false>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, n, eps);
     return ember_cuda_launched("rms_norm");
 }
 
@@ -288,7 +265,7 @@ extern "C" ember_status ember_cuda_rms_norm_add(ember_cuda *cu, const float *x, 
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add: bad shape [%lld, %lld]",
                            (long long)n_rows, (long long)n);
-    ember_launch(k_rms_norm<true>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, residual, n, eps, ember_cuda_exact_on);
+    ember_launch(k_rms_norm<true>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, residual, n, eps);
     return ember_cuda_launched("rms_norm_add");
 }
 
@@ -367,7 +344,7 @@ extern "C" ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float 
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add_out: bad shape [%lld, %lld]",
                            (long long)n_rows, (long long)n);
-    ember_launch(k_rms_norm_add_out, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, residual, n, eps, ember_cuda_exact_on);
+    ember_launch(k_rms_norm_add_out, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, residual, n, eps);
     return ember_cuda_launched("rms_norm_add_out");
 }
 
@@ -403,7 +380,7 @@ extern "C" ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float
     if (n <= 0 || n % 32 != 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_round_q8: bad shape [%lld, %lld]",
                            (long long)n_rows, (long long)n);
-    ember_launch(k_rms_norm_round_q8, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, r, n, eps, ember_cuda_exact_on);
+    ember_launch(k_rms_norm_round_q8, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, r, n, eps);
     return ember_cuda_launched("rms_norm_round_q8");
 }
 

@@ -154,7 +154,8 @@ typedef struct ember_backend_ops {
     void (*softcap)(ember_backend *be, float *x, float cap, int64_t n);
     /* Bracket one forward pass over a micro-batch. step_begin receives the
      * host arrays that the pass's ops will be given again (get_rows ids,
-     * rope positions, kv_store rows, attention queries: the same pointers),
+     * rope positions, kv_store rows, attention queries of either KV group:
+     * the same pointers),
      * so a backend may copy them to the device once and recognise them.
      * Outputs to host memory (logits) may be deferred until step_end.
      * step_end returns false when the ops did not run (a replay that did not
@@ -172,8 +173,10 @@ typedef struct ember_backend_step {
     int32_t n;                       /* entries */
     const ember_token *token;        /* [n] */
     const ember_pos *pos;            /* [n] */
-    const int64_t *kv_row;           /* [n] */
-    const ember_attn_query *query;   /* [n] */
+    const int64_t *kv_row;           /* [n] full-group KV rows */
+    const ember_attn_query *query;   /* [n] full-group block tables */
+    const int64_t *kv_row_swa;       /* [n] sliding-group rows (== kv_row when the cache has no such group) */
+    const ember_attn_query *query_swa;   /* [n] (== query likewise) */
     int32_t n_out;                   /* rows that want logits */
     const int32_t *out_idx;          /* [n_out] */
     float *logits;                   /* host [n_out, n_vocab]: where the pass writes its logits */

@@ -6,7 +6,8 @@
  * cache (one F16 copy per layer view, found by the view's host address),
  * activation memory handed to the context (act_alloc: the model's scratch
  * lives on the device), the step arrays (tokens, positions, KV cells, block
- * tables) uploaded once per micro-batch by step_begin, and one CUDA graph
+ * tables; cells and tables twice when the cache has a sliding-window group)
+ * uploaded once per micro-batch by step_begin, and one CUDA graph
  * per decode shape (batch size, logits rows, sequence pattern): the first
  * step of a shape runs op by op, the second is captured, later ones replay
  * it (the ops then only check that the same sequence of calls happens; a
@@ -93,9 +94,14 @@ typedef struct cuda_backend {
     const ember_pos *s_pos;
     const int64_t *s_kv_row;
     const ember_attn_query *s_query;
+    const int64_t *s_kv_row_swa;     /* NULL: the cache has no sliding group */
+    const ember_attn_query *s_query_swa;
     float *s_logits;
     int32_t s_n, s_max_pages, s_max_ctx;
-    int32_t *d_step;         /* device [tok n][pos n][cells n][seq n][table n_seq x max_pages] */
+    size_t s_tab, s_tab_swa;         /* offsets of the block tables in d_step */
+    /* device [tok n][pos n][cells n][seq n][cells_swa n][table n_seq x max_pages][table_swa n_seq x max_pages];
+     * the _swa pieces only when the cache has a sliding-window group */
+    int32_t *d_step;
     size_t d_step_n;
     int32_t n_pend;
     float *pend_host[MAX_PEND];
@@ -444,6 +450,8 @@ static float *io_f(cuda_backend *b, int slot, float *p, size_t n) { return (floa
 static const int32_t *step_tok(cuda_backend *b) { return b->d_step; }
 static const int32_t *step_pos(cuda_backend *b) { return b->d_step + b->s_n; }
 static const int32_t *step_cells(cuda_backend *b) { return b->d_step + 2 * (size_t)b->s_n; }
+static const int32_t *step_seq(cuda_backend *b) { return b->d_step + 3 * (size_t)b->s_n; }
+static const int32_t *step_cells_swa(cuda_backend *b) { return b->d_step + 4 * (size_t)b->s_n; }
 
 static const int32_t *up_i32(cuda_backend *b, int slot, const int32_t *h, size_t n)
 {
@@ -521,6 +529,10 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
     b->s_pos = st->pos;
     b->s_kv_row = st->kv_row;
     b->s_query = st->query;
+    /* a sliding-window KV group has its own rows and block tables */
+    const bool swa = st->kv_row_swa && st->query_swa && (st->kv_row_swa != st->kv_row || st->query_swa != st->query);
+    b->s_kv_row_swa = swa ? st->kv_row_swa : NULL;
+    b->s_query_swa = swa ? st->query_swa : NULL;
     b->s_logits = st->logits;
     b->s_n = n;
     int32_t max_ctx = (int32_t)b->lim.max_kv_tokens;
@@ -529,17 +541,22 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
     const int32_t max_pages = (max_ctx + bt - 1) / bt;
     b->s_max_ctx = max_ctx;
     b->s_max_pages = max_pages;
-    /* pack [tok][pos][cells][seq][table] and upload it once */
+    /* pack [tok][pos][cells][seq][cells_swa][table][table_swa] and upload it once */
     int32_t n_seq = 0;
-    int32_t *h = host_i32(b, (size_t)n * (4 + (size_t)max_pages));
-    int32_t *tok = h, *pos = h + n, *cells = h + 2 * n, *seq = h + 3 * n, *tab = h + 4 * n;
+    const size_t n_head_arrays = swa ? 5 : 4;
+    int32_t *h = host_i32(b, (size_t)n * (n_head_arrays + (swa ? 2 : 1) * (size_t)max_pages));
+    int32_t *tok = h, *pos = h + n, *cells = h + 2 * n, *seq = h + 3 * n, *cells_swa = h + 4 * n;
+    int32_t *tab = h + n_head_arrays * n;
     for (int32_t i = 0; i < n; i++) {
         tok[i] = st->token[i];
         pos[i] = st->pos[i];
         cells[i] = (int32_t)st->kv_row[i];
+        if (swa) cells_swa[i] = (int32_t)st->kv_row_swa[i];
+        /* a sequence's queries share its table pointer (in both groups) */
         const bool same = i > 0 && st->query[i].blocks == st->query[i - 1].blocks;
         seq[i] = same ? seq[i - 1] : n_seq++;
     }
+    int32_t *tab_swa = tab + (size_t)n_seq * max_pages;
     for (int32_t i = 0; i < n; i++) {
         if (i + 1 < n && seq[i + 1] == seq[i]) continue;   /* the last query of a run sees the most blocks */
         int32_t hi = 0;
@@ -548,8 +565,18 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
         const int32_t used = hi / bt + 1;
         int32_t *row = tab + (size_t)seq[i] * max_pages;
         for (int32_t j = 0; j < max_pages; j++) row[j] = j < used ? st->query[i].blocks[j] : 0;
+        if (!swa) continue;
+        /* the sliding group lists -1 for blocks released below the window;
+         * attention never reads them (it starts at pos - n_swa + 1) */
+        row = tab_swa + (size_t)seq[i] * max_pages;
+        for (int32_t j = 0; j < max_pages; j++) {
+            const int32_t blk = j < used ? st->query_swa[i].blocks[j] : 0;
+            row[j] = blk < 0 ? 0 : blk;
+        }
     }
-    const size_t total = (size_t)n * 4 + (size_t)n_seq * max_pages;
+    b->s_tab = n_head_arrays * (size_t)n;
+    b->s_tab_swa = b->s_tab + (size_t)n_seq * max_pages;
+    const size_t total = (size_t)n * n_head_arrays + (size_t)n_seq * max_pages * (swa ? 2 : 1);
     if (total > b->d_step_n) {
         if (b->d_step) {
             CK("step arrays", ember_cuda_synchronize(b->cu));
@@ -570,6 +597,7 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
     key = key * 1099511628211ull ^ (uint64_t)n;
     key = key * 1099511628211ull ^ (uint64_t)st->n_out;
     key = key * 1099511628211ull ^ (uint64_t)n_seq;
+    key = key * 1099511628211ull ^ (uint64_t)swa;
     for (int32_t i = 0; i < st->n_out; i++) key = key * 1099511628211ull ^ (uint64_t)st->out_idx[i];
     for (int32_t i = 0; i < n; i++) key = key * 1099511628211ull ^ (uint64_t)seq[i];
     const uint64_t g = mem_gen(b);
@@ -1021,6 +1049,10 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
     const int32_t *dcells;
     if (b->in_step && rows == b->s_kv_row && n <= b->s_n) {
         dcells = step_cells(b);
+        mix(b, 1);
+    } else if (b->in_step && b->s_kv_row_swa && rows == b->s_kv_row_swa && n <= b->s_n) {
+        dcells = step_cells_swa(b);
+        mix(b, 2);
     } else {
         int32_t *cells = host_i32(b, (size_t)n);
         for (int32_t i = 0; i < n; i++) cells[i] = (int32_t)rows[i];
@@ -1074,12 +1106,14 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     const int32_t bt = kv->block_tokens;
     const int32_t *dpos, *dseq, *dtab;
     int32_t max_ctx, max_pages;
-    if (b->in_step && queries == b->s_query && n == b->s_n) {
+    const bool full_q = queries == b->s_query, swa_q = b->s_query_swa && queries == b->s_query_swa;
+    if (b->in_step && (full_q || swa_q) && n == b->s_n) {
         dpos = step_pos(b);
-        dseq = b->d_step + 3 * (size_t)b->s_n;
-        dtab = b->d_step + 4 * (size_t)b->s_n;
+        dseq = step_seq(b);
+        dtab = b->d_step + (swa_q ? b->s_tab_swa : b->s_tab);
         max_ctx = b->s_max_ctx;
         max_pages = b->s_max_pages;
+        mix(b, swa_q ? 2 : 1);
     } else {
         max_ctx = (int32_t)b->lim.max_kv_tokens;
         for (int32_t i = 0; i < n; i++)
@@ -1092,8 +1126,10 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
             hpos[i] = queries[i].pos;
             hseq[i] = i;
             const int32_t used = queries[i].pos / bt + 1;
-            for (int32_t j = 0; j < max_pages; j++)
-                htab[(size_t)i * max_pages + j] = j < used ? queries[i].blocks[j] : 0;
+            for (int32_t j = 0; j < max_pages; j++) {   /* -1: a block the sliding group released */
+                const int32_t blk = j < used ? queries[i].blocks[j] : 0;
+                htab[(size_t)i * max_pages + j] = blk < 0 ? 0 : blk;
+            }
         }
         const int32_t *d = up_i32(b, 3, h, (size_t)n * (max_pages + 2));
         dpos = d;

@@ -3,7 +3,10 @@
  * greedy continuations of 16 prompts (same ids?), first-position logits
  * (max |diff| relative to the logits' range), and tokens/second of each.
  *
- *   cuda_check MODEL [-n N_GEN] [-p N_PROMPTS]
+ *   cuda_check MODEL [-n N_GEN] [-p N_PROMPTS] [-g GOLDEN.json]
+ * With -g (a tests/golden/runtime JSON file, made by llama.cpp) the prompts are
+ * the golden's prompt_ids and each backend's continuation is also compared
+ * with llama.cpp's (its "tokens", up to its length).
  * Prints, per prompt, the index of the first differing token (or "same")
  * and, at a divergence, the CPU's top-2 logit margin there (a near-tie
  * explains it). Exit 0 always: the numbers are the result (issue 7 wants
@@ -12,6 +15,8 @@
  */
 #include "ember.h"
 #include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -104,11 +109,25 @@ int main(int argc, char **argv)
         return 2;
     }
     int n_gen = 128, n_prompts = 16;
+    const char *golden_path = NULL;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-n")) n_gen = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "-p")) n_prompts = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "-g")) golden_path = argv[i + 1];
     }
     if (n_prompts > 16) n_prompts = 16;
+    json_t *golden = NULL, *gens = NULL;
+    if (golden_path) {
+        json_error_t je;
+        golden = json_load_file(golden_path, 0, &je);
+        gens = golden ? json_object_get(golden, "generations") : NULL;
+        if (!json_is_array(gens)) {
+            fprintf(stderr, "%s: no generations array (%s)\n", golden_path, je.text);
+            return 1;
+        }
+        if ((int)json_array_size(gens) < n_prompts) n_prompts = (int)json_array_size(gens);
+    }
+    int same_llama[2] = {0, 0};
     ember_model *m[2] = {NULL, NULL};
     ember_context *c[2] = {NULL, NULL};
     for (int k = 0; k < 2; k++) {
@@ -139,7 +158,13 @@ int main(int argc, char **argv)
     for (int p = 0; p < n_prompts; p++) {
         ember_token *ids = NULL;
         size_t n_ids = 0;
-        if (ember_tokenize(ember_model_vocab(m[0]), k_prompts[p], strlen(k_prompts[p]), true, false, &ids, &n_ids) !=
+        json_t *gj = gens ? json_array_get(gens, (size_t)p) : NULL;
+        if (gj) {
+            json_t *pi = json_object_get(gj, "prompt_ids");
+            n_ids = json_array_size(pi);
+            ids = malloc(sizeof(ember_token) * (n_ids + 1));
+            for (size_t i = 0; i < n_ids; i++) ids[i] = (ember_token)json_integer_value(json_array_get(pi, i));
+        } else if (ember_tokenize(ember_model_vocab(m[0]), k_prompts[p], strlen(k_prompts[p]), true, false, &ids, &n_ids) !=
             EMBER_OK) {
             fprintf(stderr, "tokenize: %s\n", ember_last_error());
             return 1;
@@ -159,6 +184,22 @@ int main(int argc, char **argv)
         }
         const double rel = maxd / (hi - lo);
         if (rel > worst_rel) worst_rel = rel;
+        if (gj) {
+            json_t *gt = json_object_get(gj, "tokens");
+            int nl = (int)json_array_size(gt);
+            if (nl > n_gen) nl = n_gen;
+            for (int k = 0; k < 2; k++) {
+                int d = -1;
+                for (int g = 0; g < nl; g++)
+                    if (gen[k][g] != (ember_token)json_integer_value(json_array_get(gt, (size_t)g))) {
+                        d = g;
+                        break;
+                    }
+                if (d < 0) same_llama[k]++;
+                printf("  %s vs llama.cpp (%d tokens): %s", k ? "CUDA" : "CPU ", nl, d < 0 ? "same\n" : "");
+                if (d >= 0) printf("differs at %d\n", d);
+            }
+        }
         int diff = -1;
         for (int g = 0; g < n_gen; g++)
             if (gen[0][g] != gen[1][g]) {
@@ -177,6 +218,10 @@ int main(int argc, char **argv)
     }
     printf("equal continuations: %d of %d; worst first-position logit diff %.2e of the logit range\n", same,
            n_prompts, worst_rel);
+    if (golden)
+        printf("equal to llama.cpp's golden continuation: CPU %d of %d, CUDA %d of %d\n", same_llama[0], n_prompts,
+               same_llama[1], n_prompts);
+    json_decref(golden);
     printf("time (prefill + %d decodes, all prompts): CPU %.2f s, CUDA %.2f s\n", n_gen, secs[0], secs[1]);
     for (int k = 0; k < 2; k++) {
         free(lg[k]);

@@ -65,6 +65,7 @@ typedef struct ember_attn_params {
 } ember_attn_params;
 
 typedef struct ember_backend ember_backend;
+struct ember_backend_step;
 
 typedef struct ember_backend_ops {
     const char *name;
@@ -133,7 +134,54 @@ typedef struct ember_backend_ops {
      * that mirrors the cache elsewhere (device memory) can do the same. */
     void (*kv_copy)(ember_backend *be, const ember_kv_layer_view *kv, int64_t dst_row, int64_t src_row,
                     int64_t n_rows);
+
+    /* --- optional: device-resident activations and step capture (NULL in
+     * the CPU backend, whose activations are plain host memory) --- */
+
+    /* Activation memory of `bytes`, zeroed, owned by the backend (device
+     * memory for a GPU backend): ops accept pointers into it wherever they
+     * take float pointers, and the caller must not dereference them. NULL
+     * on failure (error set). act_free releases it. */
+    void *(*act_alloc)(ember_backend *be, size_t bytes);
+    void (*act_free)(ember_backend *be, void *p);
+    /* Host memory the device copies into fastest (pinned), for outputs such
+     * as logits; NULL on failure (error set). */
+    void *(*host_alloc)(ember_backend *be, size_t bytes);
+    void (*host_free)(ember_backend *be, void *p);
+    /* dst[i] = src[i], i < n floats (memcpy over activation memory). */
+    void (*copy)(ember_backend *be, float *dst, const float *src, int64_t n);
+    /* x[i] = cap * tanh(x[i] / cap), i < n (final logit soft-capping). */
+    void (*softcap)(ember_backend *be, float *x, float cap, int64_t n);
+    /* Bracket one forward pass over a micro-batch. step_begin receives the
+     * host arrays that the pass's ops will be given again (get_rows ids,
+     * rope positions, kv_store rows, attention queries of either KV group:
+     * the same pointers),
+     * so a backend may copy them to the device once and recognise them.
+     * Outputs to host memory (logits) may be deferred until step_end.
+     * step_end returns false when the ops did not run (a replay that did not
+     * match what was captured): the caller runs the same pass again, which
+     * then runs op by op, and calls step_end again. step_begin returns true
+     * when the backend will run the whole step itself (a captured step that
+     * has replayed identically before): the caller then skips the forward
+     * pass and calls step_end, which writes the logits to st->logits. */
+    bool (*step_begin)(ember_backend *be, const struct ember_backend_step *st);
+    bool (*step_end)(ember_backend *be);
 } ember_backend_ops;
+
+/* One micro-batch as step_begin sees it (model.h ember_ubatch's arrays). */
+typedef struct ember_backend_step {
+    int32_t n;                       /* entries */
+    const ember_token *token;        /* [n] */
+    const ember_pos *pos;            /* [n] */
+    const int64_t *kv_row;           /* [n] full-group KV rows */
+    const ember_attn_query *query;   /* [n] full-group block tables */
+    const int64_t *kv_row_swa;       /* [n] sliding-group rows (== kv_row when the cache has no such group) */
+    const ember_attn_query *query_swa;   /* [n] (== query likewise) */
+    int32_t n_out;                   /* rows that want logits */
+    const int32_t *out_idx;          /* [n_out] */
+    float *logits;                   /* host [n_out, n_vocab]: where the pass writes its logits */
+    int32_t block_tokens;            /* KV cells per block */
+} ember_backend_step;
 
 struct ember_backend {
     const ember_backend_ops *ops;

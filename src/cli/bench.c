@@ -30,6 +30,8 @@ static void usage(FILE *f)
         "  -r, --repetitions N    timed repetitions (default 5)\n"
         "  -t, --threads N        (default: all cores)\n"
         "  -b, --batch-size N     (default 2048, as llama-bench)\n"
+        "  -ngl N                 0 = CPU; default -1 = all layers on the GPU when there is one\n"
+        "  --device I             CUDA device index (default 0)\n"
         "  -o, --output md|json   table (default) or one JSON object\n");
 }
 
@@ -122,6 +124,11 @@ int cmd_bench(int argc, char **argv)
             usage(stdout);
             return 0;
         }
+        const int g = cli_gpu_option(argc, argv, &i);
+        if (g < 0)
+            return 2;
+        if (g > 0)
+            continue;
         if (!(v = cli_value(argc, argv, &i)))
             return 2;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;

@@ -13,10 +13,27 @@
 
 #include "base/status.h"
 
+int32_t cli_n_gpu_layers = -1, cli_device = 0;
+
+int cli_gpu_option(int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    const bool ngl = !strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers");
+    if (!ngl && strcmp(a, "--device") && strcmp(a, "-dev")) return 0;
+    const char *v = cli_value(argc, argv, i);
+    long x;
+    if (!v || !cli_int(a, v, ngl ? -1 : 0, ngl ? 100000 : 64, &x)) return -1;
+    if (ngl) cli_n_gpu_layers = (int32_t)x;
+    else cli_device = (int32_t)x;
+    return 1;
+}
+
 ember_status cli_model_load(const char *path, cli_model *out)
 {
     memset(out, 0, sizeof *out);
     ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = cli_n_gpu_layers;
+    mp.device = cli_device;
     ember_status st = ember_model_load(path, &mp, &out->model);
     if (st != EMBER_OK)
         return st;

@@ -24,6 +24,16 @@ typedef struct cli_model {
  * ember_model_load, and EMBER_ERR_FORMAT when the output layer has fewer
  * rows than the vocabulary has tokens; on failure nothing is held. */
 ember_status cli_model_load(const char *path, cli_model *out);
+
+/* GPU placement for cli_model_load (and serve): -ngl N / --n-gpu-layers N
+ * (default -1: all layers on the GPU when the build has CUDA and a device is
+ * present; 0: CPU; any other value also runs the whole model on the GPU, as
+ * per-layer splits do not exist yet) and --device I. */
+extern int32_t cli_n_gpu_layers, cli_device;
+/* If argv[*i] is -ngl/--n-gpu-layers/--device, parse its value (advancing
+ * *i) and return 1; 0 if it is another option; -1 (message on stderr) on a
+ * bad value. */
+int cli_gpu_option(int argc, char **argv, int *i);
 void cli_model_free(cli_model *m);
 
 /* Parse a whole decimal integer / float option value; false (and a message

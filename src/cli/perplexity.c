@@ -60,6 +60,9 @@ int cmd_perplexity(int argc, char **argv)
             usage(stdout);
             return 0;
         }
+        const int g = cli_gpu_option(argc, argv, &i);
+        if (g < 0) return 2;
+        if (g > 0) continue;
         bool is_m = !strcmp(a, "-m") || !strcmp(a, "--model"), is_f = !strcmp(a, "-f") || !strcmp(a, "--file");
         bool is_c = !strcmp(a, "-c") || !strcmp(a, "--ctx-size"), is_b = !strcmp(a, "-b") || !strcmp(a, "--batch-size");
         bool is_t = !strcmp(a, "-t") || !strcmp(a, "--threads"), is_n = !strcmp(a, "--chunks");

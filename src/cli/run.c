@@ -38,6 +38,8 @@ static void usage(FILE *f)
         "  -c, --ctx-size N        context length (default min(4096, trained))\n"
         "  -b, --batch-size N      prompt tokens per decode call (default 512)\n"
         "  -t, --threads N         (default: all cores)\n"
+        "  -ngl, --n-gpu-layers N  0 = CPU; default -1 = all layers on the GPU when there is one\n"
+        "      --device I          CUDA device index (default 0)\n"
         "for tests:\n"
         "      --prompt-ids IDS    prompt as token ids \"1,2,3\" (no tokenizer run, no BOS added)\n"
         "      --prompt-ids-file F one prompt per line as token ids; prints one JSON line per\n"
@@ -116,6 +118,8 @@ static int parse(int argc, char **argv, run_opts *o)
             o->seed_set = true;
         } else if (!strcmp(a, "--ignore-eos")) {
             o->ignore_eos = true;
+        } else if ((l = cli_gpu_option(argc, argv, &i)) != 0) {
+            if (l < 0) return 2;
         } else {
             fprintf(stderr, "ember run: unknown option '%s'\n", a);
             usage(stderr);

@@ -17,6 +17,7 @@
 #include <signal.h>
 
 #include "base/status.h"
+#include "cli_common.h"
 #include "serve_setup.h"
 #include "server/server.h"
 #include "server/signals.h"
@@ -130,9 +131,11 @@ int cmd_serve(int argc, char **argv)
             }
             sc.reasoning_format_none = !strcmp(f, "none");
         }
-        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
+        else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--device")) {
+            if (cli_gpu_option(argc, argv, &i) < 0) return 2;
+        } else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
             if (!v) goto missing;
-            i++;   /* accepted for llama-server compatibility; the CPU build ignores it */
+            i++;   /* accepted for llama-server compatibility; ignored */
         } else {
             fprintf(stderr, "ember serve: unknown option '%s'\n", a);
             usage(stderr);

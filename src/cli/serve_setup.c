@@ -2,6 +2,7 @@
  * serve_setup.c — model + vocabulary + template + KV pool + engine for
  * `ember serve` and `ember chat` (see serve_setup.h).
  */
+#include "cli_common.h"
 #include "serve_setup.h"
 
 #include <stdlib.h>
@@ -142,6 +143,8 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     ember_status st;
     char *tmpl = NULL;
     ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = cli_n_gpu_layers;
+    mp.device = cli_device;
     if ((st = ember_model_load(o->model_path, &mp, &m->model)) != EMBER_OK) goto fail;
     m->vocab = ember_model_vocab(m->model);
 

@@ -33,6 +33,7 @@ struct ember_context {
     ember_kv *kv;
     ember_scratch s;
     void *scratch_mem;
+    bool scratch_on_backend;   /* scratch_mem from be->ops->act_alloc */
     uint64_t scratch_bytes;
     /* per-decode index arrays, [n_batch] each */
     int64_t *kv_row;
@@ -50,6 +51,21 @@ struct ember_context {
     float *logits;
     int64_t logits_rows;  /* capacity in rows of n_vocab */
 };
+
+/* The logits buffer: pinned host memory from a GPU backend (one fast copy
+ * per step), else malloc. */
+static float *logits_alloc(ember_context *c, size_t bytes)
+{
+    if (c->be && c->be->ops->host_alloc) return c->be->ops->host_alloc(c->be, bytes);
+    return malloc(bytes);
+}
+
+static void logits_free(ember_context *c, float *p)
+{
+    if (!p) return;
+    if (c->be && c->be->ops->host_free) c->be->ops->host_free(c->be, p);
+    else free(p);
+}
 
 /* Mirror a copy-on-write block copy into a backend that keeps its own copy
  * of the cache. */
@@ -141,7 +157,11 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     const int64_t sizes[9] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff, ub * hp->n_aux};
     int64_t total = 0;
     for (int i = 0; i < 9; i++) total += (sizes[i] + 15) & ~(int64_t)15;
-    c->scratch_mem = calloc((size_t)total, sizeof(float));
+    /* a backend with activation memory of its own (GPU) keeps the scratch
+     * there when the architecture never reads scratch on the host */
+    c->scratch_on_backend = c->be->ops->act_alloc && m->arch->device_scratch;
+    c->scratch_mem = c->scratch_on_backend ? c->be->ops->act_alloc(c->be, (size_t)total * sizeof(float))
+                                           : calloc((size_t)total, sizeof(float));
     c->scratch_bytes = (uint64_t)total * sizeof(float);
     const size_t nb = p.n_batch, ns = p.n_seq_max;
     c->kv_row = malloc(nb * sizeof *c->kv_row);
@@ -154,7 +174,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     c->seq_count = calloc(ns, sizeof *c->seq_count);
     c->seq_list = malloc(ns * sizeof *c->seq_list);
     c->logits_rows = p.n_seq_max < p.n_batch ? p.n_seq_max : p.n_batch;
-    c->logits = malloc((size_t)c->logits_rows * (size_t)hp->n_vocab * sizeof(float));
+    c->logits = logits_alloc(c, (size_t)c->logits_rows * (size_t)hp->n_vocab * sizeof(float));
     if (!c->scratch_mem || !c->kv_row || !c->query || !c->kv_row_swa || !c->query_swa || !c->out_map || !c->out_idx || !c->seq_next ||
         !c->seq_count || !c->seq_list || !c->logits) {
         st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: cannot allocate %llu bytes of scratch", (unsigned long long)c->scratch_bytes);
@@ -177,9 +197,11 @@ fail:
 void ember_context_free(ember_context *c)
 {
     if (!c) return;
+    logits_free(c, c->logits);
+    if (c->scratch_on_backend) c->be->ops->act_free(c->be, c->scratch_mem);
+    else free(c->scratch_mem);
     ember_backend_free(c->be);
     ember_kv_free(c->kv);
-    free(c->scratch_mem);
     free(c->kv_row);
     free(c->query);
     free(c->kv_row_swa);
@@ -189,7 +211,6 @@ void ember_context_free(ember_context *c)
     free(c->seq_next);
     free(c->seq_count);
     free(c->seq_list);
-    free(c->logits);
     free(c);
 }
 
@@ -296,7 +317,8 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
 
     /* grow the logits buffer if this batch wants more rows than ever before */
     if (n_out > c->logits_rows) {
-        float *nl = realloc(c->logits, (size_t)n_out * (size_t)hp->n_vocab * sizeof(float));
+        float *nl = logits_alloc(c, (size_t)n_out * (size_t)hp->n_vocab * sizeof(float));
+        if (nl) logits_free(c, c->logits);   /* nothing in it is read again */
         if (!nl) {
             /* roll back the reservation so nothing is written */
             for (int32_t i = n - 1; i >= 0; i--) ember_kv_seq_truncate(c->kv, b->seq_id[i], b->pos[i]);
@@ -338,7 +360,21 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .query_swa = (swa ? c->query_swa : c->query) + u0, .n_out = n_uo, .out_idx = c->out_idx,
             .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
         };
-        c->m->arch->forward(&run, &ubatch);
+        if (c->be->ops->step_begin) {
+            const ember_backend_step bs = {
+                .n = ubatch.n, .token = ubatch.token, .pos = ubatch.pos, .kv_row = ubatch.kv_row,
+                .query = ubatch.query, .kv_row_swa = ubatch.kv_row_swa, .query_swa = ubatch.query_swa, .n_out = n_uo, .out_idx = c->out_idx,
+                .block_tokens = (int32_t)ember_kv_block_tokens(c->kv), .logits = ubatch.logits,
+            };
+            if (!c->be->ops->step_begin(c->be, &bs))   /* true: the backend replays the whole step */
+                c->m->arch->forward(&run, &ubatch);
+            if (!c->be->ops->step_end(c->be)) {   /* a graph replay that did not match: run op by op */
+                c->m->arch->forward(&run, &ubatch);
+                c->be->ops->step_end(c->be);
+            }
+        } else {
+            c->m->arch->forward(&run, &ubatch);
+        }
     }
     c->n_last = n;
     c->n_out_last = n_out;

@@ -119,4 +119,5 @@ const ember_arch ember_arch_gemma3 = {
     .name = "gemma3",
     .load = gemma3_load,
     .forward = gemma3_forward,
+    .device_scratch = true,
 };

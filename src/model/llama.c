@@ -92,4 +92,5 @@ const ember_arch ember_arch_llama = {
     .name = "llama",
     .load = llama_load,
     .forward = llama_forward,
+    .device_scratch = true,
 };

@@ -123,6 +123,10 @@ struct ember_arch {
     void (*forward)(const ember_run *r, const ember_ubatch *ub);
     /* Optional: release m->arch_priv. */
     void (*free)(ember_model *m);
+    /* True when forward touches scratch only through backend ops (never
+     * dereferences it on the host), so a GPU backend may keep it on the
+     * device (ember_backend_ops.act_alloc). */
+    bool device_scratch;
 };
 
 extern const ember_arch ember_arch_gemma3;

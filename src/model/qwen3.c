@@ -99,4 +99,5 @@ const ember_arch ember_arch_qwen3 = {
     .name = "qwen3",
     .load = qwen3_load,
     .forward = qwen3_forward,
+    .device_scratch = true,
 };

@@ -2,19 +2,27 @@
  * backend_cuda.c — the op table (backend/backend.h) filled with CUDA kernels.
  *
  * Owns: the device copies of weights and norm vectors (uploaded on first
- * use, found again by host address), the device KV cache (one F16 copy per
- * layer view, found by the view's host address), and device staging buffers
- * that activations pass through around each op.
- * Must not: change the op table's contract: every op returns with its
- * results in host memory, like the CPU backend's.
+ * use, found again by host address through a hash table), the device KV
+ * cache (one F16 copy per layer view, found by the view's host address),
+ * activation memory handed to the context (act_alloc: the model's scratch
+ * lives on the device), the step arrays (tokens, positions, KV cells, block
+ * tables; cells and tables twice when the cache has a sliding-window group)
+ * uploaded once per micro-batch by step_begin, and one CUDA graph
+ * per decode shape (batch size, logits rows, sequence pattern): the first
+ * step of a shape runs op by op, the second is captured, later ones replay
+ * it (the ops then only check that the same sequence of calls happens; a
+ * mismatch makes the caller run the pass again op by op).
+ * Ops also accept host pointers (architectures that read scratch on the
+ * host, verify mode): those are staged through device buffers around the
+ * op, and outputs to host memory (logits) are copied back once per step.
+ * Must not: synchronise with the host inside a step except to return host
+ * outputs, or allocate during a capture.
  *
- * This is the correctness stage of the backend (see backend_cuda.h): the
- * copies around each op cost far more than the kernels. Numerics differ from
- * the CPU backend in summation order, and where the kernels document it:
- * RMSNorm sums in F32 (the CPU in double). matmul rounds the activations to
- * each weight's vec_dot_type first (ember_cuda_round_act), as the CPU
- * quantizes them; EMBER_CUDA_F32_ACT=1 keeps them F32 (closer to exact math:
- * on SmolLM2 the CPU's int8 activations move some outputs by 1-3%).
+ * Numerics differ from the CPU backend in summation order, and where the
+ * kernels document it: RMSNorm sums in F32 (the CPU in double). matmul
+ * rounds the activations to each weight's vec_dot_type first
+ * (ember_cuda_round_act), as the CPU quantizes them; EMBER_CUDA_F32_ACT=1
+ * keeps them F32. EMBER_CUDA_GRAPHS=0 turns graphs off.
  */
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_backend.h"
@@ -32,7 +40,28 @@ typedef struct dev_copy {
     ember_cuda_tensor t;     /* matrices: type/shape; vectors and KV: data only */
 } dev_copy;
 
-enum { STAGE_SLOTS = 8 };
+/* Staging slots: 0-1 inputs from host memory, 2-4 rounded activations (one
+ * per weight of a matmul; preallocated for the limits), 5-7 outputs to host
+ * memory (one per weight). */
+enum { STAGE_SLOTS = 8, SLOT_ROUND = 2, SLOT_OUT = 5 };
+enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32 };
+
+typedef enum step_mode { M_EAGER = 0, M_CAPTURE, M_REPLAY } step_mode;
+
+/* One captured decode step, keyed by the micro-batch's shape. */
+typedef struct graph_entry {
+    uint64_t key;
+    int32_t seen;            /* eager runs of this key so far */
+    bool disabled;           /* capture or replay failed: stay eager */
+    ember_cuda_graph *g;
+    uint64_t sig;            /* hash of the op sequence captured */
+    uint64_t gen;            /* memory generation at capture */
+    int32_t n_pend;
+    const void *pend_dev[MAX_PEND];
+    size_t pend_bytes[MAX_PEND];
+    bool pend_is_logits;     /* its one host output is always the step's logits */
+    int32_t verified;        /* replays whose op sequence matched the capture */
+} graph_entry;
 
 typedef struct cuda_backend {
     ember_backend base;
@@ -40,6 +69,8 @@ typedef struct cuda_backend {
     ember_backend_limits lim;
     dev_copy *copies;
     size_t n_copies, cap_copies;
+    int32_t *index;          /* open-addressing table of copies by host address */
+    size_t index_cap;
     void *stage[STAGE_SLOTS];
     size_t stage_bytes[STAGE_SLOTS];
     int32_t *host_i32;       /* host staging for index arrays */
@@ -48,6 +79,49 @@ typedef struct cuda_backend {
     bool f32_act;            /* EMBER_CUDA_F32_ACT=1: matmul on unrounded activations */
     double worst[16];        /* verify: worst max|diff| / max|ref| per op */
     long calls[16];
+    /* activation memory handed out by act_alloc */
+    void *act[MAX_ACT];
+    size_t act_bytes[MAX_ACT];
+    void *pinned[MAX_ACT];   /* host_alloc */
+    size_t pinned_bytes[MAX_ACT];
+    /* the current step (step_begin .. step_end) */
+    bool in_step;
+    step_mode mode;
+    bool failed;             /* capture/replay cannot go on: the step runs again eagerly */
+    uint64_t sig;
+    graph_entry *cur;
+    const ember_token *s_tok;
+    const ember_pos *s_pos;
+    const int64_t *s_kv_row;
+    const ember_attn_query *s_query;
+    const int64_t *s_kv_row_swa;     /* NULL: the cache has no sliding group */
+    const ember_attn_query *s_query_swa;
+    float *s_logits;
+    int32_t s_n, s_max_pages, s_max_ctx;
+    size_t s_tab, s_tab_swa;         /* offsets of the block tables in d_step */
+    /* device [tok n][pos n][cells n][seq n][cells_swa n][table n_seq x max_pages][table_swa n_seq x max_pages];
+     * the _swa pieces only when the cache has a sliding-window group */
+    int32_t *d_step;
+    size_t d_step_n;
+    int32_t n_pend;
+    float *pend_host[MAX_PEND];
+    const void *pend_dev[MAX_PEND];
+    size_t pend_bytes[MAX_PEND];
+    /* graphs */
+    bool graphs_on;          /* EMBER_CUDA_GRAPHS=0 turns them off */
+    uint64_t gen;            /* bumped when staging or step buffers move */
+    graph_entry graphs[MAX_GRAPHS];
+    int32_t n_graphs;
+    /* fusion inside a step (EMBER_CUDA_FUSE=0 turns it off): an RMSNorm on
+     * device memory waits to see whether the next op adds its output to the
+     * residual (one kernel), and a power-of-two scale of q waits to be
+     * folded into the attention scale (exact: it commutes with f16
+     * rounding of q) */
+    bool fuse_on;
+    bool exact_attn;         /* EMBER_CUDA_EXACT=1: < 64-query attention in the CPU's order and rounding */
+    struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
+    struct { bool on; float *x; float s; int64_t n; } ps;
+    struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
 } cuda_backend;
 
 /* ---- verify mode --------------------------------------------------------- *
@@ -55,7 +129,8 @@ typedef struct cuda_backend {
  * its inputs; the largest difference relative to the CPU's largest output is
  * recorded per op (printed when the backend is freed, and at once when it
  * exceeds 1e-2), and the CPU's result is kept so errors do not compound.
- * A debugging aid for the kernels inside the real forward pass. */
+ * A debugging aid for the kernels inside the real forward pass; it keeps
+ * activations in host memory and runs no graphs. */
 enum { V_GET_ROWS, V_RMS_NORM, V_MATMUL, V_ROPE, V_GEGLU, V_SWIGLU, V_ADD, V_SCALE, V_ATTN, V_N };
 static const char *const v_names[V_N] = {"get_rows", "rms_norm", "matmul", "rope", "geglu", "swiglu", "add",
                                          "scale", "attention"};
@@ -68,9 +143,6 @@ static float *clone(const float *x, size_t n)
     return c;
 }
 
-/* compare got (CUDA) with ref (CPU), record, then overwrite got with ref */
-
-
 /* Ops have no error return: a failure here is a broken invariant or a device
  * fault, so it stops the process with the message (never input data). */
 static void die(const char *op)
@@ -82,13 +154,79 @@ static void die(const char *op)
 #define CK(op, x) \
     do { if ((x) != EMBER_OK) die(op); } while (0)
 
+/* ---- step signature: what a replay must repeat ---------------------------- */
+
+static void mix(cuda_backend *b, uint64_t v)
+{
+    b->sig ^= v + 0x9e3779b97f4a7c15ull + (b->sig << 6) + (b->sig >> 2);
+}
+
+static void mixp(cuda_backend *b, const void *p) { mix(b, (uint64_t)(uintptr_t)p); }
+
+static void mixf(cuda_backend *b, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    mix(b, u);
+}
+
+/* True when the ops must not touch the device (a replay, or a capture that
+ * cannot go on). */
+static bool skip(const cuda_backend *b) { return b->mode == M_REPLAY || b->failed; }
+
+/* Launch what fusion held back (see cuda_backend.fuse_on). */
+static void flush_norm(cuda_backend *b)
+{
+    if (!b->pn.on) return;
+    b->pn.on = false;
+    if (skip(b)) return;
+    CK("rms_norm", ember_cuda_rms_norm(b->cu, b->pn.x, b->pn.w, b->pn.y, b->pn.n, b->pn.n_rows, b->pn.eps));
+}
+
+static void flush_scale(cuda_backend *b)
+{
+    if (!b->ps.on) return;
+    b->ps.on = false;
+    if (skip(b)) return;
+    CK("scale", ember_cuda_scale(b->cu, b->ps.x, b->ps.s, b->ps.n));
+}
+
+static void flush_glu(cuda_backend *b)
+{
+    if (!b->pg.on) return;
+    b->pg.on = false;
+    if (skip(b)) return;
+    CK("glu", ember_cuda_glu(b->cu, b->pg.act, b->pg.gate, b->pg.up, b->pg.gate, b->pg.n));
+}
+
+static void flush(cuda_backend *b)
+{
+    flush_norm(b);
+    flush_scale(b);
+    flush_glu(b);
+}
+
+static bool pow2(float s)
+{
+    int e;
+    return s > 0.f && frexpf(s, &e) == 0.5f;
+}
+
 static void *stage(cuda_backend *b, int slot, size_t bytes)
 {
     if (bytes == 0) bytes = 4;
     if (bytes > b->stage_bytes[slot]) {
-        if (b->stage[slot]) ember_cuda_mfree(b->cu, b->stage[slot], b->stage_bytes[slot]);
+        if (b->mode != M_EAGER) {   /* no allocation inside a capture */
+            b->failed = true;
+            return b->stage[slot];
+        }
+        if (b->stage[slot]) {
+            CK("staging", ember_cuda_synchronize(b->cu));
+            ember_cuda_mfree(b->cu, b->stage[slot], b->stage_bytes[slot]);
+        }
         b->stage[slot] = NULL;
         b->stage_bytes[slot] = 0;
+        b->gen++;
         size_t want = bytes + bytes / 2;
         CK("staging", ember_cuda_malloc(b->cu, want, &b->stage[slot]));
         b->stage_bytes[slot] = want;
@@ -110,11 +248,29 @@ static int32_t *host_i32(cuda_backend *b, size_t n)
     return b->host_i32;
 }
 
+/* ---- device copies of host data (weights, norm vectors, KV) ------------- */
+
+static size_t hash_ptr(const void *p, size_t cap)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 17) & (cap - 1);
+}
+
+static void index_put(cuda_backend *b, int32_t i)
+{
+    size_t j = hash_ptr(b->copies[i].host, b->index_cap);
+    while (b->index[j] >= 0) j = (j + 1) & (b->index_cap - 1);
+    b->index[j] = i;
+}
+
 static dev_copy *find_copy(cuda_backend *b, const void *host)
 {
-    for (size_t i = 0; i < b->n_copies; i++)
+    if (!b->index_cap) return NULL;
+    for (size_t j = hash_ptr(host, b->index_cap);; j = (j + 1) & (b->index_cap - 1)) {
+        const int32_t i = b->index[j];
+        if (i < 0) return NULL;
         if (b->copies[i].host == host) return &b->copies[i];
-    return NULL;
+    }
 }
 
 static dev_copy *new_copy(cuda_backend *b, const void *host, size_t bytes)
@@ -122,28 +278,56 @@ static dev_copy *new_copy(cuda_backend *b, const void *host, size_t bytes)
     if (b->n_copies == b->cap_copies) {
         size_t cap = b->cap_copies ? 2 * b->cap_copies : 256;
         dev_copy *c = realloc(b->copies, cap * sizeof *c);
-        if (!c) {
+        int32_t *ix = malloc(2 * cap * sizeof *ix);
+        if (!c || !ix) {
+            free(ix);
+            if (c) b->copies = c;
             ember_error(EMBER_ERR_NOMEM, "cannot grow the device-copy table");
             die("weights");
         }
         b->copies = c;
         b->cap_copies = cap;
+        free(b->index);
+        b->index = ix;
+        b->index_cap = 2 * cap;
+        for (size_t j = 0; j < b->index_cap; j++) b->index[j] = -1;
+        for (size_t i = 0; i < b->n_copies; i++) index_put(b, (int32_t)i);
     }
     dev_copy *c = &b->copies[b->n_copies++];
     memset(c, 0, sizeof *c);
     c->host = host;
     c->bytes = bytes;
+    index_put(b, (int32_t)(b->n_copies - 1));
     return c;
 }
 
-/* Device copy of weight matrix w (uploaded on first use). */
+static void drop_last_copy(cuda_backend *b)
+{
+    dev_copy *c = &b->copies[b->n_copies - 1];
+    for (size_t j = 0; j < b->index_cap; j++)
+        if (b->index[j] == (int32_t)(b->n_copies - 1)) {
+            /* rebuild: deletion from linear probing */
+            b->n_copies--;
+            for (size_t k = 0; k < b->index_cap; k++) b->index[k] = -1;
+            for (size_t i = 0; i < b->n_copies; i++) index_put(b, (int32_t)i);
+            (void)c;
+            return;
+        }
+    b->n_copies--;
+}
+
+/* Device copy of weight matrix w (uploaded on first use, outside captures). */
 static const ember_cuda_tensor *weight(cuda_backend *b, const ember_weight *w)
 {
     dev_copy *c = find_copy(b, w->data);
     if (c) return &c->t;
+    if (b->mode != M_EAGER) {
+        b->failed = true;
+        return NULL;
+    }
     c = new_copy(b, w->data, w->row_bytes * (size_t)w->n_out);
     if (ember_cuda_tensor_upload(b->cu, w->type, w->n_in, w->n_out, w->data, false, &c->t) != EMBER_OK) {
-        b->n_copies--;
+        drop_last_copy(b);
         die(w->name ? w->name : "weight upload");
     }
     return &c->t;
@@ -155,6 +339,10 @@ static const float *vec(cuda_backend *b, const float *h, int64_t n)
     if (!h) return NULL;
     dev_copy *c = find_copy(b, h);
     if (c) return c->t.data;
+    if (b->mode != M_EAGER) {
+        b->failed = true;
+        return NULL;
+    }
     c = new_copy(b, h, (size_t)n * sizeof(float));
     CK("vector upload", ember_cuda_malloc(b->cu, c->bytes, &c->t.data));
     CK("vector upload", ember_cuda_upload(b->cu, c->t.data, h, c->bytes));
@@ -166,26 +354,111 @@ static void *kv_dev(cuda_backend *b, void *h, size_t bytes)
 {
     dev_copy *c = find_copy(b, h);
     if (c) return c->t.data;
+    if (b->mode != M_EAGER) {
+        b->failed = true;
+        return NULL;
+    }
     c = new_copy(b, h, bytes);
     CK("kv cache", ember_cuda_malloc(b->cu, bytes, &c->t.data));
     CK("kv cache", ember_cuda_memzero(b->cu, c->t.data, bytes));
     return c->t.data;
 }
 
-static float *up(cuda_backend *b, int slot, const float *h, size_t n)
+/* ---- activations: device memory, or host memory staged around an op ---- */
+
+static bool is_act(const cuda_backend *b, const void *p)
 {
+    const char *c = p;
+    for (int i = 0; i < MAX_ACT; i++)
+        if (b->act[i] && c >= (const char *)b->act[i] && c < (const char *)b->act[i] + b->act_bytes[i]) return true;
+    return false;
+}
+
+static const void *pending(const cuda_backend *b, const void *h)
+{
+    for (int32_t i = 0; i < b->n_pend; i++)
+        if (b->pend_host[i] == h) return b->pend_dev[i];
+    return NULL;
+}
+
+/* Device pointer holding the n floats at p: p itself (activation memory),
+ * a deferred host output's device buffer, or an upload into `slot`. In a
+ * capture or replay, host data cannot be read (the step goes eager). */
+static const float *in_f(cuda_backend *b, int slot, const float *p, size_t n)
+{
+    if (!p) return NULL;
+    if (is_act(b, p)) {
+        mixp(b, p);
+        return p;
+    }
+    mix(b, 1);
+    if (b->mode != M_EAGER) {
+        const void *d = pending(b, p);
+        if (!d) b->failed = true;
+        return d;
+    }
     float *d = stage(b, slot, n * sizeof(float));
-    CK("upload", ember_cuda_upload(b->cu, d, h, n * sizeof(float)));
+    CK("upload", ember_cuda_upload(b->cu, d, p, n * sizeof(float)));
     return d;
 }
 
-static void down(cuda_backend *b, float *h, const float *d, size_t n)
+/* Device pointer to write n floats meant for p; out_done finishes it. In a
+ * capture or replay a host output is deferred to step_end. */
+static float *out_f(cuda_backend *b, int slot, float *p, size_t n)
 {
-    CK("download", ember_cuda_download(b->cu, h, d, n * sizeof(float)));
+    if (is_act(b, p)) {
+        mixp(b, p);
+        return p;
+    }
+    mix(b, 2);
+    if (b->mode == M_EAGER) return stage(b, slot, n * sizeof(float));
+    const void *d = pending(b, p);
+    if (d) return (float *)d;
+    if (b->n_pend == MAX_PEND) {
+        b->failed = true;
+        return NULL;
+    }
+    const int32_t i = b->n_pend;
+    if (b->mode == M_REPLAY) {
+        if (i >= b->cur->n_pend || b->cur->pend_bytes[i] != n * sizeof(float)) {
+            b->failed = true;
+            return NULL;
+        }
+        d = b->cur->pend_dev[i];
+    } else {
+        d = stage(b, slot, n * sizeof(float));
+    }
+    b->pend_host[i] = p;
+    b->pend_dev[i] = d;
+    b->pend_bytes[i] = n * sizeof(float);
+    b->n_pend++;
+    return (float *)d;
 }
+
+static void out_done(cuda_backend *b, float *p, const float *d, size_t n)
+{
+    if (b->mode == M_EAGER && !is_act(b, p))
+        CK("download", ember_cuda_download(b->cu, p, d, n * sizeof(float)));
+}
+
+/* In-place operand: activation memory, a deferred output, or (eager, host
+ * memory) uploaded to `slot` and downloaded again by out_done. */
+static float *io_f(cuda_backend *b, int slot, float *p, size_t n) { return (float *)in_f(b, slot, p, n); }
+
+/* Step arrays: the device copy made by step_begin when the op gets the same
+ * host array, else (outside a step, or another array) an upload. */
+static const int32_t *step_tok(cuda_backend *b) { return b->d_step; }
+static const int32_t *step_pos(cuda_backend *b) { return b->d_step + b->s_n; }
+static const int32_t *step_cells(cuda_backend *b) { return b->d_step + 2 * (size_t)b->s_n; }
+static const int32_t *step_seq(cuda_backend *b) { return b->d_step + 3 * (size_t)b->s_n; }
+static const int32_t *step_cells_swa(cuda_backend *b) { return b->d_step + 4 * (size_t)b->s_n; }
 
 static const int32_t *up_i32(cuda_backend *b, int slot, const int32_t *h, size_t n)
 {
+    if (b->mode != M_EAGER) {
+        b->failed = true;
+        return NULL;
+    }
     void *d = stage(b, slot, n * sizeof(int32_t));
     CK("upload", ember_cuda_upload(b->cu, d, h, n * sizeof(int32_t)));
     return d;
@@ -212,6 +485,208 @@ static void verify(cuda_backend *b, int op, float *got, const float *ref, size_t
     memcpy(got, ref, n * sizeof(float));
 }
 
+/* ---- graphs --------------------------------------------------------------- */
+
+static void graphs_drop(cuda_backend *b)
+{
+    bool any = false;
+    for (int32_t i = 0; i < b->n_graphs; i++) any |= b->graphs[i].g != NULL;
+    if (any) CK("graphs", ember_cuda_synchronize(b->cu));
+    for (int32_t i = 0; i < b->n_graphs; i++) {
+        ember_cuda_graph_free(b->graphs[i].g);
+        b->graphs[i].g = NULL;
+        b->graphs[i].seen = 0;
+    }
+}
+
+static uint64_t mem_gen(const cuda_backend *b) { return b->gen * 0x100000001b3ull ^ ember_cuda_mem_generation(b->cu); }
+
+static graph_entry *graph_find(cuda_backend *b, uint64_t key)
+{
+    for (int32_t i = 0; i < b->n_graphs; i++)
+        if (b->graphs[i].key == key) return &b->graphs[i];
+    if (b->n_graphs == MAX_GRAPHS) return NULL;
+    graph_entry *e = &b->graphs[b->n_graphs++];
+    memset(e, 0, sizeof *e);
+    e->key = key;
+    return e;
+}
+
+/* Replays verified this many times run without the forward pass. */
+enum { TRUST_REPLAYS = 2 };
+
+static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    const int32_t n = st->n, bt = st->block_tokens;
+    b->in_step = true;
+    b->mode = M_EAGER;
+    b->failed = false;
+    b->sig = 0;
+    b->cur = NULL;
+    b->n_pend = 0;
+    b->s_tok = st->token;
+    b->s_pos = st->pos;
+    b->s_kv_row = st->kv_row;
+    b->s_query = st->query;
+    /* a sliding-window KV group has its own rows and block tables */
+    const bool swa = st->kv_row_swa && st->query_swa && (st->kv_row_swa != st->kv_row || st->query_swa != st->query);
+    b->s_kv_row_swa = swa ? st->kv_row_swa : NULL;
+    b->s_query_swa = swa ? st->query_swa : NULL;
+    b->s_logits = st->logits;
+    b->s_n = n;
+    int32_t max_ctx = (int32_t)b->lim.max_kv_tokens;
+    for (int32_t i = 0; i < n; i++)
+        if (st->query[i].pos + 1 > max_ctx) max_ctx = st->query[i].pos + 1;
+    const int32_t max_pages = (max_ctx + bt - 1) / bt;
+    b->s_max_ctx = max_ctx;
+    b->s_max_pages = max_pages;
+    /* pack [tok][pos][cells][seq][cells_swa][table][table_swa] and upload it once */
+    int32_t n_seq = 0;
+    const size_t n_head_arrays = swa ? 5 : 4;
+    int32_t *h = host_i32(b, (size_t)n * (n_head_arrays + (swa ? 2 : 1) * (size_t)max_pages));
+    int32_t *tok = h, *pos = h + n, *cells = h + 2 * n, *seq = h + 3 * n, *cells_swa = h + 4 * n;
+    int32_t *tab = h + n_head_arrays * n;
+    for (int32_t i = 0; i < n; i++) {
+        tok[i] = st->token[i];
+        pos[i] = st->pos[i];
+        cells[i] = (int32_t)st->kv_row[i];
+        if (swa) cells_swa[i] = (int32_t)st->kv_row_swa[i];
+        /* a sequence's queries share its table pointer (in both groups) */
+        const bool same = i > 0 && st->query[i].blocks == st->query[i - 1].blocks;
+        seq[i] = same ? seq[i - 1] : n_seq++;
+    }
+    int32_t *tab_swa = tab + (size_t)n_seq * max_pages;
+    for (int32_t i = 0; i < n; i++) {
+        if (i + 1 < n && seq[i + 1] == seq[i]) continue;   /* the last query of a run sees the most blocks */
+        int32_t hi = 0;
+        for (int32_t k = i; k >= 0 && seq[k] == seq[i]; k--)
+            if (st->query[k].pos > hi) hi = st->query[k].pos;
+        const int32_t used = hi / bt + 1;
+        int32_t *row = tab + (size_t)seq[i] * max_pages;
+        for (int32_t j = 0; j < max_pages; j++) row[j] = j < used ? st->query[i].blocks[j] : 0;
+        if (!swa) continue;
+        /* the sliding group lists -1 for blocks released below the window;
+         * attention never reads them (it starts at pos - n_swa + 1) */
+        row = tab_swa + (size_t)seq[i] * max_pages;
+        for (int32_t j = 0; j < max_pages; j++) {
+            const int32_t blk = j < used ? st->query_swa[i].blocks[j] : 0;
+            row[j] = blk < 0 ? 0 : blk;
+        }
+    }
+    b->s_tab = n_head_arrays * (size_t)n;
+    b->s_tab_swa = b->s_tab + (size_t)n_seq * max_pages;
+    const size_t total = (size_t)n * n_head_arrays + (size_t)n_seq * max_pages * (swa ? 2 : 1);
+    if (total > b->d_step_n) {
+        if (b->d_step) {
+            CK("step arrays", ember_cuda_synchronize(b->cu));
+            ember_cuda_mfree(b->cu, b->d_step, b->d_step_n * sizeof(int32_t));
+        }
+        b->d_step = NULL;
+        b->gen++;
+        b->d_step_n = total + total / 2;
+        CK("step arrays", ember_cuda_malloc(b->cu, b->d_step_n * sizeof(int32_t), (void **)&b->d_step));
+    }
+    /* the pieces the kernels read sit at fixed offsets for a given n: tok,
+     * pos, cells, seq, then the table */
+    CK("step arrays", ember_cuda_upload(b->cu, b->d_step, h, total * sizeof(int32_t)));
+
+    /* graphs: small steps (decode) whose capacity-bound shapes are fixed */
+    if (!b->graphs_on || n > GRAPH_MAX_N || max_ctx != (int32_t)b->lim.max_kv_tokens) return false;
+    uint64_t key = 0x51ed270b1ull;
+    key = key * 1099511628211ull ^ (uint64_t)n;
+    key = key * 1099511628211ull ^ (uint64_t)st->n_out;
+    key = key * 1099511628211ull ^ (uint64_t)n_seq;
+    key = key * 1099511628211ull ^ (uint64_t)swa;
+    for (int32_t i = 0; i < st->n_out; i++) key = key * 1099511628211ull ^ (uint64_t)st->out_idx[i];
+    for (int32_t i = 0; i < n; i++) key = key * 1099511628211ull ^ (uint64_t)seq[i];
+    const uint64_t g = mem_gen(b);
+    graph_entry *e = graph_find(b, key);
+    if (!e || e->disabled) return false;
+    if (e->g && e->gen != g) graphs_drop(b);   /* buffers moved since the capture */
+    b->cur = e;
+    if (e->g) {
+        b->mode = M_REPLAY;
+        if (e->verified >= TRUST_REPLAYS && e->n_pend == 1 && e->pend_is_logits && st->logits) {
+            /* the forward pass would only repeat the checked op sequence */
+            b->sig = e->sig;
+            b->n_pend = 1;
+            b->pend_host[0] = st->logits;
+            b->pend_dev[0] = e->pend_dev[0];
+            b->pend_bytes[0] = e->pend_bytes[0];
+            return true;
+        }
+    } else if (e->seen >= 1) {
+        /* the same shape ran eagerly once: every buffer it needs exists */
+        if (ember_cuda_graph_begin(b->cu) == EMBER_OK) {
+            b->mode = M_CAPTURE;
+            e->gen = g;
+        }
+    }
+    return false;
+}
+
+static void flush_pending(cuda_backend *b)
+{
+    for (int32_t i = 0; i < b->n_pend; i++)
+        CK("download", ember_cuda_download(b->cu, b->pend_host[i], b->pend_dev[i], b->pend_bytes[i]));
+    b->n_pend = 0;
+}
+
+static bool op_step_end(ember_backend *be)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    flush(b);
+    graph_entry *e = b->cur;
+    bool ok = true;
+    if (b->mode == M_EAGER) {
+        if (e) e->seen++;
+    } else if (b->mode == M_CAPTURE) {
+        ember_cuda_graph *g = NULL;
+        const ember_status st = ember_cuda_graph_end(b->cu, &g);
+        if (st != EMBER_OK || b->failed) {
+            ember_cuda_graph_free(g);
+            e->disabled = true;
+            ok = false;
+        } else {
+            e->g = g;
+            e->sig = b->sig;
+            e->n_pend = b->n_pend;
+            e->verified = 0;
+            e->pend_is_logits = b->n_pend == 1 && b->pend_host[0] == b->s_logits;
+            for (int32_t i = 0; i < b->n_pend; i++) {
+                e->pend_dev[i] = b->pend_dev[i];
+                e->pend_bytes[i] = b->pend_bytes[i];
+            }
+            CK("graph launch", ember_cuda_graph_launch(b->cu, g));
+            flush_pending(b);
+        }
+    } else {
+        if (b->failed || b->sig != e->sig || b->n_pend != e->n_pend) {
+            CK("graph", ember_cuda_synchronize(b->cu));
+            ember_cuda_graph_free(e->g);
+            e->g = NULL;
+            e->disabled = true;
+            ok = false;
+        } else {
+            if (b->n_pend != 1 || b->pend_host[0] != b->s_logits) e->pend_is_logits = false;
+            e->verified++;
+            CK("graph launch", ember_cuda_graph_launch(b->cu, e->g));
+            flush_pending(b);
+        }
+    }
+    b->n_pend = 0;
+    b->failed = false;
+    b->cur = NULL;
+    if (!ok) {   /* the caller runs the pass again, op by op */
+        b->mode = M_EAGER;
+        return false;
+    }
+    b->mode = M_EAGER;
+    b->in_step = false;
+    return true;
+}
+
 /* ---- ops ----------------------------------------------------------------- */
 
 static void op_free(ember_backend *be)
@@ -224,35 +699,151 @@ static void op_free(ember_backend *be)
         fprintf(stderr, "\n");
         ember_backend_free(b->cpu);
     }
+    for (int32_t i = 0; i < b->n_graphs; i++) ember_cuda_graph_free(b->graphs[i].g);
     for (size_t i = 0; i < b->n_copies; i++) {
         dev_copy *c = &b->copies[i];
         if (c->t.type || c->t.ne0) ember_cuda_tensor_release(b->cu, &c->t);
         else ember_cuda_mfree(b->cu, c->t.data, c->bytes);
     }
     for (int i = 0; i < STAGE_SLOTS; i++) ember_cuda_mfree(b->cu, b->stage[i], b->stage_bytes[i]);
+    for (int i = 0; i < MAX_ACT; i++) ember_cuda_mfree(b->cu, b->act[i], b->act_bytes[i]);
+    for (int i = 0; i < MAX_ACT; i++) ember_cuda_host_free(b->cu, b->pinned[i], b->pinned_bytes[i]);
+    ember_cuda_mfree(b->cu, b->d_step, b->d_step_n * sizeof(int32_t));
     ember_cuda_free(b->cu);
     free(b->copies);
+    free(b->index);
     free(b->host_i32);
     free(b);
+}
+
+static void *op_act_alloc(ember_backend *be, size_t bytes)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    for (int i = 0; i < MAX_ACT; i++) {
+        if (b->act[i]) continue;
+        void *p = NULL;
+        if (ember_cuda_malloc(b->cu, bytes ? bytes : 4, &p) != EMBER_OK) return NULL;
+        if (ember_cuda_memzero(b->cu, p, bytes ? bytes : 4) != EMBER_OK) {
+            ember_cuda_mfree(b->cu, p, bytes ? bytes : 4);
+            return NULL;
+        }
+        b->act[i] = p;
+        b->act_bytes[i] = bytes ? bytes : 4;
+        return p;
+    }
+    ember_error(EMBER_ERR_NOMEM, "CUDA backend: more than %d activation buffers", MAX_ACT);
+    return NULL;
+}
+
+static void op_act_free(ember_backend *be, void *p)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    if (!p) return;
+    for (int i = 0; i < MAX_ACT; i++)
+        if (b->act[i] == p) {
+            ember_cuda_synchronize(b->cu);
+            ember_cuda_mfree(b->cu, p, b->act_bytes[i]);
+            b->act[i] = NULL;
+            b->act_bytes[i] = 0;
+        }
+}
+
+/* pinned host blocks handed out by host_alloc, with their sizes */
+static void *op_host_alloc(ember_backend *be, size_t bytes)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    for (int i = 0; i < MAX_ACT; i++) {
+        if (b->pinned[i]) continue;
+        void *p = NULL;
+        if (ember_cuda_host_alloc(b->cu, bytes, &p) != EMBER_OK) return NULL;
+        b->pinned[i] = p;
+        b->pinned_bytes[i] = bytes;
+        return p;
+    }
+    ember_error(EMBER_ERR_NOMEM, "CUDA backend: more than %d pinned host buffers", MAX_ACT);
+    return NULL;
+}
+
+static void op_host_free(ember_backend *be, void *p)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    if (!p) return;
+    for (int i = 0; i < MAX_ACT; i++)
+        if (b->pinned[i] == p) {
+            ember_cuda_synchronize(b->cu);
+            ember_cuda_host_free(b->cu, p, b->pinned_bytes[i]);
+            b->pinned[i] = NULL;
+            b->pinned_bytes[i] = 0;
+        }
+}
+
+static void cu_copy(ember_backend *be, float *dst, const float *src, int64_t n)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    flush(b);
+    mix(b, 100);
+    mix(b, (uint64_t)n);
+    const float *s = in_f(b, 0, src, (size_t)n);
+    float *d = out_f(b, SLOT_OUT, dst, (size_t)n);
+    if (skip(b)) return;
+    CK("copy", ember_cuda_copy(b->cu, d, s, (size_t)n * sizeof(float)));
+    out_done(b, dst, d, (size_t)n);
+}
+
+static void cu_softcap(ember_backend *be, float *x, float cap, int64_t n)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    flush(b);
+    mix(b, 101);
+    mix(b, (uint64_t)n);
+    mixf(b, cap);
+    float *d = io_f(b, 0, x, (size_t)n);
+    if (skip(b)) return;
+    CK("softcap", ember_cuda_softcap(b->cu, d, cap, n));
+    out_done(b, x, d, (size_t)n);
 }
 
 static void cu_get_rows(ember_backend *be, const ember_weight *w, const ember_token *ids, int32_t n, float *out)
 {
     cuda_backend *b = (cuda_backend *)be;
+    flush(b);
+    mix(b, 102);
+    mix(b, (uint64_t)n);
+    mixp(b, w->data);
     const ember_cuda_tensor *t = weight(b, w);
-    const int32_t *d_ids = up_i32(b, 0, ids, (size_t)n);
-    float *d_out = stage(b, 1, (size_t)n * w->n_in * sizeof(float));
+    const int32_t *d_ids = b->in_step && ids == b->s_tok && n <= b->s_n ? step_tok(b)
+                                                                        : up_i32(b, 0, ids, (size_t)n);
+    float *d_out = out_f(b, 1, out, (size_t)n * w->n_in);
+    if (skip(b)) return;
     CK("get_rows", ember_cuda_get_rows(b->cu, t, d_ids, n, d_out));
-    down(b, out, d_out, (size_t)n * w->n_in);
+    out_done(b, out, d_out, (size_t)n * w->n_in);
 }
 
 static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float *w, int64_t n_rows, int64_t n,
                         float eps)
 {
     cuda_backend *b = (cuda_backend *)be;
-    float *d = up(b, 0, x, (size_t)(n_rows * n));
-    CK("rms_norm", ember_cuda_rms_norm(b->cu, d, vec(b, w, n), d, n, n_rows, eps));
-    down(b, y, d, (size_t)(n_rows * n));
+    mix(b, 103);
+    mix(b, (uint64_t)(n_rows * 131 + n));
+    mixp(b, w);
+    const size_t len = (size_t)(n_rows * n);
+    flush(b);
+    const float *dx = in_f(b, 0, x, len);
+    float *dy = y == x ? (float *)dx : out_f(b, 1, y, len);
+    const float *dw = vec(b, w, n);
+    if (b->fuse_on && b->in_step && is_act(b, x) && is_act(b, y)) {
+        b->pn.on = true;   /* launched by the next op, or fused into an add */
+        b->pn.x = dx;
+        b->pn.w = dw;
+        b->pn.y = dy;
+        b->pn.n = n;
+        b->pn.n_rows = n_rows;
+        b->pn.eps = eps;
+        return;
+    }
+    if (skip(b)) return;
+    CK("rms_norm", ember_cuda_rms_norm(b->cu, dx, dw, dy, n, n_rows, eps));
+    out_done(b, y, dy, len);
 }
 
 static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
@@ -260,15 +851,62 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
 {
     cuda_backend *b = (cuda_backend *)be;
     const int64_t n = n_tokens * ws[0]->n_in;
-    float *dx = up(b, 0, x, (size_t)n);
+    /* an RMSNorm waiting for this matmul's input: its Q8_0 rounding is done
+     * in the norm's kernel when every weight wants 32-blocks (Q8_0/Q8_1) */
+    bool fuse_round = b->pn.on && b->pn.y == x && b->pn.n % 32 == 0 && b->pn.n * b->pn.n_rows == n && !b->f32_act;
+    for (int32_t k = 0; fuse_round && k < n_w; k++) {
+        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
+        fuse_round = qt && (qt->vec_dot_type == EMBER_TYPE_Q8_0 || qt->vec_dot_type == EMBER_TYPE_Q8_1);
+    }
+    bool fuse_glu = b->pg.on && b->pg.gate == x && b->pg.n == n && !b->f32_act;
+    for (int32_t k = 0; fuse_glu && k < n_w; k++) {
+        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
+        fuse_glu = qt && qt->vec_dot_type == EMBER_TYPE_Q8_K;
+    }
+    const ember_cuda_act gact = b->pg.act;
+    const float *gup = b->pg.up;
+    if (fuse_glu) b->pg.on = false;
+    const float *nx = b->pn.x, *nw = b->pn.w;
+    const int64_t nn = b->pn.n, nrows = b->pn.n_rows;
+    const float neps = b->pn.eps;
+    if (fuse_round) {
+        b->pn.on = false;
+        flush_scale(b);
+        flush_glu(b);
+    } else {
+        flush(b);
+    }
+    mix(b, 104);
+    mix(b, (uint64_t)(n_tokens * 7 + n_w));
+    const float *dx = in_f(b, 0, x, (size_t)n);
     /* activations rounded to each weight's vec_dot_type, once per format
      * (as the CPU backend quantizes them), unless EMBER_CUDA_F32_ACT */
     uint32_t fmt[3];
     const float *xin[3];
+    const ember_cuda_tensor *t[3];
+    float *dy[3];
     for (int32_t k = 0; k < n_w; k++) {
         const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
         fmt[k] = b->f32_act || !qt ? EMBER_TYPE_F32 : qt->vec_dot_type;
         xin[k] = dx;
+        mixp(b, ws[k]->data);
+        t[k] = weight(b, ws[k]);
+        dy[k] = out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
+    }
+    if (skip(b)) return;
+    if (fuse_round) {
+        float *r = stage(b, SLOT_ROUND, (size_t)n * sizeof(float));
+        if (skip(b)) return;
+        CK("matmul (norm + rounding)", ember_cuda_rms_norm_round_q8(b->cu, nx, nw, (float *)dx, r, nn, nrows, neps));
+        for (int32_t k = 0; k < n_w; k++) fmt[k] = EMBER_TYPE_F32, xin[k] = r;
+    }
+    if (fuse_glu) {
+        float *r = stage(b, SLOT_ROUND, (size_t)n * sizeof(float));
+        if (skip(b)) return;
+        CK("matmul (glu + rounding)", ember_cuda_glu_round_q8K(b->cu, gact, (float *)dx, gup, (float *)dx, r, n));
+        for (int32_t k = 0; k < n_w; k++) fmt[k] = EMBER_TYPE_F32, xin[k] = r;
+    }
+    for (int32_t k = 0; k < n_w; k++) {
         if (fmt[k] == EMBER_TYPE_F32) continue;
         int32_t j = 0;
         while (j < k && fmt[j] != fmt[k]) j++;
@@ -276,37 +914,63 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
             xin[k] = xin[j];
             continue;
         }
-        float *r = stage(b, 4 + k, (size_t)n * sizeof(float));
+        float *r = stage(b, SLOT_ROUND + k, (size_t)n * sizeof(float));
+        if (skip(b)) return;
         CK("matmul (activation rounding)", ember_cuda_round_act(b->cu, fmt[k], dx, r, n));
         xin[k] = r;
     }
-    for (int32_t k = 0; k < n_w; k++) {
-        const ember_cuda_tensor *t = weight(b, ws[k]);
-        float *dy = stage(b, 1 + k, (size_t)(n_tokens * ws[k]->n_out) * sizeof(float));
-        CK("matmul", ember_cuda_matmul(b->cu, t, xin[k], n_tokens, dy));
-    }
-    for (int32_t k = 0; k < n_w; k++) down(b, ys[k], b->stage[1 + k], (size_t)(n_tokens * ws[k]->n_out));
+    for (int32_t k = 0; k < n_w; k++) CK("matmul", ember_cuda_matmul(b->cu, t[k], xin[k], n_tokens, dy[k]));
+    for (int32_t k = 0; k < n_w; k++) out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
+}
+
+static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                        int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode,
+                        const float *freq_factors)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    flush(b);
+    mix(b, 105);
+    mix(b, (uint64_t)(n_tokens * 1000003 + n_head * 1009 + head_dim * 17 + n_rot) * 4 + (uint64_t)mode);
+    mixf(b, base);
+    mixf(b, freq_scale);
+    mixp(b, freq_factors);
+    const size_t n = (size_t)n_tokens * n_head * head_dim;
+    float *d = io_f(b, 0, x, n);
+    const int32_t *dpos = b->in_step && pos == b->s_pos && n_tokens <= b->s_n
+                              ? step_pos(b) : up_i32(b, 1, pos, (size_t)n_tokens);
+    const float *dff = freq_factors ? vec(b, freq_factors, n_rot / 2) : NULL;
+    if (skip(b)) return;
+    CK("rope", ember_cuda_rope(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
+                               mode == EMBER_ROPE_NEOX ? EMBER_CUDA_ROPE_NEOX : EMBER_CUDA_ROPE_NORMAL, base,
+                               freq_scale, dff));
+    out_done(b, x, d, n);
 }
 
 static void cu_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim, int32_t n_rot,
                     const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode)
 {
-    cuda_backend *b = (cuda_backend *)be;
-    const size_t n = (size_t)n_tokens * n_head * head_dim;
-    float *d = up(b, 0, x, n);
-    const int32_t *dpos = up_i32(b, 1, pos, (size_t)n_tokens);
-    CK("rope", ember_cuda_rope(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
-                               mode == EMBER_ROPE_NEOX ? EMBER_CUDA_ROPE_NEOX : EMBER_CUDA_ROPE_NORMAL, base,
-                               freq_scale, NULL));
-    down(b, x, d, n);
+    cu_rope_ext(be, x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, NULL);
 }
 
 static void glu(ember_backend *be, ember_cuda_act act, float *gate, const float *up_h, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
-    float *dg = up(b, 0, gate, (size_t)n), *du = up(b, 1, up_h, (size_t)n);
+    flush(b);
+    mix(b, 106 + (uint64_t)act);
+    mix(b, (uint64_t)n);
+    float *dg = io_f(b, 0, gate, (size_t)n);
+    const float *du = in_f(b, 1, up_h, (size_t)n);
+    if (b->fuse_on && b->in_step && is_act(b, gate) && is_act(b, up_h) && n % 256 == 0) {
+        b->pg.on = true;   /* launched by the next op, or with the next matmul's Q8_K rounding */
+        b->pg.act = act;
+        b->pg.gate = dg;
+        b->pg.up = du;
+        b->pg.n = n;
+        return;
+    }
+    if (skip(b)) return;
     CK("glu", ember_cuda_glu(b->cu, act, dg, du, dg, n));
-    down(b, gate, dg, (size_t)n);
+    out_done(b, gate, dg, (size_t)n);
 }
 
 /* GELU through f16 as the CPU backend's table does (backend.h contract) */
@@ -323,17 +987,43 @@ static void cu_swiglu(ember_backend *be, float *gate, const float *u, int64_t n)
 static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
-    float *dy = up(b, 0, y, (size_t)n), *dx = up(b, 1, x, (size_t)n);
+    mix(b, 110);
+    mix(b, (uint64_t)n);
+    if (b->pn.on && b->pn.y == x && b->pn.n * b->pn.n_rows == n && is_act(b, y) && b->pn.x != y) {
+        b->pn.on = false;   /* y += rms_norm(..) in one kernel (it still writes the norm's output) */
+        flush_scale(b);
+        mixp(b, y);
+        if (skip(b)) return;
+        CK("rms_norm_add", ember_cuda_rms_norm_add_out(b->cu, b->pn.x, b->pn.w, b->pn.y, y, b->pn.n, b->pn.n_rows,
+                                                       b->pn.eps));
+        return;
+    }
+    flush(b);
+    float *dy = io_f(b, 0, y, (size_t)n);
+    const float *dx = in_f(b, 1, x, (size_t)n);
+    if (skip(b)) return;
     CK("add", ember_cuda_add(b->cu, dy, dx, dy, n));
-    down(b, y, dy, (size_t)n);
+    out_done(b, y, dy, (size_t)n);
 }
 
 static void cu_scale(ember_backend *be, float *x, float s, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
-    float *d = up(b, 0, x, (size_t)n);
+    mix(b, 111);
+    mix(b, (uint64_t)n);
+    mixf(b, s);
+    flush(b);
+    float *d = io_f(b, 0, x, (size_t)n);
+    if (b->fuse_on && !b->exact_attn && b->in_step && is_act(b, x) && pow2(s)) {
+        b->ps.on = true;   /* folded into the attention that reads x, or launched by the next op */
+        b->ps.x = d;
+        b->ps.s = s;
+        b->ps.n = n;
+        return;
+    }
+    if (skip(b)) return;
     CK("scale", ember_cuda_scale(b->cu, d, s, n));
-    down(b, x, d, (size_t)n);
+    out_done(b, x, d, (size_t)n);
 }
 
 static void check_kv(const ember_kv_layer_view *kv)
@@ -350,15 +1040,45 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
 {
     cuda_backend *b = (cuda_backend *)be;
     check_kv(kv);
-    int32_t *cells = host_i32(b, (size_t)n);
-    for (int32_t i = 0; i < n; i++) cells[i] = (int32_t)rows[i];
-    const int32_t *dcells = up_i32(b, 2, cells, (size_t)n);
+    flush_norm(b);
+    flush_glu(b);
+    if (b->ps.on && (b->ps.x == k || b->ps.x == v)) flush_scale(b);
+    mix(b, 112);
+    mix(b, (uint64_t)n);
+    mixp(b, kv->k);
+    const int32_t *dcells;
+    if (b->in_step && rows == b->s_kv_row && n <= b->s_n) {
+        dcells = step_cells(b);
+        mix(b, 1);
+    } else if (b->in_step && b->s_kv_row_swa && rows == b->s_kv_row_swa && n <= b->s_n) {
+        dcells = step_cells_swa(b);
+        mix(b, 2);
+    } else {
+        int32_t *cells = host_i32(b, (size_t)n);
+        for (int32_t i = 0; i < n; i++) cells[i] = (int32_t)rows[i];
+        dcells = up_i32(b, 2, cells, (size_t)n);
+    }
     const int64_t rk = (int64_t)(kv->k_row_bytes / 2), rv = (int64_t)(kv->v_row_bytes / 2);
     uint16_t *dk = kv_dev(b, kv->k, kv->k_row_bytes * (size_t)kv->n_rows);
     uint16_t *dv = kv_dev(b, kv->v, kv->v_row_bytes * (size_t)kv->n_rows);
-    const float *sk = up(b, 0, k, (size_t)(n * rk)), *sv = up(b, 1, v, (size_t)(n * rv));
-    CK("kv_store", ember_cuda_kv_store(b->cu, sk, n, rk, dcells, dk));
-    CK("kv_store", ember_cuda_kv_store(b->cu, sv, n, rv, dcells, dv));
+    const float *sk = in_f(b, 0, k, (size_t)(n * rk)), *sv = in_f(b, 1, v, (size_t)(n * rv));
+    if (skip(b)) return;
+    CK("kv_store", ember_cuda_kv_store2(b->cu, sk, rk, sv, rv, n, dcells, dk, dv));
+}
+
+static void cu_kv_copy(ember_backend *be, const ember_kv_layer_view *kv, int64_t dst_row, int64_t src_row,
+                       int64_t n_rows)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    flush(b);
+    dev_copy *ck = find_copy(b, kv->k), *cv = find_copy(b, kv->v);
+    if (!ck || !cv) return;   /* nothing stored on the device yet */
+    CK("kv_copy", ember_cuda_copy(b->cu, (char *)ck->t.data + (size_t)dst_row * kv->k_row_bytes,
+                                  (const char *)ck->t.data + (size_t)src_row * kv->k_row_bytes,
+                                  (size_t)n_rows * kv->k_row_bytes));
+    CK("kv_copy", ember_cuda_copy(b->cu, (char *)cv->t.data + (size_t)dst_row * kv->v_row_bytes,
+                                  (const char *)cv->t.data + (size_t)src_row * kv->v_row_bytes,
+                                  (size_t)n_rows * kv->v_row_bytes));
 }
 
 static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
@@ -370,34 +1090,67 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         ember_error(EMBER_ERR_UNSUPPORTED, "head_dim_k %d != head_dim_v %d", p->head_dim_k, p->head_dim_v);
         die("attention");
     }
-    const int32_t bt = kv->block_tokens;
-    int32_t max_ctx = (int32_t)b->lim.max_kv_tokens;
-    for (int32_t i = 0; i < n; i++)
-        if (queries[i].pos + 1 > max_ctx) max_ctx = queries[i].pos + 1;
-    const int32_t max_pages = (max_ctx + bt - 1) / bt;
-    /* one block-table row per query (queries of one sequence repeat it) */
-    int32_t *h = host_i32(b, (size_t)n * (max_pages + 2));
-    int32_t *hpos = h, *hseq = h + n, *htab = h + 2 * n;
-    for (int32_t i = 0; i < n; i++) {
-        hpos[i] = queries[i].pos;
-        hseq[i] = i;
-        const int32_t used = queries[i].pos / bt + 1;
-        for (int32_t j = 0; j < max_pages; j++) htab[(size_t)i * max_pages + j] = j < used ? queries[i].blocks[j] : 0;
+    flush_norm(b);
+    flush_glu(b);
+    float q_scale = 1.f;
+    if (b->ps.on && b->ps.x == q && b->ps.n == (int64_t)n * p->n_head * p->head_dim_k) {
+        b->ps.on = false;   /* q * 2^k rounds to f16 exactly as q does */
+        q_scale = b->ps.s;
     }
-    const int32_t *d = up_i32(b, 3, h, (size_t)n * (max_pages + 2));
+    flush_scale(b);
+    mix(b, 113);
+    mix(b, (uint64_t)n);
+    mixp(b, kv->k);
+    mix(b, (uint64_t)p->n_swa);
+    mixf(b, p->kq_scale);
+    const int32_t bt = kv->block_tokens;
+    const int32_t *dpos, *dseq, *dtab;
+    int32_t max_ctx, max_pages;
+    const bool full_q = queries == b->s_query, swa_q = b->s_query_swa && queries == b->s_query_swa;
+    if (b->in_step && (full_q || swa_q) && n == b->s_n) {
+        dpos = step_pos(b);
+        dseq = step_seq(b);
+        dtab = b->d_step + (swa_q ? b->s_tab_swa : b->s_tab);
+        max_ctx = b->s_max_ctx;
+        max_pages = b->s_max_pages;
+        mix(b, swa_q ? 2 : 1);
+    } else {
+        max_ctx = (int32_t)b->lim.max_kv_tokens;
+        for (int32_t i = 0; i < n; i++)
+            if (queries[i].pos + 1 > max_ctx) max_ctx = queries[i].pos + 1;
+        max_pages = (max_ctx + bt - 1) / bt;
+        /* one block-table row per query (queries of one sequence repeat it) */
+        int32_t *h = host_i32(b, (size_t)n * (max_pages + 2));
+        int32_t *hpos = h, *hseq = h + n, *htab = h + 2 * n;
+        for (int32_t i = 0; i < n; i++) {
+            hpos[i] = queries[i].pos;
+            hseq[i] = i;
+            const int32_t used = queries[i].pos / bt + 1;
+            for (int32_t j = 0; j < max_pages; j++) {   /* -1: a block the sliding group released */
+                const int32_t blk = j < used ? queries[i].blocks[j] : 0;
+                htab[(size_t)i * max_pages + j] = blk < 0 ? 0 : blk;
+            }
+        }
+        const int32_t *d = up_i32(b, 3, h, (size_t)n * (max_pages + 2));
+        dpos = d;
+        dseq = d ? d + n : NULL;
+        dtab = d ? d + 2 * n : NULL;
+    }
+    mix(b, (uint64_t)max_pages);
     const size_t nq = (size_t)n * p->n_head * p->head_dim_k;
-    const float *dq = up(b, 0, q, nq);
-    float *dout = stage(b, 1, nq * sizeof(float));
-    const ember_cuda_attn_params ap = {
-        .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim_k, .scale = p->kq_scale,
-        .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
-    };
+    const float *dq = in_f(b, 0, q, nq);
+    float *dout = out_f(b, 1, out, nq);
     const uint16_t *dk = kv_dev(b, kv->k, kv->k_row_bytes * (size_t)kv->n_rows);
     const uint16_t *dv = kv_dev(b, kv->v, kv->v_row_bytes * (size_t)kv->n_rows);
-    CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, d, d + n, d + 2 * n, dk, dv, dout));
-    down(b, out, dout, nq);
+    if (skip(b)) return;
+    const ember_cuda_attn_params ap = {
+        .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim_k, .scale = p->kq_scale * q_scale,
+        .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
+        .exact = b->exact_attn && n < 64,   /* the CPU's split (FA_TILE_Q) */
+    };
+    CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, dpos, dseq, dtab, dk, dv, dout));
+    out_done(b, out, dout, nq);
 }
-
 
 /* ---- op table entries: CUDA, checked against the CPU in verify mode ------ */
 
@@ -554,7 +1307,8 @@ static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     free(ref);
 }
 
-static const ember_backend_ops cuda_ops = {
+/* verify mode: host activations, no graphs, every op checked */
+static const ember_backend_ops cuda_ops_verify = {
     .name = "cuda",
     .free = op_free,
     .get_rows = op_get_rows,
@@ -567,6 +1321,31 @@ static const ember_backend_ops cuda_ops = {
     .scale = op_scale,
     .kv_store = op_kv_store,
     .attention = op_attention,
+};
+
+static const ember_backend_ops cuda_ops = {
+    .name = "cuda",
+    .free = op_free,
+    .get_rows = cu_get_rows,
+    .rms_norm = cu_rms_norm,
+    .matmul = cu_matmul,
+    .rope = cu_rope,
+    .rope_ext = cu_rope_ext,
+    .geglu = cu_geglu,
+    .swiglu = cu_swiglu,
+    .add = cu_add,
+    .scale = cu_scale,
+    .kv_store = cu_kv_store,
+    .attention = cu_attention,
+    .kv_copy = cu_kv_copy,
+    .act_alloc = op_act_alloc,
+    .act_free = op_act_free,
+    .host_alloc = op_host_alloc,
+    .host_free = op_host_free,
+    .copy = cu_copy,
+    .softcap = cu_softcap,
+    .step_begin = op_step_begin,
+    .step_end = op_step_end,
 };
 
 ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *lim, ember_backend **out)
@@ -585,12 +1364,32 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->lim = *lim;
     const char *f32a = getenv("EMBER_CUDA_F32_ACT");
     b->f32_act = f32a && *f32a && strcmp(f32a, "0") != 0;
+    const char *gr = getenv("EMBER_CUDA_GRAPHS");
+    b->graphs_on = !(gr && !strcmp(gr, "0"));
+    const char *fu = getenv("EMBER_CUDA_FUSE");
+    b->fuse_on = !(fu && !strcmp(fu, "0"));
+    const char *ex = getenv("EMBER_CUDA_EXACT");
+    b->exact_attn = ex && *ex && strcmp(ex, "0") != 0;
     const char *vfy = getenv("EMBER_CUDA_VERIFY");
     if (vfy && *vfy && strcmp(vfy, "0") != 0) {
+        b->base.ops = &cuda_ops_verify;
         st = ember_backend_cpu_new(0, lim, &b->cpu);
         if (st != EMBER_OK) {
             ember_cuda_free(b->cu);
             free(b);
+            return st;
+        }
+    }
+    /* rounded activations of the widest matmul, allocated once (graphs
+     * captured later keep these addresses) */
+    const size_t round_bytes = (size_t)(lim->max_tokens > 0 ? lim->max_tokens : 1) *
+                               (size_t)(lim->max_n_in > 0 ? lim->max_n_in : 1) * sizeof(float);
+    for (int k = 0; k < 3; k++) {
+        b->stage_bytes[SLOT_ROUND + k] = round_bytes;
+        st = ember_cuda_malloc(b->cu, round_bytes, &b->stage[SLOT_ROUND + k]);
+        if (st != EMBER_OK) {
+            b->stage_bytes[SLOT_ROUND + k] = 0;
+            op_free(&b->base);
             return st;
         }
     }
@@ -600,10 +1399,11 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
 
 uint64_t ember_backend_cuda_device_bytes(const ember_backend *be)
 {
-    return be && be->ops == &cuda_ops ? ember_cuda_device_bytes(((const cuda_backend *)be)->cu) : 0;
+    return be && (be->ops == &cuda_ops || be->ops == &cuda_ops_verify)
+               ? ember_cuda_device_bytes(((const cuda_backend *)be)->cu) : 0;
 }
 
 bool ember_backend_is_cuda(const ember_backend *be)
 {
-    return be && be->ops == &cuda_ops;
+    return be && (be->ops == &cuda_ops || be->ops == &cuda_ops_verify);
 }

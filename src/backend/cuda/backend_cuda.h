@@ -10,15 +10,12 @@
 
 #include "backend/backend.h"
 
-/* CUDA backend on device `device`. This first version keeps the op table's
- * contract exactly (every op is synchronous and reads and writes host
- * memory): weights and norm vectors are uploaded once, on first use, keyed
- * by their host address; the KV cache lives on the device (F16 only); the
- * activations are copied in and out around each op. It proves the kernels
- * inside the real forward pass; device-resident activations and CUDA-graph
- * decode need the model to keep its scratch on the device (not yet).
- * Limitation: KV blocks copied on the host (sequence fork, copy on write)
- * are not seen by the device copy.
+/* CUDA backend on device `device`: weights and norm vectors are uploaded
+ * once, on first use, keyed by their host address; the KV cache lives on the
+ * device (F16 only); activations live on the device when the context takes
+ * them from act_alloc; decode steps of up to 32 entries run as CUDA graphs
+ * (backend_cuda.c). EMBER_CUDA_VERIFY=1 runs every op on the CPU backend too
+ * (host activations, no graphs).
  * Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_NOMEM,
  * EMBER_ERR_INTERNAL. */
 ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *lim, ember_backend **out);

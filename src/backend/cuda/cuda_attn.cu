@@ -68,6 +68,7 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
        float *__restrict__ out, float *__restrict__ part_o, float2 *__restrict__ part_ml,
        unsigned *__restrict__ done)
 {
+    ember_pdl_wait();
     constexpr int E = D / 32;
     const int split = blockIdx.x, hkv = blockIdx.y;
     const int64_t t = blockIdx.z;
@@ -275,8 +276,89 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
         attr_set = true;
     }
     dim3 grid((unsigned)a.n_splits, (unsigned)a.n_head_kv, (unsigned)n_tokens);
-    k_attn<D, G><<<grid, kWarps * 32, smem, cu->stream>>>(a, q, pos, seq, bt, kc, vc, out, part_o, part_ml, done);
+    ember_launch(k_attn<D, G>, grid, kWarps * 32, smem, cu->stream, a, q, pos, seq, bt, kc, vc, out, part_o, part_ml, done);
     return ember_cuda_launched("attn");
+}
+
+/* ---- CPU-order attention (EMBER_CUDA_EXACT) -------------------------
+ * The CPU backend's flash attention for calls of < 64 queries over an F16
+ * cache (ggml's one-row-at-a-time kernel): q rounded to f16; per key, in
+ * key order, s = dot_f16(q, k) * scale with the AVX2 summation order (16
+ * lanes of fused multiply-adds over i = l mod 16, then the 8 + 4 + 2 + 1
+ * tree of hsum256); online softmax in f32 with expf; V accumulated in an f16
+ * vector (vkq = f16(v * vs + vkq), rescaled as f16(vkq * ms)); out = vkq / S.
+ * One CTA of D threads per (query, head): thread d owns output dim d.
+ * Slow (a sequential pass over the keys) but it rounds as the CPU does, so
+ * the two backends' continuations can be compared token for token. expf is
+ * evaluated in double and rounded (glibc's expf is within 0.502 ulp). */
+constexpr int kExactChunk = 64;
+
+__device__ __forceinline__ float f16r(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float expf_cpu(float x) { return (float)exp((double)x); }
+
+template <int D>
+__global__ void __launch_bounds__(D)
+k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
+             const int32_t *__restrict__ block_table, const __half *__restrict__ kc, const __half *__restrict__ vc,
+             float *__restrict__ out, int n_head, int n_head_kv, float scale, int n_swa, int page_size,
+             int max_pages)
+{
+    ember_pdl_wait();
+    __shared__ float qs[D];
+    __shared__ float sc[kExactChunk];
+    const int h = blockIdx.x;
+    const int64_t t = blockIdx.y;
+    const int g = h / (n_head / n_head_kv);
+    const int p = pos[t];
+    const int lo = n_swa > 0 ? max(0, p - n_swa + 1) : 0;
+    const int32_t *bt = block_table + (int64_t)seq[t] * max_pages;
+    const int d = threadIdx.x, warp = d >> 5, lane = d & 31, l = lane & 15;
+    qs[d] = f16r(q[(t * n_head + h) * D + d]);
+    __syncthreads();
+    float vk = 0.f, M = -INFINITY, S = 0.f;
+    for (int j0 = lo; j0 <= p; j0 += kExactChunk) {
+        const int nk = min(kExactChunk, p + 1 - j0);
+        /* scores: a half-warp per key, all lanes looping alike */
+        for (int kb = warp * 2; kb < nk; kb += (D / 32) * 2) {
+            const int kk = kb + (lane >> 4);
+            float part = 0.f;
+            if (kk < nk) {
+                const int j = j0 + kk;
+                const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+                const __half *kr = kc + (cell * n_head_kv + g) * D;
+                for (int i = l; i < D; i += 16) part = fmaf(qs[i], __half2float(kr[i]), part);
+            }
+            float o = __shfl_down_sync(0xffffffffu, part, 8, 16);
+            const float v8 = part + o;                        /* s0 + s1, lanes 0..7 */
+            o = __shfl_down_sync(0xffffffffu, v8, 4, 16);
+            const float w4 = v8 + o;                          /* lo + hi halves */
+            o = __shfl_down_sync(0xffffffffu, w4, 2, 16);
+            const float u2 = w4 + o;                          /* movehl */
+            o = __shfl_down_sync(0xffffffffu, u2, 1, 16);
+            if (kk < nk && l == 0) sc[kk] = (u2 + o) * scale; /* movehdup + add_ss */
+        }
+        __syncthreads();
+        for (int kk = 0; kk < nk; kk++) {
+            const int j = j0 + kk;
+            const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+            const float v = __half2float(vc[(cell * n_head_kv + g) * D + d]);
+            const float s = sc[kk];
+            float ms = 1.f, vs = 1.f;
+            if (s > M) {
+                const float m_old = M;
+                M = s;
+                ms = expf_cpu(m_old - M);
+                vk = f16r(__fmul_rn(vk, ms));
+            } else {
+                vs = expf_cpu(s - M);
+            }
+            vk = f16r(fmaf(v, vs, vk));
+            S = __fadd_rn(__fmul_rn(S, ms), vs);
+        }
+        __syncthreads();
+    }
+    const float inv = S == 0.f ? 0.f : 1.f / S;
+    out[(t * n_head + h) * D + d] = __fmul_rn(vk, inv);
 }
 
 /* G (query heads per KV head) is a template argument so no lane works on
@@ -353,6 +435,23 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
 
     const __half *kc = reinterpret_cast<const __half *>(k_cache);
     const __half *vc = reinterpret_cast<const __half *>(v_cache);
+    if (p->exact) {
+        if (p->softcap > 0.f)
+            return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: CPU-order attention has no softcap");
+        const dim3 grid((unsigned)p->n_head, (unsigned)n_tokens);
+        switch (p->head_dim) {
+        case 64: ember_launch(k_attn_exact<64>, grid, 64, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
+                              p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
+        case 128: ember_launch(k_attn_exact<128>, grid, 128, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
+                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
+        case 256: ember_launch(k_attn_exact<256>, grid, 256, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
+                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
+        default:
+            return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: head_dim %d (64, 128 or 256 supported)",
+                               p->head_dim);
+        }
+        return ember_cuda_launched("attn (CPU order)");
+    }
     switch (p->head_dim) {
     case 64: return launch_g<64>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
     case 128: return launch_g<128>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);

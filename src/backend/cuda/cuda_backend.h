@@ -64,6 +64,10 @@ const char *ember_cuda_device_name(const ember_cuda *cu);
 ember_status ember_cuda_malloc(ember_cuda *cu, size_t bytes, void **out);
 /* Free an ember_cuda_malloc block of `bytes` (its size, for the counters). */
 void ember_cuda_mfree(ember_cuda *cu, void *p, size_t bytes);
+/* Pinned (page-locked) host memory of `bytes`: device copies into it run at
+ * full PCIe speed. Errors: EMBER_ERR_NOMEM. */
+ember_status ember_cuda_host_alloc(ember_cuda *cu, size_t bytes, void **out);
+void ember_cuda_host_free(ember_cuda *cu, void *p, size_t bytes);
 /* Copy host -> device; the host buffer may be reused when this returns. */
 ember_status ember_cuda_upload(ember_cuda *cu, void *dst, const void *src, size_t bytes);
 /* Copy device -> host; waits for all work queued before it. */
@@ -78,6 +82,10 @@ ember_status ember_cuda_synchronize(ember_cuda *cu);
  * allocations made through this context (weights included). */
 uint64_t ember_cuda_device_bytes(const ember_cuda *cu);
 uint64_t ember_cuda_host_bytes(const ember_cuda *cu);
+/* A counter that changes whenever the context's internal scratch or split
+ * counters move to new addresses (a captured graph that used them is then
+ * stale and must be captured again). */
+uint64_t ember_cuda_mem_generation(const ember_cuda *cu);
 
 /* ---- weights ------------------------------------------------------------- */
 
@@ -113,8 +121,9 @@ void ember_cuda_tensor_release(ember_cuda *cu, ember_cuda_tensor *t);
  * x: [n_cols, w->ne0] F32; y: [n_cols, w->ne1] F32 (must not alias x).
  * n_cols <= 8 runs one fused mat-vec kernel that reads W once; up to 32
  * columns run it per 8 columns; wider batches (prefill) dequantize W to F32
- * in chunks of rows in the context's scratch and run cuBLAS SGEMM (F32, no
- * TF32). Not graph-capturable above 32 columns (scratch may grow).
+ * in chunks of rows in the context's scratch and run a cuBLAS GEMM (TF32
+ * tensor cores; exact F32 products with EMBER_CUDA_TF32=0). Not
+ * graph-capturable above 32 columns (scratch may grow).
  * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED. */
 ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
                                int64_t n_cols, float *y);
@@ -176,8 +185,27 @@ ember_status ember_cuda_glu(ember_cuda *cu, ember_cuda_act act, const float *gat
                             float *out, int64_t n);
 /* y[i] = a[i] + b[i] over n elements; y may equal a or b. */
 ember_status ember_cuda_add(ember_cuda *cu, const float *a, const float *b, float *y, int64_t n);
+/* y = rms_norm(x) * w (y may equal x) and residual += y, per row: Gemma's
+ * post-norms fused with the residual add (the same float operations as
+ * ember_cuda_rms_norm then ember_cuda_add). */
+ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float *x, const float *w, float *y,
+                                         float *residual, int64_t n, int64_t n_rows, float eps);
+/* out = act(gate) * up (ember_cuda_glu) and r = ember_cuda_round_act(Q8_K,
+ * out) in one kernel; n % 256 == 0. */
+ember_status ember_cuda_glu_round_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
+                                      float *out, float *r, int64_t n);
+/* y = rms_norm(x) * w (y may equal x) and r = ember_cuda_round_act(Q8_0, y)
+ * in one kernel (the rounding of the matmul that reads y next); n % 32 == 0. */
+ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float *x, const float *w, float *y, float *r,
+                                          int64_t n, int64_t n_rows, float eps);
+/* ember_cuda_kv_store for K (rows of rk) and V (rows of rv) in one launch. */
+ember_status ember_cuda_kv_store2(ember_cuda *cu, const float *k, int64_t rk, const float *v, int64_t rv,
+                                  int64_t n_tokens, const int32_t *cells, uint16_t *k_cache, uint16_t *v_cache);
 /* x[i] *= s over n elements. */
 ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n);
+/* x[i] = cap * tanhf(x[i] / cap) over n elements (logit soft-capping,
+ * Gemma 2); cap > 0. */
+ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, int64_t n);
 
 /* ---- KV cache and attention ---------------------------------------------- */
 
@@ -198,6 +226,7 @@ typedef struct ember_cuda_attn_params {
     int32_t page_size;   /* cells per KV block */
     int32_t max_pages;   /* columns of block_table */
     int32_t max_ctx;     /* most positions a sequence reaches; sizes the key splits */
+    bool exact;          /* the CPU backend's order and f16 rounding (slow; see cuda_attn.cu) */
 } ember_cuda_attn_params;
 
 /* Flash-attention (online softmax, Dao et al. 2022; split-K "flash

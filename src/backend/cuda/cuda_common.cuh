@@ -27,6 +27,7 @@ struct ember_cuda {
     unsigned *counters;    /* zeroed; kernels re-arm what they use */
     size_t n_counters;
     bool capturing;
+    uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
 };
 
 /* Turn a CUDA runtime error into EMBER_ERR_INTERNAL with `what` in the
@@ -50,6 +51,47 @@ ember_status ember_cuda_scratch(ember_cuda *cu, size_t bytes, void **out);
 /* At least n zeroed device counters; kernels must leave them zero.
  * Grows outside graph capture only. */
 ember_status ember_cuda_counters(ember_cuda *cu, size_t n, unsigned **out);
+
+/* Programmatic dependent launch (Hopper, CUDA 12+): kernels are launched
+ * with programmatic stream serialization so that the next kernel of a step
+ * is scheduled while this one drains; every kernel starts with
+ * ember_pdl_wait(), which waits for the previous kernel to complete (and
+ * its memory to be visible) before touching memory, then lets the next one
+ * launch. Without the attribute the wait is a no-op. EMBER_CUDA_PDL=0 turns
+ * the attribute off (plain launches). */
+extern bool ember_cuda_pdl_on;
+
+
+__device__ __forceinline__ void ember_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+/* kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute
+ * when enabled; errors are left for ember_cuda_launched to read. */
+template <typename... KArgs, typename... Args>
+static inline void ember_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                Args... args)
+{
+    if (!ember_cuda_pdl_on) {
+        kernel<<<grid, block, smem, stream>>>(args...);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
 
 #define EMBER_CUDA_NONNULL(p) \
     do { if ((p) == NULL) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: %s: " #p " is NULL", __func__); } while (0)

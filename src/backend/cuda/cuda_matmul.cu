@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 k_matvec(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, const float *__restrict__ x,
          int64_t ne0, float *__restrict__ y, int64_t n_rows)
 {
+    ember_pdl_wait();
     const int lane = threadIdx.x & 31;
     const int64_t row0 = ((int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5)) * R;
     if (row0 >= n_rows) return;
@@ -85,6 +86,7 @@ template <class T>
 __global__ void k_get_rows(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, int64_t n_rows,
                            int64_t ne0, const int32_t *__restrict__ ids, float *__restrict__ out)
 {
+    ember_pdl_wait();
     const int32_t id = ids[blockIdx.x];
     float *o = out + (int64_t)blockIdx.x * ne0;
     if (id < 0 || id >= n_rows) {
@@ -110,6 +112,7 @@ template <class T>
 __global__ void k_dequant_rows(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, int64_t r0,
                                int64_t ne0, float *__restrict__ out)
 {
+    ember_pdl_wait();
     const uint8_t *wr = W + (r0 + blockIdx.x) * row_bytes;
     float *o = out + (int64_t)blockIdx.x * ne0;
     for (int u = threadIdx.x; u < units_per_row; u += blockDim.x) {
@@ -133,7 +136,7 @@ void launch_matvec(cudaStream_t st, const ember_cuda_tensor *w, const float *x, 
     constexpr int R = NC == 1 ? 1 : (NC <= 3 ? 2 : 4);
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
     const unsigned grid = (unsigned)((w->ne1 + kWarps * R - 1) / (kWarps * R));
-    k_matvec<T, NC, R><<<grid, kWarps * 32, 0, st>>>((const uint8_t *)w->data, w->row_bytes, units, x, w->ne0, y,
+    ember_launch(k_matvec<T, NC, R>, grid, kWarps * 32, 0, st, (const uint8_t *)w->data, w->row_bytes, units, x, w->ne0, y,
                                                      w->ne1);
 }
 
@@ -153,8 +156,10 @@ void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, in
 }
 
 /* Prefill: weights dequantized to F32 a chunk of rows at a time into the
- * context's scratch, then one F32 GEMM (cuBLAS, no TF32: exact F32 products,
- * so results still match the mat-vec kernels up to summation order). */
+ * context's scratch, then one GEMM through cuBLAS: TF32 tensor-core products
+ * by default (the handle's math mode, cuda_core.cu), exact F32 products with
+ * EMBER_CUDA_TF32=0 (then results match the mat-vec kernels up to
+ * summation order). */
 template <class T>
 ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
 {
@@ -169,7 +174,7 @@ ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float
     const float one = 1.0f, zero = 0.0f;
     for (int64_t r0 = 0; r0 < w->ne1; r0 += chunk) {
         const int64_t nr = w->ne1 - r0 < chunk ? w->ne1 - r0 : chunk;
-        k_dequant_rows<T><<<(unsigned)nr, 128, 0, cu->stream>>>((const uint8_t *)w->data, w->row_bytes, units, r0,
+        ember_launch(k_dequant_rows<T>, (unsigned)nr, 128, 0, cu->stream, (const uint8_t *)w->data, w->row_bytes, units, r0,
                                                                 w->ne0, wf);
         s = ember_cuda_launched("matmul (dequantize rows)");
         if (s != EMBER_OK) return s;
@@ -207,7 +212,7 @@ ember_status get_rows_t(ember_cuda *cu, const ember_cuda_tensor *w, const int32_
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: get_rows: %s row length %lld is not a multiple of %d",
                            ember_type_name(w->type), (long long)w->ne0, T::QK);
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
-    k_get_rows<T><<<(unsigned)n_ids, 128, 0, cu->stream>>>((const uint8_t *)w->data, w->row_bytes, units, w->ne1,
+    ember_launch(k_get_rows<T>, (unsigned)n_ids, 128, 0, cu->stream, (const uint8_t *)w->data, w->row_bytes, units, w->ne1,
                                                          w->ne0, ids, out);
     return ember_cuda_launched("get_rows");
 }
@@ -215,6 +220,7 @@ ember_status get_rows_t(ember_cuda *cu, const ember_cuda_tensor *w, const int32_
 /* One warp per block of 32 (Q8_0/Q8_1): lane i holds x[i]. */
 __global__ void k_round_q8_0(const float *__restrict__ x, float *__restrict__ y, int64_t n_blocks)
 {
+    ember_pdl_wait();
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= n_blocks) return;
     const int lane = threadIdx.x & 31;
@@ -222,14 +228,17 @@ __global__ void k_round_q8_0(const float *__restrict__ x, float *__restrict__ y,
     float amax = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    /* ggml's CPU quantize_row_q8_0/q8_1 (what src/quant's activation
+     * quantizers reproduce): id = 127/amax (not 1/d), ties to even */
+    const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const float d16 = __half2float(__float2half_rn(d));
-    y[blk * 32 + lane] = roundf(__fmul_rn(v, id)) * d16;
+    y[blk * 32 + lane] = rintf(__fmul_rn(v, id)) * d16;
 }
 
 /* One warp per block of 256 (Q8_K): lane i holds 8 elements. */
 __global__ void k_round_q8_K(const float *__restrict__ x, float *__restrict__ y, int64_t n_blocks)
 {
+    ember_pdl_wait();
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= n_blocks) return;
     const int lane = threadIdx.x & 31;
@@ -317,7 +326,7 @@ extern "C" ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, 
                            (long long)n, (long long)bs);
     const int64_t nb = n / bs;
     const unsigned grid = (unsigned)((nb + 7) / 8);
-    if (bs == 32) k_round_q8_0<<<grid, 256, 0, cu->stream>>>(x, y, nb);
-    else k_round_q8_K<<<grid, 256, 0, cu->stream>>>(x, y, nb);
+    if (bs == 32) ember_launch(k_round_q8_0, grid, 256, 0, cu->stream, x, y, nb);
+    else ember_launch(k_round_q8_K, grid, 256, 0, cu->stream, x, y, nb);
     return ember_cuda_launched("round_act");
 }

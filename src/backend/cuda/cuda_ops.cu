@@ -12,31 +12,42 @@
 
 namespace {
 
-/* Sum over the CTA (blockDim.x a multiple of 32, <= 1024). */
-__device__ float block_sum(float v)
+/* Sum over the CTA in double (blockDim.x a multiple of 32, <= 1024). */
+__device__ double block_sum_d(double v)
 {
-    __shared__ float red[32];
+    __shared__ double red_d[32];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads(); /* red may be in use by a previous call */
-    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (lane == 0) red_d[warp] = v;
     __syncthreads();
     const int nw = blockDim.x >> 5;
-    v = lane < nw ? red[lane] : 0.f;
+    v = lane < nw ? red_d[lane] : 0.0;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+/* 1 / sqrt(mean(x^2) + eps) for one row, as the CPU backend computes it
+ * (ggml_rms_norm): squares in f32, summed in double, mean rounded to f32,
+ * then an IEEE sqrt and division, so both backends scale rows alike (no
+ * measurable cost on the H200: bench/results/cuda-h200.md, leases 4-5). */
+__device__ float row_inv_rms(const float *xr, int64_t n, float eps)
+{
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
+    ss = block_sum_d(ss);
+    const float mean = (float)(ss / (double)n);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
 /* ADD = false: y = norm(x) * w; ADD = true: y += norm(x) * w. One CTA per row. */
 template <bool ADD>
 __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict__ w, float *y, int64_t n, float eps)
 {
+    ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
-    float ss = 0.f;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-    ss = block_sum(ss);
-    const float inv = rsqrtf(ss / (float)n + eps);
+    const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = xr[i] * inv * (w ? w[i] : 1.f);
         if (ADD) yr[i] += v;
@@ -51,6 +62,7 @@ __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict_
 __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, int head_dim, int n_rot, int neox,
                        float theta_scale, float freq_scale, const float *__restrict__ ff)
 {
+    ember_pdl_wait();
     const int64_t t = blockIdx.y;
     float *xh = x + (t * n_head + blockIdx.x) * (int64_t)head_dim;
     const float p = (float)pos[t];
@@ -72,8 +84,11 @@ __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, in
 __device__ __forceinline__ float act_silu(float x) { return x / (1.f + expf(-x)); }
 __device__ __forceinline__ float act_gelu_tanh(float x)
 {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.f + tanhf(k * (x + 0.044715f * x * x * x)));
+    /* the CPU backend's arrangement, k x (1 + a x^2), without contractions
+     * (tanh in double cost ~6% of decode: the fused GLU kernel runs few CTAs) */
+    const float k = 0.79788456080286535588f; /* sqrt(2/pi) */
+    const float inner = __fmul_rn(__fmul_rn(k, x), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, x), x)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
 }
 
 __device__ __forceinline__ float act_gelu_tanh_f16(float x)
@@ -86,6 +101,7 @@ __device__ __forceinline__ float act_gelu_tanh_f16(float x)
 template <int ACT>
 __global__ void k_glu(const float *gate, const float *up, float *out, int64_t n)
 {
+    ember_pdl_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i];
         const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
@@ -97,19 +113,116 @@ __global__ void k_glu(const float *gate, const float *up, float *out, int64_t n)
 
 __global__ void k_add(const float *a, const float *b, float *y, int64_t n)
 {
+    ember_pdl_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = a[i] + b[i];
 }
 
 __global__ void k_scale(float *x, float s, int64_t n)
 {
+    ember_pdl_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] *= s;
+}
+
+/* Gemma's post-norm fused with the residual add: y = norm(x) * w (y may be
+ * x), residual += y. One CTA per row. */
+__global__ void k_rms_norm_add_out(const float *x, const float *__restrict__ w, float *y, float *residual, int64_t n,
+                                   float eps)
+{
+    ember_pdl_wait();
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n, *rr = residual + (int64_t)blockIdx.x * n;
+    const float inv = row_inv_rms(xr, n, eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        yr[i] = v;
+        rr[i] += v;
+    }
+}
+
+/* out = act(gate) * up (as k_glu) and r = out rounded to Q8_K blocks of 256
+ * (as ember_cuda_round_act: id = 127/amax, d = 1/id, q = rint(out * id)).
+ * One warp per block of 256; lane l holds elements l, l+32, ..., l+224. */
+template <int ACT>
+__global__ void k_glu_round_q8K(const float *gate, const float *up, float *out, float *r, int64_t n_blocks)
+{
+    ember_pdl_wait();
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    float v[8], amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int64_t j = blk * 256 + i * 32 + lane;
+        const float g = gate[j];
+        const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
+                        : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
+                                                          : act_gelu_tanh_f16(g);
+        v[i] = a * up[j];
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d = amax != 0.0f ? 1.0f / id : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int64_t j = blk * 256 + i * 32 + lane;
+        out[j] = v[i];
+        r[j] = rintf(__fmul_rn(v[i], id)) * d;
+    }
+}
+
+/* y = rms_norm(x) * w and r = y rounded to Q8_0 blocks of 32 (what
+ * ember_cuda_round_act does: d = amax/127 kept as f16, q = rint(y * 127/amax))
+ * in one pass. One CTA per row; n % 32 == 0, so each warp's 32 consecutive
+ * elements are one block. */
+__global__ void k_rms_norm_round_q8(const float *x, const float *__restrict__ w, float *y, float *r, int64_t n,
+                                    float eps)
+{
+    ember_pdl_wait();
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n, *rr = r + (int64_t)blockIdx.x * n;
+    const float inv = row_inv_rms(xr, n, eps);
+    const int64_t warp0 = threadIdx.x & ~31;
+    for (int64_t base = warp0; base < n; base += blockDim.x) {
+        const int64_t i = base + (threadIdx.x & 31);
+        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float d16 = __half2float(__float2half_rn(d));
+        yr[i] = v;
+        rr[i] = rintf(__fmul_rn(v, id)) * d16;
+    }
+}
+
+/* K and V rows of a step in one launch: blockIdx.y 0 stores K, 1 stores V. */
+__global__ void k_kv_store2(const float *__restrict__ sk, int64_t rk, const float *__restrict__ sv, int64_t rv,
+                            const int32_t *__restrict__ cells, __half *ck, __half *cv)
+{
+    ember_pdl_wait();
+    const int32_t cell = cells[blockIdx.x];
+    if (cell < 0) return;
+    const int64_t row = blockIdx.y ? rv : rk;
+    const float *s = (blockIdx.y ? sv : sk) + (int64_t)blockIdx.x * row;
+    __half *d = (blockIdx.y ? cv : ck) + (int64_t)cell * row;
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) d[i] = __float2half_rn(s[i]);
+}
+
+__global__ void k_softcap(float *x, float cap, int64_t n)
+{
+    ember_pdl_wait();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void k_kv_store(const float *__restrict__ src, int64_t row, const int32_t *__restrict__ cells,
                            __half *cache)
 {
+    ember_pdl_wait();
     const int32_t cell = cells[blockIdx.x];
     if (cell < 0) return;
     const float *s = src + (int64_t)blockIdx.x * row;
@@ -139,7 +252,7 @@ extern "C" ember_status ember_cuda_rms_norm(ember_cuda *cu, const float *x, cons
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm: bad shape [%lld, %lld]", (long long)n_rows,
                            (long long)n);
-    k_rms_norm<false><<<(unsigned)n_rows, norm_threads(n), 0, cu->stream>>>(x, w, y, n, eps);
+    ember_launch(k_rms_norm<false>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, n, eps);
     return ember_cuda_launched("rms_norm");
 }
 
@@ -152,7 +265,7 @@ extern "C" ember_status ember_cuda_rms_norm_add(ember_cuda *cu, const float *x, 
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add: bad shape [%lld, %lld]",
                            (long long)n_rows, (long long)n);
-    k_rms_norm<true><<<(unsigned)n_rows, norm_threads(n), 0, cu->stream>>>(x, w, residual, n, eps);
+    ember_launch(k_rms_norm<true>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, residual, n, eps);
     return ember_cuda_launched("rms_norm_add");
 }
 
@@ -177,7 +290,7 @@ extern "C" ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t 
     const int threads = half >= 128 ? 128 : ((half + 31) / 32) * 32;
     dim3 grid((unsigned)n_head, (unsigned)n_tokens);
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
-    k_rope<<<grid, threads, 0, cu->stream>>>(x, pos, n_head, head_dim, n_rot, mode == EMBER_CUDA_ROPE_NEOX,
+    ember_launch(k_rope, grid, threads, 0, cu->stream, x, pos, n_head, head_dim, n_rot, mode == EMBER_CUDA_ROPE_NEOX,
                                              theta_scale, freq_scale, freq_factors);
     return ember_cuda_launched("rope");
 }
@@ -191,11 +304,11 @@ extern "C" ember_status ember_cuda_glu(ember_cuda *cu, ember_cuda_act act, const
     EMBER_CUDA_NONNULL(out);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu: n = %lld", (long long)n);
     if (act == EMBER_CUDA_ACT_SILU)
-        k_glu<EMBER_CUDA_ACT_SILU><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+        ember_launch(k_glu<EMBER_CUDA_ACT_SILU>, elementwise_grid(n), 256, 0, cu->stream, gate, up, out, n);
     else if (act == EMBER_CUDA_ACT_GELU_TANH)
-        k_glu<EMBER_CUDA_ACT_GELU_TANH><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+        ember_launch(k_glu<EMBER_CUDA_ACT_GELU_TANH>, elementwise_grid(n), 256, 0, cu->stream, gate, up, out, n);
     else if (act == EMBER_CUDA_ACT_GELU_TANH_F16)
-        k_glu<EMBER_CUDA_ACT_GELU_TANH_F16><<<elementwise_grid(n), 256, 0, cu->stream>>>(gate, up, out, n);
+        ember_launch(k_glu<EMBER_CUDA_ACT_GELU_TANH_F16>, elementwise_grid(n), 256, 0, cu->stream, gate, up, out, n);
     else
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu: unknown activation %d", (int)act);
     return ember_cuda_launched("glu");
@@ -208,7 +321,7 @@ extern "C" ember_status ember_cuda_add(ember_cuda *cu, const float *a, const flo
     EMBER_CUDA_NONNULL(b);
     EMBER_CUDA_NONNULL(y);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: add: n = %lld", (long long)n);
-    k_add<<<elementwise_grid(n), 256, 0, cu->stream>>>(a, b, y, n);
+    ember_launch(k_add, elementwise_grid(n), 256, 0, cu->stream, a, b, y, n);
     return ember_cuda_launched("add");
 }
 
@@ -217,8 +330,86 @@ extern "C" ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int6
     EMBER_CUDA_NONNULL(cu);
     EMBER_CUDA_NONNULL(x);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: scale: n = %lld", (long long)n);
-    k_scale<<<elementwise_grid(n), 256, 0, cu->stream>>>(x, s, n);
+    ember_launch(k_scale, elementwise_grid(n), 256, 0, cu->stream, x, s, n);
     return ember_cuda_launched("scale");
+}
+
+extern "C" ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float *x, const float *w, float *y,
+                                                    float *residual, int64_t n, int64_t n_rows, float eps)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    EMBER_CUDA_NONNULL(residual);
+    if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add_out: bad shape [%lld, %lld]",
+                           (long long)n_rows, (long long)n);
+    ember_launch(k_rms_norm_add_out, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, residual, n, eps);
+    return ember_cuda_launched("rms_norm_add_out");
+}
+
+extern "C" ember_status ember_cuda_glu_round_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate,
+                                                  const float *up, float *out, float *r, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(gate);
+    EMBER_CUDA_NONNULL(up);
+    EMBER_CUDA_NONNULL(out);
+    EMBER_CUDA_NONNULL(r);
+    if (n <= 0 || n % 256 != 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu_round_q8K: n = %lld", (long long)n);
+    const int64_t nb = n / 256;
+    const unsigned grid = (unsigned)((nb + 7) / 8);
+    if (act == EMBER_CUDA_ACT_SILU)
+        ember_launch(k_glu_round_q8K<EMBER_CUDA_ACT_SILU>, grid, 256, 0, cu->stream, gate, up, out, r, nb);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH)
+        ember_launch(k_glu_round_q8K<EMBER_CUDA_ACT_GELU_TANH>, grid, 256, 0, cu->stream, gate, up, out, r, nb);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH_F16)
+        ember_launch(k_glu_round_q8K<EMBER_CUDA_ACT_GELU_TANH_F16>, grid, 256, 0, cu->stream, gate, up, out, r, nb);
+    else
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu_round_q8K: unknown activation %d", (int)act);
+    return ember_cuda_launched("glu_round_q8K");
+}
+
+extern "C" ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float *x, const float *w, float *y,
+                                                     float *r, int64_t n, int64_t n_rows, float eps)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    EMBER_CUDA_NONNULL(r);
+    if (n <= 0 || n % 32 != 0 || n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_round_q8: bad shape [%lld, %lld]",
+                           (long long)n_rows, (long long)n);
+    ember_launch(k_rms_norm_round_q8, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, r, n, eps);
+    return ember_cuda_launched("rms_norm_round_q8");
+}
+
+extern "C" ember_status ember_cuda_kv_store2(ember_cuda *cu, const float *k, int64_t rk, const float *v, int64_t rv,
+                                             int64_t n_tokens, const int32_t *cells, uint16_t *k_cache,
+                                             uint16_t *v_cache)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(k);
+    EMBER_CUDA_NONNULL(v);
+    EMBER_CUDA_NONNULL(cells);
+    EMBER_CUDA_NONNULL(k_cache);
+    EMBER_CUDA_NONNULL(v_cache);
+    if (n_tokens <= 0 || n_tokens > INT32_MAX || rk <= 0 || rv <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: kv_store2: bad shape [%lld, %lld/%lld]",
+                           (long long)n_tokens, (long long)rk, (long long)rv);
+    ember_launch(k_kv_store2, dim3((unsigned)n_tokens, 2), 128, 0, cu->stream, k, rk, v, rv, cells,
+                 reinterpret_cast<__half *>(k_cache), reinterpret_cast<__half *>(v_cache));
+    return ember_cuda_launched("kv_store2");
+}
+
+extern "C" ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    if (n <= 0 || !(cap > 0.f))
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: softcap: n = %lld, cap = %g", (long long)n, (double)cap);
+    ember_launch(k_softcap, elementwise_grid(n), 256, 0, cu->stream, x, cap, n);
+    return ember_cuda_launched("softcap");
 }
 
 extern "C" ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, int64_t n_tokens, int64_t row,
@@ -231,6 +422,6 @@ extern "C" ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, in
     if (n_tokens <= 0 || n_tokens > INT32_MAX || row <= 0)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: kv_store: bad shape [%lld, %lld]", (long long)n_tokens,
                            (long long)row);
-    k_kv_store<<<(unsigned)n_tokens, 128, 0, cu->stream>>>(src, row, cells, reinterpret_cast<__half *>(cache));
+    ember_launch(k_kv_store, (unsigned)n_tokens, 128, 0, cu->stream, src, row, cells, reinterpret_cast<__half *>(cache));
     return ember_cuda_launched("kv_store");
 }

@@ -220,7 +220,8 @@ static void test_kv_store_f16(void **state)
 }
 
 /* round_act must give exactly the values the CPU's vec_dot sees: src/quant's
- * from_float_ref blocks, dequantized (q * d). */
+ * activation quantizer (from_float: ggml's CPU quantize_row_q8_*), dequantized
+ * (q * d). */
 static void test_round_act_matches_cpu_quantizers(void **state)
 {
     (void)state;
@@ -239,8 +240,8 @@ static void test_round_act_matches_cpu_quantizers(void **state)
         dev_get(got, dy, sizeof got);
         const ember_quant_traits *qt = ember_quant_traits_get(types[t]);
         assert_non_null(qt);
-        assert_non_null(qt->from_float_ref);
-        qt->from_float_ref(x, blocks, N);
+        assert_non_null(qt->from_float);
+        qt->from_float(x, blocks, N);
         for (int i = 0; i < N; i++) {
             float want;
             if (types[t] == EMBER_TYPE_Q8_K) {

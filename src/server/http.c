@@ -53,7 +53,7 @@ typedef struct conn {
     char *body;
     size_t len, cap;
     bool too_large;     /* the body passed cfg.max_body_bytes (announced or received); the rest is not kept */
-    bool answered;      /* a response was queued before the body was read (early 401/413) */
+    bool answered;      /* the 413 was queued before the body was read (announced Content-Length) */
     engine_req *req;    /* a non-stream request in flight (cancel on abort) */
 } conn;
 

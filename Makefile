@@ -1,6 +1,7 @@
 # ember — top-level wrapper around CMake. The two commands that matter:
 #   make serve   set up, build, fetch the default model, start the server
-#   make test    the whole test suite (unit tests via ctest, end-to-end via pytest)
+#   make test    the whole test suite (unit tests via ctest, end-to-end via pytest),
+#                then all of it again under ASan + UBSan (make sanitize)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 PY := .venv/bin/python
@@ -26,17 +27,21 @@ unit: build models
 e2e: build models
 	EMBER_BIN=$(abspath $(BUILD))/bin/ember $(PY) -m pytest -q tests/e2e
 
-test: unit e2e cuda-check
+test: unit e2e sanitize cuda-check
 
 serve: build
 	@scripts/serve
 
-# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (part of
+# `make test`): unit tests, then every end-to-end test against the sanitized
+# binaries (servers, tools). -O1 keeps real-model runs within CI's time; leaks
+# fail a test (a server must exit 0), UB aborts. bench/results/sanitizers.md.
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 sanitize: setup models
-	@cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=ON >/dev/null
+	@cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=ON "-DCMAKE_C_FLAGS_DEBUG=-O1 -g" >/dev/null
 	@cmake --build build-san -j$(JOBS)
-	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-san --output-on-failure -j$(JOBS)
-	EMBER_BIN=$(abspath build-san)/bin/ember ASAN_OPTIONS=detect_leaks=1 $(PY) -m pytest -q tests/e2e
+	$(SAN_ENV) ctest --test-dir build-san --output-on-failure -j$(JOBS) --timeout 1800
+	EMBER_BIN=$(abspath build-san)/bin/ember EMBER_SANITIZED=1 $(SAN_ENV) $(PY) -m pytest -q tests/e2e
 
 # libFuzzer targets (clang); run one with e.g. build-fuzz/fuzz/fuzz_gguf -max_total_time=600
 fuzz: setup

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """soak.py — bounded soak of `ember serve` on loopback: N concurrent streaming
-chat clients for D seconds, then checks that no slot is left busy and reports
-server errors, latency percentiles and the server's resident memory after
-warm-up and at the end.
+chat clients for D seconds, then checks that no slot is left busy (/slots and
+/metrics) and reports server errors, latency percentiles and the server's
+resident memory over time (sampled every --sample-every seconds; flat after
+warm-up is the claim to check).
 
 Owns: starting one server on a free 127.0.0.1 port, the client loops and the
 report. Must not: touch anything but the loopback server it started (it is
@@ -10,7 +11,9 @@ killed at the end), or run unbounded (every request has a timeout; the run
 has a deadline).
 
 Usage: bench/soak.py --ember build/bin/ember --model ~/.cache/ember/models/SmolLM2-135M-Instruct.Q4_1.gguf \
-           [--clients 16] [--seconds 120] [--max-tokens 32] [--out bench/results/soak-smollm2.json]
+           [--clients 16] [--parallel N] [--seconds 120] [--max-tokens 32] [--sample-every 30] \
+           [--out bench/results/soak-smollm2.json]
+       The issue-11 run: nice -n 10 bench/soak.py --clients 64 --seconds 600 --max-tokens 16
 Needs: python3 with requests.
 """
 import argparse
@@ -42,6 +45,23 @@ def rss_kib(pid):
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return -1
+
+
+def proc_threads(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return -1
+
+
+def gauges(base, hdr):
+    """name -> value of the unlabelled samples on /metrics."""
+    out = {}
+    for line in requests.get(base + "/metrics", headers=hdr, timeout=30).text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            k, _, v = line.partition(" ")
+            out[k] = float(v)
+    return out
 
 
 def pct(xs, p):
@@ -92,6 +112,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=256)
+    ap.add_argument("--parallel", type=int, default=0, help="server slots (-np); default: --clients")
+    ap.add_argument("--sample-every", type=float, default=30, help="seconds between RSS / metrics samples")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -99,7 +121,7 @@ def main():
     key = "sk-soak"
     hdr = {"Authorization": f"Bearer {key}"}
     base = f"http://127.0.0.1:{port}"
-    argv = [a.ember, "serve", "-m", a.model, "-c", str(a.ctx), "-np", str(a.clients), "-t", str(a.threads),
+    argv = [a.ember, "serve", "-m", a.model, "-c", str(a.ctx), "-np", str(a.parallel or a.clients), "-t", str(a.threads),
             "--port", str(port), "--api-key", key, "--metrics"]
     log = open(f"/tmp/ember-soak-{port}.log", "w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -133,10 +155,27 @@ def main():
                 with lock:
                     results.append((time.monotonic(),) + res)
 
+        series = []   # (t_s, rss_kib, requests_processing, requests_deferred, threads)
+
+        def sample(t_start):
+            m = gauges(base, hdr)
+            series.append((round(time.monotonic() - t_start, 1), rss_kib(proc.pid),
+                           m.get("ember_requests_processing"), m.get("ember_requests_deferred"),
+                           proc_threads(proc.pid)))
+
+        def sampler(t_start):
+            while not stop.wait(a.sample_every):
+                try:
+                    sample(t_start)
+                except Exception:   # noqa: BLE001 - a missed sample is not a server error
+                    pass
+
         threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(a.clients)]
         t_start = time.monotonic()
         for th in threads:
             th.start()
+        smp = threading.Thread(target=sampler, args=(t_start,), daemon=True)
+        smp.start()
         time.sleep(min(a.warmup, a.seconds))
         rss_warm = rss_kib(proc.pid)
         for th in threads:
@@ -144,6 +183,7 @@ def main():
         wall = time.monotonic() - t_start
         hung = sum(th.is_alive() for th in threads)
         stop.set()
+        smp.join(30)
 
         # no slot may stay busy once the clients are done
         t_idle = time.monotonic()
@@ -154,6 +194,8 @@ def main():
                 break
             time.sleep(0.1)
         rss_end = rss_kib(proc.pid)
+        sample(t_start)
+        after = gauges(base, hdr)
         metrics = requests.get(base + "/metrics", headers=hdr, timeout=10).text
         proc.send_signal(15)
         rc = proc.wait(30)
@@ -164,6 +206,7 @@ def main():
         total = [r[3] for r in ok]
         chunks = sum(r[4] for r in ok)
         http_errors = [ln for ln in metrics.splitlines() if ln.startswith(("ember_http", "ember_requests"))]
+        post_warm = [x[1] for x in series if x[0] >= a.warmup]
         rep = {
             "argv": " ".join(argv[1:]), "clients": a.clients, "seconds": a.seconds, "max_tokens": a.max_tokens,
             "wall_s": round(wall, 1), "requests": len(results), "ok": len(ok), "errors": len(errs),
@@ -172,14 +215,23 @@ def main():
             "ttft_s": {p: round(pct(ttft, p), 3) for p in (50, 90, 99)} if ttft else None,
             "latency_s": {p: round(pct(total, p), 3) for p in (50, 90, 99)} if total else None,
             "latency_mean_s": round(statistics.mean(total), 3) if total else None,
-            "rss_kib": {"start": rss_start, "after_warmup": rss_warm, "end": rss_end},
+            "rss_kib": {"start": rss_start, "after_warmup": rss_warm, "end": rss_end,
+                        "post_warmup_min": min(post_warm) if post_warm else None,
+                        "post_warmup_max": max(post_warm) if post_warm else None},
+            "series": [dict(zip(("t_s", "rss_kib", "processing", "deferred", "threads"), x)) for x in series],
+            "metrics_after": {k: after.get(k) for k in ("ember_requests_processing", "ember_requests_deferred",
+                                                         "ember_http_requests_total", "ember_http_errors_total",
+                                                         "ember_requests_finished_total",
+                                                         "ember_requests_cancelled_total")},
             "http_error_metric": http_errors, "server_exit": rc,
             "machine": f"{os.cpu_count()} cores, load average at end {os.getloadavg()[0]:.1f} (shared)",
         }
         print(json.dumps(rep, indent=2))
         if a.out:
             pathlib.Path(a.out).write_text(json.dumps(rep, indent=2) + "\n")
-        return 0 if not errs and busy == 0 and hung == 0 and rc == 0 else 1
+        clean = (not errs and busy == 0 and hung == 0 and rc == 0 and after.get("ember_requests_processing") == 0
+                 and after.get("ember_requests_deferred") == 0 and after.get("ember_http_errors_total") == 0)
+        return 0 if clean else 1
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -43,6 +43,15 @@ static void usage(FILE *f)
             "      --chat-template-file F  Jinja chat template to use instead of the GGUF's\n"
             "      --chat-template-kwargs J  JSON object of default template variables, e.g. '{\"enable_thinking\":false}'\n"
             "      --metrics               serve Prometheus metrics at /metrics\n"
+            "      --cors-origin LIST      let browsers on these origins read answers: '*' or a comma-separated list\n"
+            "                              such as 'http://localhost:3000' (default: none, no CORS headers)\n"
+            "      --max-body-size N       largest request body in bytes (default 16777216); larger ones get 413\n"
+            "      --max-connections N     open connections at once, one thread each (default 512)\n"
+            "      --max-connections-per-ip N  of those, from one client address (default 128; 0: no cap)\n"
+            "      --header-timeout S      seconds a connection may idle before its request is complete, or\n"
+            "                              between keep-alive requests (default 10)\n"
+            "  -to, --timeout S            seconds a connection may idle once its request is in, e.g. a client\n"
+            "                              not reading its answer (default 600)\n"
             "      --reasoning-budget N    close a thinking block after N tokens (-1: unlimited, default)\n"
             "      --reasoning-format F    'auto' (default): thoughts in reasoning_content; 'none': raw in content\n");
     fputs(serve_spec_usage, f);
@@ -118,6 +127,15 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--chat-template-file")) { if (!v) goto missing; o.template_file = TAKE(); }
         else if (!strcmp(a, "--chat-template-kwargs")) { if (!v) goto missing; kwargs = TAKE(); }
         else if (!strcmp(a, "--metrics")) { sc.metrics = true; }
+        else if (!strcmp(a, "--cors-origin")) { if (!v) goto missing; sc.cors_origin = TAKE(); }
+        else if (!strcmp(a, "--max-body-size")) { if (!int_arg(a, TAKE(), 1, 1L << 40, &x)) return 2; sc.max_body_bytes = (size_t)x; }
+        else if (!strcmp(a, "--max-connections")) { if (!int_arg(a, TAKE(), 1, 65536, &x)) return 2; sc.max_connections = (int)x; }
+        else if (!strcmp(a, "--max-connections-per-ip")) {
+            if (!int_arg(a, TAKE(), 0, 65536, &x)) return 2;
+            sc.max_connections_per_ip = x ? (int)x : -1;
+        }
+        else if (!strcmp(a, "--header-timeout")) { if (!int_arg(a, TAKE(), 1, 86400, &x)) return 2; sc.header_timeout_s = (int)x; }
+        else if (!strcmp(a, "-to") || !strcmp(a, "--timeout")) { if (!int_arg(a, TAKE(), 1, 86400, &x)) return 2; sc.timeout_s = (int)x; }
         else if (!strcmp(a, "--reasoning-budget")) {
             if (!int_arg(a, TAKE(), -1, INT32_MAX, &x)) return 2;
             sc.has_reasoning_budget = true;

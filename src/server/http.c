@@ -9,10 +9,16 @@
  * and cancel the request when the client has gone, so the engine frees the
  * slot within one step; the completion notification cancels it as well.
  *
+ * Limits against slow and greedy clients (docs/security.md): connections in
+ * all and per client address, a short idle timeout until a request is
+ * complete (and between keep-alive requests), bodies refused from their
+ * Content-Length or as soon as a chunked upload crosses the limit.
+ *
  * Must not: touch the model, or hold a request's lock while writing.
  */
 #include "server/server.h"
 
+#include <errno.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -46,31 +52,72 @@ struct server {
 typedef struct conn {
     char *body;
     size_t len, cap;
-    bool too_large;
+    bool too_large;     /* the body passed cfg.max_body_bytes (announced or received); the rest is not kept */
+    bool answered;      /* the 413 was queued before the body was read (announced Content-Length) */
     engine_req *req;    /* a non-stream request in flight (cancel on abort) */
 } conn;
 
 /* ---------- responses ---------- */
 
-static enum MHD_Result send_text(struct MHD_Connection *mc, unsigned status, const char *ctype, char *body, size_t len)
+/* The value of Access-Control-Allow-Origin for this request, or NULL for
+ * none. CORS is opt-in (--cors-origin): "*" lets every origin read answers;
+ * a list ("https://a.example,http://localhost:3000") echoes the request's
+ * Origin header when it is one of them, byte for byte (Fetch standard, CORS
+ * protocol: the origin is serialized scheme://host[:port]). */
+static const char *cors_allow_origin(const server *s, struct MHD_Connection *mc)
+{
+    const char *list = s->cfg.cors_origin;
+    if (!list || !list[0]) return NULL;
+    if (!strcmp(list, "*")) return "*";
+    const char *o = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Origin");
+    if (!o || !o[0]) return NULL;
+    size_t n = strlen(o);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t m = strcspn(p, ", ");
+        if (m == n && !memcmp(p, o, n)) return o;
+        p += m;
+    }
+    return NULL;
+}
+
+/* Headers every answer carries: Server, and the CORS ones when enabled. */
+static void add_common_headers(const server *s, struct MHD_Connection *mc, struct MHD_Response *r)
+{
+    MHD_add_response_header(r, "Server", "ember/" EMBER_VERSION);
+    const char *origin = cors_allow_origin(s, mc);
+    if (s->cfg.cors_origin && strcmp(s->cfg.cors_origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
+    if (origin) MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+}
+
+static enum MHD_Result send_text_h(server *s, struct MHD_Connection *mc, unsigned status, const char *ctype, char *body,
+                                   size_t len, const char *allow)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
     if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-    MHD_add_response_header(r, "Server", "ember/" EMBER_VERSION);
+    if (allow) MHD_add_response_header(r, "Allow", allow);
+    add_common_headers(s, mc, r);
     enum MHD_Result ret = MHD_queue_response(mc, status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-static enum MHD_Result send_json(server *s, struct MHD_Connection *mc, unsigned status, json_t *j)
+
+/* j (consumed) as the JSON body; `allow`: an Allow header (405) or NULL */
+static enum MHD_Result send_json_h(server *s, struct MHD_Connection *mc, unsigned status, json_t *j, const char *allow)
 {
     if (status >= 400) atomic_fetch_add(&s->n_http_errors, 1);
     char *body = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     json_decref(j);
     if (!body) body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
-    return send_text(mc, status, "application/json; charset=utf-8", body, strlen(body));
+    if (!body) return MHD_NO;
+    return send_text_h(s, mc, status, "application/json; charset=utf-8", body, strlen(body), allow);
+}
+
+static enum MHD_Result send_json(server *s, struct MHD_Connection *mc, unsigned status, json_t *j)
+{
+    return send_json_h(s, mc, status, j, NULL);
 }
 
 static enum MHD_Result send_error(server *s, struct MHD_Connection *mc, const oai_error *err)
@@ -502,8 +549,7 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
         if (!resp) { stream_free(sm); return MHD_NO; }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
-        MHD_add_response_header(resp, "Server", "ember/" EMBER_VERSION);
+        add_common_headers(s, mc, resp);
         enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -721,7 +767,7 @@ static enum MHD_Result handle_metrics(server *s, struct MHD_Connection *mc)
     size_t len = 0;
     char *text = metrics_render(&in, &len);
     if (!text) return fail(s, mc, 500, "server_error", NULL, NULL, "out of memory");
-    return send_text(mc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    return send_text_h(s, mc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, NULL);
 }
 
 /* ---------- dispatch ---------- */
@@ -740,28 +786,54 @@ static bool authorized(server *s, struct MHD_Connection *mc)
 
 static const char *strip_v1(const char *url) { return !strncmp(url, "/v1/", 4) ? url + 3 : url; }
 
+static const char *too_large_message(const server *s, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "The request body is too large: this server accepts at most %zu bytes (--max-body-size).",
+             s->cfg.max_body_bytes);
+    return buf;
+}
+
+#define ALLOW_GET "GET, OPTIONS"
+#define ALLOW_POST "POST, OPTIONS"
+
+/* OPTIONS on any path (before authentication: browsers send CORS preflights
+ * without credentials): 204 with Allow, plus the preflight answer when the
+ * Origin may use this server (--cors-origin). */
+static enum MHD_Result send_options(server *s, struct MHD_Connection *mc)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
+    add_common_headers(s, mc, r);
+    if (cors_allow_origin(s, mc)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    enum MHD_Result ret = MHD_queue_response(mc, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *url, const char *method, conn *c)
 {
     atomic_fetch_add(&s->n_http, 1);
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     const char *path = strip_v1(url);
-    if (!strcmp(method, "OPTIONS")) {
-        struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
-        enum MHD_Result ret = MHD_queue_response(mc, 204, r);
-        MHD_destroy_response(r);
-        return ret;
-    }
+    const char *allow = NULL;
+    if (!strcmp(method, "OPTIONS")) return send_options(s, mc);
     if (!strcmp(path, "/health")) {
-        if (!get) goto method;
+        if (!get) { allow = ALLOW_GET; goto method; }
         return send_json(s, mc, 200, json_pack("{s:s}", "status", "ok"));
     }
     if (!authorized(s, mc))
         return fail(s, mc, 401, "invalid_request_error", NULL, "invalid_api_key",
                     "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
-    if (c->too_large) return fail(s, mc, 413, "invalid_request_error", NULL, NULL, "The request body is too large.");
+    if (c->too_large) {
+        char msg[160];
+        return fail(s, mc, 413, "invalid_request_error", NULL, "request_too_large",
+                    too_large_message(s, msg, sizeof msg));
+    }
 
     struct { const char *path; bool post; enum MHD_Result (*fn)(server *, struct MHD_Connection *, conn *); } posts[] = {
         {"/tokenize", true, handle_tokenize},
@@ -769,18 +841,19 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         {"/apply-template", true, handle_apply_template},
     };
     if (!strcmp(path, "/chat/completions")) {
-        if (!post) goto method;
+        if (!post) { allow = ALLOW_POST; goto method; }
         return handle_completion(s, mc, c, OAI_CHAT);
     }
     if (!strcmp(path, "/completions")) {
-        if (!post) goto method;
+        if (!post) { allow = ALLOW_POST; goto method; }
         return handle_completion(s, mc, c, OAI_COMPLETION);
     }
     for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++)
         if (!strcmp(path, posts[i].path)) {
-            if (!post) goto method;
+            if (!post) { allow = ALLOW_POST; goto method; }
             return posts[i].fn(s, mc, c);
         }
+    allow = ALLOW_GET;
     if (!strcmp(path, "/models")) { if (!get) goto method; return handle_models(s, mc); }
     if (!strcmp(path, "/slots")) { if (!get) goto method; return handle_slots(s, mc); }
     if (!strcmp(path, "/props")) { if (!get) goto method; return handle_props(s, mc); }
@@ -791,10 +864,73 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         return fail(s, mc, 404, "invalid_request_error", NULL, "not_found", msg);
     }
 method: {
+        /* RFC 9110 section 15.5.6: a 405 lists the methods the resource supports */
         char msg[300];
-        snprintf(msg, sizeof msg, "Method %s is not allowed for %.200s.", method, url);
-        return fail(s, mc, 405, "invalid_request_error", NULL, "method_not_allowed", msg);
+        snprintf(msg, sizeof msg, "Method %s is not allowed for %.200s (allowed: %s).", method, url, allow);
+        oai_error err;
+        oai_error_set(&err, 405, "invalid_request_error", NULL, "method_not_allowed", "%s", msg);
+        return send_json_h(s, mc, 405, oai_error_json(&err), allow);
     }
+}
+
+/* A chunked upload crossed --max-body-size. libmicrohttpd 0.9.75 refuses to
+ * queue an answer while it reads a body (MHD_queue_response says no), and
+ * reading on would let a client stream for ever: write the 413 on the socket
+ * ourselves (this connection's thread owns it and nothing was sent yet but a
+ * possible "100 Continue") and return MHD_NO, which closes the connection
+ * without reading the rest. The client may see a reset after the answer. */
+static enum MHD_Result refuse_midway(server *s, struct MHD_Connection *mc)
+{
+    atomic_fetch_add(&s->n_http, 1);
+    atomic_fetch_add(&s->n_http_errors, 1);
+    int fd = conn_fd(mc);
+    if (fd < 0) return MHD_NO;
+    char msg[160];
+    oai_error err;
+    oai_error_set(&err, 413, "invalid_request_error", NULL, "request_too_large", "%s",
+                  too_large_message(s, msg, sizeof msg));
+    json_t *j = oai_error_json(&err);
+    char *body = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(j);
+    if (!body) return MHD_NO;
+    const char *origin = cors_allow_origin(s, mc);
+    char head[1024];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Type: application/json; "
+                     "charset=utf-8\r\nServer: ember/" EMBER_VERSION "\r\n%s%.200s%sContent-Length: %zu\r\n\r\n",
+                     origin ? "Access-Control-Allow-Origin: " : "", origin ? origin : "", origin ? "\r\n" : "",
+                     strlen(body));
+    if (n > 0 && (size_t)n < sizeof head) {
+        const char *parts[2] = {head, body};
+        size_t lens[2] = {(size_t)n, strlen(body)};
+        for (int i = 0; i < 2; i++)
+            for (size_t off = 0; off < lens[i];) {
+                ssize_t w = send(fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL);
+                if (w > 0) { off += (size_t)w; continue; }
+                struct pollfd p = {.fd = fd, .events = POLLOUT};
+                if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll(&p, 1, 1000) > 0) continue;
+                if (w < 0 && errno == EINTR) continue;
+                i = 2;   /* the client is gone or stalls: give up */
+                break;
+            }
+        shutdown(fd, SHUT_WR);
+    }
+    free(body);
+    return MHD_NO;
+}
+
+/* Content-Length of the request, or -1 when absent (a chunked upload).
+ * A value that does not fit is reported as SIZE_MAX (too large). */
+static long long announced_length(struct MHD_Connection *mc)
+{
+    const char *v = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!v) return -1;
+    unsigned long long n = 0;
+    for (const char *p = v; *p >= '0' && *p <= '9'; p++) {
+        if (n > (1ull << 60)) return 1ll << 60;
+        n = n * 10 + (unsigned)(*p - '0');
+    }
+    return (long long)n;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
@@ -803,17 +939,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     server *s = cls;
     conn *c = *con_cls;
     if (!c) {
+        /* the headers are in, the body is not read yet */
         c = calloc(1, sizeof *c);
         if (!c) return MHD_NO;
         *con_cls = c;
+        long long n = announced_length(mc);
+        if (n >= 0 && (unsigned long long)n > s->cfg.max_body_bytes) {
+            /* refuse before reading: libmicrohttpd then skips the body, sends this answer
+             * (no "100 Continue") and closes the connection */
+            c->too_large = c->answered = true;
+            return route(s, mc, url, method, c);
+        }
         return MHD_YES;
     }
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (c->too_large || c->len + n > s->cfg.max_body_bytes) {
+        if (c->too_large) return MHD_YES;
+        if (c->len + n > s->cfg.max_body_bytes) {
+            /* a chunked upload crossed the limit: drop what was kept */
             c->too_large = true;
-            return MHD_YES;
+            free(c->body);
+            c->body = NULL;
+            c->len = c->cap = 0;
+            return refuse_midway(s, mc);
         }
         if (c->len + n + 1 > c->cap) {
             size_t cap = c->cap ? c->cap : 4096;
@@ -828,12 +977,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->body[c->len] = 0;
         return MHD_YES;
     }
+    if (c->answered) return MHD_YES;
+    /* the whole request is in: from now on the connection may idle as long as --timeout */
+    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.timeout_s);
     return route(s, mc, url, method, c);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
+    (void)toe;
+    server *s = cls;
     conn *c = *con_cls;
+    /* a kept-alive connection waits for its next request under the short timeout */
+    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->cfg.header_timeout_s);
     if (!c) return;
     if (c->req) engine_req_cancel(c->req);
     free(c->body);
@@ -850,6 +1006,10 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
     if (!s->cfg.host) s->cfg.host = "127.0.0.1";
     if (!s->cfg.alias) s->cfg.alias = "ember";
     if (!s->cfg.max_body_bytes) s->cfg.max_body_bytes = 16u << 20;
+    if (s->cfg.max_connections <= 0) s->cfg.max_connections = 512;
+    if (!s->cfg.max_connections_per_ip) s->cfg.max_connections_per_ip = 128;
+    if (s->cfg.header_timeout_s <= 0) s->cfg.header_timeout_s = 10;
+    if (s->cfg.timeout_s <= 0) s->cfg.timeout_s = 600;
     s->e = e;
     s->text = *text;
     s->created = (int64_t)time(NULL);
@@ -871,9 +1031,16 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
         return ember_error(EMBER_ERR_INVALID_ARG, "--host '%s' is not an IPv4 or IPv6 address",
                            cfg->host ? cfg->host : "");
     }
+    /* Slow-loris budget: a connection idles at most header_timeout_s until its
+     * whole request is in (on_request lifts it to timeout_s, on_completed puts
+     * it back for the next keep-alive request); one client address holds at
+     * most max_connections_per_ip of the max_connections (one thread each). */
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, sa,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_END);
+                            (unsigned)s->cfg.header_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)(s->cfg.max_connections_per_ip > 0 ? s->cfg.max_connections_per_ip : 0),
+                            MHD_OPTION_END);
     if (!s->d) {
         chat_tools_free(s->ct);
         free(s);

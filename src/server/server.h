@@ -56,7 +56,15 @@ typedef struct server_config {
     const char *model_path;
     bool metrics;                    /* --metrics: enable GET /metrics */
     json_t *template_kwargs;         /* --chat-template-kwargs defaults (object or NULL) */
-    size_t max_body_bytes;           /* larger bodies get 413; 0: 16 MiB */
+    size_t max_body_bytes;           /* --max-body-size: larger bodies get 413; 0: 16 MiB */
+    const char *cors_origin;         /* --cors-origin: "*" or a comma-separated list of origins allowed to read
+                                        answers from a browser; NULL: no CORS headers (same-origin only) */
+    int max_connections;             /* --max-connections: open connections at once; 0: 512 */
+    int max_connections_per_ip;      /* --max-connections-per-ip: from one client address; 0: 128; < 0: no cap */
+    int header_timeout_s;            /* --header-timeout: seconds a connection may stay idle while its request
+                                        (headers and body) is incomplete, or between keep-alive requests; 0: 10 */
+    int timeout_s;                   /* --timeout: seconds a connection may stay idle once its request is
+                                        complete (a client not reading its answer); 0: 600 */
     bool has_reasoning_budget;       /* --reasoning-budget given */
     int32_t reasoning_budget;        /* --reasoning-budget: thought tokens before it is closed; < 0 unlimited */
     bool reasoning_format_none;      /* --reasoning-format none: thoughts stay raw in content */

@@ -45,6 +45,12 @@ FIRST_LOGPROB_TOL = 0.003
 NEAR_TIE = 0.05
 
 MODELS = [("gemma3-270m", "gemma3_path"), ("smollm2-135m", "smollm2_path")]
+# Under ASan + UBSan (make sanitize sets EMBER_SANITIZED=1) decoding is ~10x
+# slower: the same code paths run on the first 4 prompts for 16 tokens, and
+# perplexity on one chunk, whose value is not compared (no golden for one
+# chunk; the Release run of this test compares the values). What the
+# sanitized run checks is that they run clean.
+SANITIZED = os.environ.get("EMBER_SANITIZED") == "1"
 
 
 def golden(name):
@@ -62,13 +68,14 @@ def ember_runs(model, ember_bin, tmp_path_factory):
     """Run all golden prompts through `ember run --prompt-ids-file` once."""
     name, path, g = model
     ids_file = tmp_path_factory.mktemp(name) / "prompts.txt"
-    ids_file.write_text("".join(",".join(map(str, x["prompt_ids"])) + "\n" for x in g["generations"]))
+    gens = g["generations"][:4] if SANITIZED else g["generations"]
+    ids_file.write_text("".join(",".join(map(str, x["prompt_ids"])) + "\n" for x in gens))
     r = subprocess.run([ember_bin, "run", "-m", path, "--prompt-ids-file", str(ids_file),
-                        "-n", str(g["n_predict"]), "--temp", "0", "-c", "1024", "-t", THREADS,
+                        "-n", str(16 if SANITIZED else g["n_predict"]), "--temp", "0", "-c", "1024", "-t", THREADS,
                         "--n-probs", "20"], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
     lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    assert len(lines) == len(g["generations"]), r.stdout[-2000:]
+    assert len(lines) == len(gens), r.stdout[-2000:]
     return lines
 
 
@@ -83,7 +90,8 @@ def test_greedy_continuations_match_llama_cpp(model, ember_runs):
     same, report = 0, []
     for i, (want, got) in enumerate(zip(g["generations"], ember_runs)):
         assert got["n_prompt"] == len(want["prompt_ids"])
-        wt, gt = want["tokens"], got["tokens"][:len(want["tokens"])]
+        wt = want["tokens"][:16] if SANITIZED else want["tokens"]
+        gt = got["tokens"][:len(wt)]
         if wt == gt:
             same += 1
             continue
@@ -93,7 +101,7 @@ def test_greedy_continuations_match_llama_cpp(model, ember_runs):
                       f"(llama.cpp {wt[k] if k < len(wt) else None}, ember {gt[k] if k < len(gt) else None}); "
                       f"llama.cpp top-2 gap {gap:.4f}, ember gap {got['gap'][k] if k < len(got['gap']) else None}")
         assert gap < NEAR_TIE, f"{name}: divergence not at a near-tie: " + report[-1]
-    assert same >= len(g["generations"]) - 1, f"{name}: only {same} identical\n" + "\n".join(report)
+    assert same >= len(ember_runs) - 1, f"{name}: only {same} identical\n" + "\n".join(report)
 
 
 def test_first_position_logprobs(model, ember_runs):
@@ -119,10 +127,13 @@ def test_perplexity_matches_llama_cpp(model, ember_bin):
         pytest.skip(f"{name}: the golden has no whole-text llama.cpp perplexity yet (make_goldens.py)")
     cmd = [ember_bin, "perplexity", "-m", path, "-f", str(TEXT), "-c", str(p["ctx"]), "-t", THREADS]
     if not full:
-        cmd += ["--chunks", str(ref["chunks"])]
+        cmd += ["--chunks", "1" if SANITIZED else str(ref["chunks"])]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stderr
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", r.stdout)
     assert m, r.stdout
     ppl = float(m.group(1))
+    if SANITIZED and not full:
+        assert 1 < ppl < 1000
+        return
     assert abs(ppl / ref["ppl"] - 1) < 0.005, f"{name}: ember PPL {ppl}, llama.cpp {ref['ppl']}"

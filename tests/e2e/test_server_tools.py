@@ -13,6 +13,7 @@ forced <think> output (a request grammar) must be split into reasoning_content.
 """
 import concurrent.futures as cf
 import json
+import os
 import pathlib
 
 import openai
@@ -20,6 +21,9 @@ import pytest
 import requests
 
 from serverutil import Server, free_port
+
+# Client timeout per request; ASan + UBSan (make sanitize) decode ~10x slower.
+CLIENT_TIMEOUT = 600 if os.environ.get("EMBER_SANITIZED") == "1" else 120
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "tests/data/templates"
@@ -93,7 +97,7 @@ def tools_srv(ember_bin, smollm2_path):
 
 @pytest.fixture(scope="module")
 def client(tools_srv):
-    return openai.OpenAI(base_url=tools_srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=tools_srv.base + "/v1", api_key="none", max_retries=0, timeout=CLIENT_TIMEOUT)
 
 
 ASK = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
@@ -231,7 +235,7 @@ def think_srv(ember_bin, smollm2_path):
 
 @pytest.fixture(scope="module")
 def think_client(think_srv):
-    return openai.OpenAI(base_url=think_srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=think_srv.base + "/v1", api_key="none", max_retries=0, timeout=CLIENT_TIMEOUT)
 
 
 def test_enable_thinking_changes_prompt(think_srv):
@@ -273,7 +277,7 @@ THINK_ON = {"chat_template_kwargs": {"enable_thinking": True}}
 @pytest.fixture(scope="module")
 def r1_client(ember_bin, smollm2_path):
     s = start(ember_bin, smollm2_path, R1)
-    yield s, openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=120)
+    yield s, openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=CLIENT_TIMEOUT)
     assert s.stop() == 0
 
 
@@ -308,7 +312,7 @@ def test_open_thought_and_budget(r1_client):
 def test_reasoning_format_none_and_budget_flag(ember_bin, smollm2_path):
     s = start(ember_bin, smollm2_path, R1, "--reasoning-format", "none", "--reasoning-budget", "2")
     try:
-        c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=120)
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=CLIENT_TIMEOUT)
         m = c.chat.completions.create(model="m", messages=HI, max_tokens=12, temperature=0,
                                       extra_body={**THINK_ON, "ignore_eos": True}).choices[0].message
         assert getattr(m, "reasoning_content", None) is None

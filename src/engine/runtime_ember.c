@@ -21,13 +21,16 @@ static ember_status rt_sampler_new(void *c, const ember_sampler_params *p, int32
 static void rt_sampler_free(void *c, ember_sampler *s) { ember_sampler_free(s); }
 static ember_token rt_sample(void *c, ember_sampler *s, const float *l) { return ember_sampler_sample(s, l); }
 static void rt_accept(void *c, ember_sampler *s, ember_token t) { ember_sampler_accept(s, t); }
+static ember_status rt_set_hidden(void *c, int32_t n, const int32_t *l) { return ember_set_hidden_layers(c, n, l); }
+static const float *rt_get_hidden(void *c, int32_t i, int32_t j) { return ember_get_hidden(c, i, j); }
 
-engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab)
+engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t n_embd)
 {
     return (engine_runtime){
         .ctx = ctx, .n_vocab = n_vocab, .decode = rt_decode, .get_logits = rt_get_logits,
         .seq_remove = rt_seq_remove, .seq_truncate = rt_seq_truncate, .seq_fork = rt_seq_fork,
         .seq_len = rt_seq_len, .kv_free_tokens = rt_kv_free, .sampler_new = rt_sampler_new,
         .sampler_free = rt_sampler_free, .sampler_sample = rt_sample, .sampler_accept = rt_accept,
+        .n_embd = n_embd, .set_hidden_layers = rt_set_hidden, .get_hidden = rt_get_hidden,
     };
 }

@@ -94,6 +94,7 @@ static bool admit(engine *e, engine_req *r)
     s->state = SLOT_PREFILL;
     s->admitted = ++e->admit_no;
     s->n_draft = 0;
+    s->n_hidden_rows = 0;
     if (e->cfg.spec) spec_engine_slot_reset(e->cfg.spec, s->id);
     s->last_used = e->step_no;
     set_busy(e, +1);

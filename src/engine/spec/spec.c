@@ -13,14 +13,6 @@
  * is the extra cost of a verified row relative to a 1-token step, as
  * measured on the CPU backend with SmolLM2-135M (bench/results/spec-cpu.md);
  * it is lower on a GPU.
- *
- * Layer-skip (SPEC_LAYERSKIP) is not implemented: the CPU runtime runs all
- * layers in one forward (src/model/llama.c loops il < n_layer). What it needs:
- * a per-decode layer limit (ember_run.n_layer_exec, honoured by each arch's
- * loop before ember_output), so a draft pass runs layers [0, k) + the LM head
- * on the slot's own sequence; the K/V it writes for layers < k at the draft
- * positions equal the target's (same tokens, same layers), and the target's
- * verification batch overwrites them, so no second KV cache is needed.
  */
 #include "engine/spec/spec.h"
 

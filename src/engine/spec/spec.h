@@ -37,28 +37,35 @@ typedef enum spec_type {
     SPEC_NONE = 0,
     SPEC_NGRAM,      /* prompt lookup over the slot's tokens so far */
     SPEC_DRAFT,      /* a smaller model with the same vocabulary (-md) */
-    SPEC_LAYERSKIP,  /* the target's first k layers + its LM head (not yet: see layerskip note in spec.c) */
+    SPEC_LAYERSKIP,  /* the target's first k layers + its LM head (self-speculative, layerskip.c) */
 } spec_type;
 
 /* What a proposer sees for one slot at one step. tokens[0, n_tokens) are the
  * prompt followed by the generated tokens; the last one has been sampled but
  * is not yet in the target's KV (the draft continues after it).
  *
- * Hidden-state hook (DFlash / MTP / EAGLE-style heads): hidden[j] points at
- * the target's hidden state [n_embd] after layer hidden_layer[j] for the last
- * decoded position of this slot, n_hidden of them. The CPU runtime does not
- * export them yet (n_hidden = 0, hidden = NULL); the accessor to add is
- * ember_get_hidden(ctx, i_batch, layer) reading the residual stream the
- * forward pass already keeps in its scratch (s->x) after that layer. A
- * proposer that needs them says so with spec_proposer.hidden_layers. */
+ * Hidden-state hook (DFlash / MTP / EAGLE-style heads): a proposer that sets
+ * spec_proposer.n_hidden_layers / hidden_layers gets the target's hidden
+ * states (the residual stream after those layers, 0-based, before the final
+ * norm: ember_get_hidden) of the positions the target verified in its last
+ * decode of this slot and that are now part of the sequence: the slot's
+ * last token and every accepted draft token (after a prefill: the last
+ * prompt token). Row r is position hidden_pos + r (its input token is
+ * tokens[hidden_pos + r]; it is the state that predicted token
+ * hidden_pos + r + 1); hidden[(r * n_hidden + j) * n_embd ...] is its state
+ * after layer hidden_layer[j]. n_hidden_rows is 0 when there is none (first
+ * step of a request, or no proposer asked). Rows before hidden_pos were
+ * handed over in earlier steps; a proposer that keeps history stores them. */
 typedef struct spec_input {
     int32_t slot;                 /* engine slot id (also the target's seq id) */
     const ember_token *tokens;
     int32_t n_tokens;
     int32_t n_prompt;             /* tokens[0, n_prompt) came from the request */
-    int32_t n_hidden;
+    int32_t n_hidden;             /* layers per row (= the proposer's n_hidden_layers) */
     const int32_t *hidden_layer;  /* [n_hidden] layer indices */
-    const float *const *hidden;   /* [n_hidden] rows of n_embd floats */
+    int32_t n_hidden_rows;        /* verified positions handed over (0..SPEC_MAX_DRAFT + 1) */
+    int32_t hidden_pos;           /* position of row 0 */
+    const float *hidden;          /* [n_hidden_rows][n_hidden][n_embd] */
     int32_t n_embd;
 } spec_input;
 
@@ -74,8 +81,8 @@ typedef struct spec_input {
 typedef struct spec_proposer {
     const char *name;
     void *self;
-    int32_t n_hidden_layers;      /* hidden states wanted (0: none) */
-    const int32_t *hidden_layers;
+    int32_t n_hidden_layers;      /* hidden states wanted (0: none; at most EMBER_MAX_HIDDEN_LAYERS) */
+    const int32_t *hidden_layers; /* [n_hidden_layers] 0-based target layers (see spec_input) */
     int32_t (*propose)(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *draft, float *q);
     void (*feedback)(void *self, int32_t slot, int32_t n_drafted, int32_t n_accepted);
     void (*slot_reset)(void *self, int32_t slot);
@@ -91,6 +98,7 @@ typedef struct spec_params {
     bool adaptive;     /* --spec-adaptive on|off: per-slot draft length from measured acceptance */
     float row_cost;    /* cost of one more verified batch row relative to a 1-token step (adaptive model) */
     int32_t ngram_min, ngram_max; /* n-gram: lookup key lengths tried, longest first */
+    int32_t n_layer_draft;        /* layerskip: --spec-layers k (0: half the target's layers) */
 } spec_params;
 
 spec_params spec_default_params(void);
@@ -159,5 +167,12 @@ ember_status spec_ngram_new(int32_t ngram_min, int32_t ngram_max, spec_proposer 
  * tokens' text: the message names the first differing id). */
 ember_status spec_draft_new(const char *path, ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
                             spec_proposer *out);
+/* Layer-skip (self-speculative): the target context's own first n_layer
+ * layers + final norm + LM head draft greedily on the slot's own sequence
+ * (layerskip.c says how its K/V writes are undone). target must be the
+ * engine's context (sequence i = slot i) and outlive the proposer.
+ * Errors: EMBER_ERR_INVALID_ARG (n_layer not in [1, model n_layer)),
+ * EMBER_ERR_UNSUPPORTED (the architecture cannot stop early), NOMEM. */
+ember_status spec_layerskip_new(ember_context *target, const ember_model *m, int32_t n_layer, spec_proposer *out);
 
 #endif

@@ -42,7 +42,8 @@ static int32_t spec_slot_draft(engine *e, slot *s, int32_t room)
     int32_t pred_room = s->n_predict - s->n_generated - 1;
     if (ctx_room < room) room = ctx_room;
     if (pred_room < room) room = pred_room;
-    if (room <= 0) return 0;
+    if (room < 0) room = 0;
+    if (room == 0 && s->n_hidden_rows == 0) return 0;
     const spec_proposer *pr = &e->cfg.spec->prop;
     spec_input in = {.slot = s->id, .tokens = s->tokens, .n_tokens = s->n_tokens, .n_prompt = s->n_prompt,
                      .n_hidden = pr->n_hidden_layers, .hidden_layer = pr->hidden_layers,

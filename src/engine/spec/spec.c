@@ -117,7 +117,11 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
         if (n == 0 && ++s->idle[i] >= 8) n = s->p.n_min > 1 ? s->p.n_min : 1;   /* probe */
     }
     if (n > limit) n = limit;
-    if (n <= 0 || n < s->p.n_min) return 0;
+    if (n <= 0 || n < s->p.n_min) {
+        /* no draft this step; a proposer reading hidden states still gets its rows */
+        if (in->n_hidden_rows > 0) s->prop.propose(s->prop.self, in, 0, s->p.p_min, draft, NULL);
+        return 0;
+    }
     int32_t k = s->prop.propose(s->prop.self, in, n, s->p.p_min, draft, NULL);
     if (k < 0 || k > n) k = 0;
     if (k < s->p.n_min) return 0;

@@ -69,9 +69,12 @@ typedef struct spec_input {
     int32_t n_embd;
 } spec_input;
 
-/* A proposer. propose writes at most n_max (>= 1) draft tokens continuing
+/* A proposer. propose writes at most n_max draft tokens continuing
  * in->tokens into draft[] and returns how many (0: no draft this step; < 0
- * never). If `q` is non-NULL the proposer may store the probability it gave
+ * never). n_max is >= 1, except for a proposer reading hidden states: it is
+ * called with n_max = 0 when the engine wants no draft this step but has
+ * hidden rows to hand over (every verified position's row reaches it once,
+ * in order, except those of the step that ends a request). If `q` is non-NULL the proposer may store the probability it gave
  * each drafted token (q[i] in (0, 1]; 1 for deterministic drafts); p_min is
  * --spec-draft-p-min (a model-based proposer stops drafting when its top
  * probability falls below it). feedback reports how many of the last draft's

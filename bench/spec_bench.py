@@ -9,9 +9,10 @@ pretrained models; temperature 0, non-streaming):
               correct / extract from a given text): n-gram drafts get accepted;
   free      — open-ended writing with ignore_eos: drafts are mostly rejected.
 Each at 1 stream (prompts one after another) and 8 parallel streams (all at
-once, -np 8). All servers run at once (idle when not measured) and each
-measurement runs on every server back to back, so load drift on a shared
-machine hits the compared configurations alike. Reported: generated tokens / wall time (aggregate), the decode
+once, -np 8). All servers run at once (idle when not measured); single-stream runs
+go prompt by prompt, each prompt on every server in turn, and parallel runs
+go server after server, so load drift on a shared machine hits the compared
+configurations alike. Reported: generated tokens / wall time (aggregate), the decode
 rate from the servers' own timings (predicted_n / predicted_ms, single
 stream), and draft_n / draft_n_accepted summed from the responses' timings.
 
@@ -172,6 +173,7 @@ def measure(base, prompts, max_tokens, ignore_eos, parallel):
     pred_ms = sum(r["pred_ms"] for r in res)
     pred_n = sum(max(r["pred_n"] - 1, 0) for r in res)
     return {"tok": n, "wall": wall, "tps": n / wall, "decode_tps": pred_n * 1e3 / pred_ms if pred_ms else 0,
+            "pred_ms": pred_ms, "pred_n": pred_n,
             "draft_n": sum(r["draft_n"] for r in res), "draft_acc": sum(r["draft_acc"] for r in res)}
 
 
@@ -224,8 +226,18 @@ def main():
             ask(bases[-1], "Say hello.", 8, False)   # warm-up
         for wl, prompts, ign in (("grounded", grounded, False), ("free", free, True)):
             for par in pars:
-                for (engine, spec, _), base in zip(cfgs, bases):   # back to back: same load
-                    r = measure(base, prompts, a.max_tokens, ign, par)
+                if par:
+                    res = [measure(base, prompts, a.max_tokens, ign, True) for base in bases]   # back to back
+                else:
+                    # one stream: prompt by prompt, each on every server in turn, so
+                    # load swings on a shared machine hit all configurations alike
+                    parts = [[measure(base, [p], a.max_tokens, ign, False) for base in bases] for p in prompts]
+                    res = [{k: sum(pp[i][k] for pp in parts) for k in ("tok", "wall", "draft_n", "draft_acc",
+                                                                      "pred_ms", "pred_n")} for i in range(len(bases))]
+                    for r in res:
+                        r["tps"] = r["tok"] / r["wall"]
+                        r["decode_tps"] = r["pred_n"] * 1e3 / r["pred_ms"] if r["pred_ms"] else 0
+                for (engine, spec, _), r in zip(cfgs, res):
                     r.update(engine=engine, spec=spec, workload=wl, streams=8 if par else 1)
                     print(r, flush=True)
                     rows.append(r)

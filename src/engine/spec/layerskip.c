@@ -119,7 +119,7 @@ ember_status spec_layerskip_new(ember_context *target, const ember_model *m, int
         free(ls);
         return st;
     }
-    *out = (spec_proposer){.name = "layerskip", .self = ls, .propose = layerskip_propose,
+    *out = (spec_proposer){.name = "layerskip", .self = ls, .costly = true, .propose = layerskip_propose,
                            .describe = layerskip_describe, .free = layerskip_free};
     return EMBER_OK;
 }

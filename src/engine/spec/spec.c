@@ -12,13 +12,17 @@
  * verification rows, and copying phases draft long. row_cost (default 0.35)
  * is the extra cost of a verified row relative to a 1-token step, as
  * measured on the CPU backend with SmolLM2-135M (bench/results/spec-cpu.md);
- * it is lower on a GPU.
+ * it is lower on a GPU. A proposer that runs a model (draft, layerskip) also
+ * costs time per drafted token: its measured time over the measured 1-row
+ * target step is added to row_cost, so a layer-skip draft that is rarely
+ * accepted stops drafting instead of slowing decoding down.
  */
 #include "engine/spec/spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 
@@ -87,9 +91,9 @@ void spec_engine_describe(const spec_engine *s, char *buf, size_t cap)
 {
     char extra[256] = "";
     if (s->prop.describe) s->prop.describe(s->prop.self, extra, sizeof extra);
-    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s (row cost %.2f)",
+    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s (row cost %.2f%s)",
              spec_type_name(s->p.type), extra, s->p.n_max, s->p.n_min, (double)s->p.p_min,
-             s->p.adaptive ? "on" : "off", (double)s->p.row_cost);
+             s->p.adaptive ? "on" : "off", (double)s->p.row_cost, s->prop.costly ? " + measured draft cost" : "");
 }
 
 int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)
@@ -104,6 +108,29 @@ int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)
     return best;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Cost of drafting one token relative to a 1-row target step (costly
+ * proposers only; 0 until both times are measured). */
+static double draft_cost(const spec_engine *s)
+{
+    if (!s->prop.costly || s->t_draft <= 0 || s->t_step <= 0) return 0;
+    double c = s->t_draft / s->t_step;
+    return c > 4 ? 4 : c;
+}
+
+void spec_engine_step_time(spec_engine *s, double dt, int32_t n_rows)
+{
+    if (!s || n_rows < 1 || !(dt > 0)) return;
+    double t1 = dt / (1.0 + (double)s->p.row_cost * (n_rows - 1));
+    s->t_step = s->t_step > 0 ? 0.9 * s->t_step + 0.1 * t1 : t1;
+}
+
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft)
 {
     if (in->slot < 0 || in->slot >= s->n_slots) return 0;
@@ -112,9 +139,12 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
         int32_t i = in->slot;
         double alpha = s->acc_a[i] / (s->acc_a[i] + s->acc_r[i]);
         if (alpha > 0.99) alpha = 0.99;
-        n = spec_best_length(alpha, s->p.row_cost, s->p.n_max);
+        double dc = draft_cost(s);
+        n = spec_best_length(alpha, (float)(s->p.row_cost + dc), s->p.n_max);
         if (n > 0 && n < s->p.n_min) n = 0;
-        if (n == 0 && ++s->idle[i] >= 8) n = s->p.n_min > 1 ? s->p.n_min : 1;   /* probe */
+        /* probe: every 8th idle step, stretched by the draft's own cost so
+         * probing a model proposer that keeps failing costs ~2% of steps */
+        if (n == 0 && ++s->idle[i] >= (int32_t)(8.0 * (1.0 + 4.0 * dc))) n = s->p.n_min > 1 ? s->p.n_min : 1;
     }
     if (n > limit) n = limit;
     if (n <= 0 || n < s->p.n_min) {
@@ -122,8 +152,13 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
         if (in->n_hidden_rows > 0) s->prop.propose(s->prop.self, in, 0, s->p.p_min, draft, NULL);
         return 0;
     }
+    double t0 = s->prop.costly ? now_s() : 0;
     int32_t k = s->prop.propose(s->prop.self, in, n, s->p.p_min, draft, NULL);
     if (k < 0 || k > n) k = 0;
+    if (s->prop.costly) {   /* per drafted token (a draft that stopped at once counts as one) */
+        double t = (now_s() - t0) / (k > 0 ? k : 1);
+        s->t_draft = s->t_draft > 0 ? 0.9 * s->t_draft + 0.1 * t : t;
+    }
     if (k < s->p.n_min) return 0;
     return k;
 }

@@ -84,6 +84,8 @@ typedef struct spec_input {
 typedef struct spec_proposer {
     const char *name;
     void *self;
+    bool costly;                  /* drafting runs a model (draft, layerskip): the adaptive length
+                                   * counts its measured time per draft token (spec_engine_step_time) */
     int32_t n_hidden_layers;      /* hidden states wanted (0: none; at most EMBER_MAX_HIDDEN_LAYERS) */
     const int32_t *hidden_layers; /* [n_hidden_layers] 0-based target layers (see spec_input) */
     int32_t (*propose)(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *draft, float *q);
@@ -124,6 +126,8 @@ typedef struct spec_engine {
     int32_t n_slots;
     double *acc_a, *acc_r; /* [n_slots] decayed counts of accepted / rejected draft tokens */
     int32_t *idle;     /* [n_slots] steps since the slot last drafted (probing) */
+    double t_draft;    /* costly proposers: decayed mean seconds per drafted token (0: not measured yet) */
+    double t_step;     /* decayed mean seconds of a 1-row target step, from spec_engine_step_time */
     spec_stats st;
 } spec_engine;
 
@@ -142,14 +146,20 @@ void spec_engine_describe(const spec_engine *s, char *buf, size_t cap);
 int32_t spec_best_length(double alpha, float row_cost, int32_t n_max);
 
 /* Draft for a slot: at most `limit` tokens; with adaptive on, at most the
- * length spec_best_length picks from the slot's measured acceptance (when it
- * picks 0, a 1-token probe every 8th step keeps the estimate current).
- * Returns the draft length (0 when none or shorter than n_min). */
+ * length spec_best_length picks from the slot's measured acceptance, with a
+ * draft token's cost = row_cost + (for a costly proposer) its measured
+ * drafting time over a target step's (when it picks 0, a 1-token probe
+ * every 8th step, less often for a costly proposer, keeps the estimate
+ * current). Returns the draft length (0 when none or shorter than n_min). */
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft);
 /* After verification: n_accepted of n_drafted were accepted. Updates the
  * counters and the slot's acceptance estimate (counts decay by 0.8 a draft). */
 void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);
 void spec_engine_slot_reset(spec_engine *s, int32_t slot);
+/* The engine's step timing: a target decode of n_rows batch entries (no
+ * prefill) took dt seconds. Gives the 1-row step time (dt / (1 + row_cost *
+ * (n_rows - 1)), decayed mean) that a costly proposer's time is compared to. */
+void spec_engine_step_time(spec_engine *s, double dt, int32_t n_rows);
 
 /* The general acceptance rule for one draft token x drawn from q.
  * p, q: [n] probabilities over the same candidate ids (sum 1 each; q[x] > 0).

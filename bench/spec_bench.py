@@ -207,6 +207,7 @@ def main():
     ap.add_argument("--p-min", type=float, help="--spec-draft-p-min for the ember configurations")
     ap.add_argument("--mode", choices=["chat", "completion"], default="chat")
     ap.add_argument("--parallel", choices=["both", "1", "8"], default="both")
+    ap.add_argument("--workloads", default="grounded,free")
     ap.add_argument("--out")
     a = ap.parse_args()
     global MODE
@@ -225,6 +226,8 @@ def main():
             bases.append(f"http://127.0.0.1:{port}")
             ask(bases[-1], "Say hello.", 8, False)   # warm-up
         for wl, prompts, ign in (("grounded", grounded, False), ("free", free, True)):
+            if wl not in a.workloads.split(","):
+                continue
             for par in pars:
                 if par:
                     res = [measure(base, prompts, a.max_tokens, ign, True) for base in bases]   # back to back

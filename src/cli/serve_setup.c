@@ -51,7 +51,8 @@ const char serve_spec_usage[] =
     "      --spec-draft-n-min N    drop drafts shorter than N (default 0)\n"
     "      --spec-draft-p-min P    draft model stops when its top probability < P (default 0.75)\n"
     "      --spec-adaptive on|off  per-slot draft length from measured acceptance and verify cost (default on)\n"
-    "      --spec-row-cost C       cost of one more verified row relative to a 1-token step (default 0.35, CPU)\n";
+    "      --spec-row-cost C       cost of one more verified row relative to a 1-token step (default: measured\n"
+    "                              from the server's own step times, starting from 0.35)\n";
 
 int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
 {
@@ -91,6 +92,7 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
             return -1;
         }
         o->spec.row_cost = (float)c;
+        o->spec.row_cost_auto = false;
     } else if (strstr(a, "p-min")) {
         double p = strtod(v, &end);
         if (*end || end == v || !(p >= 0 && p <= 1)) {

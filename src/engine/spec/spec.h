@@ -102,6 +102,8 @@ typedef struct spec_params {
     float p_min;       /* --spec-draft-p-min: model proposers stop below this probability */
     bool adaptive;     /* --spec-adaptive on|off: per-slot draft length from measured acceptance */
     float row_cost;    /* cost of one more verified batch row relative to a 1-token step (adaptive model) */
+    bool row_cost_auto; /* measure row_cost from the engine's step times (row_cost is the prior);
+                         * ember serve sets it unless --spec-row-cost is given */
     int32_t ngram_min, ngram_max; /* n-gram: lookup key lengths tried, longest first */
     int32_t n_layer_draft;        /* layerskip: --spec-layers k (0: half the target's layers) */
 } spec_params;
@@ -128,6 +130,10 @@ typedef struct spec_engine {
     int32_t *idle;     /* [n_slots] steps since the slot last drafted (probing) */
     double t_draft;    /* costly proposers: decayed mean seconds per drafted token (0: not measured yet) */
     double t_step;     /* decayed mean seconds of a 1-row target step, from spec_engine_step_time */
+    double *t_base;    /* [n_slots + 1] decayed mean seconds of a step of i rows and no draft */
+    double *rc_est;    /* [n_slots + 1] measured row cost for steps of i slot rows (row_cost_auto) */
+    int32_t *n_rc;     /* [n_slots + 1] samples behind rc_est[i] */
+    int32_t base;      /* slot rows (no drafts) of the last decode-only step */
     spec_stats st;
 } spec_engine;
 
@@ -157,9 +163,20 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
 void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);
 void spec_engine_slot_reset(spec_engine *s, int32_t slot);
 /* The engine's step timing: a target decode of n_rows batch entries (no
- * prefill) took dt seconds. Gives the 1-row step time (dt / (1 + row_cost *
- * (n_rows - 1)), decayed mean) that a costly proposer's time is compared to. */
-void spec_engine_step_time(spec_engine *s, double dt, int32_t n_rows);
+ * prefill), n_draft_rows of them draft tokens, took dt seconds. Keeps t(b),
+ * the time of steps of b slot rows without drafts; a step of b slot rows
+ * plus drafts then gives a sample of the row cost as a slot sees it: the
+ * extra time per draft row over the slot's share of the step,
+ * (dt - t(b)) / n_draft_rows / (t(b) / b). Its decayed mean for the current
+ * b replaces row_cost after 8 samples when row_cost_auto is set: a loaded
+ * CPU (small verification batches cost more than on a quiet one), many
+ * streams (a full batch is compute-bound: a draft row costs about a slot's
+ * whole share) and a GPU (rows nearly free) each get their own. Until then
+ * the prior for b slots is row_cost * b, at most 1.5. Also gives the 1-row
+ * step time that a costly proposer's time is compared to. */
+void spec_engine_step_time(spec_engine *s, double dt, int32_t n_rows, int32_t n_draft_rows);
+/* The row cost the adaptive length uses now (configured or measured). */
+double spec_engine_row_cost(const spec_engine *s);
 
 /* The general acceptance rule for one draft token x drawn from q.
  * p, q: [n] probabilities over the same candidate ids (sum 1 each; q[x] > 0).

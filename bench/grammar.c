@@ -6,19 +6,25 @@
  * object with string/enum/integer/array fields) and one valid document,
  * tokenized by ember's Gemma tokenizer. Each step's logits are
  * grammar_trace.h's noise + target (+ a forbidden decoy on "reject" steps).
- * Modes, per step (logits copy excluded from the timing):
- *   greedy       argmax over 262,144 logits (the unconstrained baseline)
- *   topk40       top-k 40 + softmax + draw (a second, costlier baseline)
- *   lazy r%      argmax; token_allowed(tok); if rejected: the best allowed
- *                token (argmax over the allowed list when the mask is
- *                sparse, else apply the mask and argmax again); accept —
- *                with r% of steps carrying a forbidden decoy on top
- *   eager        the best allowed token every step (as above), accept
- * "cold": a fresh matcher per document (empty caches: what the first
- * request with a new grammar pays); "warm": the same matcher reset (caches
- * kept: later requests with that grammar when the server keeps a template
- * state and clones it).
- *
+ * Two families of rows, each mode timed right after its unconstrained
+ * baseline on the same logits (paired):
+ * A. the engine's path (what slot_draw runs): baseline ember_sampler_sample,
+ *    mode ember_sample_constrained (src/sample/constrained.h: draw, check,
+ *    look further among the chain's candidates, mask only when none is
+ *    allowed), for a greedy sampler and for llama.cpp's default chain
+ *    (top-k 40, top-p 0.95, min-p 0.05, temp 0.8). The chain's draw is
+ *    random: the grammar then advances by the trace token, the step's cost
+ *    is the draw's.
+ * B. bare loops shared with bench/llama/grammar_llama.c (the llama.cpp
+ *    comparison): argmax over raw logits; "lazy r%" argmax, token_allowed,
+ *    on rejection the best allowed token (argmax over the allowed list when
+ *    the mask is sparse, else apply the mask and argmax again); "eager" the
+ *    masked draw every step.
+ * r%: steps carrying a forbidden decoy above the target. "cold": a fresh
+ * matcher per document (empty caches: what the first request with a new
+ * grammar pays); "warm": the same matcher reset (caches kept: later
+ * requests with that grammar when the server keeps a template state and
+ * clones it).
  * usage: grammar MODEL.gguf [OUTDIR] [REPEATS]
  * OUTDIR receives grammar.gbnf and trace.txt ("target decoy" per line, for
  * the reject-every-step pattern) so that bench/llama/grammar_llama.c runs
@@ -33,8 +39,10 @@
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "grammar_trace.h"
+#include "sample/constrained.h"
 #include "sample/grammar.h"
 #include "sample/json_schema.h"
+#include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *SCHEMA =
@@ -68,7 +76,10 @@ static bool has_decoy(size_t i, int r_pct)
     return (i * (size_t)r_pct) / 100 != ((i + 1) * (size_t)r_pct) / 100;
 }
 
-enum mode { M_GREEDY, M_TOPK, M_LAZY, M_EAGER };
+enum mode { M_GREEDY, M_TOPK, M_LAZY, M_EAGER, M_CGREEDY, M_CCHAIN };
+
+static ember_sampler *g_greedy, *g_chain;   /* engine samplers (family A) */
+static float *g_scratch;
 
 /* Best allowed token: over the allowed list when the mask is sparse (at
  * most nv/16 tokens, e.g. between JSON tokens), else over masked logits. */
@@ -98,18 +109,20 @@ static void run_row(enum mode md, int r_pct, bool cold, int repeats, ember_gramm
     for (size_t i = 0; i < t->n; i++) bmin[i] = cmin[i] = 1e30;
     for (int rep = 0; rep < repeats; rep++) {
         ember_grammar_state *st = NULL;
-        if (md == M_LAZY || md == M_EAGER) {
+        if (md != M_GREEDY && md != M_TOPK) {
             if (cold) { if (ember_grammar_state_new(g, tv, &st)) die("state"); }
             else { st = warm; ember_grammar_state_reset(st); }
         }
         for (size_t i = 0; i < t->n; i++) {
             int32_t decoy = has_decoy(i, r_pct) ? t->decoy[i] : -1;
             gt_step_logits(logits, noise, nv, t->tok[i], decoy);
+            bool engine_path = md == M_CGREEDY || md == M_CCHAIN;
+            ember_sampler *smp = md == M_CCHAIN ? g_chain : g_greedy;
             double t0 = gt_now_us();
-            ember_token tb = gt_argmax(logits, nv);
+            ember_token tb = engine_path ? ember_sampler_sample(smp, logits) : gt_argmax(logits, nv);
             double dt = gt_now_us() - t0;
             if (dt < bmin[i]) bmin[i] = dt;
-            if (tb != (decoy >= 0 ? decoy : t->tok[i])) { fprintf(stderr, "baseline drew %d at step %zu\n", tb, i); exit(1); }
+            if (md != M_CCHAIN && tb != (decoy >= 0 ? decoy : t->tok[i])) { fprintf(stderr, "baseline drew %d at step %zu\n", tb, i); exit(1); }
             gt_step_logits(logits, noise, nv, t->tok[i], decoy);
             t0 = gt_now_us();
             ember_token tok = 0;
@@ -125,10 +138,21 @@ static void run_row(enum mode md, int r_pct, bool cold, int repeats, ember_gramm
                 tok = constrained_argmax(st, logits, nv);
                 if (ember_grammar_accept(st, tok)) die("accept");
                 break;
+            case M_CGREEDY:
+            case M_CCHAIN:
+                if (ember_sample_constrained(smp, st, logits, nv, g_scratch, &tok)) die("sample_constrained");
+                break;
             }
             dt = gt_now_us() - t0;
             if (dt < cmin[i]) cmin[i] = dt;
-            if ((md == M_LAZY || md == M_EAGER) && tok != t->tok[i]) {
+            if (md == M_CCHAIN) {   /* any allowed draw; the grammar follows the trace */
+                if (!ember_grammar_token_allowed(st, tok)) { fprintf(stderr, "step %zu: drew forbidden %d\n", i, tok); exit(1); }
+                tok = t->tok[i];
+                if (ember_grammar_accept(st, tok)) die("accept");
+            } else if (md == M_CGREEDY) {
+                if (ember_grammar_accept(st, tok)) die("accept");
+            }
+            if (md != M_GREEDY && md != M_TOPK && tok != t->tok[i]) {
                 fprintf(stderr, "step %zu: drew %d, expected %d\n", i, tok, t->tok[i]);
                 exit(1);
             }
@@ -206,7 +230,24 @@ int main(int argc, char **argv)
     ember_grammar_state *warm;
     if (ember_grammar_state_new(g, tv, &warm)) die("state");
 
+    ember_sampler_params sp = ember_sampler_default_params();
+    ember_sampler_params gp = sp;
+    gp.temp = 0.0f;
+    if (ember_sampler_new(&gp, nv, &g_greedy) || ember_sampler_new(&sp, nv, &g_chain)) die("sampler");
+    g_scratch = malloc((size_t)nv * sizeof *g_scratch);
     struct { const char *name; enum mode md; int r; bool cold; } rows[] = {
+        { "A greedy: sample_constrained, 0% rejected, warm", M_CGREEDY, 0, false },
+        { "A greedy: sample_constrained, 10% rejected, warm", M_CGREEDY, 10, false },
+        { "A greedy: sample_constrained, 100% rejected, warm", M_CGREEDY, 100, false },
+        { "A greedy: sample_constrained, 0% rejected, cold", M_CGREEDY, 0, true },
+        { "A greedy: sample_constrained, 10% rejected, cold", M_CGREEDY, 10, true },
+        { "A greedy: sample_constrained, 100% rejected, cold", M_CGREEDY, 100, true },
+        { "A chain: sample_constrained, 0% decoys, warm", M_CCHAIN, 0, false },
+        { "A chain: sample_constrained, 10% decoys, warm", M_CCHAIN, 10, false },
+        { "A chain: sample_constrained, 100% decoys, warm", M_CCHAIN, 100, false },
+        { "A chain: sample_constrained, 0% decoys, cold", M_CCHAIN, 0, true },
+        { "A chain: sample_constrained, 10% decoys, cold", M_CCHAIN, 10, true },
+        { "A chain: sample_constrained, 100% decoys, cold", M_CCHAIN, 100, true },
         { "greedy (unconstrained)", M_GREEDY, 0, false },
         { "topk40 (unconstrained)", M_TOPK, 0, false },
         { "lazy, 0% rejected, warm", M_LAZY, 0, false },
@@ -227,7 +268,7 @@ int main(int argc, char **argv)
            nv, vocab_ms, parse_ms, ember_grammar_n_rules(g));
     printf("document: %zu tokens + EOS; %d passes; per step the minimum over passes, paired with a greedy step\n\n",
            n_ids, repeats);
-    printf("| mode | greedy us/step | mode us/step | mode / greedy |\n|---|---:|---:|---:|\n");
+    printf("| mode | baseline us/step | mode us/step | mode / baseline |\n|---|---:|---:|---:|\n");
     for (size_t k = 0; k < nr; k++) {
         run_row(rows[k].md, rows[k].r, rows[k].cold, repeats, warm, g, tv, &t, noise, logits, nv, &bb, &cc);
         printf("| %s | %.1f | %.1f | %.3f |\n", rows[k].name, bb, cc, cc / bb);
@@ -263,6 +304,9 @@ int main(int argc, char **argv)
     printf("\nwarm cache: %zu DFA states, %zu transition rows, %zu stack nodes, %.1f MiB, mask hits %zu misses %zu; vocab trie %zu nodes\n",
            s.n_states, s.n_rows, s.n_stack_nodes, (double)s.bytes / 1048576.0, s.mask_hits, s.mask_misses, s.n_trie_nodes);
     ember_grammar_state_free(warm);
+    ember_sampler_free(g_greedy);
+    ember_sampler_free(g_chain);
+    free(g_scratch);
     free(noise); free(logits); free(t.tok); free(t.decoy); free(gbnf);
     json_decref(schema);
     ember_grammar_free(g);

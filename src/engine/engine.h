@@ -25,6 +25,8 @@
 #include "ember.h"
 #include "engine/spec/spec.h"
 
+struct ember_grammar_state;
+
 /* The model side, as include/ember.h defines it. `ctx` is passed back to
  * every call. Semantics are those of the ember_* function of the same name. */
 typedef struct engine_runtime {
@@ -41,6 +43,10 @@ typedef struct engine_runtime {
     void (*sampler_free)(void *ctx, ember_sampler *s);
     ember_token (*sampler_sample)(void *ctx, ember_sampler *s, const float *logits);
     void (*sampler_accept)(void *ctx, ember_sampler *s, ember_token t);
+    /* optional: ember_sample_constrained (src/sample/constrained.h); NULL:
+     * the engine draws, checks, and masks all logits on a rejection */
+    ember_status (*sampler_sample_grammar)(void *ctx, ember_sampler *s, struct ember_grammar_state *g,
+                                           const float *logits, int32_t n_vocab, float *scratch, ember_token *out);
     /* Hidden states for proposers that read them (spec_input); optional
      * (NULL: a proposer asking for them is refused by engine_new). n_embd:
      * row length of get_hidden. */

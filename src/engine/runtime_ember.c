@@ -7,6 +7,8 @@
  */
 #include "engine/runtime_ember.h"
 
+#include "sample/constrained.h"
+
 static ember_status rt_decode(void *c, const ember_batch *b) { return ember_decode(c, b); }
 static const float *rt_get_logits(void *c, int32_t i) { return ember_get_logits(c, i); }
 static ember_status rt_seq_remove(void *c, ember_seq_id s) { return ember_seq_remove(c, s); }
@@ -21,6 +23,11 @@ static ember_status rt_sampler_new(void *c, const ember_sampler_params *p, int32
 static void rt_sampler_free(void *c, ember_sampler *s) { ember_sampler_free(s); }
 static ember_token rt_sample(void *c, ember_sampler *s, const float *l) { return ember_sampler_sample(s, l); }
 static void rt_accept(void *c, ember_sampler *s, ember_token t) { ember_sampler_accept(s, t); }
+static ember_status rt_sample_grammar(void *c, ember_sampler *s, struct ember_grammar_state *g, const float *l,
+                                      int32_t n_vocab, float *scratch, ember_token *out)
+{
+    return ember_sample_constrained(s, g, l, n_vocab, scratch, out);
+}
 static ember_status rt_set_hidden(void *c, int32_t n, const int32_t *l) { return ember_set_hidden_layers(c, n, l); }
 static const float *rt_get_hidden(void *c, int32_t i, int32_t j) { return ember_get_hidden(c, i, j); }
 
@@ -31,6 +38,7 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t
         .seq_remove = rt_seq_remove, .seq_truncate = rt_seq_truncate, .seq_fork = rt_seq_fork,
         .seq_len = rt_seq_len, .kv_free_tokens = rt_kv_free, .sampler_new = rt_sampler_new,
         .sampler_free = rt_sampler_free, .sampler_sample = rt_sample, .sampler_accept = rt_accept,
+        .sampler_sample_grammar = rt_sample_grammar,
         .n_embd = n_embd, .set_hidden_layers = rt_set_hidden, .get_hidden = rt_get_hidden,
     };
 }

@@ -225,6 +225,20 @@ static ember_token slot_draw(engine *e, slot *s, const float *logits)
         s->force = NULL;
         s->n_force = 0;
     }
+    if (s->grammar && e->rt.sampler_sample_grammar) {
+        ember_token t = -1;
+        ember_status st = e->rt.sampler_sample_grammar(e->rt.ctx, s->smpl, s->grammar, logits, e->rt.n_vocab,
+                                                       s->masked, &t);
+        if (st == EMBER_OK) st = ember_grammar_accept(s->grammar, t);
+        if (st != EMBER_OK) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "grammar: no allowed token after %d generated (%s)", s->n_generated,
+                     ember_last_error());
+            slot_release(e, s, ENGINE_FINISH_ERROR, msg);
+            return -1;
+        }
+        return t;
+    }
     ember_token t = e->rt.sampler_sample(e->rt.ctx, s->smpl, logits);
     if (!s->grammar) return t;
     if (!ember_grammar_token_allowed(s->grammar, t)) {

@@ -5,7 +5,10 @@
  * Owns: validating a batch (tokens, sequence ids, consecutive positions),
  * reserving its KV rows (all or nothing), cutting it into micro-batches of
  * n_ubatch entries and running the architecture's forward over each, and the
- * logits of the last decode. All memory (KV pool, scratch, index arrays) is
+ * logits of the last decode. The KV cache is sized per layer from the
+ * model's n_embd_k_gqa / n_embd_v_gqa (nothing for KV-shared layers);
+ * sliding-window layers get the kv module's windowed group, whose rows are
+ * taken one micro-batch at a time (ember_kv_swa_advance). All memory (KV pool, scratch, index arrays) is
  * allocated by ember_context_new; the logits buffer grows only when a batch
  * asks for more logits rows than any before it.
  * Must not: know an architecture's math (model files), or KV block internals
@@ -34,6 +37,8 @@ struct ember_context {
     /* per-decode index arrays, [n_batch] each */
     int64_t *kv_row;
     ember_attn_query *query;
+    int64_t *kv_row_swa;          /* sliding-window group, [n_batch] each */
+    ember_attn_query *query_swa;
     int32_t *out_map;     /* entry -> logits row, or -1 */
     int32_t *out_idx;     /* ubatch-local indices of entries that want logits */
     int32_t n_last;       /* entries of the last decode */
@@ -55,14 +60,12 @@ struct ember_context {
 
 /* Mirror a copy-on-write block copy into a backend that keeps its own copy
  * of the cache. */
-static void kv_copy_to_backend(void *ud, const ember_kv *kv, int32_t dst, int32_t src)
+static void kv_copy_to_backend(void *ud, const ember_kv *kv, int32_t il, int32_t dst, int32_t src)
 {
     ember_context *c = ud;
     const int64_t bt = ember_kv_block_tokens(kv);
-    for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
-        const ember_kv_layer_view view = ember_kv_layer(kv, il);
-        c->be->ops->kv_copy(c->be, &view, dst * bt, src * bt, bt);
-    }
+    const ember_kv_layer_view view = ember_kv_layer(kv, il);
+    c->be->ops->kv_copy(c->be, &view, dst * bt, src * bt, bt);
 }
 
 ember_context_params ember_context_default_params(void)
@@ -101,10 +104,10 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     if (!kv_type(p.type_k, &tk) || !kv_type(p.type_v, &tv))
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: unknown KV cache type %d/%d", (int)p.type_k, (int)p.type_v);
     const ember_hparams *hp = &m->hp;
-    if (tk == EMBER_TYPE_Q8_0 && hp->head_dim_k % 32 != 0)
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: q8_0 K cache needs key_length %d to be a multiple of 32", hp->head_dim_k);
-    if (tv == EMBER_TYPE_Q8_0 && hp->head_dim_v % 32 != 0)
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: q8_0 V cache needs value_length %d to be a multiple of 32", hp->head_dim_v);
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        if ((tk == EMBER_TYPE_Q8_0 && hp->n_embd_k_gqa[il] % 32 != 0) || (tv == EMBER_TYPE_Q8_0 && hp->n_embd_v_gqa[il] % 32 != 0))
+            return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: a q8_0 KV cache needs K/V rows in multiples of 32 (layer %d: %lld/%lld)",
+                               il, (long long)hp->n_embd_k_gqa[il], (long long)hp->n_embd_v_gqa[il]);
 
     ember_context *c = calloc(1, sizeof *c);
     if (!c) return ember_error(EMBER_ERR_NOMEM, "ember_context_new: out of memory");
@@ -130,8 +133,12 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
 #endif
     if ((st = ember_backend_cpu_new(p.n_threads, &lim, &c->be))) goto fail;
 
+    bool layer_swa[EMBER_MAX_LAYERS];
+    for (int32_t il = 0; il < hp->n_layer; il++) layer_swa[il] = hp->n_swa > 0 && hp->is_swa[il];
     ember_kv_params kp = {
         .n_layer = hp->n_layer, .n_embd_k = n_k, .n_embd_v = n_v, .type_k = tk, .type_v = tv,
+        .layer_n_embd_k = hp->n_embd_k_gqa, .layer_n_embd_v = hp->n_embd_v_gqa,
+        .layer_swa = hp->n_swa > 0 ? layer_swa : NULL, .n_swa = hp->n_swa, .n_swa_step = (int32_t)p.n_ubatch,
         .block_tokens = KV_BLOCK_TOKENS,
         .n_blocks = (int32_t)((p.n_kv_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS),
         .n_seq_max = (int32_t)p.n_seq_max, .n_ctx = (int32_t)p.n_ctx,
@@ -147,6 +154,8 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     const size_t nb = p.n_batch, ns = p.n_seq_max;
     c->kv_row = malloc(nb * sizeof *c->kv_row);
     c->query = malloc(nb * sizeof *c->query);
+    c->kv_row_swa = malloc(nb * sizeof *c->kv_row_swa);
+    c->query_swa = malloc(nb * sizeof *c->query_swa);
     c->out_map = malloc(nb * sizeof *c->out_map);
     c->out_idx = malloc(nb * sizeof *c->out_idx);
     c->seq_next = malloc(ns * sizeof *c->seq_next);
@@ -154,7 +163,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     c->seq_list = malloc(ns * sizeof *c->seq_list);
     c->logits_rows = p.n_seq_max < p.n_batch ? p.n_seq_max : p.n_batch;
     c->logits = malloc((size_t)c->logits_rows * (size_t)hp->n_vocab * sizeof(float));
-    if (!c->scratch_mem || !c->kv_row || !c->query || !c->out_map || !c->out_idx || !c->seq_next ||
+    if (!c->scratch_mem || !c->kv_row || !c->query || !c->kv_row_swa || !c->query_swa || !c->out_map || !c->out_idx || !c->seq_next ||
         !c->seq_count || !c->seq_list || !c->logits) {
         st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: cannot allocate %llu bytes of scratch", (unsigned long long)c->scratch_bytes);
         goto fail;
@@ -181,6 +190,8 @@ void ember_context_free(ember_context *c)
     free(c->scratch_mem);
     free(c->kv_row);
     free(c->query);
+    free(c->kv_row_swa);
+    free(c->query_swa);
     free(c->out_map);
     free(c->out_idx);
     free(c->seq_next);
@@ -279,6 +290,28 @@ void ember_batch_free(ember_batch *b)
     memset(b, 0, sizeof *b);
 }
 
+/* Sliding-window rows for entries [u0, u1) of b: advance each sequence's
+ * window by its entries in the micro-batch, then look up rows and tables. */
+static ember_status swa_rows(ember_context *c, const ember_batch *b, int32_t u0, int32_t u1)
+{
+    int32_t n_seqs = 0;
+    int32_t *cnt = c->seq_next;   /* free after validation: per-sequence counts */
+    for (int32_t i = u0; i < u1; i++) {
+        const ember_seq_id s = b->seq_id[i];
+        if (c->seq_count[s]++ == 0) c->seq_list[n_seqs++] = s;
+    }
+    for (int32_t k = 0; k < n_seqs; k++) cnt[k] = c->seq_count[c->seq_list[k]];
+    const ember_status st = ember_kv_swa_advance(c->kv, c->seq_list, cnt, n_seqs);
+    for (int32_t k = 0; k < n_seqs; k++) c->seq_count[c->seq_list[k]] = 0;
+    if (st) return st;
+    for (int32_t i = u0; i < u1; i++) {
+        c->kv_row_swa[i] = ember_kv_group_row(c->kv, EMBER_KV_GROUP_SWA, b->seq_id[i], b->pos[i]);
+        c->query_swa[i].blocks = ember_kv_group_blocks(c->kv, EMBER_KV_GROUP_SWA, b->seq_id[i]);
+        c->query_swa[i].pos = b->pos[i];
+    }
+    return EMBER_OK;
+}
+
 ember_status ember_decode(ember_context *c, const ember_batch *b)
 {
     if (!c || !b) return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: context or batch is NULL");
@@ -357,9 +390,17 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
 
     ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .s = &c->s, .n_layer = c->n_layer_run,
                      .n_capture = c->n_capture, .capture_layer = c->capture_layer};
+    const bool swa = ember_kv_has_swa_group(c->kv);
     for (int32_t u0 = 0; u0 < n; u0 += (int32_t)c->p.n_ubatch) {
         int32_t u1 = u0 + (int32_t)c->p.n_ubatch;
         if (u1 > n) u1 = n;
+        if (swa && (st = swa_rows(c, b, u0, u1)) != EMBER_OK) {
+            /* cannot happen while the kv module's pool bound holds; drop the
+             * batch's sequences rather than leave positions without K/V */
+            for (int32_t i = 0; i < n; i++) ember_kv_seq_remove(c->kv, b->seq_id[i]);
+            c->n_last = c->n_out_last = 0;
+            return st;
+        }
         int32_t first_out = -1, n_uo = 0;
         for (int32_t i = u0; i < u1; i++) {
             if (c->out_map[i] < 0) continue;
@@ -368,7 +409,8 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         }
         ember_ubatch ubatch = {
             .n = u1 - u0, .token = b->token + u0, .pos = b->pos + u0, .kv_row = c->kv_row + u0,
-            .query = c->query + u0, .n_out = n_uo, .out_idx = c->out_idx,
+            .query = c->query + u0, .kv_row_swa = (swa ? c->kv_row_swa : c->kv_row) + u0,
+            .query_swa = (swa ? c->query_swa : c->query) + u0, .n_out = n_uo, .out_idx = c->out_idx,
             .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
             .hidden = c->n_capture == 0 ? NULL
                       : c->hidden + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)c->n_capture * (size_t)hp->n_embd,

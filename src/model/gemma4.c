@@ -79,7 +79,6 @@ typedef struct g4_model {
     ember_weight ple_tok_embd; /* per_layer_token_embd: [n_vocab, n_layer * P] */
     ember_weight ple_model_proj; /* per_layer_model_proj: [n_layer * P, n_embd] */
     const float *ple_proj_norm;  /* [P] */
-    int64_t n_kv_row;          /* elements of a KV-cache row (hp n_head_kv * head_dim_k) */
     int32_t n_expert, n_expert_used, n_ff_exp;
     int64_t aux_moe;           /* offset (floats per token) of the MoE scratch in aux */
     g4_layer *layers;
@@ -196,10 +195,10 @@ static ember_status gemma4_load(ember_model *m)
     hp->embd_scale = sqrtf((float)hp->n_embd);
     hp->final_softcap = 0.0f;
     if ((st = ember_model_get_f32(m, "final_logit_softcapping", false, &hp->final_softcap))) return st;
-    /* the context sizes scratch and KV rows by the largest layer */
+    /* the context sizes scratch by the largest layer, the KV cache per layer
+     * (n_embd_k_gqa below) */
     hp->head_dim_k = hp->head_dim_v = head_dim_full > head_dim_swa ? head_dim_full : head_dim_swa;
     hp->n_rot = n_rot_full;
-    g->n_kv_row = (int64_t)hp->n_head_kv * hp->head_dim_k;
 
     const int32_t first_shared = n_layer - n_shared;
     for (int32_t il = 0; il < n_layer; il++) {
@@ -227,6 +226,8 @@ static ember_status gemma4_load(ember_model *m)
             if (S->n_head_kv != G->n_head_kv || S->head_dim != G->head_dim)
                 return ember_error(EMBER_ERR_FORMAT, "%s: KV-shared layer %d and its source %d differ in KV shape", m->path, il, G->kv_src);
         }
+        /* the KV cache keeps exactly this layer's heads; a KV-shared layer none */
+        hp->n_embd_k_gqa[il] = hp->n_embd_v_gqa[il] = G->has_kv ? (int64_t)G->n_head_kv * G->head_dim : 0;
     }
 
     /* --- tensors --- */
@@ -343,15 +344,18 @@ static ember_status gemma4_load(ember_model *m)
     return EMBER_OK;
 }
 
-/* Spread n rows of w_from floats to rows of w_to >= w_from floats in place,
- * zero-filling the tail: K/V of a layer narrower than the cache row. */
-static void widen_rows(float *buf, int32_t n, int64_t w_from, int64_t w_to)
+/* out [n, w->n_in] = rows ids of w, dequantized on the host straight from the
+ * mapped file. Used for per_layer_token_embd, by far the largest tensor (1.48
+ * GiB of E4B's 4.2) of which a step needs only its tokens' rows: looking them
+ * up here instead of through the backend's get_rows means a GPU backend never
+ * sees, so never uploads, the table (llama.cpp likewise keeps it on the CPU as
+ * an input-layer tensor). Same values as get_rows (ggml_get_rows: to_float of
+ * the row). Needs `out` in host memory: gemma4 keeps its scratch on the host. */
+static void ple_rows_host(const ember_weight *w, const ember_token *ids, int32_t n, float *out)
 {
-    if (w_from == w_to) return;
-    for (int32_t t = n - 1; t >= 0; t--) {
-        memmove(buf + (int64_t)t * w_to, buf + (int64_t)t * w_from, (size_t)w_from * sizeof(float));
-        memset(buf + (int64_t)t * w_to + w_from, 0, (size_t)(w_to - w_from) * sizeof(float));
-    }
+    const ember_quant_traits *tr = ember_quant_traits_get(w->type);
+    for (int32_t t = 0; t < n; t++)
+        tr->to_float((const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes, out + (size_t)t * (size_t)w->n_in, w->n_in);
 }
 
 /* Per-layer embeddings for the ubatch, layer-major: returns ple with
@@ -367,7 +371,7 @@ static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, cons
     float *e = r->s->aux;               /* [n, L*P] token-major */
     float *p = e + (int64_t)n * LP;     /* [n, L*P], then layer-major [L, n, P] */
 
-    op->get_rows(be, &g->ple_tok_embd, ub->token, n, e);
+    ple_rows_host(&g->ple_tok_embd, ub->token, n, e);
     op->scale(be, e, sqrtf((float)P), n * LP);
     ember_project(r, x, n, &g->ple_model_proj, p, NULL, NULL, NULL, NULL);
     op->scale(be, p, 1.0f / sqrtf((float)m->hp.n_embd), n * LP);
@@ -522,15 +526,13 @@ static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
             op->rms_norm(be, s->k, s->k, L->attn_k_norm, (int64_t)n * n_kv, hd, eps);
             op->rms_norm(be, s->v, s->v, NULL, (int64_t)n * n_kv, hd, eps);
             gemma4_rope(r, G, s->k, n, n_kv, ub->pos, s->att);
-            widen_rows(s->k, n, (int64_t)n_kv * hd, g->n_kv_row);
-            widen_rows(s->v, n, (int64_t)n_kv * hd, g->n_kv_row);
-            op->kv_store(be, &view, s->k, s->v, ub->kv_row, n);
+            op->kv_store(be, &view, s->k, s->v, ember_ubatch_rows(r->kv, ub, il), n);
         }
         const ember_attn_params ap = {
             .n_head = hp->n_head, .n_head_kv = n_kv, .head_dim_k = hd, .head_dim_v = hd,
             .kq_scale = hp->attn_scale, .n_swa = G->swa ? hp->n_swa : 0,
         };
-        op->attention(be, &view, &ap, s->q, ub->query, n, s->att);
+        op->attention(be, &view, &ap, s->q, ember_ubatch_query(r->kv, ub, G->kv_src), n, s->att);
         ember_project(r, s->att, n, &L->wo, s->xb, NULL, NULL, NULL, NULL);
         op->rms_norm(be, s->xb, s->xb, L->post_attn_norm, n, n_embd, eps);
         op->add(be, s->x, s->xb, n * n_embd);

@@ -269,6 +269,12 @@ ember_status ember_model_load(const char *path, const ember_model_params *params
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) { st = ember_error(EMBER_ERR_NOMEM, "ember_model_load: out of memory"); goto fail; }
     if ((st = m->arch->load(m))) goto fail;
+    bool kv_set = false;
+    for (int32_t il = 0; il < m->hp.n_layer; il++) kv_set |= m->hp.n_embd_k_gqa[il] != 0 || m->hp.n_embd_v_gqa[il] != 0;
+    for (int32_t il = 0; il < m->hp.n_layer && !kv_set; il++) {
+        m->hp.n_embd_k_gqa[il] = (int64_t)m->hp.n_head_kv * m->hp.head_dim_k;
+        m->hp.n_embd_v_gqa[il] = (int64_t)m->hp.n_head_kv * m->hp.head_dim_v;
+    }
 
     for (int64_t i = 0; i < ember_gguf_n_tensors(m->gguf); i++) m->size_bytes += ember_gguf_tensor_at(m->gguf, i)->nbytes;
     if ((st = ember_model_load_vocab(m))) goto fail;
@@ -312,13 +318,13 @@ void ember_attend(const ember_run *r, const ember_ubatch *ub, int32_t il, const 
 {
     const ember_hparams *hp = &r->m->hp;
     const ember_kv_layer_view view = ember_kv_layer(r->kv, il);
-    r->be->ops->kv_store(r->be, &view, k, v, ub->kv_row, ub->n);
+    r->be->ops->kv_store(r->be, &view, k, v, ember_ubatch_rows(r->kv, ub, il), ub->n);
     const ember_attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
         .head_dim_k = hp->head_dim_k, .head_dim_v = hp->head_dim_v,
         .kq_scale = kq_scale, .n_swa = n_swa,
     };
-    r->be->ops->attention(r->be, &view, &ap, q, ub->query, ub->n, out);
+    r->be->ops->attention(r->be, &view, &ap, q, ember_ubatch_query(r->kv, ub, il), ub->n, out);
 }
 
 void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *x)

@@ -38,6 +38,12 @@ typedef struct ember_hparams {
     float embd_scale;         /* multiplies token embeddings */
     float final_softcap;      /* 0 = none */
     int64_t n_aux;            /* extra per-token scratch floats the arch asks for (ember_scratch.aux); 0 = none */
+    /* K and V elements per token each layer keeps in the KV cache (llama.cpp's
+     * n_embd_k_gqa / n_embd_v_gqa); 0 = the layer keeps none (it attends to
+     * another layer's cache). Left all 0 by an architecture: n_head_kv *
+     * head_dim_k / head_dim_v for every layer (model.c). */
+    int64_t n_embd_k_gqa[EMBER_MAX_LAYERS];
+    int64_t n_embd_v_gqa[EMBER_MAX_LAYERS];
 } ember_hparams;
 
 typedef struct ember_layer {
@@ -68,15 +74,20 @@ struct ember_model {
 };
 
 /* One micro-batch as a forward pass sees it: n entries with their token,
- * position, KV row (where this entry's K/V go in every layer) and attention
- * query (its sequence's block table and position). Rows out_idx[0..n_out) ask
- * for logits, written to logits[i * n_vocab]. */
+ * position, KV row (where this entry's K/V go) and attention query (its
+ * sequence's block table and position), once per KV group: kv_row / query for
+ * layers of the full group, kv_row_swa / query_swa for the sliding-window
+ * group (the same arrays when the cache has no such group); pick them with
+ * ember_ubatch_rows / ember_ubatch_query. Rows out_idx[0..n_out) ask for
+ * logits, written to logits[i * n_vocab]. */
 typedef struct ember_ubatch {
     int32_t n;
     const ember_token *token;
     const ember_pos *pos;
     const int64_t *kv_row;
     const ember_attn_query *query;
+    const int64_t *kv_row_swa;
+    const ember_attn_query *query_swa;
     int32_t n_out;
     const int32_t *out_idx;
     float *logits;
@@ -128,6 +139,16 @@ extern const ember_arch ember_arch_gemma3;
 extern const ember_arch ember_arch_gemma4;
 extern const ember_arch ember_arch_llama;
 extern const ember_arch ember_arch_qwen3;
+
+/* KV rows and attention queries of ub for layer il's cache (its KV group). */
+static inline const int64_t *ember_ubatch_rows(const ember_kv *kv, const ember_ubatch *ub, int32_t il)
+{
+    return ember_kv_layer_group(kv, il) == EMBER_KV_GROUP_SWA ? ub->kv_row_swa : ub->kv_row;
+}
+static inline const ember_attn_query *ember_ubatch_query(const ember_kv *kv, const ember_ubatch *ub, int32_t il)
+{
+    return ember_kv_layer_group(kv, il) == EMBER_KV_GROUP_SWA ? ub->query_swa : ub->query;
+}
 
 /* --- helpers for model files (model.c) --- */
 

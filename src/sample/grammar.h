@@ -39,7 +39,10 @@
  *                 ember_grammar_state_new(g, tv) -> template (keep it: its
  *                 clones share the warm cache, see bench/results/grammar.md)
  *   per request:  ember_grammar_state_clone(template) -> st
- *   per step:     tok = ember_sampler_sample(s, logits);
+ *   per step:     ember_sample_constrained(s, st, logits, n_vocab, scratch, &tok)
+ *                 (src/sample/constrained.h: exact, and it masks only when
+ *                 none of the chain's candidates is allowed), or by hand:
+ *                 tok = ember_sampler_sample(s, logits);
  *                 if (!ember_grammar_token_allowed(st, tok)) {
  *                     copy logits to scratch; ember_grammar_apply(st, scratch, n_vocab);
  *                     tok = ember_sampler_sample(s, scratch); }

@@ -42,6 +42,7 @@ struct ember_sampler {
     ember_token *ring;        /* [penalty_last_n] when penalty_last_n > 0 */
     int32_t ring_len, ring_head;
     ember_candidate *cand;    /* [n_vocab] scratch */
+    ember_candidate top[EMBER_SAMPLER_TOP_MAX];   /* ember_sampler_candidates_top */
     uint64_t rng[4];
 };
 
@@ -283,7 +284,12 @@ static bool softmax(ember_candidate *c, int32_t n)
 
 /* ---- the chain ------------------------------------------------------------ */
 
-int32_t ember_sampler_candidates(ember_sampler *s, const float *logits, const ember_candidate **out)
+/* The chain from top-k on, over c[0..n) (whose logits have bias and
+ * penalties applied); greedy keeps the argmax (lower id on ties). */
+static int32_t chain(ember_sampler *s, ember_candidate *c, int32_t n, const ember_candidate **out);
+
+/* c[0..n) from logits in id order, with logit bias and penalties. */
+static void fill(ember_sampler *s, const float *logits)
 {
     ember_candidate *c = s->cand;
     int32_t n = s->n_vocab;
@@ -309,11 +315,76 @@ int32_t ember_sampler_candidates(ember_sampler *s, const float *logits, const em
             c[i].logit = l - ((float)cnt * freq + pres);
         }
     }
+}
 
+int32_t ember_sampler_candidates(ember_sampler *s, const float *logits, const ember_candidate **out)
+{
+    fill(s, logits);
+    return chain(s, s->cand, s->n_vocab, out);
+}
+
+/* logit of token id after bias and penalties (fill's edits for one token) */
+static float adjusted(const ember_sampler *s, const float *logits, ember_token id)
+{
+    float l = isnan(logits[id]) ? -INFINITY : logits[id];
+    for (int32_t i = 0; i < s->p.n_logit_bias; i++)
+        if (s->bias[i].token == id) l += s->bias[i].bias;
+    if (penalties_on(s) && s->count[id] > 0) {
+        l = l <= 0.0f ? l * s->p.repeat_penalty : l / s->p.repeat_penalty;
+        l -= (float)s->count[id] * s->p.frequency_penalty + s->p.presence_penalty;
+    }
+    return l;
+}
+
+bool ember_sampler_is_greedy(const ember_sampler *s) { return s->p.temp <= 0.0f; }
+
+int32_t ember_sampler_candidates_top(ember_sampler *s, const float *logits, int32_t k, const ember_candidate **out)
+{
+    if (s->p.temp > 0.0f || k <= 1) return ember_sampler_candidates(s, logits, out);
+    if (k > EMBER_SAMPLER_TOP_MAX) k = EMBER_SAMPLER_TOP_MAX;
+    fill(s, logits);
+    /* one pass keeping the k best in order (insertion below a threshold:
+     * after the first few thousand logits almost nothing gets in) */
+    ember_candidate *c = s->cand, *top = s->top;
+    int32_t m = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (m == k && !before(&c[i], &top[k - 1])) continue;
+        int32_t j = m < k ? m++ : k - 1;
+        while (j > 0 && before(&c[i], &top[j - 1])) { top[j] = top[j - 1]; j--; }
+        top[j] = c[i];
+    }
+    for (int32_t i = 0; i < m; i++) top[i].p = i == 0 ? 1.0f : 0.0f;
+    *out = top;
+    return m;
+}
+
+int32_t ember_sampler_candidates_subset(ember_sampler *s, const float *logits, const ember_token *ids, int32_t n_ids,
+                                        const ember_candidate **out)
+{
+    ember_candidate *c = s->cand;
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_ids; i++) {
+        if (ids[i] < 0 || ids[i] >= s->n_vocab) continue;
+        c[n].id = ids[i];
+        c[n].logit = adjusted(s, logits, ids[i]);
+        c[n].p = 0.0f;
+        n++;
+    }
+    if (n == 0) {   /* nothing to draw from: token 0 with p 0 (the caller checks) */
+        c[0] = (ember_candidate){0, -INFINITY, 0.0f};
+        *out = c;
+        return 1;
+    }
+    return chain(s, c, n, out);
+}
+
+static int32_t chain(ember_sampler *s, ember_candidate *c, int32_t n, const ember_candidate **out)
+{
     if (s->p.temp <= 0.0f) {   /* greedy: the argmax, lower id on ties */
         int32_t best = 0;
+        float best_l = c[0].logit;
         for (int32_t i = 1; i < n; i++)
-            if (c[i].logit > c[best].logit) best = i;
+            if (c[i].logit > best_l) { best_l = c[i].logit; best = i; }
         c[0] = c[best];
         c[0].p = 1.0f;
         *out = c;
@@ -386,6 +457,11 @@ ember_token ember_sampler_sample(ember_sampler *s, const float *logits)
         return 0;
     const ember_candidate *c;
     int32_t n = ember_sampler_candidates(s, logits, &c);
+    return ember_sampler_draw(s, c, n);
+}
+
+ember_token ember_sampler_draw(ember_sampler *s, const ember_candidate *c, int32_t n)
+{
     if (s->p.temp <= 0.0f)
         return c[0].id;
     /* one draw per call, also when one candidate is left, so that the stream

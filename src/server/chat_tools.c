@@ -136,18 +136,65 @@ static void sb_prefixed(sbuf *b, const char *g, const char *pfx)
     }
 }
 
+/* The text around one call's arguments, and between calls, per format
+ * (each from the template that renders the format, see chat_tools.h). */
+typedef struct call_frame {
+    const char *head_pre;     /* before the name */
+    bool name_json;           /* the name as a JSON string (else raw) */
+    const char *head_post;    /* after the name, before the arguments */
+    const char *tail;         /* after the arguments */
+    const char *sep;          /* between parallel calls */
+    const char *open, *close; /* around all calls (Mistral's array form) */
+    ember_schema_syntax syn;
+} call_frame;
+
+static bool frame_for(ember_tool_format f, const char *tmpl, call_frame *fr)
+{
+    switch (f) {
+    case EMBER_TOOL_FORMAT_HERMES:
+        *fr = (call_frame){"<tool_call>\n{\"name\": ", true, ", \"arguments\": ", "}\n</tool_call>", "\n", "", "",
+                           EMBER_SCHEMA_JSON};
+        return true;
+    case EMBER_TOOL_FORMAT_LLAMA3:
+        *fr = (call_frame){"{\"name\": ", true, ", \"parameters\": ", "}", NULL, "", "", EMBER_SCHEMA_JSON};
+        return true;
+    case EMBER_TOOL_FORMAT_GEMMA4:
+        *fr = (call_frame){"<|tool_call>call:", false, "", "<tool_call|>", "", "", "", EMBER_SCHEMA_GEMMA4};
+        return true;
+    case EMBER_TOOL_FORMAT_QWEN3_CODER:
+        *fr = (call_frame){"<tool_call>\n<function=", false, ">\n", "</function>\n</tool_call>", "\n", "", "",
+                           EMBER_SCHEMA_XML_PARAMS};
+        return true;
+    case EMBER_TOOL_FORMAT_MISTRAL:
+        if (tmpl && strstr(tmpl, "[TOOL_CALLS][") && !strstr(tmpl, "[ARGS]"))   /* Mistral Nemo: a JSON array */
+            *fr = (call_frame){"{\"name\": ", true, ", \"arguments\": ", "}", ", ", "[TOOL_CALLS][", "]",
+                               EMBER_SCHEMA_JSON};
+        else                                                                   /* Devstral, Small 3.2, Ministral 3 */
+            *fr = (call_frame){"[TOOL_CALLS]", false, "[ARGS]", "", "", "", "", EMBER_SCHEMA_JSON};
+        return true;
+    default:
+        return false;
+    }
+}
+
 ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char **out, const char **param)
+{
+    return chat_tools_choice_gbnf_tmpl(rq, f, NULL, out, param);
+}
+
+ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f, const char *chat_template,
+                                         char **out, const char **param)
 {
     *out = NULL;
     *param = "tool_choice";
     if (!rq->tools || (rq->tool_choice != OAI_TOOL_CHOICE_REQUIRED && rq->tool_choice != OAI_TOOL_CHOICE_NAMED))
         return EMBER_OK;
-    if (f != EMBER_TOOL_FORMAT_HERMES && f != EMBER_TOOL_FORMAT_LLAMA3)
+    call_frame fr;
+    if (!frame_for(f, chat_template, &fr))
         return ember_error(EMBER_ERR_UNSUPPORTED,
-                           "tool_choice '%s' cannot be enforced for the '%s' tool-call format of this chat template "
-                           "(supported: hermes, llama3)",
-                           rq->tool_choice == OAI_TOOL_CHOICE_NAMED ? "function" : "required",
-                           ember_tool_format_name(f));
+                           "tool_choice '%s' cannot be enforced: the chat template has no known tool-call format "
+                           "(supported: hermes, llama3, gemma4, qwen3_coder, mistral)",
+                           rq->tool_choice == OAI_TOOL_CHOICE_NAMED ? "function" : "required");
     sbuf b = {0};
     sbuf calls = {0};
     int n_calls = 0;
@@ -164,7 +211,7 @@ ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char
         if (!json_object_get(schema, "additionalProperties") && json_object_get(schema, "properties"))
             json_object_set_new(schema, "additionalProperties", json_false());
         char *g = NULL;
-        st = ember_json_schema_to_gbnf(schema, &g);
+        st = ember_json_schema_to_gbnf_syntax(schema, fr.syn, &g);
         json_decref(schema);
         if (st != EMBER_OK) { *param = "tools"; break; }
         char pfx[32], call[32];
@@ -173,16 +220,20 @@ ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char
         sb_prefixed(&b, g, pfx);
         sb_str(&b, "\n");
         free(g);
-        /* JSON text of the name, then as a GBNF literal */
-        json_t *jn = json_string(name);
-        char *qn = jn ? json_dumps(jn, JSON_ENCODE_ANY) : NULL;
-        json_decref(jn);
-        if (!qn) { st = ember_error(EMBER_ERR_NOMEM, "tool name"); break; }
         sbuf head = {0};
-        sb_str(&head, f == EMBER_TOOL_FORMAT_HERMES ? "<tool_call>\n{\"name\": " : "{\"name\": ");
-        sb_str(&head, qn);
-        sb_str(&head, f == EMBER_TOOL_FORMAT_HERMES ? ", \"arguments\": " : ", \"parameters\": ");
-        free(qn);
+        sb_str(&head, fr.head_pre);
+        if (fr.name_json) {
+            /* JSON text of the name */
+            json_t *jn = json_string(name);
+            char *qn = jn ? json_dumps(jn, JSON_ENCODE_ANY) : NULL;
+            json_decref(jn);
+            if (!qn) { free(head.p); st = ember_error(EMBER_ERR_NOMEM, "tool name"); break; }
+            sb_str(&head, qn);
+            free(qn);
+        } else {
+            sb_str(&head, name);
+        }
+        sb_str(&head, fr.head_post);
         sb_str(&b, call);
         sb_str(&b, " ::= ");
         sb_literal(&b, head.p ? head.p : "");
@@ -190,7 +241,7 @@ ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char
         sb_str(&b, " ");
         sb_str(&b, pfx);
         sb_str(&b, "root ");
-        sb_literal(&b, f == EMBER_TOOL_FORMAT_HERMES ? "}\n</tool_call>" : "}");
+        sb_literal(&b, fr.tail);
         sb_str(&b, "\n");
         sb_str(&calls, n_calls ? " | " : "");
         sb_str(&calls, call);
@@ -207,8 +258,17 @@ ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char
         sb_str(&b, "call ::= ");
         sb_str(&b, calls.p);
         sb_str(&b, "\n");
-        bool many = rq->parallel_tool_calls && f == EMBER_TOOL_FORMAT_HERMES;
-        sb_str(&b, many ? "root ::= call ( \"\\n\" call )*\n" : "root ::= call\n");
+        bool many = rq->parallel_tool_calls && fr.sep;
+        sb_str(&b, "root ::= ");
+        if (*fr.open) { sb_literal(&b, fr.open); sb_str(&b, " "); }
+        sb_str(&b, "call");
+        if (many) {
+            sb_str(&b, " ( ");
+            if (*fr.sep) { sb_literal(&b, fr.sep); sb_str(&b, " "); }
+            sb_str(&b, "call )*");
+        }
+        if (*fr.close) { sb_str(&b, " "); sb_literal(&b, fr.close); }
+        sb_str(&b, "\n");
         if (b.oom || calls.oom) st = ember_error(EMBER_ERR_NOMEM, "tool grammar");
     }
     free(calls.p);

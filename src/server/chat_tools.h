@@ -33,13 +33,26 @@ ember_tool_format chat_tools_tool_format(const chat_tools *ct);
 ember_reasoning_syntax chat_tools_reasoning(const chat_tools *ct);
 
 /* GBNF text that forces `rq`'s tool_choice (required or named) in the call
- * syntax `f`: Hermes/Qwen `<tool_call>\n{"name": "N", "arguments": ARGS}\n
- * </tool_call>` (several when parallel_tool_calls), Llama 3 `{"name": "N",
- * "parameters": ARGS}`; ARGS follows the tool's parameters schema
- * (ember_json_schema_to_gbnf). *out NULL when the request needs none.
- * Errors (the client's, 400, with *param set): EMBER_ERR_NOT_FOUND (named
- * tool not among tools), EMBER_ERR_UNSUPPORTED (no grammar for format `f`),
- * and those of ember_json_schema_to_gbnf. */
+ * syntax `f`, each as the format's chat template writes a call:
+ *   Hermes/Qwen   <tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
+ *                 (several separated by "\n" when parallel_tool_calls)
+ *   Llama 3       {"name": "N", "parameters": ARGS} (one call)
+ *   Gemma 4       <|tool_call>call:N{key:<|"|>v<|"|>,...}<tool_call|> (back to back)
+ *   Qwen3-Coder   <tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n...
+ *                 </function>\n</tool_call> (separated by "\n")
+ *   Mistral       [TOOL_CALLS]N[ARGS]ARGS (back to back), or for a template
+ *                 of the Mistral Nemo kind ([TOOL_CALLS][ and no [ARGS]):
+ *                 [TOOL_CALLS][{"name": "N", "arguments": ARGS}, ...]
+ * ARGS follows the tool's parameters schema (ember_json_schema_to_gbnf_syntax,
+ * in the format's argument syntax). Markers are literal text: they match a
+ * special token whose piece is that text or the text spelt out in pieces.
+ * *out NULL when the request needs none. `chat_template` (may be NULL)
+ * picks Mistral's variant. Errors (the client's, 400, with *param set):
+ * EMBER_ERR_NOT_FOUND (named tool not among tools), EMBER_ERR_UNSUPPORTED
+ * (no tool-call format), and those of ember_json_schema_to_gbnf_syntax. */
+ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f, const char *chat_template,
+                                         char **out, const char **param);
+/* The same with chat_template NULL. */
 ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char **out, const char **param);
 
 /* What a request decodes under: p->grammar and p->hook are set (the hook

@@ -250,7 +250,8 @@ static void stream_parsed(stream *st, const oai_result *res, const char *delta, 
     json_array_clear(st->deltas);
     if (!lp_sent) out_event(st, oai_chat_delta_chunk(&st->rq, res, NULL, NULL, tok_from, tok_to, piece_fn, st->s));
     if (fin) {
-        const char *fr = st->saw_tool_call ? "tool_calls" : oai_finish_reason(res->finish);
+        const char *fr = st->saw_tool_call && res->finish != ENGINE_FINISH_LENGTH ? "tool_calls"
+                                                                                  : oai_finish_reason(res->finish);
         out_event(st, oai_chat_delta_chunk(&st->rq, res, NULL, fr ? fr : "stop", 0, 0, piece_fn, st->s));
     }
 }
@@ -381,7 +382,7 @@ static bool prepare_structured(server *s, const oai_req *rq, const ember_token *
         ember_tool_format tf = chat_tools_tool_format(s->ct);
         ember_reasoning_syntax rs = chat_tools_reasoning(s->ct);
         const char *param = "tool_choice";
-        ember_status st = chat_tools_choice_gbnf(rq, tf, &tool_gbnf, &param);
+        ember_status st = chat_tools_choice_gbnf_tmpl(rq, tf, s->text.chat_template, &tool_gbnf, &param);
         if (st != EMBER_OK) {
             oai_error_set(err, st == EMBER_ERR_NOMEM ? 500 : 400, "invalid_request_error", param, NULL, "%s",
                           ember_last_error());

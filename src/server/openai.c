@@ -611,7 +611,9 @@ json_t *oai_result_json(oai_kind kind, const oai_req *req, const oai_result *res
                               : completion_logprobs(res->toks, 0, res->n_toks, piece, ud);
     const char *fr = oai_finish_reason(res->finish);
     if (kind == OAI_CHAT && res->message) {
-        if (json_array_size(json_object_get(res->message, "tool_calls")) > 0) fr = "tool_calls";
+        /* calls cut by max_tokens keep "length" (OpenAI: the arguments may be incomplete) */
+        if (json_array_size(json_object_get(res->message, "tool_calls")) > 0 && res->finish != ENGINE_FINISH_LENGTH)
+            fr = "tool_calls";
         choice = json_pack("{s:i, s:O, s:o, s:s}", "index", 0, "message", res->message, "logprobs", lp,
                            "finish_reason", fr ? fr : "stop");
     } else if (kind == OAI_CHAT) {

@@ -195,7 +195,8 @@ def test_stream_reassembles_to_non_stream(client, parallel):
               temperature=0, max_tokens=72)   # greedy: the stream's prompt comes from the prefix cache
     whole = client.chat.completions.create(**kw).choices[0]
     content, calls, finish = reassemble(client.chat.completions.create(stream=True, **kw))
-    assert finish == whole.finish_reason == "tool_calls"
+    # parallel: the model may go on calling until max_tokens ("length", the last call cut)
+    assert finish == whole.finish_reason in (("tool_calls", "length") if parallel else ("tool_calls",))
     assert [(c["name"], c["arguments"]) for c in calls] == \
         [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
     assert all(c["id"].startswith("call_") for c in calls)

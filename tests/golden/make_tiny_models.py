@@ -9,6 +9,8 @@ Writes, for each model NAME in MODELS:
   tests/golden/<arch>/<NAME>.gguf         the converted model (F32)
   tests/golden/<arch>/<NAME>.logits.json  {"sequences": [[ids...]...],
         "logits": [[[n_vocab floats] per position] per sequence], "config": {...}}
+  tests/golden/<arch>/<NAME>.long.logits.json  the same for one long sequence
+        (models in LONG: sliding windows across many KV blocks)
 The logits are transformers' for each whole sequence run from position 0
 (causal, so position p depends on tokens 0..p only).
 
@@ -251,6 +253,10 @@ MODELS = {
 }
 
 
+# models that also get a <name>.long.logits.json: sequence length
+LONG = {"tiny-gemma4-e": 160, "tiny-gemma4-kv": 120}
+
+
 def randomize(model, gen):
     with torch.no_grad():
         # parameters, plus the one persistent buffer that is a weight (layer_scalar);
@@ -364,6 +370,16 @@ def main():
                 "config": json.loads(cfg.to_json_string()),
             }
             (out_dir / f"{name}.logits.json").write_text(json.dumps(rec, separators=(",", ":")))
+            if name in LONG:
+                # one long sequence, drawn after the short ones (which stay as
+                # they were): long enough that a KV cache of 32-token blocks
+                # releases blocks behind the sliding window several times
+                ids = torch.randint(0, n_vocab, (LONG[name],), generator=gen).tolist()
+                ids[0] = cfg.bos_token_id
+                with torch.no_grad():
+                    lg = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float().tolist()
+                rec_long = dict(rec, sequences=[ids], logits=[[[round(v, 4) for v in row] for row in lg]])
+                (out_dir / f"{name}.long.logits.json").write_text(json.dumps(rec_long, separators=(",", ":")))
             print(f"{name}: {gguf_path.stat().st_size} bytes, vocab {n_vocab}, "
                   f"max|logit| {max(abs(v) for s in logits for r in s for v in r):.3f}")
 

@@ -150,6 +150,46 @@ case("object-with-formats", {"type": "object", "properties": {"when": {"type": "
                              "required": ["when", "id"], "additionalProperties": False},
      [{"when": "2024-01-31T12:30:00Z", "id": "123e4567-e89b-12d3-a456-426614174000"},
       {"when": "yesterday", "id": "123e4567-e89b-12d3-a456-426614174000"}])
+# --- numeric bounds (plain decimal texts: an exponent form is a documented limit under bounds) ---
+case("int-min-max", {"type": "integer", "minimum": -15, "maximum": 120},
+     [-15, -16, -1, 0, 7, 99, 100, 119, 120, 121, 1000, -100, 5.5, "7"], ["-0", "007", "+5"])
+case("int-exclusive", {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 1000},
+     [0, 1, 9, 10, 99, 500, 999, 1000, 1001, -5])
+case("int-min-only", {"type": "integer", "minimum": 37}, [36, 37, 38, 99, 100, 12345, -37, 0, 3, 40])
+case("int-max-only-negative", {"type": "integer", "maximum": -20}, [-20, -19, -21, -1000, 0, 5, -2, -200])
+case("int-fractional-bounds", {"type": "integer", "minimum": 2.5, "maximum": 7.5}, [2, 3, 5, 7, 8])
+case("int-exclusive-negative", {"type": "integer", "exclusiveMinimum": -10, "maximum": -3},
+     [-10, -9, -3, -2, 0, -11, -5])
+case("int-both-keywords", {"type": "integer", "minimum": 5, "exclusiveMinimum": 5, "maximum": 9,
+                           "exclusiveMaximum": 20}, [4, 5, 6, 9, 10])
+case("number-min-max", {"type": "number", "minimum": -2, "maximum": 3},
+     [-2, -2.0, -2.5, -1.999, 0, 0.5, 3, 3.0, 3.0001, 2.999, 4, -3, 1.25],
+     ["-0.0", "-0", "3.000", "-2.000", "-2.001"])
+case("number-exclusive", {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+     [0, 0.0, 0.5, 1, 1.0, 0.999, 0.001, -0.5, 2], ["0.000", "-0.0", "0.0001", "1.00"])
+case("number-min-only", {"type": "number", "minimum": 10}, [9.99, 10, 10.5, 100, 1000.25, -10, 11])
+case("number-max-only", {"type": "number", "exclusiveMaximum": -1}, [-1, -1.0, -1.5, -2, 0, 3.5, -100.25])
+case("object-int-bounds", {"type": "object", "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 14}},
+                           "required": ["days"]},
+     [{"days": 1}, {"days": 14}, {"days": 0}, {"days": 15}, {"days": 7}])
+# --- pattern (an ECMA-262 subset; JSON Schema patterns are not anchored) ---
+case("pattern-anchored", {"type": "string", "pattern": "^[a-z]+-[0-9]{2,3}$"},
+     ["abc-12", "abc-1234", "Abc-12", "a-123", "-12", "abc-12x", "z-99", 5])
+case("pattern-unanchored", {"type": "string", "pattern": "ab+c"}, ["xabbcx", "ac", "abc", "", "ABC", "abbbc!"])
+case("pattern-digits", {"type": "string", "pattern": "^\\d{3}-\\d{4}$"}, ["555-1234", "5551234", "55-1234", "555-12345"])
+case("pattern-quotes", {"type": "string", "pattern": "^\"[^\"]*\"$"}, ['"hi"', '"', 'hi"', '""', '"a"b"'])
+case("pattern-dot", {"type": "string", "pattern": "^a.c$"}, ["abc", "a\nc", "a.c", "ac", "a\u00e9c", "a\\c", "abbc"])
+case("pattern-group-alt", {"type": "string", "pattern": "^(cat|dog)s?$"}, ["cat", "dogs", "cats", "bird", "catss", "dog"])
+case("pattern-shorthands", {"type": "string", "pattern": "^\\w+\\s\\w+$"},
+     ["hello world", "hello  world", "hello\tworld", "hi", "a_1 b_2", "x-y z"])
+# (\w \d \s are ASCII classes in ECMA-262, as JSON Schema specifies and ember compiles them;
+#  Python's re, which jsonschema uses, makes them Unicode: "é x" would divide the oracles)
+case("pattern-negated-class", {"type": "string", "pattern": "^[^a-c]*$"}, ["xyz", "xaz", "tab\t", 'q"\\', "", "C"])
+case("pattern-optional-start", {"type": "string", "pattern": "^(?:\\+1 )?\\(\\d{3}\\) \\d{3}$"},
+     ["+1 (555) 123", "(555) 123", "+1 555 123", "(55) 123"])
+case("pattern-in-object", {"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}[0-9]+$"}},
+                           "required": ["id"], "additionalProperties": False},
+     [{"id": "AB123"}, {"id": "ab123"}, {"id": "AB"}, {"id": "ABC1"}, {"id": "XY0"}])
 # --- a tool-call shaped schema ---
 case("tool-call", {"type": "object", "properties": {
         "name": {"const": "get_weather"},

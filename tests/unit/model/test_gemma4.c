@@ -39,12 +39,35 @@ static void test_gemma4_moe_matches_transformers(void **st)
     run_oracle("tests/golden/gemma4/tiny-gemma4-moe.gguf", "tests/golden/gemma4/tiny-gemma4-moe.logits.json", "gemma4");
 }
 
+/* Long sequences (160 / 120 tokens) with sliding windows of 4 / 3: the KV
+ * cache releases blocks behind the window (kv.h) and the logits still match
+ * at every position. The KV bytes of tiny-gemma4-e (F32, n_ctx 256, one
+ * sequence) follow from its config: layers 0-3 keep K/V, 4-5 are KV-shared
+ * (none); full layers 1, 3: 2 KV heads x 32 x 4 bytes x (K + V) = 512 bytes
+ * per token for all 256 positions; sliding layers 0, 2: 2 x 16 x 4 x 2 = 256
+ * bytes per token for 4 blocks of 32 (window 4 + one block margin + ubatch
+ * 16, rounded up to blocks, + 2) = 128 tokens. */
+static void test_gemma4_e_long_sliding_window(void **st)
+{
+    (void)st;
+    const uint64_t kv = run_oracle_long("tests/golden/gemma4/tiny-gemma4-e.gguf", "tests/golden/gemma4/tiny-gemma4-e.long.logits.json");
+    assert_int_equal(kv, 2 * 256 * 512 + 2 * 128 * 256);
+}
+
+static void test_gemma4_kv_long_sliding_window(void **st)
+{
+    (void)st;
+    run_oracle_long("tests/golden/gemma4/tiny-gemma4-kv.gguf", "tests/golden/gemma4/tiny-gemma4-kv.long.logits.json");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemma4_e_matches_transformers),
         cmocka_unit_test(test_gemma4_kv_matches_transformers),
         cmocka_unit_test(test_gemma4_moe_matches_transformers),
+        cmocka_unit_test(test_gemma4_e_long_sliding_window),
+        cmocka_unit_test(test_gemma4_kv_long_sliding_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,6 +78,15 @@ static void test_schema_errors(void **unused)
         { "{\"type\": \"string\", \"format\": \"hostname-ish\"}", EMBER_ERR_UNSUPPORTED, "format 'hostname-ish'" },
         { "{\"type\": \"array\", \"minItems\": -1}", EMBER_ERR_INVALID_ARG, "#/minItems" },
         { "{\"enum\": []}", EMBER_ERR_INVALID_ARG, "#/enum" },
+        { "{\"type\": \"string\", \"pattern\": \"(?=a)b\"}", EMBER_ERR_UNSUPPORTED, "lookaround" },
+        { "{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", EMBER_ERR_UNSUPPORTED, "\\1 is not supported" },
+        { "{\"type\": \"string\", \"pattern\": \"a^b\"}", EMBER_ERR_UNSUPPORTED, "only supported at the pattern's ends" },
+        { "{\"type\": \"string\", \"pattern\": \"^a|b$\"}", EMBER_ERR_UNSUPPORTED, "top-level '|'" },
+        { "{\"type\": \"string\", \"pattern\": \"[a-\"}", EMBER_ERR_UNSUPPORTED, "missing ']'" },
+        { "{\"type\": \"string\", \"pattern\": \"a\", \"maxLength\": 3}", EMBER_ERR_UNSUPPORTED, "pattern together" },
+        { "{\"type\": \"number\", \"minimum\": 0.5}", EMBER_ERR_UNSUPPORTED, "must be integers" },
+        { "{\"type\": \"integer\", \"maximum\": 1e300}", EMBER_ERR_UNSUPPORTED, "beyond 1e15" },
+        { "{\"type\": \"integer\", \"minimum\": \"3\"}", EMBER_ERR_INVALID_ARG, "#/minimum" },
         { "[1]", EMBER_ERR_INVALID_ARG, "must be an object or a boolean" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -96,6 +96,88 @@ static void test_named_and_llama3(void **state)
     assert_null(gbnf_for(",\"tool_choice\":\"none\"", EMBER_TOOL_FORMAT_HERMES));
 }
 
+static char *gbnf_tmpl(const char *extra, ember_tool_format f, const char *tmpl)
+{
+    oai_req r;
+    oai_error err;
+    assert_true(parse_req(extra, &r, &err));
+    char *g = NULL;
+    const char *param = NULL;
+    assert_int_equal(chat_tools_choice_gbnf_tmpl(&r, f, tmpl, &g, &param), EMBER_OK);
+    oai_req_free(&r);
+    assert_non_null(g);
+    return g;
+}
+
+/* Gemma 4 (google-gemma-4-31B-it.jinja: '<|tool_call>call:' + name + '{' +
+ * key:format_argument(value) + '}<tool_call|>', strings in <|"|>). */
+static void test_required_gemma4(void **state)
+{
+    (void)state;
+    char *g = gbnf_tmpl(",\"tool_choice\":\"required\",\"parallel_tool_calls\":false", EMBER_TOOL_FORMAT_GEMMA4, NULL);
+    const char *w = "<|tool_call>call:get_weather{city:<|\"|>Paris, France<|\"|>,unit:<|\"|>c<|\"|>}<tool_call|>";
+    const char *n = "<|tool_call>call:now{}<tool_call|>";
+    assert_true(accepts(g, w));
+    assert_true(accepts(g, n));
+    assert_false(accepts(g, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,unit:<|\"|>k<|\"|>}<tool_call|>"));
+    assert_false(accepts(g, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"));
+    assert_false(accepts(g, "<|tool_call>call:get_weather{\"city\": \"Paris\", \"unit\": \"c\"}<tool_call|>"));
+    char two[512];
+    snprintf(two, sizeof two, "%s%s", w, n);
+    assert_false(accepts(g, two));
+    free(g);
+    g = gbnf_tmpl(",\"tool_choice\":\"required\"", EMBER_TOOL_FORMAT_GEMMA4, NULL);
+    assert_true(accepts(g, two));                  /* parallel: back to back */
+    free(g);
+}
+
+/* Qwen3-Coder (Qwen3-Coder.jinja: '<tool_call>\n<function=' + name + '>\n',
+ * per argument '<parameter=' + key + '>\n' + value + '\n</parameter>\n', then
+ * '</function>\n</tool_call>'; string parameters raw, others JSON). */
+static void test_required_qwen3_coder(void **state)
+{
+    (void)state;
+    char *g = gbnf_tmpl(",\"tool_choice\":\"required\"", EMBER_TOOL_FORMAT_QWEN3_CODER, NULL);
+    const char *w = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis \"centre\"\n</parameter>\n"
+                    "<parameter=unit>\n\"f\"\n</parameter>\n</function>\n</tool_call>";
+    const char *n = "<tool_call>\n<function=now>\n</function>\n</tool_call>";
+    assert_true(accepts(g, w));
+    assert_true(accepts(g, n));
+    char two[512];
+    snprintf(two, sizeof two, "%s\n%s", w, n);
+    assert_true(accepts(g, two));
+    assert_false(accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"));
+    assert_false(accepts(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                            "<parameter=unit>\n\"x\"\n</parameter>\n</function>\n</tool_call>"));
+    free(g);
+    g = gbnf_tmpl(",\"tool_choice\":\"required\",\"parallel_tool_calls\":false", EMBER_TOOL_FORMAT_QWEN3_CODER, NULL);
+    assert_false(accepts(g, two));
+    free(g);
+}
+
+/* Mistral: Devstral / Small 3.2 / Ministral 3 ('[TOOL_CALLS]' + name +
+ * '[ARGS]' + arguments|tojson) and Mistral Nemo ('[TOOL_CALLS][' + calls as
+ * {"name": .., "arguments": ..} + ']'). */
+static void test_required_mistral(void **state)
+{
+    (void)state;
+    char *g = gbnf_tmpl(",\"tool_choice\":\"required\"", EMBER_TOOL_FORMAT_MISTRAL, "{{ name + '[ARGS]' }}");
+    const char *w = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"c\"}";
+    assert_true(accepts(g, w));
+    char two[512];
+    snprintf(two, sizeof two, "%s[TOOL_CALLS]now[ARGS]{}", w);
+    assert_true(accepts(g, two));
+    assert_false(accepts(g, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"));
+    free(g);
+    g = gbnf_tmpl(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}}", EMBER_TOOL_FORMAT_MISTRAL,
+                  "{{- \"[TOOL_CALLS][\" }}");
+    assert_true(accepts(g, "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]"));
+    assert_true(accepts(g, "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"now\", \"arguments\": {}}]"));
+    assert_false(accepts(g, "[TOOL_CALLS]now[ARGS]{}"));
+    assert_false(accepts(g, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\", \"unit\": \"c\"}}]"));
+    free(g);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -105,7 +187,7 @@ static void test_errors(void **state)
     const char *param = NULL;
     assert_true(parse_req(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}", &r, &err));
     assert_int_equal(chat_tools_choice_gbnf(&r, EMBER_TOOL_FORMAT_HERMES, &g, &param), EMBER_ERR_NOT_FOUND);
-    assert_int_equal(chat_tools_choice_gbnf(&r, EMBER_TOOL_FORMAT_GEMMA4, &g, &param), EMBER_ERR_UNSUPPORTED);
+    assert_int_equal(chat_tools_choice_gbnf(&r, EMBER_TOOL_FORMAT_NONE, &g, &param), EMBER_ERR_UNSUPPORTED);
     assert_null(g);
     oai_req_free(&r);
     assert_false(parse_req(",\"tool_choice\":\"always\"", &r, &err));
@@ -144,6 +226,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_required_hermes),
         cmocka_unit_test(test_named_and_llama3),
+        cmocka_unit_test(test_required_gemma4),
+        cmocka_unit_test(test_required_qwen3_coder),
+        cmocka_unit_test(test_required_mistral),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_request_fields),
     };

@@ -89,6 +89,7 @@ int cmd_serve(int argc, char **argv)
 {
     serve_opts o = {.n_parallel = 4, .n_batch = 512, .n_prefill_chunk = 128, .type_k = EMBER_KV_F16,
                     .type_v = EMBER_KV_F16, .spec = spec_default_params()};
+    o.spec.row_cost_auto = true;   /* measured from step times unless --spec-row-cost is given */
     server_config sc = {.host = "127.0.0.1", .port = 8080};
     const char *kwargs = NULL;
     char alias_buf[256];

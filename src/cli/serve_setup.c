@@ -44,13 +44,16 @@ char *serve_read_file(const char *path)
 
 const char serve_spec_usage[] =
     "      --spec-type T           speculative decoding: none (default), ngram (prompt lookup), draft (-md),\n"
-    "                              layerskip (not available yet); output stays identical (lossless)\n"
+    "                              layerskip (the model's own first --spec-layers layers draft); output stays\n"
+    "                              identical (lossless)\n"
     "  -md, --model-draft FILE     draft model for --spec-type draft (same vocabulary as -m)\n"
+    "      --spec-layers K         layers the layerskip draft runs before the LM head (default: half)\n"
     "      --spec-draft-n-max N    most draft tokens per slot and step (default 16, at most 32)\n"
     "      --spec-draft-n-min N    drop drafts shorter than N (default 0)\n"
     "      --spec-draft-p-min P    draft model stops when its top probability < P (default 0.75)\n"
     "      --spec-adaptive on|off  per-slot draft length from measured acceptance and verify cost (default on)\n"
-    "      --spec-row-cost C       cost of one more verified row relative to a 1-token step (default 0.35, CPU)\n";
+    "      --spec-row-cost C       cost of one more verified row relative to a 1-token step (default: measured\n"
+    "                              from the server's own step times, starting from 0.35)\n";
 
 int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
 {
@@ -60,7 +63,7 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
                    !strcmp(a, "--spec-draft-n-max") || !strcmp(a, "--draft-max") ||
                    !strcmp(a, "--spec-draft-n-min") || !strcmp(a, "--draft-min") ||
                    !strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min") || !strcmp(a, "--spec-adaptive") ||
-                   !strcmp(a, "--spec-row-cost");
+                   !strcmp(a, "--spec-row-cost") || !strcmp(a, "--spec-layers") || !strcmp(a, "--spec-early-exit");
     if (!is_spec) return 0;
     if (!v) { fprintf(stderr, "ember: %s needs a value\n", a); return -1; }
     (*i)++;
@@ -76,6 +79,13 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
         if (!strcmp(v, "on")) o->spec.adaptive = true;
         else if (!strcmp(v, "off")) o->spec.adaptive = false;
         else { fprintf(stderr, "ember: --spec-adaptive expects on or off, got '%s'\n", v); return -1; }
+    } else if (!strcmp(a, "--spec-layers") || !strcmp(a, "--spec-early-exit")) {
+        long x = strtol(v, &end, 10);
+        if (*end || end == v || x < 1 || x > 1024) {
+            fprintf(stderr, "ember: %s expects a layer count >= 1, got '%s'\n", a, v);
+            return -1;
+        }
+        o->spec.n_layer_draft = (int32_t)x;
     } else if (!strcmp(a, "--spec-row-cost")) {
         double c = strtod(v, &end);
         if (*end || end == v || !(c > 0 && c <= 4)) {
@@ -83,6 +93,7 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
             return -1;
         }
         o->spec.row_cost = (float)c;
+        o->spec.row_cost_auto = false;
     } else if (strstr(a, "p-min")) {
         double p = strtod(v, &end);
         if (*end || end == v || !(p >= 0 && p <= 1)) {
@@ -120,10 +131,13 @@ static ember_status open_spec(const serve_opts *o, serve_model *m, FILE *log)
         if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft needs -md FILE");
         st = spec_draft_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &prop);
         break;
+    case SPEC_LAYERSKIP: {
+        int32_t k = o->spec.n_layer_draft > 0 ? o->spec.n_layer_draft : ember_model_n_layer(m->model) / 2;
+        st = spec_layerskip_new(m->ctx, m->model, k, &prop);
+        break;
+    }
     default:
-        return ember_error(EMBER_ERR_UNSUPPORTED,
-                           "--spec-type %s: the runtime cannot run only the first k layers yet (see src/engine/spec/spec.c)",
-                           spec_type_name(type));
+        return ember_error(EMBER_ERR_UNSUPPORTED, "--spec-type %s: unknown", spec_type_name(type));
     }
     if (st != EMBER_OK) return st;
     spec_params p = o->spec;
@@ -179,7 +193,7 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
         fprintf(log, "ember: warning: the model has no chat template; using ChatML (as llama-server does)\n");
 
     int32_t n_vocab = ember_model_n_vocab(m->model);
-    m->rt = engine_runtime_ember(m->ctx, n_vocab);
+    m->rt = engine_runtime_ember(m->ctx, n_vocab, ember_model_n_embd(m->model));
     m->ev = text_ember_vocab(m->text);
     if ((st = open_spec(o, m, log)) != EMBER_OK) goto fail;
     engine_config ec = {.n_slots = o->n_parallel, .n_ctx = m->n_ctx, .n_batch = o->n_batch,

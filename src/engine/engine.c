@@ -42,6 +42,23 @@ ember_status engine_new(const engine_config *cfg, const engine_runtime *rt, cons
         if (!e->slots[i].tokens) goto nomem;
     }
     if (engine_batch_init(cfg->n_batch, &e->batch) != EMBER_OK) goto nomem;
+    if (cfg->spec && cfg->spec->prop.n_hidden_layers > 0) {
+        /* the proposer reads the target's hidden states (spec_input) */
+        const spec_proposer *pr = &cfg->spec->prop;
+        ember_status st;
+        if (!rt->set_hidden_layers || !rt->get_hidden || rt->n_embd < 1) {
+            engine_free(e);
+            return ember_error(EMBER_ERR_UNSUPPORTED, "engine: proposer %s reads hidden states; the runtime exports none",
+                               pr->name);
+        }
+        if ((st = rt->set_hidden_layers(rt->ctx, pr->n_hidden_layers, pr->hidden_layers)) != EMBER_OK) {
+            engine_free(e);
+            return st;
+        }
+        size_t n = (size_t)(SPEC_MAX_DRAFT + 1) * (size_t)pr->n_hidden_layers * (size_t)rt->n_embd;
+        for (int32_t i = 0; i < cfg->n_slots; i++)
+            if (!(e->slots[i].hidden = malloc(n * sizeof(float)))) goto nomem;
+    }
     e->st.n_slots = cfg->n_slots;
     e->st.n_ctx = cfg->n_ctx;
     e->st.n_batch = cfg->n_batch;
@@ -123,6 +140,7 @@ void engine_free(engine *e)
         for (int32_t i = 0; i < e->cfg.n_slots; i++) {
             free(e->slots[i].tokens);
             free(e->slots[i].pending);
+            free(e->slots[i].hidden);
         }
     }
     free(e->slots);

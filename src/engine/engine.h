@@ -47,6 +47,12 @@ typedef struct engine_runtime {
      * the engine draws, checks, and masks all logits on a rejection */
     ember_status (*sampler_sample_grammar)(void *ctx, ember_sampler *s, struct ember_grammar_state *g,
                                            const float *logits, int32_t n_vocab, float *scratch, ember_token *out);
+    /* Hidden states for proposers that read them (spec_input); optional
+     * (NULL: a proposer asking for them is refused by engine_new). n_embd:
+     * row length of get_hidden. */
+    int32_t n_embd;
+    ember_status (*set_hidden_layers)(void *ctx, int32_t n, const int32_t *layers);
+    const float *(*get_hidden)(void *ctx, int32_t i, int32_t j);
 } engine_runtime;
 
 /* The vocabulary side: token -> bytes and end-of-generation tokens. `ud` is
@@ -154,7 +160,8 @@ typedef struct engine engine;
 
 /* Create an engine over a runtime and vocabulary (both must outlive it).
  * Errors: EMBER_ERR_INVALID_ARG (n_slots < 1, n_ctx < 2, n_batch < 1),
- * EMBER_ERR_NOMEM. The step thread is not started. */
+ * EMBER_ERR_NOMEM, EMBER_ERR_UNSUPPORTED (cfg->spec's proposer reads hidden
+ * states the runtime does not export). The step thread is not started. */
 ember_status engine_new(const engine_config *cfg, const engine_runtime *rt,
                         const engine_vocab *vocab, engine **out);
 /* Start the step loop on its own thread. */

@@ -47,6 +47,10 @@ typedef struct slot {
      * batch (entries i_logits + 1 .. i_logits + n_draft) */
     ember_token draft[SPEC_MAX_DRAFT];
     int32_t n_draft;
+    /* hidden states of the positions verified last step, for the proposer
+     * (spec_input): [SPEC_MAX_DRAFT + 1][n_hidden_layers][n_embd], or NULL */
+    float *hidden;
+    int32_t n_hidden_rows, hidden_pos;
 } slot;
 
 struct engine {

@@ -28,8 +28,10 @@ static ember_status rt_sample_grammar(void *c, ember_sampler *s, struct ember_gr
 {
     return ember_sample_constrained(s, g, l, n_vocab, scratch, out);
 }
+static ember_status rt_set_hidden(void *c, int32_t n, const int32_t *l) { return ember_set_hidden_layers(c, n, l); }
+static const float *rt_get_hidden(void *c, int32_t i, int32_t j) { return ember_get_hidden(c, i, j); }
 
-engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab)
+engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t n_embd)
 {
     return (engine_runtime){
         .ctx = ctx, .n_vocab = n_vocab, .decode = rt_decode, .get_logits = rt_get_logits,
@@ -37,5 +39,6 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab)
         .seq_len = rt_seq_len, .kv_free_tokens = rt_kv_free, .sampler_new = rt_sampler_new,
         .sampler_free = rt_sampler_free, .sampler_sample = rt_sample, .sampler_accept = rt_accept,
         .sampler_sample_grammar = rt_sample_grammar,
+        .n_embd = n_embd, .set_hidden_layers = rt_set_hidden, .get_hidden = rt_get_hidden,
     };
 }

@@ -94,6 +94,7 @@ static bool admit(engine *e, engine_req *r)
     s->state = SLOT_PREFILL;
     s->admitted = ++e->admit_no;
     s->n_draft = 0;
+    s->n_hidden_rows = 0;
     if (e->cfg.spec) spec_engine_slot_reset(e->cfg.spec, s->id);
     s->last_used = e->step_no;
     set_busy(e, +1);
@@ -264,6 +265,11 @@ static int32_t step(engine *e)
     }
     double dt = engine_now() - t0;
     int32_t n_total = e->batch.n_tokens;
+    if (e->cfg.spec && n_prefill == 0) {
+        int32_t n_draft_rows = 0;
+        for (int32_t i = 0; i < n_slots; i++) n_draft_rows += e->slots[i].n_draft;
+        spec_engine_step_time(e->cfg.spec, dt, n_total, n_draft_rows);
+    }
 
     int32_t n_sampled = 0;
     for (int32_t i = 0; i < n_slots; i++) {

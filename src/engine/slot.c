@@ -42,9 +42,16 @@ static int32_t spec_slot_draft(engine *e, slot *s, int32_t room)
     int32_t pred_room = s->n_predict - s->n_generated - 1;
     if (ctx_room < room) room = ctx_room;
     if (pred_room < room) room = pred_room;
-    if (room <= 0) return 0;
-    spec_input in = {.slot = s->id, .tokens = s->tokens, .n_tokens = s->n_tokens, .n_prompt = s->n_prompt};
-    return spec_engine_propose(e->cfg.spec, &in, room, s->draft);
+    if (room < 0) room = 0;
+    if (room == 0 && s->n_hidden_rows == 0) return 0;
+    const spec_proposer *pr = &e->cfg.spec->prop;
+    spec_input in = {.slot = s->id, .tokens = s->tokens, .n_tokens = s->n_tokens, .n_prompt = s->n_prompt,
+                     .n_hidden = pr->n_hidden_layers, .hidden_layer = pr->hidden_layers,
+                     .n_hidden_rows = s->hidden ? s->n_hidden_rows : 0, .hidden_pos = s->hidden_pos,
+                     .hidden = s->hidden, .n_embd = e->rt.n_embd};
+    int32_t n = spec_engine_propose(e->cfg.spec, &in, room, s->draft);
+    s->n_hidden_rows = 0;   /* handed over once */
+    return n;
 }
 
 int32_t slot_propose(engine *e, slot *s, int32_t budget)
@@ -73,6 +80,24 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
         s->n_batch_entries = n;
     }
     return s->n_batch_entries;
+}
+
+/* Keep the target's hidden states of batch entries i0 .. i0 + n - 1 (one
+ * slot's verified positions, consecutive) for the slot's next proposal. */
+static void keep_hidden(engine *e, slot *s, int32_t i0, int32_t n)
+{
+    s->n_hidden_rows = 0;
+    if (!s->hidden || n <= 0) return;
+    const int32_t nh = e->cfg.spec->prop.n_hidden_layers;
+    const size_t row = (size_t)e->rt.n_embd;
+    for (int32_t r = 0; r < n; r++)
+        for (int32_t j = 0; j < nh; j++) {
+            const float *h = e->rt.get_hidden(e->rt.ctx, i0 + r, j);
+            if (!h) return;
+            memcpy(s->hidden + ((size_t)r * (size_t)nh + (size_t)j) * row, h, row * sizeof(float));
+        }
+    s->n_hidden_rows = n;
+    s->hidden_pos = e->batch.pos[i0];
 }
 
 /* Bytes at the end of text[len] that start a UTF-8 sequence not yet complete. */
@@ -371,6 +396,7 @@ int32_t slot_after_decode(engine *e, slot *s)
         }
         if (!emit_token(e, s, t, logits) || !hit) break;
     }
+    if (s->req) keep_hidden(e, s, i0, 1 + n_acc);   /* the last token and the accepted drafts */
     if (n_draft > 0) {
         /* roll back the K/V of rejected drafts: keep the last token + accepted ones */
         int32_t keep = n_past0 + 1 + n_acc;

@@ -50,6 +50,13 @@ struct ember_context {
     ember_seq_id *seq_list;
     float *logits;
     int64_t logits_rows;  /* capacity in rows of n_vocab */
+    /* layer-skip drafts and draft heads (ember_set_layer_limit / _hidden_layers) */
+    int32_t n_layer_run;  /* layers the next decodes run (hp.n_layer unless limited) */
+    int32_t n_layer_last; /* layers the last decode ran */
+    int32_t n_capture;
+    int32_t capture_layer[EMBER_MAX_HIDDEN_LAYERS];
+    float *hidden;        /* [hidden_rows][n_capture][n_embd] */
+    int64_t hidden_rows;
 };
 
 /* The logits buffer: pinned host memory from a GPU backend (one fast copy
@@ -122,6 +129,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     if (!c) return ember_error(EMBER_ERR_NOMEM, "ember_context_new: out of memory");
     c->m = m;
     c->p = p;
+    c->n_layer_run = hp->n_layer;
     ember_status st;
 
     const int64_t ub = p.n_ubatch;
@@ -211,13 +219,79 @@ void ember_context_free(ember_context *c)
     free(c->seq_next);
     free(c->seq_count);
     free(c->seq_list);
+    free(c->hidden);
     free(c);
 }
 
 uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv); }
 uint64_t ember_context_scratch_bytes(const ember_context *c)
 {
-    return c->scratch_bytes + (uint64_t)c->logits_rows * (uint64_t)c->m->hp.n_vocab * sizeof(float);
+    return c->scratch_bytes + (uint64_t)c->logits_rows * (uint64_t)c->m->hp.n_vocab * sizeof(float) +
+           (uint64_t)c->hidden_rows * (uint64_t)c->n_capture * (uint64_t)c->m->hp.n_embd * sizeof(float);
+}
+
+ember_status ember_set_layer_limit(ember_context *c, int32_t n_layer)
+{
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_set_layer_limit: context is NULL");
+    const int32_t nl = c->m->hp.n_layer;
+    if (n_layer < 0 || n_layer > nl)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_set_layer_limit: %d layers not in [0, n_layer %d]", n_layer, nl);
+    if (n_layer != 0 && n_layer != nl && !c->m->arch->partial)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_layer_limit: architecture %s always runs all %d layers",
+                           c->m->arch->name, nl);
+    /* A GPU backend replays whole decode steps from CUDA graphs keyed on the
+     * batch shape, not on the layer count: a partial step would share a full
+     * step's graph. Refused there until the key carries it. */
+    if (n_layer != 0 && n_layer != nl && c->be->ops->step_begin)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_layer_limit: backend %s runs whole graphed steps (layer-skip is CPU-only)",
+                           c->be->ops->name ? c->be->ops->name : "?");
+    c->n_layer_run = n_layer == 0 ? nl : n_layer;
+    return EMBER_OK;
+}
+
+ember_status ember_set_hidden_layers(ember_context *c, int32_t n, const int32_t *layers)
+{
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_set_hidden_layers: context is NULL");
+    const ember_hparams *hp = &c->m->hp;
+    if (n < 0 || n > EMBER_MAX_HIDDEN_LAYERS || (n > 0 && !layers))
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_set_hidden_layers: %d layers not in [0, %d]", n,
+                           EMBER_MAX_HIDDEN_LAYERS);
+    if (n > 0 && !c->m->arch->partial)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_hidden_layers: architecture %s does not export hidden states",
+                           c->m->arch->name);
+    /* hidden rows are copied on the host from the scratch (ember_layer_end) */
+    if (n > 0 && c->be->ops->act_alloc && c->m->arch->device_scratch)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_hidden_layers: activations live on the GPU (hidden states are CPU-only)");
+    for (int32_t j = 0; j < n; j++)
+        if (layers[j] < 0 || layers[j] >= hp->n_layer)
+            return ember_error(EMBER_ERR_INVALID_ARG, "ember_set_hidden_layers: layers[%d] = %d not in [0, n_layer %d)", j,
+                               layers[j], hp->n_layer);
+    float *h = NULL;
+    if (n > 0) {
+        h = malloc((size_t)c->logits_rows * (size_t)n * (size_t)hp->n_embd * sizeof(float));
+        if (!h) return ember_error(EMBER_ERR_NOMEM, "ember_set_hidden_layers: %lld rows", (long long)c->logits_rows);
+    }
+    free(c->hidden);
+    c->hidden = h;
+    c->hidden_rows = n > 0 ? c->logits_rows : 0;
+    c->n_capture = n;
+    for (int32_t j = 0; j < n; j++) c->capture_layer[j] = layers[j];
+    c->n_last = 0;
+    c->n_out_last = 0;
+    return EMBER_OK;
+}
+
+const float *ember_get_hidden(ember_context *c, int32_t i, int32_t j)
+{
+    if (!c || j < 0 || j >= c->n_capture || c->capture_layer[j] >= c->n_layer_last) return NULL;
+    if (i < 0) {
+        if (c->n_out_last == 0) return NULL;
+        i = c->n_out_last - 1;
+    } else {
+        if (i >= c->n_last || c->out_map[i] < 0) return NULL;
+        i = c->out_map[i];
+    }
+    return c->hidden + ((size_t)i * (size_t)c->n_capture + (size_t)j) * (size_t)c->m->hp.n_embd;
 }
 
 ember_status ember_batch_init(int32_t n_max, ember_batch *out)
@@ -327,6 +401,15 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         c->logits = nl;
         c->logits_rows = n_out;
     }
+    if (c->n_capture > 0 && n_out > c->hidden_rows) {
+        float *nh = realloc(c->hidden, (size_t)n_out * (size_t)c->n_capture * (size_t)hp->n_embd * sizeof(float));
+        if (!nh) {
+            for (int32_t i = n - 1; i >= 0; i--) ember_kv_seq_truncate(c->kv, b->seq_id[i], b->pos[i]);
+            return ember_error(EMBER_ERR_NOMEM, "ember_decode: cannot allocate hidden states for %d rows", n_out);
+        }
+        c->hidden = nh;
+        c->hidden_rows = n_out;
+    }
 
     int32_t o = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -336,7 +419,8 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         c->out_map[i] = b->logits[i] ? o++ : -1;
     }
 
-    ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .s = &c->s};
+    ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .s = &c->s, .n_layer = c->n_layer_run,
+                     .n_capture = c->n_capture, .capture_layer = c->capture_layer};
     const bool swa = ember_kv_has_swa_group(c->kv);
     for (int32_t u0 = 0; u0 < n; u0 += (int32_t)c->p.n_ubatch) {
         int32_t u1 = u0 + (int32_t)c->p.n_ubatch;
@@ -359,6 +443,8 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .query = c->query + u0, .kv_row_swa = (swa ? c->kv_row_swa : c->kv_row) + u0,
             .query_swa = (swa ? c->query_swa : c->query) + u0, .n_out = n_uo, .out_idx = c->out_idx,
             .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
+            .hidden = c->n_capture == 0 ? NULL
+                      : c->hidden + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)c->n_capture * (size_t)hp->n_embd,
         };
         if (c->be->ops->step_begin) {
             const ember_backend_step bs = {
@@ -378,6 +464,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
     }
     c->n_last = n;
     c->n_out_last = n_out;
+    c->n_layer_last = c->n_layer_run;
     return EMBER_OK;
 }
 

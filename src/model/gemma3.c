@@ -85,7 +85,7 @@ static void gemma3_forward(const ember_run *r, const ember_ubatch *ub)
     op->get_rows(be, &m->tok_embd, ub->token, n, s->x);
     op->scale(be, s->x, hp->embd_scale, n * n_embd);
 
-    for (int32_t il = 0; il < hp->n_layer; il++) {
+    for (int32_t il = 0; il < r->n_layer; il++) {
         const ember_layer *L = &m->layers[il];
         const bool swa = hp->is_swa[il];
         const float rope_base = swa ? hp->rope_base_swa : hp->rope_base;
@@ -111,6 +111,7 @@ static void gemma3_forward(const ember_run *r, const ember_ubatch *ub)
         ember_project(r, s->hb, n, &L->ffn_down, s->xb, NULL, NULL, NULL, NULL);
         op->rms_norm(be, s->xb, s->xb, L->post_ffw_norm, n, n_embd, eps);
         op->add(be, s->x, s->xb, n * n_embd);
+        ember_layer_end(r, ub, il, s->x);
     }
     ember_output(r, ub, s->x);
 }
@@ -120,4 +121,5 @@ const ember_arch ember_arch_gemma3 = {
     .load = gemma3_load,
     .forward = gemma3_forward,
     .device_scratch = true,
+    .partial = true,
 };

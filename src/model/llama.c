@@ -66,7 +66,7 @@ static void llama_forward(const ember_run *r, const ember_ubatch *ub)
 
     op->get_rows(be, &m->tok_embd, ub->token, n, s->x);
 
-    for (int32_t il = 0; il < hp->n_layer; il++) {
+    for (int32_t il = 0; il < r->n_layer; il++) {
         const ember_layer *L = &m->layers[il];
 
         /* attention */
@@ -84,6 +84,7 @@ static void llama_forward(const ember_run *r, const ember_ubatch *ub)
         op->swiglu(be, s->hb, s->hb2, (int64_t)n * hp->n_ff);
         ember_project(r, s->hb, n, &L->ffn_down, s->xb, NULL, NULL, NULL, NULL);
         op->add(be, s->x, s->xb, n * n_embd);
+        ember_layer_end(r, ub, il, s->x);
     }
     ember_output(r, ub, s->x);
 }
@@ -93,4 +94,5 @@ const ember_arch ember_arch_llama = {
     .load = llama_load,
     .forward = llama_forward,
     .device_scratch = true,
+    .partial = true,
 };

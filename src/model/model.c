@@ -327,6 +327,18 @@ void ember_attend(const ember_run *r, const ember_ubatch *ub, int32_t il, const 
     r->be->ops->attention(r->be, &view, &ap, q, ember_ubatch_query(r->kv, ub, il), ub->n, out);
 }
 
+void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *x)
+{
+    if (!ub->hidden) return;
+    const int64_t n_embd = r->m->hp.n_embd;
+    for (int32_t j = 0; j < r->n_capture; j++) {
+        if (r->capture_layer[j] != il) continue;
+        for (int32_t i = 0; i < ub->n_out; i++)
+            memcpy(ub->hidden + ((size_t)i * (size_t)r->n_capture + (size_t)j) * (size_t)n_embd,
+                   x + (size_t)ub->out_idx[i] * (size_t)n_embd, (size_t)n_embd * sizeof(float));
+    }
+}
+
 void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x)
 {
     if (ub->n_out == 0) return;

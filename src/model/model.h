@@ -91,6 +91,7 @@ typedef struct ember_ubatch {
     int32_t n_out;
     const int32_t *out_idx;
     float *logits;
+    float *hidden;       /* [n_out][r->n_capture][n_embd]: states kept by ember_layer_end, or NULL */
 } ember_ubatch;
 
 /* Scratch of one context, each sized for n_ubatch rows. */
@@ -106,12 +107,17 @@ typedef struct ember_scratch {
     float *aux;    /* [n, hp.n_aux], NULL when n_aux == 0 */
 } ember_scratch;
 
-/* What a forward pass runs with. */
+/* What a forward pass runs with. An arch with `partial` set runs layers
+ * [0, n_layer) only (n_layer <= hp.n_layer; fewer for a layer-skip draft,
+ * ember_set_layer_limit) and calls ember_layer_end after each layer. */
 typedef struct ember_run {
     const ember_model *m;
     ember_backend *be;
     ember_kv *kv;
     ember_scratch *s;
+    int32_t n_layer;               /* layers to run before the output head */
+    int32_t n_capture;             /* hidden states kept per logits row (ember_set_hidden_layers) */
+    const int32_t *capture_layer;  /* [n_capture] layer after which each is taken */
 } ember_run;
 
 struct ember_arch {
@@ -127,6 +133,10 @@ struct ember_arch {
      * dereferences it on the host), so a GPU backend may keep it on the
      * device (ember_backend_ops.act_alloc). */
     bool device_scratch;
+    /* forward honours r->n_layer and calls ember_layer_end (layer-skip
+     * drafts, hidden states for draft heads); false: it always runs every
+     * layer and keeps no hidden state. */
+    bool partial;
 };
 
 extern const ember_arch ember_arch_gemma3;
@@ -171,6 +181,9 @@ void ember_project(const ember_run *r, const float *x, int32_t n, const ember_we
 /* Store K/V of ub and attend; q [n, n_head*hd] -> out [n, n_head*hd_v]. */
 void ember_attend(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *q,
                   const float *k, const float *v, float kq_scale, int32_t n_swa, float *out);
+/* After layer il: copy rows ub->out_idx of the residual stream x [n, n_embd]
+ * into ub->hidden for each r->capture_layer equal to il. */
+void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *x);
 /* Final norm + LM head over the rows in ub->out_idx. Uses s->xb as gather space. */
 void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x);
 

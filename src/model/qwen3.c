@@ -71,7 +71,7 @@ static void qwen3_forward(const ember_run *r, const ember_ubatch *ub)
 
     op->get_rows(be, &m->tok_embd, ub->token, n, s->x);
 
-    for (int32_t il = 0; il < hp->n_layer; il++) {
+    for (int32_t il = 0; il < r->n_layer; il++) {
         const ember_layer *L = &m->layers[il];
 
         /* attention */
@@ -91,6 +91,7 @@ static void qwen3_forward(const ember_run *r, const ember_ubatch *ub)
         op->swiglu(be, s->hb, s->hb2, (int64_t)n * hp->n_ff);
         ember_project(r, s->hb, n, &L->ffn_down, s->xb, NULL, NULL, NULL, NULL);
         op->add(be, s->x, s->xb, n * n_embd);
+        ember_layer_end(r, ub, il, s->x);
     }
     ember_output(r, ub, s->x);
 }
@@ -100,4 +101,5 @@ const ember_arch ember_arch_qwen3 = {
     .load = qwen3_load,
     .forward = qwen3_forward,
     .device_scratch = true,
+    .partial = true,
 };

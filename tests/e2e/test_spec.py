@@ -1,7 +1,8 @@
 """Speculative decoding through the real server and SmolLM2 (src/engine/spec).
 
-Lossless: with greedy sampling, `--spec-type ngram` and `--spec-type draft`
-must produce exactly the tokens of a server without speculation, on
+Lossless: with greedy sampling, `--spec-type ngram`, `--spec-type draft` and
+`--spec-type layerskip` (the target's own first layers draft on its own KV
+cache, which must be rolled back exactly) must produce exactly the tokens of a server without speculation, on
 input-grounded prompts where n-gram drafts are accepted (the response's
 timings.draft_n_accepted must be > 0, so the test exercises acceptance and
 rollback). The reference is the same model decoded one token per step: the
@@ -105,6 +106,33 @@ def test_draft_model_same_model_identical(ember_bin, smollm2_path, reference):
         srv.stop()
 
 
+def test_layerskip_greedy_identical(ember_bin, smollm2_path, reference):
+    # two slots drafting at once with the target's first 20 of 30 layers; the
+    # draft pass writes K/V rows the verification must overwrite
+    srv = start(ember_bin, smollm2_path, "--spec-type", "layerskip", "--spec-layers", "20", "--spec-draft-p-min", "0",
+                "--spec-draft-n-max", "4", "--spec-adaptive", "off")
+    try:
+        with cf.ThreadPoolExecutor(2) as ex:
+            got = list(ex.map(lambda p: complete(srv, p), PROMPTS))
+        drafted = accepted = 0
+        for (ref_text, ref_toks, _), (text, toks, t) in zip(reference, got):
+            assert text == ref_text
+            assert toks == ref_toks
+            drafted += t.get("draft_n", 0)
+            accepted += t.get("draft_n_accepted", 0)
+        assert drafted > 0 and 0 < accepted <= drafted
+    finally:
+        srv.stop()
+
+
+def test_layerskip_bad_layers_refused(ember_bin, smollm2_path):
+    import subprocess
+    p = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "--spec-type", "layerskip", "--spec-layers", "30",
+                        "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert "--spec-layers 30" in p.stderr
+
+
 def test_draft_model_vocab_mismatch_refused(ember_bin, smollm2_path, gemma3_path):
     import subprocess
     p = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "-md", gemma3_path, "--spec-type", "draft",
@@ -116,6 +144,6 @@ def test_draft_model_vocab_mismatch_refused(ember_bin, smollm2_path, gemma3_path
 def test_bad_spec_flags(ember_bin, smollm2_path):
     import subprocess
     for args in (["--spec-type", "bogus"], ["--spec-draft-n-max", "0"], ["--spec-draft-p-min", "2"],
-                 ["--spec-row-cost", "0"]):
+                 ["--spec-row-cost", "0"], ["--spec-layers", "0"]):
         p = subprocess.run([ember_bin, "serve", "-m", smollm2_path, *args], capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, args

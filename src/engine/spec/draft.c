@@ -167,7 +167,7 @@ ember_status spec_draft_new(const char *path, ember_model *target, int32_t n_slo
             st = ember_error(EMBER_ERR_NOMEM, "draft model: %d slots x %d tokens", n_slots, n_ctx);
             goto fail;
         }
-    *out = (spec_proposer){.name = "draft", .self = d, .propose = draft_propose, .slot_reset = draft_slot_reset,
+    *out = (spec_proposer){.name = "draft", .self = d, .costly = true, .propose = draft_propose, .slot_reset = draft_slot_reset,
                            .describe = draft_describe, .free = draft_free};
     return EMBER_OK;
 fail:

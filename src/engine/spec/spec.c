@@ -12,21 +12,18 @@
  * verification rows, and copying phases draft long. row_cost (default 0.35)
  * is the extra cost of a verified row relative to a 1-token step, as
  * measured on the CPU backend with SmolLM2-135M (bench/results/spec-cpu.md);
- * it is lower on a GPU.
- *
- * Layer-skip (SPEC_LAYERSKIP) is not implemented: the CPU runtime runs all
- * layers in one forward (src/model/llama.c loops il < n_layer). What it needs:
- * a per-decode layer limit (ember_run.n_layer_exec, honoured by each arch's
- * loop before ember_output), so a draft pass runs layers [0, k) + the LM head
- * on the slot's own sequence; the K/V it writes for layers < k at the draft
- * positions equal the target's (same tokens, same layers), and the target's
- * verification batch overwrites them, so no second KV cache is needed.
+ * it is lower on a GPU; with row_cost_auto (ember serve's default) the
+ * engine's own step times replace it (spec_engine_step_time). A proposer that runs a model (draft, layerskip) also
+ * costs time per drafted token: its measured time over the measured 1-row
+ * target step is added to row_cost, so a layer-skip draft that is rarely
+ * accepted stops drafting instead of slowing decoding down.
  */
 #include "engine/spec/spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 
@@ -64,10 +61,16 @@ ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n
     spec_engine *s = calloc(1, sizeof *s);
     double *acc = calloc((size_t)n_slots * 2, sizeof *acc);
     int32_t *idle = calloc((size_t)n_slots, sizeof *idle);
-    if (!s || !acc || !idle) {
+    double *t_base = calloc((size_t)n_slots + 1, sizeof *t_base);
+    double *rc_est = calloc((size_t)n_slots + 1, sizeof *rc_est);
+    int32_t *n_rc = calloc((size_t)n_slots + 1, sizeof *n_rc);
+    if (!s || !acc || !idle || !t_base || !rc_est || !n_rc) {
         free(s);
         free(acc);
         free(idle);
+        free(t_base);
+        free(rc_est);
+        free(n_rc);
         if (prop.free) prop.free(prop.self);
         return ember_error(EMBER_ERR_NOMEM, "speculation: %d slots", n_slots);
     }
@@ -77,6 +80,10 @@ ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n
     s->acc_a = acc;
     s->acc_r = acc + n_slots;
     s->idle = idle;
+    s->t_base = t_base;
+    s->rc_est = rc_est;
+    s->n_rc = n_rc;
+    s->base = 1;
     for (int32_t i = 0; i < n_slots; i++) spec_engine_slot_reset(s, i);
     *out = s;
     return EMBER_OK;
@@ -88,6 +95,9 @@ void spec_engine_free(spec_engine *s)
     if (s->prop.free) s->prop.free(s->prop.self);
     free(s->acc_a);
     free(s->idle);
+    free(s->t_base);
+    free(s->rc_est);
+    free(s->n_rc);
     free(s);
 }
 
@@ -95,9 +105,10 @@ void spec_engine_describe(const spec_engine *s, char *buf, size_t cap)
 {
     char extra[256] = "";
     if (s->prop.describe) s->prop.describe(s->prop.self, extra, sizeof extra);
-    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s (row cost %.2f)",
+    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s (row cost %.2f%s%s)",
              spec_type_name(s->p.type), extra, s->p.n_max, s->p.n_min, (double)s->p.p_min,
-             s->p.adaptive ? "on" : "off", (double)s->p.row_cost);
+             s->p.adaptive ? "on" : "off", (double)s->p.row_cost, s->p.row_cost_auto ? " until measured" : "",
+             s->prop.costly ? " + measured draft cost" : "");
 }
 
 int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)
@@ -112,6 +123,51 @@ int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)
     return best;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Cost of drafting one token relative to a 1-row target step (costly
+ * proposers only; 0 until both times are measured). */
+static double draft_cost(const spec_engine *s)
+{
+    if (!s->prop.costly || s->t_draft <= 0 || s->t_step <= 0) return 0;
+    double c = s->t_draft / s->t_step;
+    return c > 4 ? 4 : c;
+}
+
+double spec_engine_row_cost(const spec_engine *s)
+{
+    if (!s->p.row_cost_auto) return s->p.row_cost;
+    const int32_t b = s->base;
+    if (s->n_rc[b] >= 8) return s->rc_est[b] < 0.02 ? 0.02 : s->rc_est[b];
+    double prior = (double)s->p.row_cost * b;
+    return prior > 1.5 ? (s->p.row_cost > 1.5 ? s->p.row_cost : 1.5) : prior;
+}
+
+void spec_engine_step_time(spec_engine *s, double dt, int32_t n_rows, int32_t n_draft_rows)
+{
+    if (!s || n_rows < 1 || !(dt > 0)) return;
+    const int32_t base = n_rows - n_draft_rows;
+    if (base < 1 || base > s->n_slots) return;
+    s->base = base;
+    if (n_draft_rows == 0) {
+        s->t_base[base] = s->t_base[base] > 0 ? 0.9 * s->t_base[base] + 0.1 * dt : dt;
+    } else if (s->t_base[base] > 0) {
+        double r = (dt / s->t_base[base] - 1.0) / n_draft_rows * base;
+        if (r < 0) r = 0;
+        if (r > 4) r = 4;
+        s->rc_est[base] = s->n_rc[base] > 0 ? 0.95 * s->rc_est[base] + 0.05 * r : r;
+        s->n_rc[base]++;
+    }
+    const double rc1 = s->p.row_cost_auto && s->n_rc[1] >= 8 ? s->rc_est[1] : s->p.row_cost;
+    double t1 = dt / (1.0 + rc1 * (n_rows - 1));
+    s->t_step = s->t_step > 0 ? 0.9 * s->t_step + 0.1 * t1 : t1;
+}
+
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft)
 {
     if (in->slot < 0 || in->slot >= s->n_slots) return 0;
@@ -120,14 +176,26 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
         int32_t i = in->slot;
         double alpha = s->acc_a[i] / (s->acc_a[i] + s->acc_r[i]);
         if (alpha > 0.99) alpha = 0.99;
-        n = spec_best_length(alpha, s->p.row_cost, s->p.n_max);
+        double dc = draft_cost(s);
+        n = spec_best_length(alpha, (float)(spec_engine_row_cost(s) + dc), s->p.n_max);
         if (n > 0 && n < s->p.n_min) n = 0;
-        if (n == 0 && ++s->idle[i] >= 8) n = s->p.n_min > 1 ? s->p.n_min : 1;   /* probe */
+        /* probe: every 8th idle step, stretched by the draft's own cost so
+         * probing a model proposer that keeps failing costs ~2% of steps */
+        if (n == 0 && ++s->idle[i] >= (int32_t)(8.0 * (1.0 + 4.0 * dc))) n = s->p.n_min > 1 ? s->p.n_min : 1;
     }
     if (n > limit) n = limit;
-    if (n <= 0 || n < s->p.n_min) return 0;
+    if (n <= 0 || n < s->p.n_min) {
+        /* no draft this step; a proposer reading hidden states still gets its rows */
+        if (in->n_hidden_rows > 0) s->prop.propose(s->prop.self, in, 0, s->p.p_min, draft, NULL);
+        return 0;
+    }
+    double t0 = s->prop.costly ? now_s() : 0;
     int32_t k = s->prop.propose(s->prop.self, in, n, s->p.p_min, draft, NULL);
     if (k < 0 || k > n) k = 0;
+    if (s->prop.costly) {   /* per drafted token (a draft that stopped at once counts as one) */
+        double t = (now_s() - t0) / (k > 0 ? k : 1);
+        s->t_draft = s->t_draft > 0 ? 0.9 * s->t_draft + 0.1 * t : t;
+    }
     if (k < s->p.n_min) return 0;
     return k;
 }

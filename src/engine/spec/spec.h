@@ -37,34 +37,44 @@ typedef enum spec_type {
     SPEC_NONE = 0,
     SPEC_NGRAM,      /* prompt lookup over the slot's tokens so far */
     SPEC_DRAFT,      /* a smaller model with the same vocabulary (-md) */
-    SPEC_LAYERSKIP,  /* the target's first k layers + its LM head (not yet: see layerskip note in spec.c) */
+    SPEC_LAYERSKIP,  /* the target's first k layers + its LM head (self-speculative, layerskip.c) */
 } spec_type;
 
 /* What a proposer sees for one slot at one step. tokens[0, n_tokens) are the
  * prompt followed by the generated tokens; the last one has been sampled but
  * is not yet in the target's KV (the draft continues after it).
  *
- * Hidden-state hook (DFlash / MTP / EAGLE-style heads): hidden[j] points at
- * the target's hidden state [n_embd] after layer hidden_layer[j] for the last
- * decoded position of this slot, n_hidden of them. The CPU runtime does not
- * export them yet (n_hidden = 0, hidden = NULL); the accessor to add is
- * ember_get_hidden(ctx, i_batch, layer) reading the residual stream the
- * forward pass already keeps in its scratch (s->x) after that layer. A
- * proposer that needs them says so with spec_proposer.hidden_layers. */
+ * Hidden-state hook (DFlash / MTP / EAGLE-style heads): a proposer that sets
+ * spec_proposer.n_hidden_layers / hidden_layers gets the target's hidden
+ * states (the residual stream after those layers, 0-based, before the final
+ * norm: ember_get_hidden) of the positions the target verified in its last
+ * decode of this slot and that are now part of the sequence: the slot's
+ * last token and every accepted draft token (after a prefill: the last
+ * prompt token). Row r is position hidden_pos + r (its input token is
+ * tokens[hidden_pos + r]; it is the state that predicted token
+ * hidden_pos + r + 1); hidden[(r * n_hidden + j) * n_embd ...] is its state
+ * after layer hidden_layer[j]. n_hidden_rows is 0 when there is none (first
+ * step of a request, or no proposer asked). Rows before hidden_pos were
+ * handed over in earlier steps; a proposer that keeps history stores them. */
 typedef struct spec_input {
     int32_t slot;                 /* engine slot id (also the target's seq id) */
     const ember_token *tokens;
     int32_t n_tokens;
     int32_t n_prompt;             /* tokens[0, n_prompt) came from the request */
-    int32_t n_hidden;
+    int32_t n_hidden;             /* layers per row (= the proposer's n_hidden_layers) */
     const int32_t *hidden_layer;  /* [n_hidden] layer indices */
-    const float *const *hidden;   /* [n_hidden] rows of n_embd floats */
+    int32_t n_hidden_rows;        /* verified positions handed over (0..SPEC_MAX_DRAFT + 1) */
+    int32_t hidden_pos;           /* position of row 0 */
+    const float *hidden;          /* [n_hidden_rows][n_hidden][n_embd] */
     int32_t n_embd;
 } spec_input;
 
-/* A proposer. propose writes at most n_max (>= 1) draft tokens continuing
+/* A proposer. propose writes at most n_max draft tokens continuing
  * in->tokens into draft[] and returns how many (0: no draft this step; < 0
- * never). If `q` is non-NULL the proposer may store the probability it gave
+ * never). n_max is >= 1, except for a proposer reading hidden states: it is
+ * called with n_max = 0 when the engine wants no draft this step but has
+ * hidden rows to hand over (every verified position's row reaches it once,
+ * in order, except those of the step that ends a request). If `q` is non-NULL the proposer may store the probability it gave
  * each drafted token (q[i] in (0, 1]; 1 for deterministic drafts); p_min is
  * --spec-draft-p-min (a model-based proposer stops drafting when its top
  * probability falls below it). feedback reports how many of the last draft's
@@ -74,8 +84,10 @@ typedef struct spec_input {
 typedef struct spec_proposer {
     const char *name;
     void *self;
-    int32_t n_hidden_layers;      /* hidden states wanted (0: none) */
-    const int32_t *hidden_layers;
+    bool costly;                  /* drafting runs a model (draft, layerskip): the adaptive length
+                                   * counts its measured time per draft token (spec_engine_step_time) */
+    int32_t n_hidden_layers;      /* hidden states wanted (0: none; at most EMBER_MAX_HIDDEN_LAYERS) */
+    const int32_t *hidden_layers; /* [n_hidden_layers] 0-based target layers (see spec_input) */
     int32_t (*propose)(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *draft, float *q);
     void (*feedback)(void *self, int32_t slot, int32_t n_drafted, int32_t n_accepted);
     void (*slot_reset)(void *self, int32_t slot);
@@ -90,7 +102,10 @@ typedef struct spec_params {
     float p_min;       /* --spec-draft-p-min: model proposers stop below this probability */
     bool adaptive;     /* --spec-adaptive on|off: per-slot draft length from measured acceptance */
     float row_cost;    /* cost of one more verified batch row relative to a 1-token step (adaptive model) */
+    bool row_cost_auto; /* measure row_cost from the engine's step times (row_cost is the prior);
+                         * ember serve sets it unless --spec-row-cost is given */
     int32_t ngram_min, ngram_max; /* n-gram: lookup key lengths tried, longest first */
+    int32_t n_layer_draft;        /* layerskip: --spec-layers k (0: half the target's layers) */
 } spec_params;
 
 spec_params spec_default_params(void);
@@ -113,6 +128,12 @@ typedef struct spec_engine {
     int32_t n_slots;
     double *acc_a, *acc_r; /* [n_slots] decayed counts of accepted / rejected draft tokens */
     int32_t *idle;     /* [n_slots] steps since the slot last drafted (probing) */
+    double t_draft;    /* costly proposers: decayed mean seconds per drafted token (0: not measured yet) */
+    double t_step;     /* decayed mean seconds of a 1-row target step, from spec_engine_step_time */
+    double *t_base;    /* [n_slots + 1] decayed mean seconds of a step of i rows and no draft */
+    double *rc_est;    /* [n_slots + 1] measured row cost for steps of i slot rows (row_cost_auto) */
+    int32_t *n_rc;     /* [n_slots + 1] samples behind rc_est[i] */
+    int32_t base;      /* slot rows (no drafts) of the last decode-only step */
     spec_stats st;
 } spec_engine;
 
@@ -131,14 +152,31 @@ void spec_engine_describe(const spec_engine *s, char *buf, size_t cap);
 int32_t spec_best_length(double alpha, float row_cost, int32_t n_max);
 
 /* Draft for a slot: at most `limit` tokens; with adaptive on, at most the
- * length spec_best_length picks from the slot's measured acceptance (when it
- * picks 0, a 1-token probe every 8th step keeps the estimate current).
- * Returns the draft length (0 when none or shorter than n_min). */
+ * length spec_best_length picks from the slot's measured acceptance, with a
+ * draft token's cost = row_cost + (for a costly proposer) its measured
+ * drafting time over a target step's (when it picks 0, a 1-token probe
+ * every 8th step, less often for a costly proposer, keeps the estimate
+ * current). Returns the draft length (0 when none or shorter than n_min). */
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft);
 /* After verification: n_accepted of n_drafted were accepted. Updates the
  * counters and the slot's acceptance estimate (counts decay by 0.8 a draft). */
 void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);
 void spec_engine_slot_reset(spec_engine *s, int32_t slot);
+/* The engine's step timing: a target decode of n_rows batch entries (no
+ * prefill), n_draft_rows of them draft tokens, took dt seconds. Keeps t(b),
+ * the time of steps of b slot rows without drafts; a step of b slot rows
+ * plus drafts then gives a sample of the row cost as a slot sees it: the
+ * extra time per draft row over the slot's share of the step,
+ * (dt - t(b)) / n_draft_rows / (t(b) / b). Its decayed mean for the current
+ * b replaces row_cost after 8 samples when row_cost_auto is set: a loaded
+ * CPU (small verification batches cost more than on a quiet one), many
+ * streams (a full batch is compute-bound: a draft row costs about a slot's
+ * whole share) and a GPU (rows nearly free) each get their own. Until then
+ * the prior for b slots is row_cost * b, at most 1.5. Also gives the 1-row
+ * step time that a costly proposer's time is compared to. */
+void spec_engine_step_time(spec_engine *s, double dt, int32_t n_rows, int32_t n_draft_rows);
+/* The row cost the adaptive length uses now (configured or measured). */
+double spec_engine_row_cost(const spec_engine *s);
 
 /* The general acceptance rule for one draft token x drawn from q.
  * p, q: [n] probabilities over the same candidate ids (sum 1 each; q[x] > 0).
@@ -159,5 +197,12 @@ ember_status spec_ngram_new(int32_t ngram_min, int32_t ngram_max, spec_proposer 
  * tokens' text: the message names the first differing id). */
 ember_status spec_draft_new(const char *path, ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
                             spec_proposer *out);
+/* Layer-skip (self-speculative): the target context's own first n_layer
+ * layers + final norm + LM head draft greedily on the slot's own sequence
+ * (layerskip.c says how its K/V writes are undone). target must be the
+ * engine's context (sequence i = slot i) and outlive the proposer.
+ * Errors: EMBER_ERR_INVALID_ARG (n_layer not in [1, model n_layer)),
+ * EMBER_ERR_UNSUPPORTED (the architecture cannot stop early), NOMEM. */
+ember_status spec_layerskip_new(ember_context *target, const ember_model *m, int32_t n_layer, spec_proposer *out);
 
 #endif

@@ -11,7 +11,12 @@ vocab 32. Weights are F16 (so ember's matmul sees the same values), norm
 weights F32 stored as 1 + w like llama.cpp's converter.
 
 Writes tiny_gemma3.gguf and tiny_gemma3_logits.txt (one line per position
-of TOKENS: 32 logits). Run: .venv/bin/python tests/golden/runtime/make_tiny_gemma3.py
+of TOKENS: 32 logits), and tiny_gemma3_partial.txt for partial forward
+passes (ember_set_hidden_layers / ember_set_layer_limit): per position the
+hidden state (residual stream) after layers 1 and 2 (0-based), then the
+logits of the model cut after its first 3 layers (final norm + tied head
+applied to the state after layer 2, as LayerSkip's early exit does).
+Run: .venv/bin/python tests/golden/runtime/make_tiny_gemma3.py
 """
 import pathlib
 import numpy as np
@@ -93,6 +98,7 @@ def gelu_tanh(x):
 T = len(TOKENS)
 pos = np.arange(T)
 x = Wd["token_embd.weight"][TOKENS] * np.sqrt(E)
+hidden = {}
 for i in range(L):
     p = f"blk.{i}."
     sliding = (i % 6) != 5
@@ -120,9 +126,18 @@ for i in range(L):
     h = rms(x, Wd[p + "ffn_norm.weight"])
     f = (gelu_tanh(h @ Wd[p + "ffn_gate.weight"].T) * (h @ Wd[p + "ffn_up.weight"].T)) @ Wd[p + "ffn_down.weight"].T
     x = x + rms(f, Wd[p + "post_ffw_norm.weight"])
+    hidden[i] = x.copy()
 logits = rms(x, Wd["output_norm.weight"]) @ Wd["token_embd.weight"].T
 with open(HERE / "tiny_gemma3_logits.txt", "w") as fh:
     fh.write("# tokens " + " ".join(map(str, TOKENS)) + "\n")
     for row in logits:
         fh.write(" ".join(f"{v:.6f}" for v in row) + "\n")
+EXIT = 3
+early = rms(hidden[EXIT - 1], Wd["output_norm.weight"]) @ Wd["token_embd.weight"].T
+with open(HERE / "tiny_gemma3_partial.txt", "w") as fh:
+    fh.write("# tokens " + " ".join(map(str, TOKENS)) + "; hidden after layers 1, 2; logits of the first 3 layers\n")
+    for t in range(T):
+        fh.write(" ".join(f"{v:.7f}" for v in hidden[1][t]) + "\n")
+        fh.write(" ".join(f"{v:.7f}" for v in hidden[2][t]) + "\n")
+        fh.write(" ".join(f"{v:.6f}" for v in early[t]) + "\n")
 print("wrote", HERE / "tiny_gemma3.gguf", logits.shape)

@@ -217,6 +217,36 @@ static void run_engine_with(int n_slots, int eos_mod, int32_t n_max, bool adapti
     spec_engine_free(se);
 }
 
+/* Measured row cost (spec_engine_step_time): no-draft steps of 1 row take
+ * 0.1 s, steps of 1 row + 2 drafts 0.2 s, so a draft row costs
+ * (0.2 / 0.1 - 1) / 2 = 0.5 of a step; used after 8 samples, only with
+ * row_cost_auto. With 2 slot rows (0.16 s) and 2 drafts (0.24 s) a draft
+ * row costs (0.24 - 0.16) / 2 / (0.16 / 2) = 0.5 of a slot's share. */
+static void test_measured_row_cost(void **state)
+{
+    (void)state;
+    for (int autom = 0; autom < 2; autom++) {
+        spec_params sp = spec_default_params();
+        sp.type = SPEC_NGRAM;
+        sp.row_cost_auto = autom;
+        spec_proposer prop;
+        assert_int_equal(spec_ngram_new(2, 4, &prop), EMBER_OK);
+        spec_engine *se;
+        assert_int_equal(spec_engine_new(&sp, prop, 2, &se), EMBER_OK);
+        for (int i = 0; i < 5; i++) spec_engine_step_time(se, 0.1, 1, 0);
+        for (int i = 0; i < 7; i++) spec_engine_step_time(se, 0.2, 3, 2);
+        assert_float_equal(spec_engine_row_cost(se), 0.35, 1e-6);   /* fewer than 8 samples */
+        spec_engine_step_time(se, 0.2, 3, 2);
+        spec_engine_step_time(se, 0.5, 9, 0);   /* more rows than slots: ignored */
+        assert_float_equal(spec_engine_row_cost(se), autom ? 0.5 : 0.35, 1e-6);
+        spec_engine_step_time(se, 0.16, 2, 0);   /* 2 slots now: the prior 2 x 0.35 until measured */
+        assert_float_equal(spec_engine_row_cost(se), autom ? 0.7 : 0.35, 1e-6);
+        for (int i = 0; i < 8; i++) spec_engine_step_time(se, 0.24, 4, 2);
+        assert_float_equal(spec_engine_row_cost(se), autom ? 0.5 : 0.35, 1e-6);
+        spec_engine_free(se);
+    }
+}
+
 static void test_engine_verify_rollback(void **state)
 {
     (void)state;
@@ -278,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_ngram_lookup),
         cmocka_unit_test(test_engine_verify_rollback),
         cmocka_unit_test(test_adaptive_length),
+        cmocka_unit_test(test_measured_row_cost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,14 +92,24 @@ def test_ngram_greedy_identical_and_accepted(ember_bin, smollm2_path, reference)
         srv.stop()
 
 
-def test_draft_model_same_model_identical(ember_bin, smollm2_path, reference):
+def test_draft_model_same_model_identical(ember_bin, smollm2_path):
     # the target as its own draft: the vocabulary check passes and greedy
-    # drafts are (nearly) all accepted; output must still be identical
+    # drafts are (nearly) all accepted; output must still be identical.
+    # The reference is a fresh plain server, not the `reference` fixture: there
+    # PROMPTS[2] reuses the 24-token chat prefix whose KV was written by an
+    # earlier >= 64-token prefill, and the CPU attention (as ggml's flash
+    # attention) takes its all-f32 tiled path for >= 64 queries per ubatch and
+    # the f16 row path below, so that prefix KV differs from a 51-token
+    # prefill's and a near tie (' P' / ' Pe' at token 11) can flip.
+    ref = start(ember_bin, smollm2_path, np=1)
+    try:
+        _, ref_toks, _ = complete(ref, PROMPTS[2], n=48)
+    finally:
+        ref.stop()
     srv = start(ember_bin, smollm2_path, "--spec-type", "draft", "-md", smollm2_path, "--spec-draft-p-min", "0",
                 "--spec-draft-n-max", "4", np=1)
     try:
         text, toks, t = complete(srv, PROMPTS[2], n=48)
-        ref_text, ref_toks, _ = reference[2]
         assert toks == ref_toks[:len(toks)] and len(toks) == min(48, len(ref_toks))
         assert t["draft_n_accepted"] > 0
     finally:

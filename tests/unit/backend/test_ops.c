@@ -126,6 +126,41 @@ static void test_gated_activations(void **st)
     be->ops->free(be);
 }
 
+/* Batch invariance of the gated activations: a token's row gives the same
+ * bits alone (1 thread) as inside a ubatch of 2..8 rows at any row index and
+ * buffer offset, split over 1..4 threads (so rows straddle thread ranges and
+ * the AVX2 body / scalar tail boundary falls anywhere in them). Speculative
+ * verification (k+1 rows) must reproduce 1-row decoding bit for bit. */
+static void test_activations_batch_invariant(void **st)
+{
+    (void)st;
+    enum { N = 2051, T = 8, OFF = 5 };   /* 8 rows: 4 threads at most (threads_for) */
+    static float g[T * N], u[T * N], y[T * N + OFF], alone[2][T * N];
+    for (int i = 0; i < T * N; i++) { g[i] = frand() * (i % 11 == 0 ? 120.0f : 12.0f); u[i] = frand(); }
+    ember_backend *be1 = new_be(1);
+    for (int op = 0; op < 2; op++)
+        for (int t = 0; t < T; t++) {
+            memcpy(alone[op] + t * N, g + t * N, N * sizeof(float));
+            if (op == 0) be1->ops->geglu(be1, alone[op] + t * N, u + t * N, N);
+            else be1->ops->swiglu(be1, alone[op] + t * N, u + t * N, N);
+        }
+    be1->ops->free(be1);
+    for (int nth = 1; nth <= 4; nth++) {
+        ember_backend *be = new_be(nth);
+        for (int op = 0; op < 2; op++)
+            for (int n_tok = 2; n_tok <= T; n_tok++)
+                for (int off = 0; off <= OFF; off += OFF) {
+                    memcpy(y + off, g, (size_t)n_tok * N * sizeof(float));
+                    if (op == 0) be->ops->geglu(be, y + off, u, (int64_t)n_tok * N);
+                    else be->ops->swiglu(be, y + off, u, (int64_t)n_tok * N);
+                    if (memcmp(y + off, alone[op], (size_t)n_tok * N * sizeof(float)) != 0)
+                        fail_msg("%s, %d threads, %d rows, offset %d: differs from rows alone",
+                                 op ? "swiglu" : "geglu", nth, n_tok, off);
+                }
+        be->ops->free(be);
+    }
+}
+
 /* Q8_0 block: f16 scale d then 32 int8 values; value = d * q. */
 static void pack_q8_0(const int8_t *q, float d, uint8_t *blk)
 {
@@ -331,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_gated_activations),
+        cmocka_unit_test(test_activations_batch_invariant),
         cmocka_unit_test(test_matmul_q8_0_exact),
         cmocka_unit_test(test_matmul_formats),
         cmocka_unit_test(test_attention_f32),

@@ -44,6 +44,7 @@ struct ember_chat_parser {
     fmt_calls scratch;
     size_t tool_scanned;           /* region bytes at the last undecided scan (0: none yet) */
     size_t tool_checked;           /* region bytes already looked at for a reason to scan again */
+    bool tool_trigger;             /* a trigger byte arrived since the last undecided scan */
     /* stream_arguments: the call announced from the current region */
     bool ann;                      /* a call was announced and is not finished */
     size_t ann_index;              /* its index in calls[] */
@@ -419,7 +420,7 @@ static size_t partial_suffix(const char *s, size_t n, const char *lit)
 /* Whether a call region that was undecided when it had `scanned` bytes,
  * whose bytes up to `*checked` were already looked at, and that now has
  * `n` bytes may have become decidable (see fmt_ops.close / triggers). */
-static bool rescan_due(const fmt_ops *f, const char *s, size_t n, size_t scanned, size_t *checked)
+static bool rescan_due(const fmt_ops *f, const char *s, size_t n, size_t scanned, size_t *checked, bool *trigger)
 {
     size_t from = *checked;
     *checked = n;
@@ -429,9 +430,15 @@ static bool rescan_due(const fmt_ops *f, const char *s, size_t n, size_t scanned
         return fmt_find(s, n, from >= m ? from - m + 1 : 0, f->close) != (size_t)-1;
     }
     if (!f->triggers) return true;
-    for (size_t i = from ? from - 1 : 0; i < n; i++)
-        if (s[i] && strchr(f->triggers, s[i])) return true;
-    return false;
+    for (size_t i = from ? from - 1 : 0; i < n && !*trigger; i++)
+        if (s[i] && strchr(f->triggers, s[i])) *trigger = true;
+    /* Trigger bytes can be common inside an undecided region (brackets in
+     * code a model writes after a marker): scanning on each would cost
+     * quadratic time (found by fuzz_parse). A pending trigger waits until the
+     * region has grown by 1/8 (at least 16 bytes) since the last scan, so
+     * scans stay linear overall; the end of output always scans. */
+    size_t step = scanned / 8 > 16 ? scanned / 8 : 16;
+    return *trigger && n >= scanned + step;
 }
 
 /* Decide as much of the pending input as can be decided. */
@@ -504,7 +511,7 @@ static void run(ember_chat_parser *p, bool eof)
             break;
         } else { /* M_TOOL */
             bool stream = p->cfg.stream_arguments && p->fmt->partial;
-            if (!eof && p->tool_scanned && !rescan_due(p->fmt, s, n, p->tool_scanned, &p->tool_checked)) {
+            if (!eof && p->tool_scanned && !rescan_due(p->fmt, s, n, p->tool_scanned, &p->tool_checked, &p->tool_trigger)) {
                 /* no decision yet; maybe progress: on every feed for raw JSON
                  * arguments, else when the region grew by 1/8 (at least 16
                  * bytes), which keeps re-conversion linear overall */
@@ -521,6 +528,7 @@ static void run(ember_chat_parser *p, bool eof)
             if (r == FMT_NEED_MORE) {
                 if (!eof) {
                     p->tool_scanned = p->tool_checked = n;
+                    p->tool_trigger = false;
                     break;
                 }
                 r = FMT_MALFORMED;          /* scanners do not do this; be safe */
@@ -541,6 +549,7 @@ static void run(ember_chat_parser *p, bool eof)
             pos += consumed;
             p->mode = M_CONTENT;
             p->tool_scanned = 0;
+            p->tool_trigger = false;
             p->partial_at = 0;
             if (n == 0) break;
         }

@@ -339,6 +339,12 @@ static void mm_dot(void *arg, int ith, int nth)
             ember_cpu_gemm_q32_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->asum, y, n_out, r0, r1, t0, t1);
             continue;
         }
+        /* Q4_K/Q6_K prefill: 4 x 4 tiles whose every output is bit-identical
+         * to the vec_dot below, so choosing by token count keeps batch invariance */
+        if (have_vnni && (w->type == EMBER_TYPE_Q4_K || w->type == EMBER_TYPE_Q6_K) && t1 - t0 >= 4) {
+            ember_cpu_gemm_kq_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
+            continue;
+        }
         if (have_gemm && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx2(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
             continue;

@@ -104,5 +104,11 @@ void ember_cpu_gemm_q32_avx2(uint32_t type, int64_t n_in, const uint8_t *w, size
 void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
                                const uint8_t *xq, size_t xq_row, const int32_t *asum, float *y, int64_t ldy,
                                int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* Q4_K or Q6_K weights [n_out, n_in] (row_bytes apart) x Q8_K activations
+ * [n_tokens, n_in] (xq_row apart), 4 rows x 4 tokens per pass; every output
+ * bit-identical to the format's vec_dot (so batch invariant). AVX-512 VNNI
+ * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). */
+void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
+                              size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 #endif

@@ -1,7 +1,9 @@
 /*
  * gemm_avx512.c — AVX-512 VNNI version of the prefill matmul tiles for the
  * 32-element block formats (see gemm_avx2.c for the math): 4 weight rows x 4
- * tokens per tile (32 vector registers hold the 16 accumulators).
+ * tokens per tile (32 vector registers hold the 16 accumulators); and the
+ * Q4_K / Q6_K (x Q8_K) prefill tiles, 4 rows x 4 tokens, whose outputs are
+ * bit-identical to those formats' one-token vec_dot (see tile_q4_K).
  *
  * VNNI's dpbusd multiplies unsigned by signed bytes straight into int32, so
  * weights are unpacked unsigned (q + off: off = 8 for Q4_0, 16 for Q5_0, 128
@@ -17,6 +19,7 @@
  * AVX512BW/VL/VNNI; cpu.c checks).
  */
 #include "backend/cpu/cpu.h"
+#include "quant/blocks.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -148,6 +151,221 @@ void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, si
             for (int i = 0; i < rm; i++)
                 for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i][j];
             t += rn;
+        }
+    }
+}
+
+/* ---- Q4_K x Q8_K prefill tile -------------------------------------------------------
+ * 4 weight rows x 4 tokens per pass. For each (row, token, super-block) it
+ * forms the same two exact integers as the one-token dot (quant/simd_avx512.c
+ * dot_q4_K_512; ref_k.c ember_vec_dot_q4_K_scalar): sumi = sum over the 8
+ * sub-blocks of scale * sum(q * y), msum = sum over the 16 bsums of
+ * min * bsum. Integer sums do not depend on the order they are added in, so
+ * only the float steps must match, and they are the dot's, per output:
+ * acc = fma((float)sumi, d_w * d_a, acc), accm = fma((float)msum,
+ * dmin_w * d_a, accm), result acc - accm -- done here in 16 lanes at once,
+ * lane 4 * row + token. A token's result is therefore bit-identical to the
+ * decode mat-vec and independent of the tile it falls in. The weight nibble
+ * unpacking and scale shuffles are shared by the 4 tokens, the activation
+ * loads by the 4 rows. */
+
+/* 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K super-block from
+ * its 12 packed bytes (layout: gguf-py Q4_K.dequantize_blocks); reads 16
+ * bytes at q (the last 4 are quants, unused) */
+static inline __m128i q4k_scales_mins(const uint8_t *q)
+{
+    const __m128i x = _mm_loadu_si128((const __m128i *)q);
+    const __m128i p = _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m128i c = _mm_srlv_epi32(_mm_shuffle_epi32(x, _MM_SHUFFLE(2, 2, 2, 2)), _mm_setr_epi32(0, 0, 0, 4));
+    const __m128i lo = _mm_and_si128(p, _mm_setr_epi32(0x3F3F3F3F, 0, 0x3F3F3F3F, 0));
+    const __m128i hi = _mm_or_si128(_mm_and_si128(c, _mm_set1_epi32(0x0F0F0F0F)),
+                                    _mm_and_si128(_mm_srli_epi32(p, 2), _mm_set1_epi32(0x30303030)));
+    return _mm_or_si128(lo, _mm_and_si128(hi, _mm_setr_epi32(0, -1, 0, -1)));
+}
+
+/* lane k of the result = sum of the 16 int32 lanes of v[k] */
+static inline __m512i reduce16_epi32(const __m512i v[16])
+{
+    __m512i a[8], b[4];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)   /* each 128-bit lane: partial sums of v[4k..4k+3] */
+        b[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_epi64(a[2 * k], a[2 * k + 1]));
+    const __m512i c0 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], 0x88), _mm512_shuffle_i32x4(b[0], b[1], 0xDD));
+    const __m512i c1 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2], b[3], 0x88), _mm512_shuffle_i32x4(b[2], b[3], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x88), _mm512_shuffle_i32x4(c0, c1, 0xDD));
+}
+
+static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar, float out[4][4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q4_K *x[4];
+        const block_q8_K *y[4];
+        __m512i pairs[4], sumi[16], msum[16], mi;
+        float dw[4], mw[4], da[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            x[i] = (const block_q4_K *)wr[i] + b;
+            y[i] = (const block_q8_K *)ar[i] + b;
+            dw[i] = _cvtsh_ss(x[i]->d);
+            mw[i] = _cvtsh_ss(x[i]->dmin);
+            da[i] = y[i]->d;
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            const __m128i sm = q4k_scales_mins(x[i]->scales);
+            const __m512i s = _mm512_cvtepu8_epi32(sm);
+            pairs[i] = _mm512_or_si512(s, _mm512_slli_epi32(s, 16));   /* scale in both i16 */
+            /* mins, each twice (16 x i16), against the 16 bsums of 2 tokens at a time */
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+            const __m512i mins2 = _mm512_inserti64x4(_mm512_castsi256_si512(mins), mins, 1);
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i bs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)y[j]->bsums));
+                msum[4 * i + j] = _mm512_madd_epi16(bs, mins2);   /* high half: bsums 0, ignored */
+                sumi[4 * i + j] = _mm512_setzero_si512();
+            }
+        }
+        mi = reduce16_epi32(msum);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i q[4], sc[4];
+            #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+                const __m512i p = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i]->qs + 32 * c)));
+                q[i] = _mm512_and_si512(_mm512_srlv_epi64(p, shift), m4);
+                sc[i] = _mm512_permutexvar_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(2 * c)), pairs[i]);
+            }
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i a = _mm512_loadu_si512(y[j]->qs + 64 * c);
+                #pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    sumi[4 * i + j] = _mm512_dpwssd_epi32(sumi[4 * i + j], _mm512_maddubs_epi16(q[i], a), sc[i]);
+            }
+        }
+        const __m512i si = reduce16_epi32(sumi);
+        const __m512 dwv = _mm512_setr_ps(dw[0], dw[0], dw[0], dw[0], dw[1], dw[1], dw[1], dw[1],
+                                          dw[2], dw[2], dw[2], dw[2], dw[3], dw[3], dw[3], dw[3]);
+        const __m512 mwv = _mm512_setr_ps(mw[0], mw[0], mw[0], mw[0], mw[1], mw[1], mw[1], mw[1],
+                                          mw[2], mw[2], mw[2], mw[2], mw[3], mw[3], mw[3], mw[3]);
+        const __m512 dav = _mm512_castps128_ps512(_mm_loadu_ps(da));
+        const __m512 dav4 = _mm512_shuffle_f32x4(dav, dav, 0);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dwv, dav4), acc);
+        accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(mwv, dav4), accm);
+    }
+    _mm512_storeu_ps(&out[0][0], _mm512_sub_ps(acc, accm));
+}
+
+/* ---- Q6_K x Q8_K prefill tile -------------------------------------------------------
+ * 4 weight rows x 4 tokens per pass, bit-identical per output to the Q6_K
+ * vec_dot (quant/simd256.h dot_q6_K_256, whose 8 int32 lanes per super-block
+ * are ggml's AVX2 vec_dot_q6_K_q8_K lanes): lane l (0..7) = sum over the 8
+ * 32-byte chunks of scale * (sum of the 4 products u * y at bytes 4l..4l+3
+ * of the chunk) minus 32 * (bsums[2l] * sc[2l] + bsums[2l+1] * sc[2l+1]).
+ * Here two chunks share a zmm (lanes 0..7 and 8..15, folded at the end of
+ * the super-block), which gives the same exact integers; the float steps
+ * are the dot's: per lane acc = fma(d_a * d_w, (float)lane, acc), then the
+ * dot's horizontal sum order ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
+static void tile_q6_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar, float out[4][4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
+    const __m512i hs0 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2), hs1 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc[8];   /* zmm 2i + j/2: (row i, token j) in the low half for even j, high for odd */
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) acc[k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q6_K *x[4];
+        const block_q8_K *y[4];
+        __m512i pairs[4], sumi[16];
+        __m256i sc16[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            x[i] = (const block_q6_K *)wr[i] + b;
+            y[i] = (const block_q8_K *)ar[i] + b;
+            const __m128i s8 = _mm_loadu_si128((const __m128i *)x[i]->scales);
+            sc16[i] = _mm256_cvtepi8_epi16(s8);
+            const __m512i s = _mm512_cvtepi8_epi32(s8);
+            pairs[i] = _mm512_or_si512(_mm512_and_si512(s, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s, 16));
+        }
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) sumi[k] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+            for (int g = 0; g < 2; g++) {   /* g = 0: chunks u0,u1 (y + 0, + 32); g = 1: u2,u3 (+ 64, + 96) */
+                __m512i u[4], sc[4];
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    const __m512i l = _mm512_loadu_si512(x[i]->ql + 64 * h);
+                    const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i]->qh + 32 * h)));
+                    const __m512i lo = g ? _mm512_and_si512(_mm512_srli_epi16(l, 4), m4) : _mm512_and_si512(l, m4);
+                    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi64(hb, g ? hs1 : hs0), m3);
+                    u[i] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+                    sc[i] = _mm512_permutexvar_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(8 * h + 4 * g)), pairs[i]);
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    const __m512i a = _mm512_loadu_si512(y[j]->qs + 128 * h + 64 * g);
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++)
+                        sumi[4 * i + j] = _mm512_dpwssd_epi32(sumi[4 * i + j], _mm512_maddubs_epi16(u[i], a), sc[i]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            const __m512i sc2 = _mm512_inserti64x4(_mm512_castsi256_si512(sc16[i]), sc16[i], 1);
+            const float dw = _cvtsh_ss(x[i]->d);
+#pragma GCC unroll 2
+            for (int jp = 0; jp < 2; jp++) {
+                const __m512i s0 = sumi[4 * i + 2 * jp], s1 = sumi[4 * i + 2 * jp + 1];
+                __m512i v = _mm512_add_epi32(_mm512_shuffle_i32x4(s0, s1, 0x44), _mm512_shuffle_i32x4(s0, s1, 0xEE));
+                const __m512i bs = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[2 * jp]->bsums)),
+                                                      _mm256_loadu_si256((const __m256i *)y[2 * jp + 1]->bsums), 1);
+                v = _mm512_sub_epi32(v, _mm512_slli_epi32(_mm512_madd_epi16(bs, sc2), 5));
+                const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(y[2 * jp]->d * dw), _mm256_set1_ps(y[2 * jp + 1]->d * dw), 1);
+                acc[2 * i + jp] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(v), acc[2 * i + jp]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        float l[16];
+        _mm512_storeu_ps(l, acc[k]);
+        for (int h = 0; h < 2; h++) {
+            const float *v = l + 8 * h;
+            out[k / 2][2 * (k % 2) + h] = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+        }
+    }
+}
+
+/* Q4_K or Q6_K weights (x Q8_K): see ember_cpu_gemm_kq_avx512 in cpu.h */
+void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
+                              size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1)
+{
+    void (*const tile)(int64_t, const uint8_t *const *, const uint8_t *const *, float[4][4]) =
+        type == EMBER_TYPE_Q4_K ? tile_q4_K : tile_q6_K;
+    const int64_t nb = n_in / 256;
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int64_t rm = r1 - r < 4 ? r1 - r : 4;
+        const uint8_t *wr[4];
+        for (int i = 0; i < 4; i++) wr[i] = w + (size_t)(i < rm ? r + i : r) * row_bytes;
+        for (int64_t t = t0; t < t1; t += 4) {
+            const int64_t tn = t1 - t < 4 ? t1 - t : 4;
+            const uint8_t *ar[4];
+            for (int j = 0; j < 4; j++) ar[j] = xq + (size_t)(j < tn ? t + j : t) * xq_row;
+            float out[4][4];
+            tile(nb, wr, ar, out);
+            for (int i = 0; i < rm; i++)
+                for (int j = 0; j < tn; j++) y[(t + j) * ldy + r + i] = out[i][j];
         }
     }
 }

@@ -223,10 +223,10 @@ static void test_matmul_q8_0_exact(void **st)
  * prefill path) and one token (mat-vec), against the double-precision sum
  * of dequantized weights times dequantized activations: the quantized
  * product is exact in integers, so only float rounding may differ. */
-static void check_matmul_format(uint32_t wt, int64_t n_tokens)
+static void check_matmul_format_n(uint32_t wt, int64_t n_tokens, int NIN)
 {
     ember_backend *be = new_be(2);
-    enum { NIN = 256, NOUT = 37 };
+    enum { NOUT = 37 };
     const ember_quant_traits *tw = ember_quant_traits_get(wt);
     const ember_quant_traits *ta = ember_quant_traits_get(tw->vec_dot_type);
     const size_t rb = NIN / tw->block_size * tw->block_bytes, ab = NIN / ta->block_size * ta->block_bytes;
@@ -266,6 +266,8 @@ static void check_matmul_format(uint32_t wt, int64_t n_tokens)
     be->ops->free(be);
 }
 
+static void check_matmul_format(uint32_t wt, int64_t n_tokens) { check_matmul_format_n(wt, n_tokens, 256); }
+
 static void test_matmul_formats(void **st)
 {
     (void)st;
@@ -277,6 +279,10 @@ static void test_matmul_formats(void **st)
         check_matmul_format(types[i], 16);
         check_matmul_format(types[i], 13);
     }
+    /* several super-blocks per row: the K-quant prefill tiles must carry the
+     * float accumulation across blocks exactly as the vec_dot does */
+    check_matmul_format_n(EMBER_TYPE_Q4_K, 13, 1024);
+    check_matmul_format_n(EMBER_TYPE_Q6_K, 13, 1024);
 }
 
 /* Attention over a paged cache with blocks out of order, GQA h -> 2 heads,

@@ -183,7 +183,7 @@ void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final
     }
     size_t n_commit = s->pending_len - hold;
     req_commit(r, s->pending, n_commit);
-    memmove(s->pending, s->pending + n_commit, hold);
+    if (hold) memmove(s->pending, s->pending + n_commit, hold);   /* pending is NULL before the first piece */
     s->pending_len = hold;
 }
 

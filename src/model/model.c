@@ -160,6 +160,48 @@ ember_status ember_model_bind_vector(ember_model *m, const char *name, int64_t n
     return EMBER_OK;
 }
 
+ember_status ember_model_bind_layer_matrix(ember_model *m, int32_t il, const char *suffix, int64_t n_in, int64_t n_out,
+                                           bool required, ember_weight *w)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", (int)il, suffix);
+    return ember_model_bind_matrix(m, name, n_in, n_out, required, w);
+}
+
+ember_status ember_model_bind_layer_vector(ember_model *m, int32_t il, const char *suffix, int64_t n, const float **out)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", (int)il, suffix);
+    return ember_model_bind_vector(m, name, n, out);
+}
+
+ember_status ember_model_bind_decoder_layers(ember_model *m, bool qk_norm)
+{
+    const ember_hparams *hp = &m->hp;
+    const int64_t n_embd = hp->n_embd, n_ff = hp->n_ff;
+    const int64_t n_q = (int64_t)hp->n_head * hp->head_dim_k, n_o = (int64_t)hp->n_head * hp->head_dim_v;
+    const int64_t n_k = (int64_t)hp->n_head_kv * hp->head_dim_k, n_v = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    ember_status st = EMBER_OK;
+    for (int32_t il = 0; il < hp->n_layer && st == EMBER_OK; il++) {
+        ember_layer *L = &m->layers[il];
+        if ((st = ember_model_bind_layer_vector(m, il, "attn_norm", n_embd, &L->attn_norm)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "attn_q", n_embd, n_q, true, &L->wq)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "attn_k", n_embd, n_k, true, &L->wk)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "attn_v", n_embd, n_v, true, &L->wv)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "attn_output", n_o, n_embd, true, &L->wo)) ||
+            (st = ember_model_bind_layer_vector(m, il, "ffn_norm", n_embd, &L->ffn_norm)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "ffn_gate", n_embd, n_ff, true, &L->ffn_gate)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "ffn_up", n_embd, n_ff, true, &L->ffn_up)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "ffn_down", n_ff, n_embd, true, &L->ffn_down)))
+            break;
+        if (qk_norm &&
+            ((st = ember_model_bind_layer_vector(m, il, "attn_q_norm", hp->head_dim_k, &L->attn_q_norm)) ||
+             (st = ember_model_bind_layer_vector(m, il, "attn_k_norm", hp->head_dim_k, &L->attn_k_norm))))
+            break;
+    }
+    return st;
+}
+
 /* ---- common hyperparameters --------------------------------------------- */
 
 static ember_status load_common_hparams(ember_model *m)

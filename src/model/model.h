@@ -164,6 +164,19 @@ ember_status ember_model_bind_matrix(ember_model *m, const char *name, int64_t n
                                      bool required, ember_weight *w);
 /* Bind F32 vector `name` of n elements. */
 ember_status ember_model_bind_vector(ember_model *m, const char *name, int64_t n, const float **out);
+/* Layer il's tensor "blk.<il>.<suffix>.weight": the two binds above with the
+ * name llama.cpp's converter writes (gguf-py constants.py MODEL_TENSOR names).
+ * Same shapes, errors and optional-ness as ember_model_bind_matrix/_vector. */
+ember_status ember_model_bind_layer_matrix(ember_model *m, int32_t il, const char *suffix, int64_t n_in, int64_t n_out,
+                                           bool required, ember_weight *w);
+ember_status ember_model_bind_layer_vector(ember_model *m, int32_t il, const char *suffix, int64_t n, const float **out);
+/* The tensors every uniform pre-norm decoder layer here has (llama, qwen3,
+ * gemma3): attn_norm, attn_q/k/v/output ([n_embd] -> n_head*head_dim_k,
+ * n_head_kv*head_dim_k, n_head_kv*head_dim_v; n_head*head_dim_v -> n_embd),
+ * ffn_norm, ffn_gate/up ([n_embd] -> n_ff), ffn_down ([n_ff] -> n_embd), for
+ * every layer, shapes from m->hp; with qk_norm also attn_q_norm/attn_k_norm
+ * ([head_dim_k] each, per-head RMSNorm weights). Errors as the binds above. */
+ember_status ember_model_bind_decoder_layers(ember_model *m, bool qk_norm);
 /* "<arch>.<suffix>" metadata getters; required ones report the full key. */
 ember_status ember_model_get_u32(const ember_model *m, const char *suffix, bool required, int32_t *out);
 ember_status ember_model_get_f32(const ember_model *m, const char *suffix, bool required, float *out);

@@ -25,37 +25,10 @@
 static ember_status qwen3_load(ember_model *m)
 {
     ember_hparams *hp = &m->hp;
-    ember_status st;
-    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim_k;
-    const int64_t n_k = (int64_t)hp->n_head_kv * hp->head_dim_k, n_v = (int64_t)hp->n_head_kv * hp->head_dim_v;
-    const int64_t n_o = (int64_t)hp->n_head * hp->head_dim_v;
     if (hp->n_rot != hp->head_dim_k)
         return ember_error(EMBER_ERR_UNSUPPORTED, "%s: qwen3.rope.dimension_count %d != key_length %d (partial RoPE) is not supported",
                            m->path, hp->n_rot, hp->head_dim_k);
-    char name[96];
-#define MAT(field, suffix, nin, nout) \
-    snprintf(name, sizeof name, "blk.%d." suffix ".weight", il); \
-    if ((st = ember_model_bind_matrix(m, name, nin, nout, true, &L->field))) return st;
-#define VEC(field, suffix, n) \
-    snprintf(name, sizeof name, "blk.%d." suffix ".weight", il); \
-    if ((st = ember_model_bind_vector(m, name, n, &L->field))) return st;
-    for (int32_t il = 0; il < hp->n_layer; il++) {
-        ember_layer *L = &m->layers[il];
-        VEC(attn_norm, "attn_norm", n_embd);
-        MAT(wq, "attn_q", n_embd, n_q);
-        MAT(wk, "attn_k", n_embd, n_k);
-        MAT(wv, "attn_v", n_embd, n_v);
-        VEC(attn_q_norm, "attn_q_norm", hp->head_dim_k);
-        VEC(attn_k_norm, "attn_k_norm", hp->head_dim_k);
-        MAT(wo, "attn_output", n_o, n_embd);
-        VEC(ffn_norm, "ffn_norm", n_embd);
-        MAT(ffn_gate, "ffn_gate", n_embd, hp->n_ff);
-        MAT(ffn_up, "ffn_up", n_embd, hp->n_ff);
-        MAT(ffn_down, "ffn_down", hp->n_ff, n_embd);
-    }
-#undef MAT
-#undef VEC
-    return EMBER_OK;
+    return ember_model_bind_decoder_layers(m, true);
 }
 
 static void qwen3_forward(const ember_run *r, const ember_ubatch *ub)

@@ -19,10 +19,14 @@
  * outputs, or allocate during a capture.
  *
  * Numerics differ from the CPU backend in summation order, and where the
- * kernels document it: RMSNorm sums in F32 (the CPU in double). matmul
- * rounds the activations to each weight's vec_dot_type first
- * (ember_cuda_round_act), as the CPU quantizes them; EMBER_CUDA_F32_ACT=1
- * keeps them F32. EMBER_CUDA_GRAPHS=0 turns graphs off.
+ * kernels document it. Decode-sized matmuls (and, with EMBER_CUDA_EXACT=1,
+ * all) whose weights have an integer kernel (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/
+ * Q4_K/Q6_K) quantize the activations to Q8 as the CPU does and repeat its
+ * integer dots and float steps (cuda_q8.cu): bit-identical outputs.
+ * EMBER_CUDA_Q8=0 (and other types) use the older kernels: activations
+ * rounded to each weight's vec_dot_type (ember_cuda_round_act), F32 sums
+ * in another order; EMBER_CUDA_F32_ACT=1 keeps them F32.
+ * EMBER_CUDA_GRAPHS=0 turns graphs off.
  */
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_backend.h"
@@ -77,6 +81,7 @@ typedef struct cuda_backend {
     size_t host_i32_n;
     ember_backend *cpu;      /* EMBER_CUDA_VERIFY=1: every op also runs here */
     bool f32_act;            /* EMBER_CUDA_F32_ACT=1: matmul on unrounded activations */
+    bool q8_on;              /* integer mat-vec on Q8 activations (EMBER_CUDA_Q8=0: off) */
     double worst[16];        /* verify: worst max|diff| / max|ref| per op */
     long calls[16];
     /* activation memory handed out by act_alloc */
@@ -846,10 +851,61 @@ static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float
     out_done(b, y, dy, len);
 }
 
+/* The integer path (cuda_q8.cu: bit-identical to the CPU backend's matmul)
+ * takes decode-sized batches (<= 32 tokens) whose weights all have an
+ * integer kernel; with EMBER_CUDA_EXACT=1 also prefill batches (instead of
+ * the TF32 GEMM). EMBER_CUDA_Q8=0 restores the rounded-F32 kernels. */
+static bool q8_path(const cuda_backend *b, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws)
+{
+    if (!b->q8_on || b->f32_act || (n_tokens > 32 && !b->exact_attn)) return false;
+    for (int32_t k = 0; k < n_w; k++)
+        if (ember_cuda_q8_act_type(ws[k]->type) == EMBER_TYPE_F32) return false;
+    return true;
+}
+
+static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
+                         float *const *ys)
+{
+    const int64_t n = n_tokens * ws[0]->n_in;
+    flush(b);
+    mix(b, 114);
+    mix(b, (uint64_t)(n_tokens * 7 + n_w));
+    const float *dx = in_f(b, 0, x, (size_t)n);
+    uint32_t fmt[3];
+    const void *q[3];
+    const ember_cuda_tensor *t[3];
+    float *dy[3];
+    for (int32_t k = 0; k < n_w; k++) {
+        fmt[k] = ember_cuda_q8_act_type(ws[k]->type);
+        mixp(b, ws[k]->data);
+        t[k] = weight(b, ws[k]);
+        dy[k] = out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
+    }
+    if (skip(b)) return;
+    for (int32_t k = 0; k < n_w; k++) {   /* x quantized once per activation format */
+        int32_t j = 0;
+        while (j < k && fmt[j] != fmt[k]) j++;
+        if (j < k) {
+            q[k] = q[j];
+            continue;
+        }
+        void *r = stage(b, SLOT_ROUND + k, ember_cuda_q8_bytes(fmt[k], ws[0]->n_in, n_tokens));
+        if (skip(b)) return;
+        CK("matmul (quantize activations)", ember_cuda_quantize_q8(b->cu, fmt[k], dx, ws[0]->n_in, n_tokens, r));
+        q[k] = r;
+    }
+    for (int32_t k = 0; k < n_w; k++) CK("matmul", ember_cuda_matmul_q8(b->cu, t[k], q[k], n_tokens, dy[k]));
+    for (int32_t k = 0; k < n_w; k++) out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
+}
+
 static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
                       float *const *ys)
 {
     cuda_backend *b = (cuda_backend *)be;
+    if (q8_path(b, n_tokens, n_w, ws)) {
+        cu_matmul_q8(b, x, n_tokens, n_w, ws, ys);
+        return;
+    }
     const int64_t n = n_tokens * ws[0]->n_in;
     /* an RMSNorm waiting for this matmul's input: its Q8_0 rounding is done
      * in the norm's kernel when every weight wants 32-blocks (Q8_0/Q8_1) */
@@ -1364,6 +1420,8 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->lim = *lim;
     const char *f32a = getenv("EMBER_CUDA_F32_ACT");
     b->f32_act = f32a && *f32a && strcmp(f32a, "0") != 0;
+    const char *q8 = getenv("EMBER_CUDA_Q8");
+    b->q8_on = !(q8 && !strcmp(q8, "0"));
     const char *gr = getenv("EMBER_CUDA_GRAPHS");
     b->graphs_on = !(gr && !strcmp(gr, "0"));
     const char *fu = getenv("EMBER_CUDA_FUSE");

@@ -138,6 +138,35 @@ ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const
  * Errors: EMBER_ERR_UNSUPPORTED (other types), EMBER_ERR_INVALID_ARG. */
 ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, const float *x, float *y, int64_t n);
 
+/* ---- integer mat-vec on Q8 activations (cuda_q8.cu) ---------------------
+ * The CPU backend's arithmetic: activations quantized to the weight's
+ * vec_dot_type with the bytes of src/quant's from_float, exact integer
+ * block dots, then the CPU kernel's float steps in its order, so every
+ * output equals the CPU backend's matmul bit for bit (cuda_q8.cu lists the
+ * orders and the CPU files they follow). */
+
+/* Activation format of the integer kernel for weight type `wtype`: Q8_0
+ * (Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1), Q8_K (Q4_K, Q6_K); EMBER_TYPE_F32
+ * when there is no integer kernel for the type. */
+uint32_t ember_cuda_q8_act_type(uint32_t wtype);
+/* Bytes of a quantized activation buffer for n_cols rows of n floats:
+ * qs int8 [n_cols * n], then, 16-byte aligned, d float [n_cols * n / bs]
+ * (the f16 d widened for Q8_0/Q8_1, the f32 d of Q8_K), then for Q8_1 s
+ * float [n_cols * n / 32] (f16 s widened); bs = 32, or 256 for Q8_K. */
+size_t ember_cuda_q8_bytes(uint32_t act_type, int64_t n, int64_t n_cols);
+/* Quantize x [n_cols, n] F32 into buf (ember_cuda_q8_bytes, 16-byte
+ * aligned device memory) as `act_type` (Q8_0, Q8_1 or Q8_K; n a multiple of
+ * its block). Errors: EMBER_ERR_UNSUPPORTED, EMBER_ERR_INVALID_ARG. */
+ember_status ember_cuda_quantize_q8(ember_cuda *cu, uint32_t act_type, const float *x, int64_t n,
+                                    int64_t n_cols, void *buf);
+/* y[c][r] = W[r] . a[c] for c < n_cols, a = buf quantized by
+ * ember_cuda_quantize_q8 to ember_cuda_q8_act_type(w->type) with
+ * n = w->ne0; y: [n_cols, w->ne1] F32. Any n_cols (8 per kernel pass).
+ * Errors: EMBER_ERR_UNSUPPORTED (type without an integer kernel),
+ * EMBER_ERR_INVALID_ARG. */
+ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, const void *buf, int64_t n_cols,
+                                  float *y);
+
 /* out[i] = dequantized row ids[i] of W, for i < n_ids; out: [n_ids, w->ne0]
  * F32; ids: device int32, each in [0, w->ne1) (out-of-range ids give a zero
  * row rather than a fault). */

@@ -6,6 +6,7 @@
  * Must not: allocate or synchronise (graph capture), or know models.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include <cuda_fp16.h>
@@ -76,12 +77,29 @@ __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, in
         const int i0 = neox ? i : 2 * i;
         const int i1 = neox ? i + half : 2 * i + 1;
         const float x0 = xh[i0], x1 = xh[i1];
-        xh[i0] = x0 * c - x1 * s;
-        xh[i1] = x0 * s + x1 * c;
+        /* the CPU backend's rotation: the first product fused */
+        xh[i0] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+        xh[i1] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
     }
 }
 
-__device__ __forceinline__ float act_silu(float x) { return x / (1.f + expf(-x)); }
+/* exp(x) as the CPU backend's ggml_expf (src/backend/cpu/cpu.c; ggml_v_expf,
+ * from ARM's optimized routines), operation for operation */
+__device__ __forceinline__ float ggml_expf_d(float x)
+{
+    const float r = 0x1.8p23f;
+    const float z = __fmaf_rn(x, 0x1.715476p+0f, r);
+    const float n = __fsub_rn(z, r);
+    const float b = __fmaf_rn(-n, 0x1.7f7d1cp-20f, __fmaf_rn(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = __fmul_rn(b, b);
+    const float j = __fmaf_rn(__fmaf_rn(__fmaf_rn(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                        __fmaf_rn(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                              u, __fmaf_rn(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+/* silu as the CPU backend's swiglu: x / (1 + ggml_expf(0 - x)) */
+__device__ __forceinline__ float act_silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, ggml_expf_d(0.0f - x))); }
 __device__ __forceinline__ float act_gelu_tanh(float x)
 {
     /* the CPU backend's arrangement, k x (1 + a x^2), without contractions
@@ -91,11 +109,17 @@ __device__ __forceinline__ float act_gelu_tanh(float x)
     return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
 }
 
+/* f16(gelu(f16 x)) by the f16 bits of x, made on the host by the CPU
+ * backend's formula and libm (ember_cuda_ops_init), so both backends look
+ * up the same values (CUDA's tanhf and glibc's differ in the last bit now
+ * and then, which moves the f16 rounding of some results). */
+__device__ float g_gelu_f16_tab[65536];
+
 __device__ __forceinline__ float act_gelu_tanh_f16(float x)
 {
     if (x <= -10.f) return 0.f;
     if (x >= 10.f) return x;
-    return __half2float(__float2half_rn(act_gelu_tanh(__half2float(__float2half_rn(x)))));
+    return g_gelu_f16_tab[__half_as_ushort(__float2half_rn(x))];
 }
 
 template <int ACT>
@@ -242,6 +266,30 @@ int norm_threads(int64_t n)
 }
 
 } /* namespace */
+
+/* src/quant/fp16.c (quant.h itself is C-only: restrict) */
+extern "C" float ember_fp16_to_fp32(uint16_t h);
+extern "C" uint16_t ember_fp32_to_fp16(float f);
+
+/* The GELU table of act_gelu_tanh_f16: 0.5 x (1 + tanh(sqrt(2/pi) x
+ * fma(0.044715 x, x, 1))) for every f16 x, rounded to f16, exactly as
+ * src/backend/cpu/cpu.c init_tables computes it (same expression, same
+ * libm). Synchronous; called by ember_cuda_new on the context's device. */
+ember_status ember_cuda_ops_init(ember_cuda *cu)
+{
+    (void)cu;
+    float *tab = (float *)malloc(65536 * sizeof(float));
+    if (!tab) return ember_error(EMBER_ERR_NOMEM, "cuda: GELU table");
+    for (uint32_t i = 0; i < 65536; i++) {
+        const float x = ember_fp16_to_fp32((uint16_t)i);
+        const float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * fmaf(0.044715f * x, x, 1.0f)));
+        tab[i] = ember_fp16_to_fp32(ember_fp32_to_fp16(g));
+    }
+    const ember_status s =
+        ember_cuda_check(cudaMemcpyToSymbol(g_gelu_f16_tab, tab, 65536 * sizeof(float)), "GELU table upload");
+    free(tab);
+    return s;
+}
 
 extern "C" ember_status ember_cuda_rms_norm(ember_cuda *cu, const float *x, const float *w, float *y, int64_t n,
                                             int64_t n_rows, float eps)

@@ -82,6 +82,10 @@ typedef struct cuda_backend {
     ember_backend *cpu;      /* EMBER_CUDA_VERIFY=1: every op also runs here */
     bool f32_act;            /* EMBER_CUDA_F32_ACT=1: matmul on unrounded activations */
     bool q8_on;              /* integer mat-vec on Q8 activations (EMBER_CUDA_Q8=0: off) */
+    bool rope_tab_on;        /* RoPE angles from host tables (EMBER_CUDA_ROPE_TABLE=0: off) */
+    struct rope_table { float base, scale; int32_t n_rot; const float *ff; float *dev; int32_t n_pos; size_t bytes; }
+        rtab[8];
+    int32_t n_rtab;
     double worst[16];        /* verify: worst max|diff| / max|ref| per op */
     long calls[16];
     /* activation memory handed out by act_alloc */
@@ -710,6 +714,7 @@ static void op_free(ember_backend *be)
         if (c->t.type || c->t.ne0) ember_cuda_tensor_release(b->cu, &c->t);
         else ember_cuda_mfree(b->cu, c->t.data, c->bytes);
     }
+    for (int32_t i = 0; i < b->n_rtab; i++) ember_cuda_mfree(b->cu, b->rtab[i].dev, b->rtab[i].bytes);
     for (int i = 0; i < STAGE_SLOTS; i++) ember_cuda_mfree(b->cu, b->stage[i], b->stage_bytes[i]);
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_mfree(b->cu, b->act[i], b->act_bytes[i]);
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_host_free(b->cu, b->pinned[i], b->pinned_bytes[i]);
@@ -979,6 +984,52 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
     for (int32_t k = 0; k < n_w; k++) out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
 }
 
+/* cos/sin of every (position < n_ctx, pair) for one RoPE configuration,
+ * computed here exactly as the CPU backend's rope_rows does (cpu.c: f32
+ * theta steps, libm cosf/sinf) and kept on the device; NULL when tables are
+ * off, full, or cannot be made now (inside a capture or replay). */
+static const float *rope_table(cuda_backend *b, float base, float scale, int32_t n_rot, const float *ff,
+                               int32_t *n_pos)
+{
+    for (int32_t i = 0; i < b->n_rtab; i++) {
+        const struct rope_table *r = &b->rtab[i];
+        if (r->base == base && r->scale == scale && r->n_rot == n_rot && r->ff == ff) {
+            *n_pos = r->n_pos;
+            return r->dev;
+        }
+    }
+    if (!b->rope_tab_on || b->mode != M_EAGER || b->n_rtab == (int32_t)(sizeof b->rtab / sizeof b->rtab[0]))
+        return NULL;
+    int64_t np = b->lim.max_kv_tokens;
+    if (np < 1) np = 1;
+    if (np > 65536) np = 65536;
+    const int32_t half = n_rot / 2;
+    const size_t bytes = (size_t)np * (size_t)half * 2 * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return NULL;
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    for (int64_t p = 0; p < np; p++) {
+        float theta = (float)p;
+        for (int32_t i = 0; i < half; i++) {
+            const float th = scale * (ff ? theta / ff[i] : theta);
+            h[(p * half + i) * 2] = cosf(th);
+            h[(p * half + i) * 2 + 1] = sinf(th);
+            theta *= theta_scale;
+        }
+    }
+    void *d = NULL;
+    if (ember_cuda_malloc(b->cu, bytes, &d) != EMBER_OK) {
+        free(h);
+        return NULL;
+    }
+    CK("rope table", ember_cuda_upload(b->cu, d, h, bytes));
+    free(h);
+    struct rope_table *r = &b->rtab[b->n_rtab++];
+    *r = (struct rope_table){base, scale, n_rot, ff, d, (int32_t)np, bytes};
+    *n_pos = r->n_pos;
+    return r->dev;
+}
+
 static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
                         int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode,
                         const float *freq_factors)
@@ -995,7 +1046,17 @@ static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n
     const int32_t *dpos = b->in_step && pos == b->s_pos && n_tokens <= b->s_n
                               ? step_pos(b) : up_i32(b, 1, pos, (size_t)n_tokens);
     const float *dff = freq_factors ? vec(b, freq_factors, n_rot / 2) : NULL;
+    int32_t n_pos = 0;
+    const float *tab = rope_table(b, base, freq_scale, n_rot, freq_factors, &n_pos);
+    mixp(b, tab);
     if (skip(b)) return;
+    if (tab) {
+        CK("rope", ember_cuda_rope_tab(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
+                                       mode == EMBER_ROPE_NEOX ? EMBER_CUDA_ROPE_NEOX : EMBER_CUDA_ROPE_NORMAL, tab,
+                                       n_pos, base, freq_scale, dff));
+        out_done(b, x, d, n);
+        return;
+    }
     CK("rope", ember_cuda_rope(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
                                mode == EMBER_ROPE_NEOX ? EMBER_CUDA_ROPE_NEOX : EMBER_CUDA_ROPE_NORMAL, base,
                                freq_scale, dff));
@@ -1422,6 +1483,8 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->f32_act = f32a && *f32a && strcmp(f32a, "0") != 0;
     const char *q8 = getenv("EMBER_CUDA_Q8");
     b->q8_on = !(q8 && !strcmp(q8, "0"));
+    const char *rt = getenv("EMBER_CUDA_ROPE_TABLE");
+    b->rope_tab_on = !(rt && !strcmp(rt, "0"));
     const char *gr = getenv("EMBER_CUDA_GRAPHS");
     b->graphs_on = !(gr && !strcmp(gr, "0"));
     const char *fu = getenv("EMBER_CUDA_FUSE");

@@ -200,6 +200,15 @@ ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t *pos, int64
                              int n_head, int head_dim, int n_rot, ember_cuda_rope_mode mode,
                              float freq_base, float freq_scale, const float *freq_factors);
 
+/* ember_cuda_rope with the angles' cos/sin read from tab: device float
+ * [n_pos][n_rot/2][2] (cos, sin) made on the host by the CPU backend's
+ * arithmetic and libm (cuda_rope_tab.cu says why); positions outside
+ * [0, n_pos) compute their angle as ember_cuda_rope does. freq_base,
+ * freq_scale and freq_factors (device, or NULL) serve only that fallback. */
+ember_status ember_cuda_rope_tab(ember_cuda *cu, float *x, const int32_t *pos, int64_t n_tokens, int n_head,
+                                 int head_dim, int n_rot, ember_cuda_rope_mode mode, const float *tab, int32_t n_pos,
+                                 float freq_base, float freq_scale, const float *freq_factors);
+
 typedef enum ember_cuda_act {
     EMBER_CUDA_ACT_SILU = 0,      /* x * sigmoid(x) */
     EMBER_CUDA_ACT_GELU_TANH = 1, /* 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), Hendrycks & Gimpel */

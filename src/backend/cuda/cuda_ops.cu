@@ -131,7 +131,8 @@ __global__ void k_glu(const float *gate, const float *up, float *out, int64_t n)
         const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
                         : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
                                                           : act_gelu_tanh_f16(g);
-        out[i] = a * up[i];
+        /* the CPU writes +0 below -10 (not 0 * up) */
+        out[i] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * up[i];
     }
 }
 
@@ -183,7 +184,7 @@ __global__ void k_glu_round_q8K(const float *gate, const float *up, float *out, 
         const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
                         : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
                                                           : act_gelu_tanh_f16(g);
-        v[i] = a * up[j];
+        v[i] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * up[j];
         amax = fmaxf(amax, fabsf(v[i]));
     }
 #pragma unroll

@@ -871,17 +871,31 @@ static bool q8_path(const cuda_backend *b, int64_t n_tokens, int32_t n_w, const 
 static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
                          float *const *ys)
 {
-    const int64_t n = n_tokens * ws[0]->n_in;
+    const int64_t n = n_tokens * ws[0]->n_in, n_in = ws[0]->n_in;
+    uint32_t fmt[3];
+    bool same = true;
+    for (int32_t k = 0; k < n_w; k++) {
+        fmt[k] = ember_cuda_q8_act_type(ws[k]->type);
+        same = same && fmt[k] == fmt[0];
+    }
+    /* a pending RMSNorm or GLU that produces x quantizes it in its own
+     * kernel (the same bytes as ember_cuda_quantize_q8) */
+    const bool fuse_norm = same && b->pn.on && b->pn.y == x && b->pn.n == n_in && b->pn.n_rows == n_tokens &&
+                           (fmt[0] == EMBER_TYPE_Q8_0 || fmt[0] == EMBER_TYPE_Q8_1);
+    const bool fuse_glu = same && !fuse_norm && b->pg.on && b->pg.gate == x && b->pg.n == n && fmt[0] == EMBER_TYPE_Q8_K;
+    const float *nx = b->pn.x, *nw = b->pn.w, *gup = b->pg.up;
+    const float neps = b->pn.eps;
+    const ember_cuda_act gact = b->pg.act;
+    if (fuse_norm) b->pn.on = false;
+    if (fuse_glu) b->pg.on = false;
     flush(b);
-    mix(b, 114);
+    mix(b, 114 + 1000 * (uint64_t)fuse_norm + 2000 * (uint64_t)fuse_glu);
     mix(b, (uint64_t)(n_tokens * 7 + n_w));
     const float *dx = in_f(b, 0, x, (size_t)n);
-    uint32_t fmt[3];
     const void *q[3];
     const ember_cuda_tensor *t[3];
     float *dy[3];
     for (int32_t k = 0; k < n_w; k++) {
-        fmt[k] = ember_cuda_q8_act_type(ws[k]->type);
         mixp(b, ws[k]->data);
         t[k] = weight(b, ws[k]);
         dy[k] = out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
@@ -894,9 +908,15 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
             q[k] = q[j];
             continue;
         }
-        void *r = stage(b, SLOT_ROUND + k, ember_cuda_q8_bytes(fmt[k], ws[0]->n_in, n_tokens));
+        void *r = stage(b, SLOT_ROUND + k, ember_cuda_q8_bytes(fmt[k], n_in, n_tokens));
         if (skip(b)) return;
-        CK("matmul (quantize activations)", ember_cuda_quantize_q8(b->cu, fmt[k], dx, ws[0]->n_in, n_tokens, r));
+        if (k == 0 && fuse_norm)
+            CK("matmul (norm + quantize)",
+               ember_cuda_rms_norm_quant_q8(b->cu, fmt[0], nx, nw, (float *)dx, r, n_in, n_tokens, neps));
+        else if (k == 0 && fuse_glu)
+            CK("matmul (glu + quantize)", ember_cuda_glu_quant_q8K(b->cu, gact, (float *)dx, gup, (float *)dx, r, n));
+        else
+            CK("matmul (quantize activations)", ember_cuda_quantize_q8(b->cu, fmt[k], dx, n_in, n_tokens, r));
         q[k] = r;
     }
     for (int32_t k = 0; k < n_w; k++) CK("matmul", ember_cuda_matmul_q8(b->cu, t[k], q[k], n_tokens, dy[k]));

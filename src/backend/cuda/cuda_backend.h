@@ -232,6 +232,18 @@ ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float *x, const f
  * out) in one kernel; n % 256 == 0. */
 ember_status ember_cuda_glu_round_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
                                       float *out, float *r, int64_t n);
+/* y = rms_norm(x) * w (ember_cuda_rms_norm; y may equal x) and buf =
+ * ember_cuda_quantize_q8(act_type, y) in one kernel (cuda_ops.cu);
+ * act_type Q8_0 or Q8_1, n % 32 == 0, n_rows rows. */
+ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t act_type, const float *x, const float *w,
+                                          float *y, void *buf, int64_t n, int64_t n_rows, float eps);
+/* out = act(gate) * up (ember_cuda_glu) and buf = ember_cuda_quantize_q8(
+ * Q8_K, out) over n elements taken as one row (its blocks are those of any
+ * [n / n_in, n_in] view with n_in % 256 == 0, so buf serves the matmul of
+ * the [n_tokens, n_in] rows); n % 256 == 0. */
+ember_status ember_cuda_glu_quant_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
+                                      float *out, void *buf, int64_t n);
+
 /* y = rms_norm(x) * w (y may equal x) and r = ember_cuda_round_act(Q8_0, y)
  * in one kernel (the rounding of the matmul that reads y next); n % 32 == 0. */
 ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float *x, const float *w, float *y, float *r,

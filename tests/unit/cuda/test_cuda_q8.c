@@ -38,6 +38,60 @@ static void make_x(float *x, int64_t n, int64_t n_cols)
         }
 }
 
+/* Blocks of the GPU buffer g (ember_cuda_q8_bytes layout) that differ from
+ * the CPU quantizer's blocks of x [n_cols, n]; prints the first few. */
+static int compare_q8(const char *what, uint32_t at, const float *x, const uint8_t *g, int64_t n, int64_t n_cols)
+{
+    const ember_quant_traits *qt = ember_quant_traits_get(at);
+    assert_non_null(qt);
+    const int64_t bs = at == EMBER_TYPE_Q8_K ? 256 : 32, nbc = n / bs;
+    const size_t dof = ((size_t)(n * n_cols) + 15) & ~(size_t)15;
+    const int8_t *gqs = (const int8_t *)g;
+    const float *gd = (const float *)(g + dof), *gs = gd + n_cols * nbc;
+    uint8_t *cpu = malloc((size_t)nbc * qt->block_bytes);
+    assert_non_null(cpu);
+    int bad = 0;
+    for (int64_t c = 0; c < n_cols; c++) {
+        qt->from_float(x + c * n, cpu, n);
+        for (int64_t b = 0; b < nbc; b++) {
+            const uint8_t *blk = cpu + b * qt->block_bytes;
+            const int8_t *qs;
+            float d_cpu, s_cpu = 0.f;
+            if (at == EMBER_TYPE_Q8_K) {
+                memcpy(&d_cpu, blk, 4);
+                qs = (const int8_t *)(blk + 4);
+            } else {
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                d_cpu = ember_fp16_to_fp32(h);
+                if (at == EMBER_TYPE_Q8_1) {
+                    memcpy(&h, blk + 2, 2);
+                    s_cpu = ember_fp16_to_fp32(h);
+                }
+                qs = (const int8_t *)(blk + (at == EMBER_TYPE_Q8_1 ? 4 : 2));
+            }
+            const int64_t gb = c * nbc + b;
+            int first = -1;
+            for (int i = 0; i < bs && first < 0; i++)
+                if (qs[i] != gqs[gb * bs + i]) first = i;
+            const bool d_ok = memcmp(&d_cpu, &gd[gb], 4) == 0;
+            const bool s_ok = at != EMBER_TYPE_Q8_1 || memcmp(&s_cpu, &gs[gb], 4) == 0;
+            if ((first >= 0 || !d_ok || !s_ok) && bad++ < 5) {
+                print_error("%s %s col %lld block %lld: d cpu %.9g gpu %.9g; s cpu %.9g gpu %.9g", what, qt->name,
+                            (long long)c, (long long)b, d_cpu, gd[gb], s_cpu, at == EMBER_TYPE_Q8_1 ? gs[gb] : 0.f);
+                if (first >= 0)
+                    print_error("; first q mismatch at %d: x %.9g cpu %d gpu %d", first, x[c * n + b * bs + first],
+                                qs[first], gqs[gb * bs + first]);
+                print_error("\n");
+            }
+        }
+    }
+    print_message("%s %s (CPU variant %s): %d of %lld blocks differ\n", what, qt->name,
+                  ember_cpu_variant_name(ember_cpu_variant_active()), bad, (long long)(nbc * n_cols));
+    free(cpu);
+    return bad;
+}
+
 static void test_quantize_matches_cpu(void **state)
 {
     (void)state;
@@ -48,70 +102,83 @@ static void test_quantize_matches_cpu(void **state)
     assert_non_null(x);
     make_x(x, n, n_cols);
     float *dx = dev_new(x, sizeof(float) * n * n_cols);
-    int bad_total = 0;
+    int bad = 0;
     for (int ti = 0; ti < 3; ti++) {
-        const uint32_t at = types[ti];
-        const ember_quant_traits *qt = ember_quant_traits_get(at);
-        assert_non_null(qt);
-        const size_t qb = ember_cuda_q8_bytes(at, n, n_cols);
+        const size_t qb = ember_cuda_q8_bytes(types[ti], n, n_cols);
         void *dq = dev_new(NULL, qb);
-        CU_OK(ember_cuda_quantize_q8(test_cu, at, dx, n, n_cols, dq));
         uint8_t *g = malloc(qb);
         assert_non_null(g);
+        CU_OK(ember_cuda_quantize_q8(test_cu, types[ti], dx, n, n_cols, dq));
         dev_get(g, dq, qb);
-        const int64_t bs = at == EMBER_TYPE_Q8_K ? 256 : 32, nbc = n / bs;
-        const size_t dof = ((size_t)(n * n_cols) + 15) & ~(size_t)15;
-        const int8_t *gqs = (const int8_t *)g;
-        const float *gd = (const float *)(g + dof), *gs = gd + n_cols * nbc;
-        uint8_t *cpu = malloc((size_t)nbc * qt->block_bytes);
-        assert_non_null(cpu);
-        int bad = 0;
-        for (int64_t c = 0; c < n_cols; c++) {
-            qt->from_float(x + c * n, cpu, n);
-            for (int64_t b = 0; b < nbc; b++) {
-                const uint8_t *blk = cpu + b * qt->block_bytes;
-                const int8_t *qs;
-                float d_cpu, s_cpu = 0.f;
-                if (at == EMBER_TYPE_Q8_K) {
-                    memcpy(&d_cpu, blk, 4);
-                    qs = (const int8_t *)(blk + 4);
-                } else {
-                    uint16_t h;
-                    memcpy(&h, blk, 2);
-                    d_cpu = ember_fp16_to_fp32(h);
-                    if (at == EMBER_TYPE_Q8_1) {
-                        memcpy(&h, blk + 2, 2);
-                        s_cpu = ember_fp16_to_fp32(h);
-                    }
-                    qs = (const int8_t *)(blk + (at == EMBER_TYPE_Q8_1 ? 4 : 2));
-                }
-                const int64_t gb = c * nbc + b;
-                int first = -1;
-                for (int i = 0; i < bs && first < 0; i++)
-                    if (qs[i] != gqs[gb * bs + i]) first = i;
-                const bool d_ok = memcmp(&d_cpu, &gd[gb], 4) == 0;
-                const bool s_ok = at != EMBER_TYPE_Q8_1 || memcmp(&s_cpu, &gs[gb], 4) == 0;
-                if ((first >= 0 || !d_ok || !s_ok) && bad++ < 5) {
-                    print_error("%s col %lld block %lld: d cpu %.9g gpu %.9g; s cpu %.9g gpu %.9g", qt->name,
-                                (long long)c, (long long)b, d_cpu, gd[gb], s_cpu,
-                                at == EMBER_TYPE_Q8_1 ? gs[gb] : 0.f);
-                    if (first >= 0)
-                        print_error("; first q mismatch at %d: x %.9g cpu %d gpu %d", first,
-                                    x[c * n + b * bs + first], qs[first], gqs[gb * bs + first]);
-                    print_error("\n");
-                }
-            }
-        }
-        print_message("quantize %s (CPU variant %s): %d of %lld blocks differ\n", qt->name,
-                      ember_cpu_variant_name(ember_cpu_variant_active()), bad, (long long)(nbc * n_cols));
-        bad_total += bad;
-        free(cpu);
+        bad += compare_q8("quantize_q8", types[ti], x, g, n, n_cols);
         free(g);
         dev_free(dq, qb);
     }
     dev_free(dx, sizeof(float) * n * n_cols);
     free(x);
-    assert_int_equal(bad_total, 0);
+    assert_int_equal(bad, 0);
+}
+
+/* The fused producers (RMSNorm + Q8_0/Q8_1, GELU-GLU + Q8_K): their q8
+ * blocks must be the CPU quantizer's blocks of the CPU op's output. */
+static void test_fused_quantize_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 16, .max_head_dim = 256};
+    ember_backend *cpu = NULL;
+    assert_int_equal(ember_backend_cpu_new(2, &lim, &cpu), EMBER_OK);
+    const int64_t n = 2048, rows = 3;
+    float *x = malloc(sizeof(float) * n * rows), *w = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n * rows),
+          *ref = malloc(sizeof(float) * n * rows);
+    assert_non_null(x);
+    assert_non_null(w);
+    assert_non_null(u);
+    assert_non_null(ref);
+    make_x(x, n, rows);
+    for (int64_t i = 0; i < n; i++) w[i] = test_randf(0.5f, 2.f);
+    for (int64_t i = 0; i < n * rows; i++) u[i] = test_randf(-2.f, 2.f);
+    float *dx = dev_new(x, sizeof(float) * n * rows), *dw = dev_new(w, sizeof(float) * n),
+          *du = dev_new(u, sizeof(float) * n * rows), *dy = dev_new(NULL, sizeof(float) * n * rows);
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        const uint32_t at = k == 0 ? EMBER_TYPE_Q8_0 : k == 1 ? EMBER_TYPE_Q8_1 : EMBER_TYPE_Q8_K;
+        const size_t qb = ember_cuda_q8_bytes(at, n, rows);
+        void *dq = dev_new(NULL, qb);
+        uint8_t *g = malloc(qb);
+        assert_non_null(g);
+        if (k < 2) {
+            CU_OK(ember_cuda_rms_norm_quant_q8(test_cu, at, dx, dw, dy, dq, n, rows, 1e-6f));
+            cpu->ops->rms_norm(cpu, ref, x, w, rows, n, 1e-6f);
+        } else {
+            CU_OK(ember_cuda_glu_quant_q8K(test_cu, EMBER_CUDA_ACT_GELU_TANH_F16, dx, du, dy, dq, n * rows));
+            memcpy(ref, x, sizeof(float) * n * rows);
+            cpu->ops->geglu(cpu, ref, u, n * rows);
+        }
+        dev_get(g, dq, qb);
+        bad += compare_q8(k < 2 ? "rms_norm_quant_q8" : "glu_quant_q8K", at, ref, g, n, rows);
+        float *y = malloc(sizeof(float) * n * rows);
+        assert_non_null(y);
+        dev_get(y, dy, sizeof(float) * n * rows);
+        int ybad = 0;
+        for (int64_t i = 0; i < n * rows; i++)
+            if (memcmp(&y[i], &ref[i], 4) != 0 && ybad++ < 3)
+                print_error("  its F32 output [%lld]: cpu %.9g gpu %.9g\n", (long long)i, ref[i], y[i]);
+        bad += ybad;
+        free(y);
+        free(g);
+        dev_free(dq, qb);
+    }
+    dev_free(dx, sizeof(float) * n * rows);
+    dev_free(dw, sizeof(float) * n);
+    dev_free(du, sizeof(float) * n * rows);
+    dev_free(dy, sizeof(float) * n * rows);
+    free(x);
+    free(w);
+    free(u);
+    free(ref);
+    ember_backend_free(cpu);
+    assert_int_equal(bad, 0);
 }
 
 typedef struct case_result {
@@ -239,6 +306,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantize_matches_cpu),
+        cmocka_unit_test(test_fused_quantize_matches_cpu),
         cmocka_unit_test(test_matmul_q8_matches_cpu),
         cmocka_unit_test(test_matmul_q8_rejects),
     };

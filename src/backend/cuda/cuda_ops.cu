@@ -50,8 +50,9 @@ __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict_
     float *yr = y + (int64_t)blockIdx.x * n;
     const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i] * inv * (w ? w[i] : 1.f);
-        if (ADD) yr[i] += v;
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
+        /* explicit roundings: an FMA of (x*inv)*w + y would not be the CPU's norm-then-add */
+        if (ADD) yr[i] = __fadd_rn(yr[i], v);
         else yr[i] = v;
     }
 }
@@ -160,9 +161,9 @@ __global__ void k_rms_norm_add_out(const float *x, const float *__restrict__ w, 
     float *yr = y + (int64_t)blockIdx.x * n, *rr = residual + (int64_t)blockIdx.x * n;
     const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
         yr[i] = v;
-        rr[i] += v;
+        rr[i] = __fadd_rn(rr[i], v); /* not contracted into an FMA with the norm's product */
     }
 }
 
@@ -213,7 +214,7 @@ __global__ void k_rms_norm_round_q8(const float *x, const float *__restrict__ w,
     const int64_t warp0 = threadIdx.x & ~31;
     for (int64_t base = warp0; base < n; base += blockDim.x) {
         const int64_t i = base + (threadIdx.x & 31);
-        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
         float amax = fabsf(v);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -282,7 +283,7 @@ __global__ void k_rms_norm_quant_q8(const float *x, const float *__restrict__ w,
     const int lane = threadIdx.x & 31;
     for (int64_t base = warp0; base < n; base += blockDim.x) {
         const int64_t i = base + lane;
-        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
         float amax = fabsf(v);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));

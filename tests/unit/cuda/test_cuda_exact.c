@@ -117,6 +117,25 @@ static void test_rms_norm_matches_cpu(void **state)
         char what[64];
         snprintf(what, sizeof what, "rms_norm n=%lld", (long long)n);
         bad += compare(what, ref, out, (size_t)(rows * n), &worst);
+        /* Gemma's post-norm fused with the residual add: the CPU's norm, then its add */
+        float *res = malloc(sizeof(float) * rows * n), *res_ref = malloc(sizeof(float) * rows * n);
+        assert_non_null(res);
+        assert_non_null(res_ref);
+        for (int64_t i = 0; i < rows * n; i++) res[i] = res_ref[i] = test_randf(-8.f, 8.f);
+        float *dr = dev_new(res, sizeof(float) * rows * n), *dy = dev_new(NULL, sizeof(float) * rows * n);
+        CU_OK(ember_cuda_upload(test_cu, dx, x, sizeof(float) * rows * n));
+        CU_OK(ember_cuda_rms_norm_add_out(test_cu, dx, dw, dy, dr, n, rows, 1e-6f));
+        cpu->ops->add(cpu, res_ref, ref, rows * n);
+        dev_get(res, dr, sizeof(float) * rows * n);
+        dev_get(out, dy, sizeof(float) * rows * n);
+        snprintf(what, sizeof what, "rms_norm_add_out n=%lld (y)", (long long)n);
+        bad += compare(what, ref, out, (size_t)(rows * n), &worst);
+        snprintf(what, sizeof what, "rms_norm_add_out n=%lld (res)", (long long)n);
+        bad += compare(what, res_ref, res, (size_t)(rows * n), &worst);
+        dev_free(dr, sizeof(float) * rows * n);
+        dev_free(dy, sizeof(float) * rows * n);
+        free(res);
+        free(res_ref);
         dev_free(dx, sizeof(float) * rows * n);
         dev_free(dw, sizeof(float) * n);
         free(x);

@@ -166,6 +166,7 @@ k_mmq32(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *_
     float acc[NC], mac[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = mac[c] = 0.0f;
+#pragma unroll 2 /* the next blocks' loads overlap this chain */
     for (int b0 = 0; b0 < nb; b0 += 4) {
         const int b = b0 + k;
         int p[NC];
@@ -241,6 +242,7 @@ k_mmq4_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *
     float acc[NC], accm[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = accm[c] = 0.0f;
+#pragma unroll 2 /* the next blocks' loads overlap this chain */
     for (int b0 = 0; b0 < nb; b0 += 4) {
         const int b = b0 + k;
         int is[NC], ms[NC];
@@ -322,6 +324,7 @@ k_mmq6_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *
     float acc[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+#pragma unroll 2
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = wr + (size_t)b * 210;
         const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);

@@ -19,10 +19,14 @@
  * outputs, or allocate during a capture.
  *
  * Numerics differ from the CPU backend in summation order, and where the
- * kernels document it: RMSNorm sums in F32 (the CPU in double). matmul
- * rounds the activations to each weight's vec_dot_type first
- * (ember_cuda_round_act), as the CPU quantizes them; EMBER_CUDA_F32_ACT=1
- * keeps them F32. EMBER_CUDA_GRAPHS=0 turns graphs off.
+ * kernels document it. Decode-sized matmuls (and, with EMBER_CUDA_EXACT=1,
+ * all) whose weights have an integer kernel (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/
+ * Q4_K/Q6_K) quantize the activations to Q8 as the CPU does and repeat its
+ * integer dots and float steps (cuda_q8.cu): bit-identical outputs.
+ * EMBER_CUDA_Q8=0 (and other types) use the older kernels: activations
+ * rounded to each weight's vec_dot_type (ember_cuda_round_act), F32 sums
+ * in another order; EMBER_CUDA_F32_ACT=1 keeps them F32.
+ * EMBER_CUDA_GRAPHS=0 turns graphs off.
  */
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_backend.h"
@@ -77,6 +81,11 @@ typedef struct cuda_backend {
     size_t host_i32_n;
     ember_backend *cpu;      /* EMBER_CUDA_VERIFY=1: every op also runs here */
     bool f32_act;            /* EMBER_CUDA_F32_ACT=1: matmul on unrounded activations */
+    bool q8_on;              /* integer mat-vec on Q8 activations (EMBER_CUDA_Q8=0: off) */
+    bool rope_tab_on;        /* RoPE angles from host tables (EMBER_CUDA_ROPE_TABLE=0: off) */
+    struct rope_table { float base, scale; int32_t n_rot; const float *ff; float *dev; int32_t n_pos; size_t bytes; }
+        rtab[8];
+    int32_t n_rtab;
     double worst[16];        /* verify: worst max|diff| / max|ref| per op */
     long calls[16];
     /* activation memory handed out by act_alloc */
@@ -705,6 +714,7 @@ static void op_free(ember_backend *be)
         if (c->t.type || c->t.ne0) ember_cuda_tensor_release(b->cu, &c->t);
         else ember_cuda_mfree(b->cu, c->t.data, c->bytes);
     }
+    for (int32_t i = 0; i < b->n_rtab; i++) ember_cuda_mfree(b->cu, b->rtab[i].dev, b->rtab[i].bytes);
     for (int i = 0; i < STAGE_SLOTS; i++) ember_cuda_mfree(b->cu, b->stage[i], b->stage_bytes[i]);
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_mfree(b->cu, b->act[i], b->act_bytes[i]);
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_host_free(b->cu, b->pinned[i], b->pinned_bytes[i]);
@@ -846,10 +856,81 @@ static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float
     out_done(b, y, dy, len);
 }
 
+/* The integer path (cuda_q8.cu: bit-identical to the CPU backend's matmul)
+ * takes decode-sized batches (<= 32 tokens) whose weights all have an
+ * integer kernel; with EMBER_CUDA_EXACT=1 also prefill batches (instead of
+ * the TF32 GEMM). EMBER_CUDA_Q8=0 restores the rounded-F32 kernels. */
+static bool q8_path(const cuda_backend *b, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws)
+{
+    if (!b->q8_on || b->f32_act || (n_tokens > 32 && !b->exact_attn)) return false;
+    for (int32_t k = 0; k < n_w; k++)
+        if (ember_cuda_q8_act_type(ws[k]->type) == EMBER_TYPE_F32) return false;
+    return true;
+}
+
+static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
+                         float *const *ys)
+{
+    const int64_t n = n_tokens * ws[0]->n_in, n_in = ws[0]->n_in;
+    uint32_t fmt[3];
+    bool same = true;
+    for (int32_t k = 0; k < n_w; k++) {
+        fmt[k] = ember_cuda_q8_act_type(ws[k]->type);
+        same = same && fmt[k] == fmt[0];
+    }
+    /* a pending RMSNorm or GLU that produces x quantizes it in its own
+     * kernel (the same bytes as ember_cuda_quantize_q8) */
+    const bool fuse_norm = same && b->pn.on && b->pn.y == x && b->pn.n == n_in && b->pn.n_rows == n_tokens &&
+                           (fmt[0] == EMBER_TYPE_Q8_0 || fmt[0] == EMBER_TYPE_Q8_1);
+    const bool fuse_glu = same && !fuse_norm && b->pg.on && b->pg.gate == x && b->pg.n == n && fmt[0] == EMBER_TYPE_Q8_K;
+    const float *nx = b->pn.x, *nw = b->pn.w, *gup = b->pg.up;
+    const float neps = b->pn.eps;
+    const ember_cuda_act gact = b->pg.act;
+    if (fuse_norm) b->pn.on = false;
+    if (fuse_glu) b->pg.on = false;
+    flush(b);
+    mix(b, 114 + 1000 * (uint64_t)fuse_norm + 2000 * (uint64_t)fuse_glu);
+    mix(b, (uint64_t)(n_tokens * 7 + n_w));
+    const float *dx = in_f(b, 0, x, (size_t)n);
+    const void *q[3];
+    const ember_cuda_tensor *t[3];
+    float *dy[3];
+    for (int32_t k = 0; k < n_w; k++) {
+        mixp(b, ws[k]->data);
+        t[k] = weight(b, ws[k]);
+        dy[k] = out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
+    }
+    if (skip(b)) return;
+    for (int32_t k = 0; k < n_w; k++) {   /* x quantized once per activation format */
+        int32_t j = 0;
+        while (j < k && fmt[j] != fmt[k]) j++;
+        if (j < k) {
+            q[k] = q[j];
+            continue;
+        }
+        void *r = stage(b, SLOT_ROUND + k, ember_cuda_q8_bytes(fmt[k], n_in, n_tokens));
+        if (skip(b)) return;
+        if (k == 0 && fuse_norm)
+            CK("matmul (norm + quantize)",
+               ember_cuda_rms_norm_quant_q8(b->cu, fmt[0], nx, nw, (float *)dx, r, n_in, n_tokens, neps));
+        else if (k == 0 && fuse_glu)
+            CK("matmul (glu + quantize)", ember_cuda_glu_quant_q8K(b->cu, gact, (float *)dx, gup, (float *)dx, r, n));
+        else
+            CK("matmul (quantize activations)", ember_cuda_quantize_q8(b->cu, fmt[k], dx, n_in, n_tokens, r));
+        q[k] = r;
+    }
+    for (int32_t k = 0; k < n_w; k++) CK("matmul", ember_cuda_matmul_q8(b->cu, t[k], q[k], n_tokens, dy[k]));
+    for (int32_t k = 0; k < n_w; k++) out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
+}
+
 static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
                       float *const *ys)
 {
     cuda_backend *b = (cuda_backend *)be;
+    if (q8_path(b, n_tokens, n_w, ws)) {
+        cu_matmul_q8(b, x, n_tokens, n_w, ws, ys);
+        return;
+    }
     const int64_t n = n_tokens * ws[0]->n_in;
     /* an RMSNorm waiting for this matmul's input: its Q8_0 rounding is done
      * in the norm's kernel when every weight wants 32-blocks (Q8_0/Q8_1) */
@@ -923,6 +1004,52 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
     for (int32_t k = 0; k < n_w; k++) out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
 }
 
+/* cos/sin of every (position < n_ctx, pair) for one RoPE configuration,
+ * computed here exactly as the CPU backend's rope_rows does (cpu.c: f32
+ * theta steps, libm cosf/sinf) and kept on the device; NULL when tables are
+ * off, full, or cannot be made now (inside a capture or replay). */
+static const float *rope_table(cuda_backend *b, float base, float scale, int32_t n_rot, const float *ff,
+                               int32_t *n_pos)
+{
+    for (int32_t i = 0; i < b->n_rtab; i++) {
+        const struct rope_table *r = &b->rtab[i];
+        if (r->base == base && r->scale == scale && r->n_rot == n_rot && r->ff == ff) {
+            *n_pos = r->n_pos;
+            return r->dev;
+        }
+    }
+    if (!b->rope_tab_on || b->mode != M_EAGER || b->n_rtab == (int32_t)(sizeof b->rtab / sizeof b->rtab[0]))
+        return NULL;
+    int64_t np = b->lim.max_kv_tokens;
+    if (np < 1) np = 1;
+    if (np > 65536) np = 65536;
+    const int32_t half = n_rot / 2;
+    const size_t bytes = (size_t)np * (size_t)half * 2 * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return NULL;
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    for (int64_t p = 0; p < np; p++) {
+        float theta = (float)p;
+        for (int32_t i = 0; i < half; i++) {
+            const float th = scale * (ff ? theta / ff[i] : theta);
+            h[(p * half + i) * 2] = cosf(th);
+            h[(p * half + i) * 2 + 1] = sinf(th);
+            theta *= theta_scale;
+        }
+    }
+    void *d = NULL;
+    if (ember_cuda_malloc(b->cu, bytes, &d) != EMBER_OK) {
+        free(h);
+        return NULL;
+    }
+    CK("rope table", ember_cuda_upload(b->cu, d, h, bytes));
+    free(h);
+    struct rope_table *r = &b->rtab[b->n_rtab++];
+    *r = (struct rope_table){base, scale, n_rot, ff, d, (int32_t)np, bytes};
+    *n_pos = r->n_pos;
+    return r->dev;
+}
+
 static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
                         int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode,
                         const float *freq_factors)
@@ -939,7 +1066,17 @@ static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n
     const int32_t *dpos = b->in_step && pos == b->s_pos && n_tokens <= b->s_n
                               ? step_pos(b) : up_i32(b, 1, pos, (size_t)n_tokens);
     const float *dff = freq_factors ? vec(b, freq_factors, n_rot / 2) : NULL;
+    int32_t n_pos = 0;
+    const float *tab = rope_table(b, base, freq_scale, n_rot, freq_factors, &n_pos);
+    mixp(b, tab);
     if (skip(b)) return;
+    if (tab) {
+        CK("rope", ember_cuda_rope_tab(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
+                                       mode == EMBER_ROPE_NEOX ? EMBER_CUDA_ROPE_NEOX : EMBER_CUDA_ROPE_NORMAL, tab,
+                                       n_pos, base, freq_scale, dff));
+        out_done(b, x, d, n);
+        return;
+    }
     CK("rope", ember_cuda_rope(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
                                mode == EMBER_ROPE_NEOX ? EMBER_CUDA_ROPE_NEOX : EMBER_CUDA_ROPE_NORMAL, base,
                                freq_scale, dff));
@@ -1364,6 +1501,10 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->lim = *lim;
     const char *f32a = getenv("EMBER_CUDA_F32_ACT");
     b->f32_act = f32a && *f32a && strcmp(f32a, "0") != 0;
+    const char *q8 = getenv("EMBER_CUDA_Q8");
+    b->q8_on = !(q8 && !strcmp(q8, "0"));
+    const char *rt = getenv("EMBER_CUDA_ROPE_TABLE");
+    b->rope_tab_on = !(rt && !strcmp(rt, "0"));
     const char *gr = getenv("EMBER_CUDA_GRAPHS");
     b->graphs_on = !(gr && !strcmp(gr, "0"));
     const char *fu = getenv("EMBER_CUDA_FUSE");

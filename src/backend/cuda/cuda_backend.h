@@ -138,6 +138,35 @@ ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const
  * Errors: EMBER_ERR_UNSUPPORTED (other types), EMBER_ERR_INVALID_ARG. */
 ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, const float *x, float *y, int64_t n);
 
+/* ---- integer mat-vec on Q8 activations (cuda_q8.cu) ---------------------
+ * The CPU backend's arithmetic: activations quantized to the weight's
+ * vec_dot_type with the bytes of src/quant's from_float, exact integer
+ * block dots, then the CPU kernel's float steps in its order, so every
+ * output equals the CPU backend's matmul bit for bit (cuda_q8.cu lists the
+ * orders and the CPU files they follow). */
+
+/* Activation format of the integer kernel for weight type `wtype`: Q8_0
+ * (Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1), Q8_K (Q4_K, Q6_K); EMBER_TYPE_F32
+ * when there is no integer kernel for the type. */
+uint32_t ember_cuda_q8_act_type(uint32_t wtype);
+/* Bytes of a quantized activation buffer for n_cols rows of n floats:
+ * qs int8 [n_cols * n], then, 16-byte aligned, d float [n_cols * n / bs]
+ * (the f16 d widened for Q8_0/Q8_1, the f32 d of Q8_K), then for Q8_1 s
+ * float [n_cols * n / 32] (f16 s widened); bs = 32, or 256 for Q8_K. */
+size_t ember_cuda_q8_bytes(uint32_t act_type, int64_t n, int64_t n_cols);
+/* Quantize x [n_cols, n] F32 into buf (ember_cuda_q8_bytes, 16-byte
+ * aligned device memory) as `act_type` (Q8_0, Q8_1 or Q8_K; n a multiple of
+ * its block). Errors: EMBER_ERR_UNSUPPORTED, EMBER_ERR_INVALID_ARG. */
+ember_status ember_cuda_quantize_q8(ember_cuda *cu, uint32_t act_type, const float *x, int64_t n,
+                                    int64_t n_cols, void *buf);
+/* y[c][r] = W[r] . a[c] for c < n_cols, a = buf quantized by
+ * ember_cuda_quantize_q8 to ember_cuda_q8_act_type(w->type) with
+ * n = w->ne0; y: [n_cols, w->ne1] F32. Any n_cols (8 per kernel pass).
+ * Errors: EMBER_ERR_UNSUPPORTED (type without an integer kernel),
+ * EMBER_ERR_INVALID_ARG. */
+ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, const void *buf, int64_t n_cols,
+                                  float *y);
+
 /* out[i] = dequantized row ids[i] of W, for i < n_ids; out: [n_ids, w->ne0]
  * F32; ids: device int32, each in [0, w->ne1) (out-of-range ids give a zero
  * row rather than a fault). */
@@ -171,6 +200,15 @@ ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t *pos, int64
                              int n_head, int head_dim, int n_rot, ember_cuda_rope_mode mode,
                              float freq_base, float freq_scale, const float *freq_factors);
 
+/* ember_cuda_rope with the angles' cos/sin read from tab: device float
+ * [n_pos][n_rot/2][2] (cos, sin) made on the host by the CPU backend's
+ * arithmetic and libm (cuda_rope_tab.cu says why); positions outside
+ * [0, n_pos) compute their angle as ember_cuda_rope does. freq_base,
+ * freq_scale and freq_factors (device, or NULL) serve only that fallback. */
+ember_status ember_cuda_rope_tab(ember_cuda *cu, float *x, const int32_t *pos, int64_t n_tokens, int n_head,
+                                 int head_dim, int n_rot, ember_cuda_rope_mode mode, const float *tab, int32_t n_pos,
+                                 float freq_base, float freq_scale, const float *freq_factors);
+
 typedef enum ember_cuda_act {
     EMBER_CUDA_ACT_SILU = 0,      /* x * sigmoid(x) */
     EMBER_CUDA_ACT_GELU_TANH = 1, /* 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), Hendrycks & Gimpel */
@@ -194,6 +232,18 @@ ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float *x, const f
  * out) in one kernel; n % 256 == 0. */
 ember_status ember_cuda_glu_round_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
                                       float *out, float *r, int64_t n);
+/* y = rms_norm(x) * w (ember_cuda_rms_norm; y may equal x) and buf =
+ * ember_cuda_quantize_q8(act_type, y) in one kernel (cuda_ops.cu);
+ * act_type Q8_0 or Q8_1, n % 32 == 0, n_rows rows. */
+ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t act_type, const float *x, const float *w,
+                                          float *y, void *buf, int64_t n, int64_t n_rows, float eps);
+/* out = act(gate) * up (ember_cuda_glu) and buf = ember_cuda_quantize_q8(
+ * Q8_K, out) over n elements taken as one row (its blocks are those of any
+ * [n / n_in, n_in] view with n_in % 256 == 0, so buf serves the matmul of
+ * the [n_tokens, n_in] rows); n % 256 == 0. */
+ember_status ember_cuda_glu_quant_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
+                                      float *out, void *buf, int64_t n);
+
 /* y = rms_norm(x) * w (y may equal x) and r = ember_cuda_round_act(Q8_0, y)
  * in one kernel (the rounding of the matmul that reads y next); n % 32 == 0. */
 ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float *x, const float *w, float *y, float *r,

@@ -93,6 +93,9 @@ static inline void ember_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block,
     (void)cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
 }
 
+/* Device tables of cuda_ops.cu (the GELU lookup); ember_cuda_new calls it. */
+ember_status ember_cuda_ops_init(ember_cuda *cu);
+
 #define EMBER_CUDA_NONNULL(p) \
     do { if ((p) == NULL) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: %s: " #p " is NULL", __func__); } while (0)
 

@@ -57,6 +57,7 @@ extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
     if (s == EMBER_OK && !(tf32 && !strcmp(tf32, "0")) &&
         cublasSetMathMode(cu->cublas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetMathMode failed");
+    if (s == EMBER_OK) s = ember_cuda_ops_init(cu);
     if (s != EMBER_OK) {
         ember_cuda_free(cu);
         return s;

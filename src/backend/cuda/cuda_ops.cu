@@ -6,6 +6,7 @@
  * Must not: allocate or synchronise (graph capture), or know models.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include <cuda_fp16.h>
@@ -49,8 +50,9 @@ __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict_
     float *yr = y + (int64_t)blockIdx.x * n;
     const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i] * inv * (w ? w[i] : 1.f);
-        if (ADD) yr[i] += v;
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
+        /* explicit roundings: an FMA of (x*inv)*w + y would not be the CPU's norm-then-add */
+        if (ADD) yr[i] = __fadd_rn(yr[i], v);
         else yr[i] = v;
     }
 }
@@ -76,12 +78,29 @@ __global__ void k_rope(float *x, const int32_t *__restrict__ pos, int n_head, in
         const int i0 = neox ? i : 2 * i;
         const int i1 = neox ? i + half : 2 * i + 1;
         const float x0 = xh[i0], x1 = xh[i1];
-        xh[i0] = x0 * c - x1 * s;
-        xh[i1] = x0 * s + x1 * c;
+        /* the CPU backend's rotation: the first product fused */
+        xh[i0] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+        xh[i1] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
     }
 }
 
-__device__ __forceinline__ float act_silu(float x) { return x / (1.f + expf(-x)); }
+/* exp(x) as the CPU backend's ggml_expf (src/backend/cpu/cpu.c; ggml_v_expf,
+ * from ARM's optimized routines), operation for operation */
+__device__ __forceinline__ float ggml_expf_d(float x)
+{
+    const float r = 0x1.8p23f;
+    const float z = __fmaf_rn(x, 0x1.715476p+0f, r);
+    const float n = __fsub_rn(z, r);
+    const float b = __fmaf_rn(-n, 0x1.7f7d1cp-20f, __fmaf_rn(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = __fmul_rn(b, b);
+    const float j = __fmaf_rn(__fmaf_rn(__fmaf_rn(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                        __fmaf_rn(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                              u, __fmaf_rn(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+/* silu as the CPU backend's swiglu: x / (1 + ggml_expf(0 - x)) */
+__device__ __forceinline__ float act_silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, ggml_expf_d(0.0f - x))); }
 __device__ __forceinline__ float act_gelu_tanh(float x)
 {
     /* the CPU backend's arrangement, k x (1 + a x^2), without contractions
@@ -91,11 +110,17 @@ __device__ __forceinline__ float act_gelu_tanh(float x)
     return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
 }
 
+/* f16(gelu(f16 x)) by the f16 bits of x, made on the host by the CPU
+ * backend's formula and libm (ember_cuda_ops_init), so both backends look
+ * up the same values (CUDA's tanhf and glibc's differ in the last bit now
+ * and then, which moves the f16 rounding of some results). */
+__device__ float g_gelu_f16_tab[65536];
+
 __device__ __forceinline__ float act_gelu_tanh_f16(float x)
 {
     if (x <= -10.f) return 0.f;
     if (x >= 10.f) return x;
-    return __half2float(__float2half_rn(act_gelu_tanh(__half2float(__float2half_rn(x)))));
+    return g_gelu_f16_tab[__half_as_ushort(__float2half_rn(x))];
 }
 
 template <int ACT>
@@ -107,7 +132,8 @@ __global__ void k_glu(const float *gate, const float *up, float *out, int64_t n)
         const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
                         : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
                                                           : act_gelu_tanh_f16(g);
-        out[i] = a * up[i];
+        /* the CPU writes +0 below -10 (not 0 * up) */
+        out[i] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * up[i];
     }
 }
 
@@ -135,9 +161,9 @@ __global__ void k_rms_norm_add_out(const float *x, const float *__restrict__ w, 
     float *yr = y + (int64_t)blockIdx.x * n, *rr = residual + (int64_t)blockIdx.x * n;
     const float inv = row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
         yr[i] = v;
-        rr[i] += v;
+        rr[i] = __fadd_rn(rr[i], v); /* not contracted into an FMA with the norm's product */
     }
 }
 
@@ -159,7 +185,7 @@ __global__ void k_glu_round_q8K(const float *gate, const float *up, float *out, 
         const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
                         : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
                                                           : act_gelu_tanh_f16(g);
-        v[i] = a * up[j];
+        v[i] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * up[j];
         amax = fmaxf(amax, fabsf(v[i]));
     }
 #pragma unroll
@@ -188,7 +214,7 @@ __global__ void k_rms_norm_round_q8(const float *x, const float *__restrict__ w,
     const int64_t warp0 = threadIdx.x & ~31;
     for (int64_t base = warp0; base < n; base += blockDim.x) {
         const int64_t i = base + (threadIdx.x & 31);
-        const float v = xr[i] * inv * (w ? w[i] : 1.f);
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
         float amax = fabsf(v);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -241,7 +267,103 @@ int norm_threads(int64_t n)
     return n >= 1024 ? 512 : (n >= 256 ? 256 : (n > 64 ? 128 : 32));
 }
 
+/* y = rms_norm(x) * w and its Q8_0 / Q8_1 blocks (cuda_q8.cu's activation
+ * buffer: qs [n_rows * n], d at d_off bytes, s after d) in one pass, with
+ * the quantizer of cuda_q8.cu (ggml's x86 quantize_row_q8_0/1). One CTA per
+ * row; n % 32 == 0. */
+template <bool Q81>
+__global__ void k_rms_norm_quant_q8(const float *x, const float *__restrict__ w, float *y, int8_t *qs, float *qd,
+                                    float *qsum, int64_t n, float eps)
+{
+    ember_pdl_wait();
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    const float inv = row_inv_rms(xr, n, eps);
+    const int64_t warp0 = threadIdx.x & ~31;
+    const int lane = threadIdx.x & 31;
+    for (int64_t base = warp0; base < n; base += blockDim.x) {
+        const int64_t i = base + lane;
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        const int q = __float2int_rn(__fmul_rn(v, id));
+        yr[i] = v;
+        qs[(int64_t)blockIdx.x * n + i] = (int8_t)q;
+        int sum = q;
+        if (Q81) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        }
+        if (lane == 0) {
+            const int64_t g = (int64_t)blockIdx.x * (n / 32) + base / 32;
+            qd[g] = __half2float(__float2half_rn(d));
+            if (Q81) qsum[g] = __half2float(__float2half_rn(__fmul_rn(__int2float_rn(sum), d)));
+        }
+    }
+}
+
+/* out = act(gate) * up (as k_glu) and its Q8_K blocks (cuda_q8.cu's
+ * quantizer: id = 127/amax, q = rint(out * id), d = 1/id). One warp per
+ * block of 256; lane l holds elements 8l..8l+7. */
+template <int ACT>
+__global__ void k_glu_quant_q8K(const float *gate, const float *up, float *out, int8_t *qs, float *qd, int64_t n_blocks)
+{
+    ember_pdl_wait();
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    float v[8], amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int64_t j = blk * 256 + 8 * lane + i;
+        const float g = gate[j];
+        const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
+                        : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
+                                                          : act_gelu_tanh_f16(g);
+        v[i] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * up[j];
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    uint32_t wq[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        out[blk * 256 + 8 * lane + i] = v[i];
+        const int q = __float2int_rn(__fmul_rn(v[i], id));
+        wq[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
+    }
+    *reinterpret_cast<uint2 *>(qs + blk * 256 + 8 * lane) = make_uint2(wq[0], wq[1]);
+    if (lane == 0) qd[blk] = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
+}
+
 } /* namespace */
+
+/* src/quant/fp16.c (quant.h itself is C-only: restrict) */
+extern "C" float ember_fp16_to_fp32(uint16_t h);
+extern "C" uint16_t ember_fp32_to_fp16(float f);
+
+/* The GELU table of act_gelu_tanh_f16: 0.5 x (1 + tanh(sqrt(2/pi) x
+ * fma(0.044715 x, x, 1))) for every f16 x, rounded to f16, exactly as
+ * src/backend/cpu/cpu.c init_tables computes it (same expression, same
+ * libm). Synchronous; called by ember_cuda_new on the context's device. */
+ember_status ember_cuda_ops_init(ember_cuda *cu)
+{
+    (void)cu;
+    float *tab = (float *)malloc(65536 * sizeof(float));
+    if (!tab) return ember_error(EMBER_ERR_NOMEM, "cuda: GELU table");
+    for (uint32_t i = 0; i < 65536; i++) {
+        const float x = ember_fp16_to_fp32((uint16_t)i);
+        const float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * fmaf(0.044715f * x, x, 1.0f)));
+        tab[i] = ember_fp16_to_fp32(ember_fp32_to_fp16(g));
+    }
+    const ember_status s =
+        ember_cuda_check(cudaMemcpyToSymbol(g_gelu_f16_tab, tab, 65536 * sizeof(float)), "GELU table upload");
+    free(tab);
+    return s;
+}
 
 extern "C" ember_status ember_cuda_rms_norm(ember_cuda *cu, const float *x, const float *w, float *y, int64_t n,
                                             int64_t n_rows, float eps)
@@ -424,4 +546,58 @@ extern "C" ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, in
                            (long long)row);
     ember_launch(k_kv_store, (unsigned)n_tokens, 128, 0, cu->stream, src, row, cells, reinterpret_cast<__half *>(cache));
     return ember_cuda_launched("kv_store");
+}
+
+/* The d array of a cuda_q8.cu activation buffer of n_rows x n (16-byte
+ * aligned after the int8 qs). */
+static float *q8_d(void *buf, int64_t n, int64_t n_rows)
+{
+    return (float *)((char *)buf + (((size_t)(n * n_rows) + 15) & ~(size_t)15));
+}
+
+extern "C" ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t act_type, const float *x, const float *w,
+                                                     float *y, void *buf, int64_t n, int64_t n_rows, float eps)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    EMBER_CUDA_NONNULL(buf);
+    if (n <= 0 || n % 32 != 0 || n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_quant_q8: bad shape [%lld, %lld]",
+                           (long long)n_rows, (long long)n);
+    float *d = q8_d(buf, n, n_rows);
+    if (act_type == EMBER_TYPE_Q8_0)
+        ember_launch(k_rms_norm_quant_q8<false>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y,
+                     (int8_t *)buf, d, (float *)NULL, n, eps);
+    else if (act_type == EMBER_TYPE_Q8_1)
+        ember_launch(k_rms_norm_quant_q8<true>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y,
+                     (int8_t *)buf, d, d + n_rows * (n / 32), n, eps);
+    else
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: rms_norm_quant_q8: activation type %s",
+                           ember_type_name(act_type));
+    return ember_cuda_launched("rms_norm_quant_q8");
+}
+
+extern "C" ember_status ember_cuda_glu_quant_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate,
+                                                 const float *up, float *out, void *buf, int64_t n)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(gate);
+    EMBER_CUDA_NONNULL(up);
+    EMBER_CUDA_NONNULL(out);
+    EMBER_CUDA_NONNULL(buf);
+    if (n <= 0 || n % 256 != 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu_quant_q8K: n = %lld", (long long)n);
+    const int64_t nb = n / 256;
+    const unsigned grid = (unsigned)((nb + 7) / 8);
+    int8_t *qs = (int8_t *)buf;
+    float *d = q8_d(buf, n, 1);
+    if (act == EMBER_CUDA_ACT_SILU)
+        ember_launch(k_glu_quant_q8K<EMBER_CUDA_ACT_SILU>, grid, 256, 0, cu->stream, gate, up, out, qs, d, nb);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH)
+        ember_launch(k_glu_quant_q8K<EMBER_CUDA_ACT_GELU_TANH>, grid, 256, 0, cu->stream, gate, up, out, qs, d, nb);
+    else if (act == EMBER_CUDA_ACT_GELU_TANH_F16)
+        ember_launch(k_glu_quant_q8K<EMBER_CUDA_ACT_GELU_TANH_F16>, grid, 256, 0, cu->stream, gate, up, out, qs, d, nb);
+    else
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu_quant_q8K: unknown activation %d", (int)act);
+    return ember_cuda_launched("glu_quant_q8K");
 }

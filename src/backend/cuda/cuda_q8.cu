@@ -1,0 +1,496 @@
+/*
+ * cuda_q8.cu — integer mat-vec on Q8-quantized activations, in the CPU
+ * backend's arithmetic.
+ *
+ * Owns: quantizing F32 activation rows into Q8_0 / Q8_1 / Q8_K (the bytes
+ * of src/quant's from_float: ggml's x86 quantize_row_q8_*), and y = W x for
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K weights against them: exact
+ * integer block dots (dp4a), then the float steps of the CPU backend's
+ * kernel for that type, in its order, so each output is bit-identical to
+ * the CPU backend's (src/backend/cpu/gemm_avx512.c / gemm_avx2.c vec tiles
+ * for the 32-element formats, src/quant/simd*.c dot_q4_K / dot_q6_K_256):
+ *   Q4_0..Q8_0: 8 float lanes, lane l = elements 4l..4l+3 of every block:
+ *       c_l = fma((float)isum_l, d_w * d_a, c_l) block after block; result
+ *       ((c0+c4)+(c2+c6)) + ((c1+c5)+(c3+c7)) + m, m = fma(m_w, s_a, m)
+ *       block after block (0 for formats without a min).
+ *   Q4_K: acc = fma((float)sumi, d_w * d_a, acc), accm = fma((float)msum,
+ *       dmin_w * d_a, accm) super-block after super-block; acc - accm.
+ *   Q6_K: 8 lanes, lane l = sum over the 8 chunks of 32 of scale * (bytes
+ *       4l..4l+3) minus 32 * (bsums[2l] sc[2l] + bsums[2l+1] sc[2l+1]);
+ *       per lane acc = fma(d_a * d_w, (float)lane, acc); the same
+ *       horizontal sum as above.
+ * Integer sums are exact in any order; only the float steps above are
+ * ordered, and they are the CPU's step for step (no contraction: every
+ * float operation is an explicit __f*_rn intrinsic).
+ * Must not: allocate or synchronise (graph capture), or know models.
+ *
+ * Quantized activation buffer (ember_cuda_q8_bytes): qs int8 [n_cols * n],
+ * then (16-byte aligned) d float [n_cols * n / bs] (Q8_0/Q8_1: the f16 d
+ * widened; Q8_K: the f32 d), then for Q8_1 s float [n_cols * n / 32] (the
+ * f16 s widened).
+ */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+
+using namespace ember_cu;
+
+namespace {
+
+constexpr int kWarpsQ8 = 4; /* rows per CTA */
+constexpr int kMaxColsQ8 = 8;
+
+size_t align16(size_t v) { return (v + 15) & ~(size_t)15; }
+
+/* ---- activation quantizers ------------------------------------------------ */
+
+/* One warp per block of 32: lane i holds x[i]. Q8_0 / Q8_1 as ggml's x86
+ * quantize_row_q8_0/1: d = amax/127, id = 127/amax (0 when d == 0),
+ * q = round-to-nearest-even(x * id), d stored as f16; Q8_1 also
+ * s = f16((float)sum(q) * d) with the f32 d. */
+template <bool Q81>
+__global__ void k_quant_q8_32(const float *__restrict__ x, int8_t *__restrict__ qs, float *__restrict__ d,
+                              float *__restrict__ s, int64_t n_blocks)
+{
+    ember_pdl_wait();
+    const int64_t g = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (g >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    const float v = x[g * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float df = __fdiv_rn(amax, 127.0f);
+    const float id = df != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const int q = __float2int_rn(__fmul_rn(v, id));
+    qs[g * 32 + lane] = (int8_t)q;
+    int sum = q;
+    if (Q81) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    if (lane == 0) {
+        d[g] = __half2float(__float2half_rn(df));
+        if (Q81) s[g] = __half2float(__float2half_rn(__fmul_rn(__int2float_rn(sum), df)));
+    }
+}
+
+/* One warp per block of 256 (Q8_K, ggml quantize_row_q8_K): lane i holds
+ * elements 8i..8i+7. amax == 0 gives q = 0, d = 0; else id = 127/amax,
+ * q = rint(x * id), d = 1/id. */
+__global__ void k_quant_q8_K(const float *__restrict__ x, int8_t *__restrict__ qs, float *__restrict__ d,
+                             int64_t n_blocks)
+{
+    ember_pdl_wait();
+    const int64_t g = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (g >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    const float4 a = *reinterpret_cast<const float4 *>(x + g * 256 + 8 * lane);
+    const float4 b = *reinterpret_cast<const float4 *>(x + g * 256 + 8 * lane + 4);
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int q = __float2int_rn(__fmul_rn(v[i], id));
+        w[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
+    }
+    *reinterpret_cast<uint2 *>(qs + g * 256 + 8 * lane) = make_uint2(w[0], w[1]);
+    if (lane == 0) d[g] = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
+}
+
+/* ---- weight units for the 32-element formats ------------------------------
+ * unit(blk, l): the 4 weight values of elements 4l..4l+3 (l = 0..7) as 4
+ * bytes: unsigned levels (subtract OFF after the dot) or, for Q8_0, the
+ * signed bytes. dm(blk): d and (formats with a min) m. */
+
+__device__ __forceinline__ uint32_t nib4(uint32_t q, int l) { return (q >> (4 * (l >> 2))) & 0x0F0F0F0Fu; }
+/* bits 4l..4l+3 of qh -> bit 4 of bytes 0..3 */
+__device__ __forceinline__ uint32_t hbit4(uint32_t qh, int l)
+{
+    const uint32_t h = (qh >> (4 * l)) & 0xFu;
+    return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25);
+}
+
+struct uq4_0 {
+    static constexpr int BYTES = 18, OFF = 8;
+    static constexpr bool MIN = false;
+    __device__ static uint32_t unit(const uint8_t *b, int l) { return nib4(ld_u32_a2(b + 2 + 4 * (l & 3)), l); }
+};
+struct uq4_1 {
+    static constexpr int BYTES = 20, OFF = 0;
+    static constexpr bool MIN = true;
+    __device__ static uint32_t unit(const uint8_t *b, int l) { return nib4(ld_u32(b + 4 + 4 * (l & 3)), l); }
+};
+struct uq5_0 {
+    static constexpr int BYTES = 22, OFF = 16;
+    static constexpr bool MIN = false;
+    __device__ static uint32_t unit(const uint8_t *b, int l)
+    {
+        return nib4(ld_u32_a2(b + 6 + 4 * (l & 3)), l) | hbit4(ld_u32_a2(b + 2), l);
+    }
+};
+struct uq5_1 {
+    static constexpr int BYTES = 24, OFF = 0;
+    static constexpr bool MIN = true;
+    __device__ static uint32_t unit(const uint8_t *b, int l)
+    {
+        return nib4(ld_u32(b + 8 + 4 * (l & 3)), l) | hbit4(ld_u32(b + 4), l);
+    }
+};
+struct uq8_0 {
+    static constexpr int BYTES = 34, OFF = 0;
+    static constexpr bool MIN = false;
+    __device__ static uint32_t unit(const uint8_t *b, int l) { return ld_u32_a2(b + 2 + 4 * l); }
+};
+
+/* One warp per weight row; NC activation columns. Lane = 8k + l: k picks
+ * one of 4 consecutive blocks, l the element group 4l..4l+3 (the CPU's
+ * float lane). The integer dots of 4 blocks are formed in parallel, then
+ * every lane runs the float chain over those blocks in order (shuffles
+ * bring block kk's values), so the chain is the CPU's. */
+template <class T, int NC>
+__global__ void __launch_bounds__(kWarpsQ8 * 32)
+k_mmq32(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
+        const float *__restrict__ ad, const float *__restrict__ as, int64_t n, float *__restrict__ y, int64_t n_rows)
+{
+    ember_pdl_wait();
+    const int64_t row = (int64_t)blockIdx.x * kWarpsQ8 + (threadIdx.x >> 5);
+    if (row >= n_rows) return;
+    const int lane = threadIdx.x & 31, l = lane & 7, k = lane >> 3;
+    const uint8_t *wr = W + row * row_bytes;
+    float acc[NC], mac[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[c] = mac[c] = 0.0f;
+#pragma unroll 2 /* the next blocks' loads overlap this chain */
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+        const int b = b0 + k;
+        int p[NC];
+        float f[NC], sv[NC], wm = 0.0f;
+        if (b < nb) {
+            const uint8_t *blk = wr + (size_t)b * T::BYTES;
+            const int u = (int)T::unit(blk, l);
+            const float wd = ld_f16(blk);
+            if (T::MIN) wm = ld_f16(blk + 2);
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                const int a = *reinterpret_cast<const int *>(aq + c * n + (int64_t)b * 32 + 4 * l);
+                int s = __dp4a(u, a, 0);
+                if (T::OFF) s -= T::OFF * __dp4a(0x01010101, a, 0);
+                p[c] = s;
+                const int64_t bi = c * (n / 32) + b;
+                f[c] = __fmul_rn(wd, ad[bi]);
+                sv[c] = T::MIN ? as[bi] : 0.0f;
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < NC; c++) p[c] = 0, f[c] = 0.0f, sv[c] = 0.0f;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            if (b0 + kk >= nb) break; /* uniform over the warp */
+            const int src = 8 * kk + l;
+            const float wmk = T::MIN ? __shfl_sync(0xffffffffu, wm, src) : 0.0f;
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                const int pk = __shfl_sync(0xffffffffu, p[c], src);
+                const float fk = __shfl_sync(0xffffffffu, f[c], src);
+                acc[c] = __fmaf_rn(__int2float_rn(pk), fk, acc[c]);
+                if (T::MIN) mac[c] = __fmaf_rn(wmk, __shfl_sync(0xffffffffu, sv[c], src), mac[c]);
+            }
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        /* AVX hsum of 8 lanes: (l, l+4), then (0, 2), (1, 3), then the two */
+        float v = __fadd_rn(acc[c], __shfl_xor_sync(0xffffffffu, acc[c], 4));
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+        if (lane == 0) y[(int64_t)c * n_rows + row] = __fadd_rn(v, mac[c]);
+    }
+}
+
+/* 6-bit scale and min of sub-block j of a Q4_K block (ggml get_scale_min_k4) */
+__device__ __forceinline__ void k4_sm_int(const uint8_t *s, int j, int *sc, int *mn)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K: one warp per row; lane = 8k + t: k picks one of 4 consecutive
+ * super-blocks, t (0..7) the 16 quant bytes 16t..16t+15 (group g = t/2 of
+ * 64 elements: low nibbles are sub-block 2g, high nibbles 2g+1). */
+template <int NC>
+__global__ void __launch_bounds__(kWarpsQ8 * 32)
+k_mmq4_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
+         const float *__restrict__ ad, int64_t n, float *__restrict__ y, int64_t n_rows)
+{
+    ember_pdl_wait();
+    const int64_t row = (int64_t)blockIdx.x * kWarpsQ8 + (threadIdx.x >> 5);
+    if (row >= n_rows) return;
+    const int lane = threadIdx.x & 31, t = lane & 7, k = lane >> 3, g = t >> 1, hf = t & 1;
+    const uint8_t *wr = W + row * row_bytes;
+    float acc[NC], accm[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[c] = accm[c] = 0.0f;
+#pragma unroll 2 /* the next blocks' loads overlap this chain */
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+        const int b = b0 + k;
+        int is[NC], ms[NC];
+        float fd[NC], fm[NC];
+        if (b < nb) {
+            const uint8_t *blk = wr + (size_t)b * 144;
+            const float dw = ld_f16(blk), dmw = ld_f16(blk + 2);
+            int sc0, m0, sc1, m1;
+            k4_sm_int(blk + 4, 2 * g, &sc0, &m0);
+            k4_sm_int(blk + 4, 2 * g + 1, &sc1, &m1);
+            const uint4 qv = *reinterpret_cast<const uint4 *>(blk + 16 + 32 * g + 16 * hf);
+            const uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                const int8_t *a = aq + c * n + (int64_t)b * 256 + 64 * g + 16 * hf;
+                const uint4 alo = *reinterpret_cast<const uint4 *>(a), ahi = *reinterpret_cast<const uint4 *>(a + 32);
+                const int al[4] = {(int)alo.x, (int)alo.y, (int)alo.z, (int)alo.w};
+                const int ah[4] = {(int)ahi.x, (int)ahi.y, (int)ahi.z, (int)ahi.w};
+                int dlo = 0, dhi = 0, slo = 0, shi = 0;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    dlo = __dp4a((int)(q[i] & 0x0F0F0F0Fu), al[i], dlo);
+                    dhi = __dp4a((int)((q[i] >> 4) & 0x0F0F0F0Fu), ah[i], dhi);
+                    slo = __dp4a(0x01010101, al[i], slo);
+                    shi = __dp4a(0x01010101, ah[i], shi);
+                }
+                is[c] = sc0 * dlo + sc1 * dhi;
+                ms[c] = m0 * slo + m1 * shi;
+                const float da = ad[c * (n / 256) + b];
+                fd[c] = __fmul_rn(dw, da);
+                fm[c] = __fmul_rn(dmw, da);
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < NC; c++) is[c] = ms[c] = 0, fd[c] = fm[c] = 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) {
+                is[c] += __shfl_xor_sync(0xffffffffu, is[c], o);
+                ms[c] += __shfl_xor_sync(0xffffffffu, ms[c], o);
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            if (b0 + kk >= nb) break; /* uniform over the warp */
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                const int isk = __shfl_sync(0xffffffffu, is[c], 8 * kk), msk = __shfl_sync(0xffffffffu, ms[c], 8 * kk);
+                const float fdk = __shfl_sync(0xffffffffu, fd[c], 8 * kk), fmk = __shfl_sync(0xffffffffu, fm[c], 8 * kk);
+                acc[c] = __fmaf_rn(__int2float_rn(isk), fdk, acc[c]);
+                accm[c] = __fmaf_rn(__int2float_rn(msk), fmk, accm[c]);
+            }
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int c = 0; c < NC; c++) y[(int64_t)c * n_rows + row] = __fsub_rn(acc[c], accm[c]);
+    }
+}
+
+/* Q6_K: one warp per row, one super-block per step. Lane = 8s + l: l is
+ * the CPU's int32 lane (bytes 4l..4l+3 of each 32-element chunk), s (0..3)
+ * takes chunks s and s+4 and a quarter of lane l's bsums correction; the 4
+ * partial lanes are summed exactly, then acc_l = fma(d, (float)lane_l,
+ * acc_l). Chunk c = 4h + kq: u = (ql[64h + 32(kq&1) + b] >> 4(kq>>1)) & 15
+ * | ((qh[32h + b] >> 2kq) & 3) << 4, element 32c + b. */
+template <int NC>
+__global__ void __launch_bounds__(kWarpsQ8 * 32)
+k_mmq6_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
+         const float *__restrict__ ad, int64_t n, float *__restrict__ y, int64_t n_rows)
+{
+    ember_pdl_wait();
+    const int64_t row = (int64_t)blockIdx.x * kWarpsQ8 + (threadIdx.x >> 5);
+    if (row >= n_rows) return;
+    const int lane = threadIdx.x & 31, l = lane & 7, s = lane >> 3;
+    const uint8_t *wr = W + row * row_bytes;
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+#pragma unroll 2
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = wr + (size_t)b * 210;
+        const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
+        const float dw = ld_f16(blk + 208);
+        uint32_t u[2];
+        int scu[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) { /* chunk c = s + 4hh: h = hh, kq = s */
+            const uint32_t ql = ld_u32_a2(blk + 64 * hh + 32 * (s & 1) + 4 * l);
+            const uint32_t qh = ld_u32_a2(blk + 128 + 32 * hh + 4 * l);
+            u[hh] = ((ql >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * s)) & 0x03030303u) << 4);
+            scu[hh] = sc[2 * (s + 4 * hh) + (l >= 4)];
+        }
+        const int scb = sc[2 * l + (s >> 1)];
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            const int8_t *a = aq + c * n + (int64_t)b * 256;
+            int v = 0;
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+                v += scu[hh] * __dp4a((int)u[hh], *reinterpret_cast<const int *>(a + 32 * (s + 4 * hh) + 4 * l), 0);
+            /* bsums correction, elements 32l + 8s .. +7 */
+            const int2 av = *reinterpret_cast<const int2 *>(a + 32 * l + 8 * s);
+            v -= 32 * scb * __dp4a(0x01010101, av.y, __dp4a(0x01010101, av.x, 0));
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            acc[c] = __fmaf_rn(__fmul_rn(ad[c * (n / 256) + b], dw), __int2float_rn(v), acc[c]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        float v = __fadd_rn(acc[c], __shfl_xor_sync(0xffffffffu, acc[c], 4));
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+        if (lane == 0) y[(int64_t)c * n_rows + row] = v;
+    }
+}
+
+struct q8_view {
+    const int8_t *qs;
+    const float *d, *s;
+};
+
+q8_view q8_split(uint32_t act_type, const void *buf, int64_t n, int64_t n_cols)
+{
+    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    q8_view v;
+    v.qs = (const int8_t *)buf;
+    v.d = (const float *)((const char *)buf + align16((size_t)(n * n_cols)));
+    v.s = act_type == EMBER_TYPE_Q8_1 ? v.d + n_cols * (n / bs) : NULL;
+    return v;
+}
+
+template <int NC>
+void launch_nc(cudaStream_t st, const ember_cuda_tensor *w, const q8_view &a, int64_t n, float *y)
+{
+    const unsigned grid = (unsigned)((w->ne1 + kWarpsQ8 - 1) / kWarpsQ8);
+    const uint8_t *W = (const uint8_t *)w->data;
+    const int nb32 = (int)(n / 32), nb256 = (int)(n / 256);
+    switch (w->type) {
+    case EMBER_TYPE_Q4_0:
+        ember_launch(k_mmq32<uq4_0, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        break;
+    case EMBER_TYPE_Q4_1:
+        ember_launch(k_mmq32<uq4_1, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        break;
+    case EMBER_TYPE_Q5_0:
+        ember_launch(k_mmq32<uq5_0, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        break;
+    case EMBER_TYPE_Q5_1:
+        ember_launch(k_mmq32<uq5_1, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        break;
+    case EMBER_TYPE_Q8_0:
+        ember_launch(k_mmq32<uq8_0, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        break;
+    case EMBER_TYPE_Q4_K:
+        ember_launch(k_mmq4_K<NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb256, a.qs, a.d, n, y, w->ne1);
+        break;
+    default: /* Q6_K (checked by the caller) */
+        ember_launch(k_mmq6_K<NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb256, a.qs, a.d, n, y, w->ne1);
+        break;
+    }
+}
+
+} /* namespace */
+
+extern "C" uint32_t ember_cuda_q8_act_type(uint32_t wtype)
+{
+    switch (wtype) {
+    case EMBER_TYPE_Q4_0:
+    case EMBER_TYPE_Q5_0:
+    case EMBER_TYPE_Q8_0: return EMBER_TYPE_Q8_0;
+    case EMBER_TYPE_Q4_1:
+    case EMBER_TYPE_Q5_1: return EMBER_TYPE_Q8_1;
+    case EMBER_TYPE_Q4_K:
+    case EMBER_TYPE_Q6_K: return EMBER_TYPE_Q8_K;
+    default: return EMBER_TYPE_F32;
+    }
+}
+
+extern "C" size_t ember_cuda_q8_bytes(uint32_t act_type, int64_t n, int64_t n_cols)
+{
+    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    const size_t nd = (size_t)(n_cols * (n / bs));
+    return align16((size_t)(n * n_cols)) + nd * sizeof(float) * (act_type == EMBER_TYPE_Q8_1 ? 2 : 1);
+}
+
+extern "C" ember_status ember_cuda_quantize_q8(ember_cuda *cu, uint32_t act_type, const float *x, int64_t n,
+                                               int64_t n_cols, void *buf)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(buf);
+    if (act_type != EMBER_TYPE_Q8_0 && act_type != EMBER_TYPE_Q8_1 && act_type != EMBER_TYPE_Q8_K)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: quantize_q8: activation type %s",
+                           ember_type_name(act_type));
+    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    if (n <= 0 || n % bs != 0 || n_cols <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: quantize_q8: n = %lld (a multiple of %lld), n_cols = %lld",
+                           (long long)n, (long long)bs, (long long)n_cols);
+    const q8_view v = q8_split(act_type, buf, n, n_cols);
+    const int64_t nb = n_cols * (n / bs);
+    const unsigned grid = (unsigned)((nb + 7) / 8);
+    if (act_type == EMBER_TYPE_Q8_K)
+        ember_launch(k_quant_q8_K, grid, 256, 0, cu->stream, x, (int8_t *)v.qs, (float *)v.d, nb);
+    else if (act_type == EMBER_TYPE_Q8_1)
+        ember_launch(k_quant_q8_32<true>, grid, 256, 0, cu->stream, x, (int8_t *)v.qs, (float *)v.d, (float *)v.s, nb);
+    else
+        ember_launch(k_quant_q8_32<false>, grid, 256, 0, cu->stream, x, (int8_t *)v.qs, (float *)v.d, (float *)NULL, nb);
+    return ember_cuda_launched("quantize_q8");
+}
+
+extern "C" ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, const void *buf,
+                                             int64_t n_cols, float *y)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(w);
+    EMBER_CUDA_NONNULL(buf);
+    EMBER_CUDA_NONNULL(y);
+    if (!w->data || w->ne0 <= 0 || w->ne1 <= 0 || n_cols <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul_q8: empty weight or n_cols = %lld", (long long)n_cols);
+    const uint32_t at = ember_cuda_q8_act_type(w->type);
+    if (at == EMBER_TYPE_F32)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul_q8: no integer kernel for %s", ember_type_name(w->type));
+    const int64_t n = w->ne0, bs = at == EMBER_TYPE_Q8_K ? 256 : 32;
+    if (n % bs != 0 || n / 32 > INT32_MAX)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul_q8: %s row length %lld", ember_type_name(w->type),
+                           (long long)n);
+    const q8_view a = q8_split(at, buf, n, n_cols);
+    for (int64_t c0 = 0; c0 < n_cols; c0 += kMaxColsQ8) {
+        const int nc = (int)(n_cols - c0 < kMaxColsQ8 ? n_cols - c0 : kMaxColsQ8);
+        q8_view v = a;
+        v.qs += c0 * n;
+        v.d += c0 * (n / bs);
+        if (v.s) v.s += c0 * (n / bs);
+        float *yc = y + c0 * w->ne1;
+        switch (nc) {
+        case 1: launch_nc<1>(cu->stream, w, v, n, yc); break;
+        case 2: launch_nc<2>(cu->stream, w, v, n, yc); break;
+        case 3: launch_nc<3>(cu->stream, w, v, n, yc); break;
+        case 4: launch_nc<4>(cu->stream, w, v, n, yc); break;
+        case 5: launch_nc<5>(cu->stream, w, v, n, yc); break;
+        case 6: launch_nc<6>(cu->stream, w, v, n, yc); break;
+        case 7: launch_nc<7>(cu->stream, w, v, n, yc); break;
+        default: launch_nc<8>(cu->stream, w, v, n, yc); break;
+        }
+    }
+    return ember_cuda_launched("matmul_q8");
+}

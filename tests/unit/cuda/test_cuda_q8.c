@@ -1,0 +1,331 @@
+/* The CUDA integer mat-vec (cuda_q8.cu) against the CPU backend, whose
+ * matmul is bit-identical to llama.cpp's x86 CPU build (tests/e2e/
+ * test_fidelity.py): the activation blocks must be the CPU quantizer's bytes
+ * (src/quant from_float of the active CPU variant), and every matmul output
+ * the CPU backend's float, bit for bit (the kernels repeat its integer dots
+ * and float steps; cuda_q8.cu). Weights: gguf-py's random blocks
+ * (tests/data/cuda/blocks_*.bin). Without EMBER_CUDA or a GPU every test
+ * skips and says why.
+ *
+ * Every case prints: outputs identical, max |diff|, max |diff| / max |cpu|
+ * of the column, and the first mismatch, so one GPU run says what is off.
+ * Asserted: relative difference <= 1e-5 of the column's largest output
+ * (what a summation-order slip would give), then bit-identity (the goal). */
+#include "cuda_test.h"
+#include "backend/backend.h"
+#include "base/types.h"
+#include "quant/quant.h"
+
+#ifdef EMBER_CUDA
+
+/* Activation rows with per-block magnitudes over 2^-8 .. 2^5, one all-zero
+ * block, and a block whose x * 127/amax lands on exact halves (ties). */
+static void make_x(float *x, int64_t n, int64_t n_cols)
+{
+    for (int64_t c = 0; c < n_cols; c++)
+        for (int64_t b = 0; b < n / 32; b++) {
+            float *xb = x + c * n + b * 32;
+            const float sc = ldexpf(1.0f, (int)(test_rand_u32() % 14) - 8);
+            for (int i = 0; i < 32; i++) xb[i] = test_randf(-1.f, 1.f) * sc;
+            if (b == 3 && c == 0) memset(xb, 0, 32 * sizeof(float));
+            if (b == 5) {   /* amax 127: id = 1, so 2.5 -> 2, -3.5 -> -4, 0.5 -> 0 (round half to even) */
+                xb[0] = 127.f;
+                xb[1] = 2.5f;
+                xb[2] = -3.5f;
+                xb[3] = 0.5f;
+                xb[4] = -126.5f;
+            }
+        }
+}
+
+/* Blocks of the GPU buffer g (ember_cuda_q8_bytes layout) that differ from
+ * the CPU quantizer's blocks of x [n_cols, n]; prints the first few. */
+static int compare_q8(const char *what, uint32_t at, const float *x, const uint8_t *g, int64_t n, int64_t n_cols)
+{
+    const ember_quant_traits *qt = ember_quant_traits_get(at);
+    assert_non_null(qt);
+    const int64_t bs = at == EMBER_TYPE_Q8_K ? 256 : 32, nbc = n / bs;
+    const size_t dof = ((size_t)(n * n_cols) + 15) & ~(size_t)15;
+    const int8_t *gqs = (const int8_t *)g;
+    const float *gd = (const float *)(g + dof), *gs = gd + n_cols * nbc;
+    uint8_t *cpu = malloc((size_t)nbc * qt->block_bytes);
+    assert_non_null(cpu);
+    int bad = 0;
+    for (int64_t c = 0; c < n_cols; c++) {
+        qt->from_float(x + c * n, cpu, n);
+        for (int64_t b = 0; b < nbc; b++) {
+            const uint8_t *blk = cpu + b * qt->block_bytes;
+            const int8_t *qs;
+            float d_cpu, s_cpu = 0.f;
+            if (at == EMBER_TYPE_Q8_K) {
+                memcpy(&d_cpu, blk, 4);
+                qs = (const int8_t *)(blk + 4);
+            } else {
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                d_cpu = ember_fp16_to_fp32(h);
+                if (at == EMBER_TYPE_Q8_1) {
+                    memcpy(&h, blk + 2, 2);
+                    s_cpu = ember_fp16_to_fp32(h);
+                }
+                qs = (const int8_t *)(blk + (at == EMBER_TYPE_Q8_1 ? 4 : 2));
+            }
+            const int64_t gb = c * nbc + b;
+            int first = -1;
+            for (int i = 0; i < bs && first < 0; i++)
+                if (qs[i] != gqs[gb * bs + i]) first = i;
+            const bool d_ok = memcmp(&d_cpu, &gd[gb], 4) == 0;
+            const bool s_ok = at != EMBER_TYPE_Q8_1 || memcmp(&s_cpu, &gs[gb], 4) == 0;
+            if ((first >= 0 || !d_ok || !s_ok) && bad++ < 5) {
+                print_error("%s %s col %lld block %lld: d cpu %.9g gpu %.9g; s cpu %.9g gpu %.9g", what, qt->name,
+                            (long long)c, (long long)b, d_cpu, gd[gb], s_cpu, at == EMBER_TYPE_Q8_1 ? gs[gb] : 0.f);
+                if (first >= 0)
+                    print_error("; first q mismatch at %d: x %.9g cpu %d gpu %d", first, x[c * n + b * bs + first],
+                                qs[first], gqs[gb * bs + first]);
+                print_error("\n");
+            }
+        }
+    }
+    print_message("%s %s (CPU variant %s): %d of %lld blocks differ\n", what, qt->name,
+                  ember_cpu_variant_name(ember_cpu_variant_active()), bad, (long long)(nbc * n_cols));
+    free(cpu);
+    return bad;
+}
+
+static void test_quantize_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const uint32_t types[3] = {EMBER_TYPE_Q8_0, EMBER_TYPE_Q8_1, EMBER_TYPE_Q8_K};
+    const int64_t n = 2048, n_cols = 3;
+    float *x = malloc(sizeof(float) * n * n_cols);
+    assert_non_null(x);
+    make_x(x, n, n_cols);
+    float *dx = dev_new(x, sizeof(float) * n * n_cols);
+    int bad = 0;
+    for (int ti = 0; ti < 3; ti++) {
+        const size_t qb = ember_cuda_q8_bytes(types[ti], n, n_cols);
+        void *dq = dev_new(NULL, qb);
+        uint8_t *g = malloc(qb);
+        assert_non_null(g);
+        CU_OK(ember_cuda_quantize_q8(test_cu, types[ti], dx, n, n_cols, dq));
+        dev_get(g, dq, qb);
+        bad += compare_q8("quantize_q8", types[ti], x, g, n, n_cols);
+        free(g);
+        dev_free(dq, qb);
+    }
+    dev_free(dx, sizeof(float) * n * n_cols);
+    free(x);
+    assert_int_equal(bad, 0);
+}
+
+/* The fused producers (RMSNorm + Q8_0/Q8_1, GELU-GLU + Q8_K): their q8
+ * blocks must be the CPU quantizer's blocks of the CPU op's output. */
+static void test_fused_quantize_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 16, .max_head_dim = 256};
+    ember_backend *cpu = NULL;
+    assert_int_equal(ember_backend_cpu_new(2, &lim, &cpu), EMBER_OK);
+    const int64_t n = 2048, rows = 3;
+    float *x = malloc(sizeof(float) * n * rows), *w = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n * rows),
+          *ref = malloc(sizeof(float) * n * rows);
+    assert_non_null(x);
+    assert_non_null(w);
+    assert_non_null(u);
+    assert_non_null(ref);
+    make_x(x, n, rows);
+    for (int64_t i = 0; i < n; i++) w[i] = test_randf(0.5f, 2.f);
+    for (int64_t i = 0; i < n * rows; i++) u[i] = test_randf(-2.f, 2.f);
+    float *dx = dev_new(x, sizeof(float) * n * rows), *dw = dev_new(w, sizeof(float) * n),
+          *du = dev_new(u, sizeof(float) * n * rows), *dy = dev_new(NULL, sizeof(float) * n * rows);
+    int bad = 0;
+    for (int k = 0; k < 3; k++) {
+        const uint32_t at = k == 0 ? EMBER_TYPE_Q8_0 : k == 1 ? EMBER_TYPE_Q8_1 : EMBER_TYPE_Q8_K;
+        const size_t qb = ember_cuda_q8_bytes(at, n, rows);
+        void *dq = dev_new(NULL, qb);
+        uint8_t *g = malloc(qb);
+        assert_non_null(g);
+        if (k < 2) {
+            CU_OK(ember_cuda_rms_norm_quant_q8(test_cu, at, dx, dw, dy, dq, n, rows, 1e-6f));
+            cpu->ops->rms_norm(cpu, ref, x, w, rows, n, 1e-6f);
+        } else {
+            CU_OK(ember_cuda_glu_quant_q8K(test_cu, EMBER_CUDA_ACT_GELU_TANH_F16, dx, du, dy, dq, n * rows));
+            memcpy(ref, x, sizeof(float) * n * rows);
+            cpu->ops->geglu(cpu, ref, u, n * rows);
+        }
+        dev_get(g, dq, qb);
+        bad += compare_q8(k < 2 ? "rms_norm_quant_q8" : "glu_quant_q8K", at, ref, g, n, rows);
+        float *y = malloc(sizeof(float) * n * rows);
+        assert_non_null(y);
+        dev_get(y, dy, sizeof(float) * n * rows);
+        int ybad = 0;
+        for (int64_t i = 0; i < n * rows; i++)
+            if (memcmp(&y[i], &ref[i], 4) != 0 && ybad++ < 3)
+                print_error("  its F32 output [%lld]: cpu %.9g gpu %.9g\n", (long long)i, ref[i], y[i]);
+        bad += ybad;
+        free(y);
+        free(g);
+        dev_free(dq, qb);
+    }
+    dev_free(dx, sizeof(float) * n * rows);
+    dev_free(dw, sizeof(float) * n);
+    dev_free(du, sizeof(float) * n * rows);
+    dev_free(dy, sizeof(float) * n * rows);
+    free(x);
+    free(w);
+    free(u);
+    free(ref);
+    ember_backend_free(cpu);
+    assert_int_equal(bad, 0);
+}
+
+typedef struct case_result {
+    long identical, total;
+    double max_abs, max_rel;
+} case_result;
+
+static case_result run_case(ember_backend *cpu, const char *tname, int64_t ne0, int64_t n_rows, int64_t n_cols)
+{
+    test_blocks bl;
+    test_blocks_load(tname, &bl);
+    uint8_t *raw;
+    float *deq;
+    test_blocks_matrix(&bl, ne0, n_rows, &raw, &deq);
+    float *x = malloc(sizeof(float) * ne0 * n_cols), *yc = malloc(sizeof(float) * n_rows * n_cols),
+          *yg = malloc(sizeof(float) * n_rows * n_cols);
+    assert_non_null(x);
+    assert_non_null(yc);
+    assert_non_null(yg);
+    make_x(x, ne0, n_cols);
+
+    const ember_weight w = {.type = bl.type, .n_in = ne0, .n_out = n_rows,
+                            .row_bytes = (size_t)(ne0 / bl.block_size) * bl.block_bytes, .data = raw, .name = tname};
+    const ember_weight *wp = &w;
+    float *yp = yc;
+    cpu->ops->matmul(cpu, x, n_cols, 1, &wp, &yp);
+
+    ember_cuda_tensor t;
+    CU_OK(ember_cuda_tensor_upload(test_cu, bl.type, ne0, n_rows, raw, false, &t));
+    const uint32_t at = ember_cuda_q8_act_type(bl.type);
+    const size_t qb = ember_cuda_q8_bytes(at, ne0, n_cols);
+    float *dx = dev_new(x, sizeof(float) * ne0 * n_cols), *dy = dev_new(NULL, sizeof(float) * n_rows * n_cols);
+    void *dq = dev_new(NULL, qb);
+    CU_OK(ember_cuda_quantize_q8(test_cu, at, dx, ne0, n_cols, dq));
+    CU_OK(ember_cuda_matmul_q8(test_cu, &t, dq, n_cols, dy));
+    dev_get(yg, dy, sizeof(float) * n_rows * n_cols);
+
+    case_result r = {0, 0, 0, 0};
+    long first_c = -1, first_r = -1;
+    for (int64_t c = 0; c < n_cols; c++) {
+        double mc = 0;
+        for (int64_t i = 0; i < n_rows; i++) mc = fmax(mc, fabs(yc[c * n_rows + i]));
+        for (int64_t i = 0; i < n_rows; i++) {
+            const float a = yc[c * n_rows + i], g = yg[c * n_rows + i];
+            r.total++;
+            if (memcmp(&a, &g, 4) == 0) {
+                r.identical++;
+                continue;
+            }
+            if (first_c < 0) first_c = (long)c, first_r = (long)i;
+            const double d = fabs((double)a - g);
+            if (d > r.max_abs || d != d) r.max_abs = d;
+            const double rel = mc > 0 ? d / mc : d;
+            if (rel > r.max_rel || rel != rel) r.max_rel = rel;
+        }
+    }
+    print_message("%-5s ne0 %5lld rows %4lld cols %2lld: %ld/%ld identical, max|diff| %.3g, max|diff|/max|cpu| %.3g",
+                  tname, (long long)ne0, (long long)n_rows, (long long)n_cols, r.identical, r.total, r.max_abs,
+                  r.max_rel);
+    if (first_c >= 0)
+        print_message("; first mismatch y[%ld][%ld] cpu %.9g gpu %.9g", first_c, first_r,
+                      yc[first_c * n_rows + first_r], yg[first_c * n_rows + first_r]);
+    print_message("\n");
+
+    dev_free(dq, qb);
+    dev_free(dx, sizeof(float) * ne0 * n_cols);
+    dev_free(dy, sizeof(float) * n_rows * n_cols);
+    ember_cuda_tensor_release(test_cu, &t);
+    free(x);
+    free(yc);
+    free(yg);
+    free(raw);
+    free(deq);
+    test_blocks_free(&bl);
+    return r;
+}
+
+static void test_matmul_q8_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 16, .max_head_dim = 256};
+    ember_backend *cpu = NULL;
+    assert_int_equal(ember_backend_cpu_new(2, &lim, &cpu), EMBER_OK);
+    print_message("CPU variant %s\n", ember_cpu_variant_name(ember_cpu_variant_active()));
+    static const char *const types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K"};
+    static const int64_t cols[] = {1, 3, 8, 11};
+    double worst = 0;
+    long identical = 0, total = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const bool k = types[ti][2] == 'K';
+        const int64_t shapes[2] = {k ? 1024 : 640, k ? 2048 : 576};
+        for (int si = 0; si < 2; si++)
+            for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {
+                /* 301 rows: not a multiple of the 4 rows of a CTA */
+                const case_result r = run_case(cpu, types[ti], shapes[si], 301, cols[ci]);
+                worst = fmax(worst, r.max_rel);
+                identical += r.identical;
+                total += r.total;
+            }
+    }
+    ember_backend_free(cpu);
+    print_message("all cases: %ld of %ld outputs bit-identical, worst max|diff|/max|cpu| %.3g\n", identical, total,
+                  worst);
+    assert_true(worst <= 1e-5);
+    assert_int_equal(identical, total);
+}
+
+static void test_matmul_q8_rejects(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    float buf[64];
+    assert_int_equal(ember_cuda_q8_act_type(EMBER_TYPE_F16), EMBER_TYPE_F32);
+    assert_int_equal(ember_cuda_q8_act_type(EMBER_TYPE_Q5_K), EMBER_TYPE_F32);
+    float *d = dev_new(NULL, sizeof buf);
+    assert_int_equal(ember_cuda_quantize_q8(test_cu, EMBER_TYPE_Q8_K, d, 32, 1, d), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_cuda_quantize_q8(test_cu, EMBER_TYPE_F16, d, 32, 1, d), EMBER_ERR_UNSUPPORTED);
+    ember_cuda_tensor t = {.type = EMBER_TYPE_F16, .ne0 = 32, .ne1 = 1, .row_bytes = 64, .data = d};
+    assert_int_equal(ember_cuda_matmul_q8(test_cu, &t, d, 1, d), EMBER_ERR_UNSUPPORTED);
+    dev_free(d, sizeof buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quantize_matches_cpu),
+        cmocka_unit_test(test_fused_quantize_matches_cpu),
+        cmocka_unit_test(test_matmul_q8_matches_cpu),
+        cmocka_unit_test(test_matmul_q8_rejects),
+    };
+    return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);
+}
+
+#else /* !EMBER_CUDA */
+
+static void test_cuda_not_built(void **state)
+{
+    (void)state;
+    print_message("built without -DEMBER_CUDA=ON: CUDA q8 matmul tests skipped\n");
+    skip();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cuda_not_built)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#endif

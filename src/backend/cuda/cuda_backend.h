@@ -219,7 +219,7 @@ ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, int64_t n_tok
 typedef struct ember_cuda_attn_params {
     int n_head;          /* query heads */
     int n_head_kv;       /* K/V heads; n_head % n_head_kv == 0 (GQA) */
-    int head_dim;        /* 64, 128 or 256 */
+    int head_dim;        /* 1..1024; tuned kernels for 64, 128, 256, 512 (cuda_attn.cu) */
     float scale;         /* logits = scale * q.k (usually 1/sqrt(head_dim)) */
     float softcap;       /* > 0: logits = softcap * tanh(logits / softcap) */
     int32_t n_swa;       /* > 0: sliding window, key j visible iff pos - n_swa < j <= pos */
@@ -239,7 +239,7 @@ typedef struct ember_cuda_attn_params {
  * cell block_table[s*max_pages + j/page_size]*page_size + j%page_size of
  * k_cache / v_cache: [cells, n_head_kv, head_dim] F16. All keys up to pos[t]
  * must be stored before the call.
- * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (head_dim). */
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (head_dim outside 1..1024). */
 ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_params *p, const float *q,
                              int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                              const int32_t *block_table, const uint16_t *k_cache,

@@ -78,6 +78,10 @@ ember_status ember_cuda_copy(ember_cuda *cu, void *dst, const void *src, size_t 
 ember_status ember_cuda_memzero(ember_cuda *cu, void *dst, size_t bytes);
 /* Wait for the stream; reports an asynchronous kernel error, if any. */
 ember_status ember_cuda_synchronize(ember_cuda *cu);
+/* Free and total bytes of device `device` (cudaMemGetInfo: all processes'
+ * allocations and contexts count as used). May create the device's primary
+ * context. Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_INTERNAL. */
+ember_status ember_cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
 /* Bytes currently held in device memory and in mapped host memory by
  * allocations made through this context (weights included). */
 uint64_t ember_cuda_device_bytes(const ember_cuda *cu);

@@ -6,7 +6,11 @@
  * Owns: gemma4 hyperparameters (per-layer head dims, KV head counts, FFN
  * widths, RoPE of sliding and full layers, KV sharing), its tensors, and its
  * forward pass written as the math over backend ops. Must not: touch KV
- * blocks or batches beyond the ember_ubatch it is given.
+ * blocks or batches beyond the ember_ubatch it is given, or read scratch on
+ * the host except in a file that sets ember_model.host_scratch (MoE: the
+ * router and expert dispatch run on the host). Everything else runs on
+ * device scratch with a GPU backend; the per-layer-embedding table stays in
+ * the mapped file (rows looked up on the host, one upload per ubatch).
  *
  * Sources: transformers models/gemma4/modeling_gemma4.py (the math);
  * llama.cpp conversion/gemma.py (Gemma4Model: GGUF keys and tensors) and

@@ -5,7 +5,8 @@
 #
 # Default run (~3 minutes of GPU time, issue 10's CUDA part):
 #   0. the GPU tests: test_cuda_attn (head sizes 512/256/16/32/... against a
-#      double-precision reference) and test_gemma4 (the tiny gemma4 goldens
+#      double-precision reference), test_cuda_backend_attn (the backend op vs
+#      the CPU backend op) and test_gemma4 (the tiny gemma4 goldens
 #      against transformers, GPU half: device scratch, PLE upload, graphs),
 #      plus test_cuda_ops / test_cuda_matmul; a failing test_gemma4 is rerun
 #      with EMBER_CUDA_GRAPHS=0 and with EMBER_CUDA_VERIFY=1 (per-op CPU
@@ -84,7 +85,7 @@ fi
 # --- 0. GPU tests (from the repository root: they read tests/golden, tests/data)
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   log "## GPU tests ($BUILD/tests)"
-  for t in test_cuda_attn test_gemma4 test_cuda_ops test_cuda_matmul; do
+  for t in test_cuda_attn test_cuda_backend_attn test_gemma4 test_cuda_ops test_cuda_matmul; do
     [ -x "$BUILD/tests/$t" ] || { log "- $t: not built"; continue; }
     s0=$(date +%s)
     timeout "$STEP_TIMEOUT" "$BUILD/tests/$t" >"$OUT/$t.txt" 2>&1

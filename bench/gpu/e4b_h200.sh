@@ -3,56 +3,60 @@
 # lent H200): ember, and llama.cpp when a CUDA build of it is given. Run from
 # the repository root on the device; results go under $OUT.
 #
-# Measures (issue 10, part 4):
-#   - tg256 single stream and pp512:   ember bench -p 512 -n 256 -r 3
-#   - 8-parallel aggregate decode:     build/bench/par_decode -np 8 -pp 128 -tg 128
-#                                      (llama-batched-bench's S_TG; from the cudagraph branch)
-#   - TTFT: ember serve -c 16384 -np 1, non-streaming completions of max_tokens 1
-#     for token-id prompts of 128 and 1024 tokens (curl time_total; each prompt distinct)
-#   - GPU memory of that server (nvidia-smi, per process and whole GPU) after the
-#     requests, at -c 16384 and -c 65536; the server's own KV/scratch line.
+# Default run (~3 minutes of GPU time, issue 10's CUDA part):
+#   0. the GPU tests: test_cuda_attn (head sizes 512/256/16/32/... against a
+#      double-precision reference), test_cuda_backend_attn (the backend op vs
+#      the CPU backend op) and test_gemma4 (the tiny gemma4 goldens
+#      against transformers, GPU half: device scratch, PLE upload, graphs),
+#      plus test_cuda_ops / test_cuda_matmul; a failing test_gemma4 is rerun
+#      with EMBER_CUDA_GRAPHS=0 and with EMBER_CUDA_VERIFY=1 (per-op CPU
+#      comparison) so one run says where it goes wrong
+#   1. the E4B-shaped file (bench/gpu/make_e4b_gguf_stdlib.py, into /dev/shm)
+#   2. ember bench -ngl 99 -p 512 -n 256 -r 3 at -c 16384 and -c 65536:
+#      pp512, tg256 and the GPU memory in use before loading / after the runs
+#      (cudaMemGetInfo; target <= 4 GiB at -c 16384, PLE table on the host)
+# FULL=1 adds: 8-parallel aggregate decode (build-cuda/bench/par_decode),
+# TTFT and memory of `ember serve` at each context, llama.cpp when LLAMA_BIN
+# has a CUDA build of it.
 #
 # PLE table on the host: no flag is needed in either engine. llama.cpp keeps
 # per_layer_token_embd on the CPU by default (an input-layer tensor, read
 # lazily). ember's gemma4 looks up its rows on the host from the mapped file
-# (src/model/gemma4.c ple_rows_host), so the CUDA backend never uploads the
-# 1.48 GiB table; there is no per-tensor host option in the CUDA backend
-# (main or the cudagraph branch), and none is needed for this. PLE_HOST_FLAG
-# stays as a hook for extra flags.
-#
-# Known gaps (2026-11-29, main + cudagraph branch): the CUDA attention kernel
-# takes head_dim 64/128/256 only, and E4B's full layers have 512, so ember's
-# CUDA runs stop at the first full layer until that kernel grows D=512; gemma4
-# is not marked device_scratch (it reads scratch on the host for PLE/MoE), so
-# its ops stage activations through the host. Each step logs its exit code.
+# and uploads them once per micro-batch (src/model/gemma4.c
+# gemma4_ple_inputs), so the CUDA backend never uploads the 1.48 GiB table.
 #
 # Inputs (environment):
 #   OUT            results folder (required; the device tool fetches it)
-#   EMBER_BIN      CUDA build of ember (default build/bin/ember; built here with
-#                  -DEMBER_CUDA=ON into build/ if missing and nvcc exists)
-#   PAR_BIN        par_decode (default build/bench/par_decode; skipped if missing)
+#   BUILD          CUDA build folder (default build-cuda; built here with
+#                  -DEMBER_CUDA=ON if its ember is missing and nvcc exists)
+#   EMBER_BIN      default $BUILD/bin/ember
+#   PAR_BIN        par_decode (default $BUILD/bench/par_decode; FULL=1 only)
 #   LLAMA_BIN      folder with a CUDA build of llama-bench / llama-batched-bench /
-#                  llama-server (optional: the device has no llama.cpp)
+#                  llama-server (optional, FULL=1: the device has no llama.cpp)
 #   MODEL          an existing E4B-shaped GGUF (default: generated into $WORK)
+#   WORK           scratch folder (default /dev/shm/e4b, else /tmp/e4b)
 #   E4B_ARGS       extra generator arguments (e.g. "--layers 12 --vocab 4096" for a dry run)
-#   PLE_HOST_FLAG  see above
+#   PLE_HOST_FLAG  extra flags for ember (none needed)
 #   STEP_TIMEOUT   seconds per step (default 150); the device allows 600 per command
 #   BENCH_ARGS     ember/llama bench sizes (default "-p 512 -n 256 -r 3")
-#   TTFT_SHORT, TTFT_LONG  prompt lengths in tokens (default 128, 1024)
-#   CTXS           server contexts (default "16384 65536")
+#   TTFT_SHORT, TTFT_LONG  prompt lengths in tokens (default 128, 1024; FULL=1)
+#   CTXS           contexts (default "16384 65536")
+#   SKIP_TESTS=1   skip step 0
 # Dry run on a CPU box: OUT=/tmp/o E4B_ARGS="--layers 12 --vocab 4096" BENCH_ARGS="-p 16 -n 4 -r 1" \
-#   TTFT_LONG=64 STEP_TIMEOUT=120 bench/gpu/e4b_h200.sh
+#   BUILD=build STEP_TIMEOUT=120 bench/gpu/e4b_h200.sh
 set -u
 : "${OUT:?set OUT}"
-WORK=${WORK:-/tmp/e4b}
-EMBER_BIN=${EMBER_BIN:-build/bin/ember}
-PAR_BIN=${PAR_BIN:-build/bench/par_decode}
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then WORK=${WORK:-/dev/shm/e4b}; else WORK=${WORK:-/tmp/e4b}; fi
+BUILD=${BUILD:-build-cuda}
+EMBER_BIN=${EMBER_BIN:-$BUILD/bin/ember}
+PAR_BIN=${PAR_BIN:-$BUILD/bench/par_decode}
 STEP_TIMEOUT=${STEP_TIMEOUT:-150}
 PLE_HOST_FLAG=${PLE_HOST_FLAG:-}
 BENCH_ARGS=${BENCH_ARGS:--p 512 -n 256 -r 3}
 TTFT_SHORT=${TTFT_SHORT:-128}
 TTFT_LONG=${TTFT_LONG:-1024}
 CTXS=${CTXS:-16384 65536}
+FULL=${FULL:-0}
 mkdir -p "$OUT" "$WORK"
 S="$OUT/summary.md"
 log() { echo "$*" | tee -a "$S"; }
@@ -72,11 +76,32 @@ fi
 
 # --- build ember with CUDA if no binary was carried
 if [ ! -x "$EMBER_BIN" ] && have nvcc; then
-  log "building ember (EMBER_CUDA=ON)"
-  cmake -S . -B build -DEMBER_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
-    cmake --build build -j"$(nproc)" >>"$OUT/build.log" 2>&1 || { log "build failed (build.log)"; }
+  log "building ember (EMBER_CUDA=ON) into $BUILD"
+  cmake -S . -B "$BUILD" -DEMBER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
+    cmake --build "$BUILD" -j"$(nproc)" >>"$OUT/build.log" 2>&1 || { log "build failed (build.log)"; }
 fi
 [ -x "$EMBER_BIN" ] || { log "no ember binary at $EMBER_BIN"; exit 1; }
+
+# --- 0. GPU tests (from the repository root: they read tests/golden, tests/data)
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  log "## GPU tests ($BUILD/tests)"
+  for t in test_cuda_attn test_cuda_backend_attn test_gemma4 test_cuda_ops test_cuda_matmul; do
+    [ -x "$BUILD/tests/$t" ] || { log "- $t: not built"; continue; }
+    s0=$(date +%s)
+    timeout "$STEP_TIMEOUT" "$BUILD/tests/$t" >"$OUT/$t.txt" 2>&1
+    rc=$?
+    log "- $t: rc $rc in $(( $(date +%s) - s0 )) s; $(grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$OUT/$t.txt" | tr '\n' ' ')"
+    grep -E '^# .*(\[GPU\]|D=)|ERROR|FAILED|Failure|fail' "$OUT/$t.txt" | head -60 >>"$S"
+    if [ "$t" = test_gemma4 ] && [ $rc != 0 ]; then
+      EMBER_CUDA_GRAPHS=0 timeout "$STEP_TIMEOUT" "$BUILD/tests/$t" >"$OUT/${t}_nographs.txt" 2>&1
+      log "  rerun with EMBER_CUDA_GRAPHS=0: rc $? (${t}_nographs.txt)"
+      EMBER_CUDA_VERIFY=1 timeout "$STEP_TIMEOUT" "$BUILD/tests/$t" >"$OUT/${t}_verify.txt" 2>&1
+      log "  rerun with EMBER_CUDA_VERIFY=1 (per-op CPU comparison): rc $? (${t}_verify.txt)"
+      grep -m20 'CUDA verify' "$OUT/${t}_verify.txt" >>"$S"
+    fi
+  done
+  log ""
+fi
 
 # --- the model file (standard-library generator: no numpy / gguf-py here)
 if [ -z "${MODEL:-}" ]; then
@@ -125,15 +150,24 @@ smi_watch() {  # sample whole-GPU memory every 200 ms into $1 until killed; prin
 peak() { [ -s "$1" ] && sort -n "$1" | tail -1 || echo "n/a"; }
 log "GPU memory in use before the runs: $(gpu_used) MiB"
 
-# --- 1. single stream: pp512, tg256
-log "## ember bench $BENCH_ARGS $PLE_HOST_FLAG"
-w=$(smi_watch "$OUT/smi_bench.txt")
-timeout "$STEP_TIMEOUT" "$EMBER_BIN" bench -m "$MODEL" $BENCH_ARGS $PLE_HOST_FLAG >"$OUT/ember_bench.md" 2>"$OUT/ember_bench.err"
-rc=$?
-[ -n "$w" ] && kill "$w" 2>/dev/null
-cat "$OUT/ember_bench.md" >>"$S"
-log "(rc $rc; peak GPU memory in use during the run $(peak "$OUT/smi_bench.txt") MiB)"
-log ""
+# --- 2. single stream: pp512, tg256 and GPU memory at each context
+for ctx in $CTXS; do
+  log "## ember bench -ngl 99 $BENCH_ARGS -c $ctx $PLE_HOST_FLAG"
+  w=$(smi_watch "$OUT/smi_bench_$ctx.txt")
+  s0=$(date +%s)
+  timeout "$STEP_TIMEOUT" "$EMBER_BIN" bench -m "$MODEL" -ngl 99 $BENCH_ARGS -c "$ctx" $PLE_HOST_FLAG \
+    >"$OUT/ember_bench_$ctx.md" 2>"$OUT/ember_bench_$ctx.err"
+  rc=$?
+  [ -n "$w" ] && kill "$w" 2>/dev/null
+  cat "$OUT/ember_bench_$ctx.md" >>"$S"
+  log "(rc $rc in $(( $(date +%s) - s0 )) s; peak GPU memory in use during the run (nvidia-smi) $(peak "$OUT/smi_bench_$ctx.txt") MiB; GPU in use now $(gpu_used) MiB)"
+  [ $rc != 0 ] && tail -5 "$OUT/ember_bench_$ctx.err" | tee -a "$S"
+  log ""
+done
+if [ "$FULL" != 1 ]; then
+  log "total $(( $(date +%s) - t0 )) s (FULL=1 adds par_decode, servers, llama.cpp)"
+  exit 0
+fi
 
 # --- 2. 8 parallel streams
 if [ -x "$PAR_BIN" ]; then

@@ -150,6 +150,14 @@ typedef struct ember_backend_ops {
     void (*host_free)(ember_backend *be, void *p);
     /* dst[i] = src[i], i < n floats (memcpy over activation memory). */
     void (*copy)(ember_backend *be, float *dst, const float *src, int64_t n);
+    /* dst [n] (activation memory) = src [n] (host memory the caller wrote
+     * during this pass, e.g. rows looked up on the host). Inside a step the
+     * backend may capture the copy: a replay then reads src again at the
+     * same address, so src must hold the step's values when the op is
+     * called and stay unchanged until step_end; a step that uploads is
+     * never replayed without its forward pass (step_begin returns false).
+     * NULL in a backend whose activations are host memory (use memcpy). */
+    void (*upload)(ember_backend *be, float *dst, const float *src, int64_t n);
     /* x[i] = cap * tanh(x[i] / cap), i < n (final logit soft-capping). */
     void (*softcap)(ember_backend *be, float *x, float cap, int64_t n);
     /* Bracket one forward pass over a micro-batch. step_begin receives the

@@ -10,6 +10,10 @@
  *   - one untimed warm-up of each test, then -r repetitions; the cache is
  *     cleared before each. Reported: the median tok/s (and mean +- sd, as
  *     llama-bench prints) over the repetitions.
+ *   - -c N sizes the context (KV cache) beyond the llama-bench default of
+ *     n_prompt + n_gen, to see speed and memory at a serving context; on a
+ *     GPU the device memory in use (cudaMemGetInfo) before the model loads
+ *     and after the runs is printed, and their difference is ember's.
  * Owns: those measurements and their table. Must not: be a test (speed is
  * never asserted here) or sample (tokens are random, as in llama-bench).
  */
@@ -19,17 +23,21 @@
 #include <string.h>
 
 #include "cli_common.h"
+#ifdef EMBER_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: ember bench -m FILE [-p N] [-n N] [-r N] [-t N] [-b N] [-o md|json]\n"
+        "usage: ember bench -m FILE [-p N] [-n N] [-r N] [-t N] [-b N] [-c N] [-o md|json]\n"
         "  -m, --model FILE       GGUF model\n"
         "  -p, --n-prompt N       prompt tokens for the pp test (default 512; 0 = skip)\n"
         "  -n, --n-gen N          tokens for the tg test (default 128; 0 = skip)\n"
         "  -r, --repetitions N    timed repetitions (default 5)\n"
         "  -t, --threads N        (default: all cores)\n"
         "  -b, --batch-size N     (default 2048, as llama-bench)\n"
+        "  -c, --ctx-size N       context size (default n_prompt + n_gen, as llama-bench)\n"
         "  -ngl N                 0 = CPU; default -1 = all layers on the GPU when there is one\n"
         "  --device I             CUDA device index (default 0)\n"
         "  -o, --output md|json   table (default) or one JSON object\n");
@@ -117,7 +125,7 @@ static ember_status run_tg(ember_context *ctx, ember_batch *b, int32_t n_gen, in
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *output = "md";
-    long n_prompt = 512, n_gen = 128, reps = 5, n_threads = 0, n_batch = 2048;
+    long n_prompt = 512, n_gen = 128, reps = 5, n_threads = 0, n_batch = 2048, n_ctx_arg = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -138,6 +146,7 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { if (!cli_int(a, v, 1, 1000, &reps)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &n_threads)) return 2; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &n_batch)) return 2; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 1, 1 << 24, &n_ctx_arg)) return 2; }
         else {
             fprintf(stderr, "ember bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -151,6 +160,18 @@ int cmd_bench(int argc, char **argv)
     if (n_threads <= 0)
         n_threads = cli_n_cpus();
 
+    if (n_ctx_arg > 0 && n_ctx_arg < n_prompt + n_gen) {
+        fprintf(stderr, "ember bench: -c %ld is smaller than n_prompt + n_gen = %ld\n", n_ctx_arg, n_prompt + n_gen);
+        return 2;
+    }
+    /* GPU memory in use before anything of ours is on the device */
+    uint64_t gpu_free0 = 0, gpu_total = 0;
+    bool gpu_mem = false;
+#ifdef EMBER_CUDA
+    gpu_mem = cli_n_gpu_layers != 0 && ember_cuda_device_count() > 0 &&
+              ember_cuda_mem_info(cli_device, &gpu_free0, &gpu_total) == EMBER_OK;
+#endif
+
     cli_model cm;
     ember_status st = cli_model_load(model, &cm);
     if (st != EMBER_OK)
@@ -158,7 +179,7 @@ int cmd_bench(int argc, char **argv)
     const int32_t n_vocab = ember_vocab_n_tokens(cm.vocab);
     const ember_token bos = ember_vocab_add_bos(cm.vocab) ? ember_vocab_bos(cm.vocab) : -1;
     /* as llama-bench: one context per test, sized n_prompt + n_gen */
-    long n_ctx = n_prompt + n_gen;
+    long n_ctx = n_ctx_arg > 0 ? n_ctx_arg : n_prompt + n_gen;
     long nb = n_batch < n_prompt ? n_batch : (n_prompt > 0 ? n_prompt : 1);
     ember_context_params cp = ember_context_default_params();
     cp.n_ctx = (uint32_t)n_ctx;
@@ -215,11 +236,22 @@ int cmd_bench(int argc, char **argv)
     if (n_gen > 0) summarize(ts_tg, (int)reps, &tg);
     double size_mib = (double)ember_model_size_bytes(cm.model) / (1024.0 * 1024.0);
     double rss_mib = (double)cli_peak_rss() / (1024.0 * 1024.0);
+    uint64_t gpu_free1 = 0;
+#ifdef EMBER_CUDA
+    if (gpu_mem && ember_cuda_mem_info(cli_device, &gpu_free1, &gpu_total) != EMBER_OK) gpu_mem = false;
+#endif
+    /* used before (driver context, other processes) and after; the
+     * difference is what this process allocated: weights, KV, scratch */
+    const double mib = 1024.0 * 1024.0;
+    const double gpu_used0 = (double)(gpu_total - gpu_free0) / mib, gpu_used1 = (double)(gpu_total - gpu_free1) / mib;
     if (!strcmp(output, "json")) {
         printf("{\"model\":\"%s\",\"arch\":\"%s\",\"size_bytes\":%llu,\"threads\":%ld,\"n_batch\":%ld,"
-               "\"reps\":%ld,\"peak_rss_bytes\":%llu",
+               "\"reps\":%ld,\"n_ctx\":%ld,\"peak_rss_bytes\":%llu",
                model, ember_model_arch(cm.model), (unsigned long long)ember_model_size_bytes(cm.model), n_threads,
-               nb, reps, (unsigned long long)cli_peak_rss());
+               nb, reps, n_ctx, (unsigned long long)cli_peak_rss());
+        if (gpu_mem)
+            printf(",\"gpu_used_before_bytes\":%llu,\"gpu_used_after_bytes\":%llu",
+                   (unsigned long long)(gpu_total - gpu_free0), (unsigned long long)(gpu_total - gpu_free1));
         const char *names[2] = {"pp", "tg"};
         bench_result *res[2] = {&pp, &tg};
         long ns[2] = {n_prompt, n_gen};
@@ -243,6 +275,10 @@ int cmd_bench(int argc, char **argv)
             printf("| %s | %.2f MiB | %ld | tg%ld | %.2f | %.2f ± %.2f |\n", ember_model_arch(cm.model), size_mib,
                    n_threads, n_gen, tg.median, tg.mean, tg.sd);
         printf("\npeak RSS %.1f MiB (n_ctx %ld)\n", rss_mib, n_ctx);
+        if (gpu_mem)
+            printf("GPU memory in use: %.1f MiB before loading, %.1f MiB after the runs: %.1f MiB for this model "
+                   "and context (n_ctx %ld; total %.0f MiB)\n", gpu_used0, gpu_used1, gpu_used1 - gpu_used0, n_ctx,
+                   (double)gpu_total / mib);
     }
     rc = 0;
 out:

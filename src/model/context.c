@@ -33,6 +33,7 @@ struct ember_context {
     ember_kv *kv;
     ember_scratch s;
     void *scratch_mem;
+    float *aux_host;           /* s.aux_host: host memory always */
     bool scratch_on_backend;   /* scratch_mem from be->ops->act_alloc */
     uint64_t scratch_bytes;
     /* per-decode index arrays, [n_batch] each */
@@ -144,6 +145,13 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     };
 #ifdef EMBER_CUDA
     if (m->n_gpu_layers != 0 && ember_cuda_device_count() > 0) {
+        /* the CUDA backend keeps an F16 cache only: refuse others here rather
+         * than stop at the first KV store */
+        if (tk != EMBER_TYPE_F16 || tv != EMBER_TYPE_F16) {
+            st = ember_error(EMBER_ERR_UNSUPPORTED, "ember_context_new: the CUDA backend keeps an F16 KV cache only "
+                             "(asked for %s/%s; use -ngl 0 for the CPU)", ember_type_name(tk), ember_type_name(tv));
+            goto fail;
+        }
         if ((st = ember_backend_cuda_new(m->device, &lim, &c->be))) goto fail;
     } else
 #endif
@@ -167,10 +175,20 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     for (int i = 0; i < 9; i++) total += (sizes[i] + 15) & ~(int64_t)15;
     /* a backend with activation memory of its own (GPU) keeps the scratch
      * there when the architecture never reads scratch on the host */
-    c->scratch_on_backend = c->be->ops->act_alloc && m->arch->device_scratch;
+    c->scratch_on_backend = c->be->ops->act_alloc && m->arch->device_scratch && !m->host_scratch;
     c->scratch_mem = c->scratch_on_backend ? c->be->ops->act_alloc(c->be, (size_t)total * sizeof(float))
                                            : calloc((size_t)total, sizeof(float));
     c->scratch_bytes = (uint64_t)total * sizeof(float);
+    if (hp->n_aux_host > 0) {
+        c->aux_host = calloc((size_t)(ub * hp->n_aux_host), sizeof(float));
+        if (!c->aux_host) {
+            st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: cannot allocate %lld floats of host scratch",
+                             (long long)(ub * hp->n_aux_host));
+            goto fail;
+        }
+        c->s.aux_host = c->aux_host;
+        c->scratch_bytes += (uint64_t)(ub * hp->n_aux_host) * sizeof(float);
+    }
     const size_t nb = p.n_batch, ns = p.n_seq_max;
     c->kv_row = malloc(nb * sizeof *c->kv_row);
     c->query = malloc(nb * sizeof *c->query);
@@ -208,6 +226,7 @@ void ember_context_free(ember_context *c)
     logits_free(c, c->logits);
     if (c->scratch_on_backend) c->be->ops->act_free(c->be, c->scratch_mem);
     else free(c->scratch_mem);
+    free(c->aux_host);
     ember_backend_free(c->be);
     ember_kv_free(c->kv);
     free(c->kv_row);

@@ -6,7 +6,11 @@
  * Owns: gemma4 hyperparameters (per-layer head dims, KV head counts, FFN
  * widths, RoPE of sliding and full layers, KV sharing), its tensors, and its
  * forward pass written as the math over backend ops. Must not: touch KV
- * blocks or batches beyond the ember_ubatch it is given.
+ * blocks or batches beyond the ember_ubatch it is given, or read scratch on
+ * the host except in a file that sets ember_model.host_scratch (MoE: the
+ * router and expert dispatch run on the host). Everything else runs on
+ * device scratch with a GPU backend; the per-layer-embedding table stays in
+ * the mapped file (rows looked up on the host, one upload per ubatch).
  *
  * Sources: transformers models/gemma4/modeling_gemma4.py (the math);
  * llama.cpp conversion/gemma.py (Gemma4Model: GGUF keys and tensors) and
@@ -78,6 +82,7 @@ typedef struct g4_model {
     int32_t n_pl;              /* embedding_length_per_layer_input (P), 0 = no PLE */
     ember_weight ple_tok_embd; /* per_layer_token_embd: [n_vocab, n_layer * P] */
     ember_weight ple_model_proj; /* per_layer_model_proj: [n_layer * P, n_embd] */
+    ember_weight *ple_proj_l;    /* [n_layer]: its rows [l * P, (l + 1) * P), layer l's projection */
     const float *ple_proj_norm;  /* [P] */
     int32_t n_expert, n_expert_used, n_ff_exp;
     int64_t aux_moe;           /* offset (floats per token) of the MoE scratch in aux */
@@ -93,7 +98,10 @@ static void gemma4_free(ember_model *m)
             free(g->layers[il].exp_up);
             free(g->layers[il].exp_down);
         }
-    if (g) free(g->layers);
+    if (g) {
+        free(g->layers);
+        free(g->ple_proj_l);
+    }
     free(g);
     m->arch_priv = NULL;
 }
@@ -237,10 +245,24 @@ static ember_status gemma4_load(ember_model *m)
         if ((st = ember_model_bind_matrix(m, "per_layer_token_embd.weight", (int64_t)n_layer * P, hp->n_vocab, true, &g->ple_tok_embd))) return st;
         if ((st = ember_model_bind_matrix(m, "per_layer_model_proj.weight", n_embd, (int64_t)n_layer * P, true, &g->ple_model_proj))) return st;
         if ((st = ember_model_bind_vector(m, "per_layer_proj_norm.weight", P, &g->ple_proj_norm))) return st;
-        /* aux scratch per token: the PLE inputs of every layer (token-major and
-         * layer-major copies) and one layer's gate */
+        /* aux scratch per token: the PLE inputs of every layer (the token
+         * part, then the projected part, both layer-major [L, n, P]) and one
+         * layer's gate; host scratch: the looked-up rows, layer-major, and
+         * one dequantized row */
         hp->n_aux = 2 * (int64_t)n_layer * P + P;
+        hp->n_aux_host = 2 * (int64_t)n_layer * P;
+        /* the projection per layer: each gives a layer-major [n, P] block
+         * directly (no transpose, which a device could not do in place) */
+        g->ple_proj_l = calloc((size_t)n_layer, sizeof *g->ple_proj_l);
+        if (!g->ple_proj_l) return ember_error(EMBER_ERR_NOMEM, "gemma4: out of memory");
+        for (int32_t l = 0; l < n_layer; l++) {
+            g->ple_proj_l[l] = g->ple_model_proj;
+            g->ple_proj_l[l].n_out = P;
+            g->ple_proj_l[l].data = (const uint8_t *)g->ple_model_proj.data + (size_t)l * (size_t)P * g->ple_model_proj.row_bytes;
+        }
     }
+    /* the MoE router and expert dispatch run on the host over the scratch */
+    m->host_scratch = g->n_expert > 0;
     g->aux_moe = hp->n_aux;
     if (g->n_expert > 0) {
         /* per token: expert input, gather, expert output, sum (n_embd each),
@@ -344,22 +366,16 @@ static ember_status gemma4_load(ember_model *m)
     return EMBER_OK;
 }
 
-/* out [n, w->n_in] = rows ids of w, dequantized on the host straight from the
- * mapped file. Used for per_layer_token_embd, by far the largest tensor (1.48
- * GiB of E4B's 4.2) of which a step needs only its tokens' rows: looking them
- * up here instead of through the backend's get_rows means a GPU backend never
- * sees, so never uploads, the table (llama.cpp likewise keeps it on the CPU as
- * an input-layer tensor). Same values as get_rows (ggml_get_rows: to_float of
- * the row). Needs `out` in host memory: gemma4 keeps its scratch on the host. */
-static void ple_rows_host(const ember_weight *w, const ember_token *ids, int32_t n, float *out)
-{
-    const ember_quant_traits *tr = ember_quant_traits_get(w->type);
-    for (int32_t t = 0; t < n; t++)
-        tr->to_float((const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes, out + (size_t)t * (size_t)w->n_in, w->n_in);
-}
-
-/* Per-layer embeddings for the ubatch, layer-major: returns ple with
- * ple[(l * n + t) * P + i]. */
+/* Per-layer embeddings for the ubatch, layer-major: returns ple (scratch
+ * aux) with ple[(l * n + t) * P + i].
+ * The rows of per_layer_token_embd, by far the largest tensor (1.48 GiB of
+ * E4B's 4.2), are dequantized on the host straight from the mapped file into
+ * host scratch (aux_host) and moved in with one upload per ubatch: a GPU
+ * backend never sees, so never uploads, the table (llama.cpp likewise keeps
+ * it on the CPU as an input-layer tensor). Same values as get_rows
+ * (ggml_get_rows: to_float of the row), times sqrt(P) in f32 as the scale op
+ * would. The model projection runs per layer (ple_proj_l) so that each
+ * layer's block comes out contiguous. */
 static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, const float *x)
 {
     const ember_model *m = r->m;
@@ -368,20 +384,34 @@ static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, cons
     ember_backend *be = r->be;
     const int32_t n = ub->n, n_layer = m->hp.n_layer;
     const int64_t P = g->n_pl, LP = (int64_t)n_layer * P;
-    float *e = r->s->aux;               /* [n, L*P] token-major */
-    float *p = e + (int64_t)n * LP;     /* [n, L*P], then layer-major [L, n, P] */
+    float *e = r->s->aux;               /* [L, n, P] */
+    float *p = e + (int64_t)n * LP;     /* [L, n, P] */
+    float *eh = r->s->aux_host;         /* host [L, n, P] */
+    float *row = eh + (int64_t)n * LP;  /* host [L * P] */
 
-    ple_rows_host(&g->ple_tok_embd, ub->token, n, e);
-    op->scale(be, e, sqrtf((float)P), n * LP);
-    ember_project(r, x, n, &g->ple_model_proj, p, NULL, NULL, NULL, NULL);
+    const ember_weight *w = &g->ple_tok_embd;
+    const ember_quant_traits *tr = ember_quant_traits_get(w->type);
+    const float sp = sqrtf((float)P);
+    for (int32_t t = 0; t < n; t++) {
+        tr->to_float((const uint8_t *)w->data + (size_t)ub->token[t] * w->row_bytes, row, w->n_in);
+        for (int32_t l = 0; l < n_layer; l++) {
+            float *dst = eh + ((int64_t)l * n + t) * P;
+            for (int64_t i = 0; i < P; i++) dst[i] = row[(int64_t)l * P + i] * sp;
+        }
+    }
+    if (op->upload) op->upload(be, e, eh, n * LP);
+    else memcpy(e, eh, (size_t)(n * LP) * sizeof(float));
+    for (int32_t l = 0; l < n_layer; l += 3) {
+        const ember_weight *w1 = l + 1 < n_layer ? &g->ple_proj_l[l + 1] : NULL;
+        const ember_weight *w2 = l + 2 < n_layer ? &g->ple_proj_l[l + 2] : NULL;
+        ember_project(r, x, n, &g->ple_proj_l[l], p + (int64_t)l * n * P, w1, w1 ? p + (int64_t)(l + 1) * n * P : NULL,
+                      w2, w2 ? p + (int64_t)(l + 2) * n * P : NULL);
+    }
     op->scale(be, p, 1.0f / sqrtf((float)m->hp.n_embd), n * LP);
     op->rms_norm(be, p, p, g->ple_proj_norm, (int64_t)n * n_layer, P, m->hp.norm_eps);
     op->add(be, e, p, n * LP);
     op->scale(be, e, 1.0f / sqrtf(2.0f), n * LP);
-    for (int32_t t = 0; t < n; t++)
-        for (int32_t l = 0; l < n_layer; l++)
-            memcpy(p + ((int64_t)l * n + t) * P, e + (int64_t)t * LP + (int64_t)l * P, (size_t)P * sizeof(float));
-    return p;
+    return e;
 }
 
 /* The expert branch of a MoE layer: out [n, n_embd] = f2 (before its
@@ -517,7 +547,8 @@ static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
             ember_project(r, s->xb, n, &L->wq, s->q, &L->wk, s->k, &L->wv, s->v);
         } else {   /* attention_k_eq_v: V is K before its norm */
             ember_project(r, s->xb, n, &L->wq, s->q, &L->wk, s->k, NULL, NULL);
-            memcpy(s->v, s->k, (size_t)n * n_kv * hd * sizeof(float));
+            if (op->copy) op->copy(be, s->v, s->k, (int64_t)n * n_kv * hd);
+            else memcpy(s->v, s->k, (size_t)n * n_kv * hd * sizeof(float));
         }
         op->rms_norm(be, s->q, s->q, L->attn_q_norm, (int64_t)n * hp->n_head, hd, eps);
         gemma4_rope(r, G, s->q, n, hp->n_head, ub->pos, s->att);   /* att is free until attention */
@@ -572,4 +603,7 @@ const ember_arch ember_arch_gemma4 = {
     .load = gemma4_load,
     .forward = gemma4_forward,
     .free = gemma4_free,
+    /* scratch is read on the host only by MoE files, which set
+     * ember_model.host_scratch */
+    .device_scratch = true,
 };

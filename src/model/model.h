@@ -38,6 +38,7 @@ typedef struct ember_hparams {
     float embd_scale;         /* multiplies token embeddings */
     float final_softcap;      /* 0 = none */
     int64_t n_aux;            /* extra per-token scratch floats the arch asks for (ember_scratch.aux); 0 = none */
+    int64_t n_aux_host;       /* per-token floats of host scratch (ember_scratch.aux_host); 0 = none */
     /* K and V elements per token each layer keeps in the KV cache (llama.cpp's
      * n_embd_k_gqa / n_embd_v_gqa); 0 = the layer keeps none (it attends to
      * another layer's cache). Left all 0 by an architecture: n_head_kv *
@@ -71,6 +72,9 @@ struct ember_model {
     int32_t n_gpu_layers;     /* from ember_model_params: != 0 runs on the GPU (CUDA builds) */
     int32_t device;
     void *arch_priv;          /* architecture-private data (per-layer shapes, extra weights); freed by arch->free */
+    bool host_scratch;        /* set by arch->load: this file's forward reads scratch on the host (e.g. gemma4
+                               * MoE routing), so the context keeps it in host memory even when the arch is
+                               * device_scratch */
 };
 
 /* One micro-batch as a forward pass sees it: n entries with their token,
@@ -105,6 +109,8 @@ typedef struct ember_scratch {
     float *hb;     /* [n, n_ff] */
     float *hb2;    /* [n, n_ff] */
     float *aux;    /* [n, hp.n_aux], NULL when n_aux == 0 */
+    float *aux_host;   /* [n, hp.n_aux_host] in host memory even when the rest lives on a device
+                        * (inputs an arch computes on the host, then moves in with ops->upload); NULL when 0 */
 } ember_scratch;
 
 /* What a forward pass runs with. An arch with `partial` set runs layers

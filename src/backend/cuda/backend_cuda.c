@@ -65,6 +65,7 @@ typedef struct graph_entry {
     size_t pend_bytes[MAX_PEND];
     bool pend_is_logits;     /* its one host output is always the step's logits */
     int32_t verified;        /* replays whose op sequence matched the capture */
+    bool host_in;            /* the step uploads host data (cu_upload): never replayed without its forward pass */
 } graph_entry;
 
 typedef struct cuda_backend {
@@ -131,6 +132,10 @@ typedef struct cuda_backend {
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
+    /* cu_upload: host inputs of a step (gemma4's per-layer embeddings) */
+    bool host_in;            /* this step called cu_upload */
+    void *up_pin;            /* pinned copy the captured memcpy reads; refilled each time the step runs */
+    size_t up_pin_bytes, up_off;
 } cuda_backend;
 
 /* ---- verify mode --------------------------------------------------------- *
@@ -521,6 +526,61 @@ static graph_entry *graph_find(cuda_backend *b, uint64_t key)
     return e;
 }
 
+/* ---- host inputs (cu_upload) ------------------------------------------------
+ * dst (activation memory) = src (host memory), n floats. Eagerly a plain
+ * upload (a pageable copy is staged before cudaMemcpyAsync returns). In a
+ * capture the graph gets a memcpy from up_pin, our pinned buffer, which the
+ * op refills from src whenever the step runs again (replays keep their
+ * forward pass: graph_entry.host_in). up_pin grows in eager steps small
+ * enough to be captured, never during a capture; upload_done waits for a
+ * launched graph so that the next step may refill up_pin. */
+static void cu_upload(ember_backend *be, float *dst, const float *src, int64_t n)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    flush(b);
+    mix(b, 115);
+    mix(b, (uint64_t)n);
+    mixp(b, src);
+    const size_t bytes = (size_t)n * sizeof(float);
+    if (!is_act(b, dst)) {   /* host scratch (an arch that reads it on the host) */
+        if (b->mode != M_EAGER) b->failed = true;
+        else if (dst != src) memmove(dst, src, bytes);
+        return;
+    }
+    mixp(b, dst);
+    if (b->in_step) b->host_in = true;
+    if (b->mode == M_EAGER) {
+        if (b->in_step && b->s_n <= GRAPH_MAX_N && b->up_off + bytes > b->up_pin_bytes) {
+            /* a step that may be captured next time: room in up_pin for it */
+            CK("upload (pinned staging)", ember_cuda_synchronize(b->cu));
+            ember_cuda_host_free(b->cu, b->up_pin, b->up_pin_bytes);
+            b->up_pin = NULL;
+            b->up_pin_bytes = 0;
+            b->gen++;   /* graphs holding the old address are stale */
+            const size_t want = 2 * (b->up_off + bytes) + 4096;
+            CK("upload (pinned staging)", ember_cuda_host_alloc(b->cu, want, &b->up_pin));
+            b->up_pin_bytes = want;
+        }
+        if (b->in_step) b->up_off += bytes;
+        CK("upload", ember_cuda_upload(b->cu, dst, src, bytes));
+        return;
+    }
+    if (b->failed) return;
+    if (b->up_off + bytes > b->up_pin_bytes) {
+        b->failed = true;
+        return;
+    }
+    char *pin = (char *)b->up_pin + b->up_off;
+    b->up_off += bytes;
+    memcpy(pin, src, bytes);   /* the stream is idle here: upload_done after the last launch */
+    if (b->mode == M_CAPTURE) CK("upload", ember_cuda_upload(b->cu, dst, pin, bytes));
+}
+
+static void upload_done(cuda_backend *b)
+{
+    if (b->host_in) CK("upload (sync)", ember_cuda_synchronize(b->cu));
+}
+
 /* Replays verified this many times run without the forward pass. */
 enum { TRUST_REPLAYS = 2 };
 
@@ -534,6 +594,8 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
     b->sig = 0;
     b->cur = NULL;
     b->n_pend = 0;
+    b->host_in = false;
+    b->up_off = 0;
     b->s_tok = st->token;
     b->s_pos = st->pos;
     b->s_kv_row = st->kv_row;
@@ -616,7 +678,7 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
     b->cur = e;
     if (e->g) {
         b->mode = M_REPLAY;
-        if (e->verified >= TRUST_REPLAYS && e->n_pend == 1 && e->pend_is_logits && st->logits) {
+        if (e->verified >= TRUST_REPLAYS && e->n_pend == 1 && e->pend_is_logits && st->logits && !e->host_in) {
             /* the forward pass would only repeat the checked op sequence */
             b->sig = e->sig;
             b->n_pend = 1;
@@ -663,12 +725,14 @@ static bool op_step_end(ember_backend *be)
             e->n_pend = b->n_pend;
             e->verified = 0;
             e->pend_is_logits = b->n_pend == 1 && b->pend_host[0] == b->s_logits;
+            e->host_in = b->host_in;
             for (int32_t i = 0; i < b->n_pend; i++) {
                 e->pend_dev[i] = b->pend_dev[i];
                 e->pend_bytes[i] = b->pend_bytes[i];
             }
             CK("graph launch", ember_cuda_graph_launch(b->cu, g));
             flush_pending(b);
+            upload_done(b);
         }
     } else {
         if (b->failed || b->sig != e->sig || b->n_pend != e->n_pend) {
@@ -682,6 +746,7 @@ static bool op_step_end(ember_backend *be)
             e->verified++;
             CK("graph launch", ember_cuda_graph_launch(b->cu, e->g));
             flush_pending(b);
+            upload_done(b);
         }
     }
     b->n_pend = 0;
@@ -689,6 +754,7 @@ static bool op_step_end(ember_backend *be)
     b->cur = NULL;
     if (!ok) {   /* the caller runs the pass again, op by op */
         b->mode = M_EAGER;
+        b->up_off = 0;
         return false;
     }
     b->mode = M_EAGER;
@@ -719,6 +785,7 @@ static void op_free(ember_backend *be)
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_mfree(b->cu, b->act[i], b->act_bytes[i]);
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_host_free(b->cu, b->pinned[i], b->pinned_bytes[i]);
     ember_cuda_mfree(b->cu, b->d_step, b->d_step_n * sizeof(int32_t));
+    ember_cuda_host_free(b->cu, b->up_pin, b->up_pin_bytes);
     ember_cuda_free(b->cu);
     free(b->copies);
     free(b->index);
@@ -1480,6 +1547,7 @@ static const ember_backend_ops cuda_ops = {
     .host_alloc = op_host_alloc,
     .host_free = op_host_free,
     .copy = cu_copy,
+    .upload = cu_upload,
     .softcap = cu_softcap,
     .step_begin = op_step_begin,
     .step_end = op_step_end,

@@ -13,6 +13,9 @@
  * Must not: allocate or synchronise during a step (the partial results live
  * in the context's scratch and the split counters in its counter array,
  * both sized on a first call), or know KV policy.
+ * Head sizes: tuned kernels for 64, 128, 256 and 512 (G <= 4 at 512); any
+ * other size in [1, 1024], and any G above kMaxG, run a generic kernel
+ * (k_attn_any: one CTA per head and query, no key splits).
  */
 #include <math.h>
 
@@ -53,8 +56,11 @@ __device__ __forceinline__ void load_half_row(const __half *p, float *v)
             v[2 * i] = f.x;
             v[2 * i + 1] = f.y;
         }
+    } else if constexpr (E == 16) {
+        load_half_row<8>(p, v);
+        load_half_row<8>(p + 8, v + 8);
     } else {
-        static_assert(E == 2, "head_dim 64, 128 or 256");
+        static_assert(E == 2, "head_dim 64, 128, 256 or 512");
         const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(p));
         v[0] = f.x;
         v[1] = f.y;
@@ -98,8 +104,10 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
     }
 
     /* Keys j = k_begin + warp + kWarps*(U*it + u): U keys per iteration,
-     * all K/V loads issued before any math so their latencies overlap. */
-    constexpr int U = 4;
+     * all K/V loads issued before any math so their latencies overlap
+     * (fewer at D = 512, where q and the accumulators already hold 32 G
+     * registers per lane). */
+    constexpr int U = D >= 512 ? 2 : 4;
     const int32_t *bt = block_table + (int64_t)s * a.max_pages;
     for (int j0 = k_begin + warp; j0 < k_end; j0 += kWarps * U) {
         float kr[U][E], vr[U][E];
@@ -361,6 +369,83 @@ k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const
     out[(t * n_head + h) * D + d] = __fmul_rn(vk, inv);
 }
 
+/* ---- any head size (the generic path) -------------------------------
+ * For head sizes without a tuned kernel (the tiny test models' 16 and 32,
+ * or 80, 96, ...; any D in [1, 1024]) and for more than kMaxG query heads per
+ * KV head: one CTA of round_up(D, 32) threads per (head, query row); thread
+ * d owns output dim d. Keys go in chunks of kAnyChunk: each warp scores
+ * keys (lanes over the dims, q rounded to f16 as above, in shared memory),
+ * then every thread rescales its accumulator once per chunk by the new
+ * running maximum (online softmax) and adds p_j v_j[d] in key order. No key
+ * splits: long contexts are slow here but exact to F32 rounding. */
+constexpr int kAnyChunk = 64;
+constexpr int kAnyMaxD = 1024;
+
+__global__ void __launch_bounds__(kAnyMaxD)
+k_attn_any(attn_args a, int D, const float *__restrict__ q, const int32_t *__restrict__ pos,
+           const int32_t *__restrict__ seq, const int32_t *__restrict__ block_table, const __half *__restrict__ kc,
+           const __half *__restrict__ vc, float *__restrict__ out)
+{
+    ember_pdl_wait();
+    extern __shared__ float any_sm[];
+    float *qs = any_sm;          /* [D] */
+    float *sc = any_sm + D;      /* [kAnyChunk] */
+    const int h = blockIdx.x;
+    const int64_t t = blockIdx.y;
+    const int hkv = h / a.G;
+    const int p = pos[t];
+    const int lo = a.n_swa > 0 ? max(0, p - a.n_swa + 1) : 0;
+    const int32_t *bt = block_table + (int64_t)seq[t] * a.max_pages;
+    const int d = threadIdx.x, warp = d >> 5, lane = d & 31, n_warps = blockDim.x >> 5;
+    for (int i = d; i < D; i += blockDim.x)
+        qs[i] = __half2float(__float2half_rn(q[(t * a.n_head + h) * D + i])) * a.scale;
+    __syncthreads();
+    float acc = 0.f, M = -INFINITY, L = 0.f;
+    for (int j0 = lo; j0 <= p; j0 += kAnyChunk) {
+        const int nk = min(kAnyChunk, p + 1 - j0);
+        for (int kk = warp; kk < nk; kk += n_warps) {
+            const int j = j0 + kk;
+            const int64_t cell = (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size;
+            const __half *kr = kc + (cell * a.n_head_kv + hkv) * D;
+            float s = 0.f;
+            for (int i = lane; i < D; i += 32) s = fmaf(qs[i], __half2float(kr[i]), s);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
+            if (lane == 0) sc[kk] = s;
+        }
+        __syncthreads();
+        float mx = M;
+        for (int kk = 0; kk < nk; kk++) mx = fmaxf(mx, sc[kk]);
+        const float c = expf(M - mx); /* 0 on the first chunk (M = -inf) */
+        acc *= c;
+        L *= c;
+        for (int kk = 0; kk < nk; kk++) {
+            const float pr = expf(sc[kk] - mx);
+            L += pr;
+            if (d < D) {
+                const int j = j0 + kk;
+                const int64_t cell = (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size;
+                acc = fmaf(pr, __half2float(vc[(cell * a.n_head_kv + hkv) * D + d]), acc);
+            }
+        }
+        M = mx;
+        __syncthreads(); /* sc is rewritten by the next chunk */
+    }
+    if (d < D) out[(t * a.n_head + h) * D + d] = L > 0.f ? acc / L : 0.f;
+}
+
+ember_status launch_any(ember_cuda *cu, const attn_args &a, int D, int64_t n_tokens, const float *q,
+                        const int32_t *pos, const int32_t *seq, const int32_t *bt, const __half *kc,
+                        const __half *vc, float *out)
+{
+    const int threads = (D + 31) / 32 * 32;
+    const size_t smem = ((size_t)D + kAnyChunk) * sizeof(float);
+    const dim3 grid((unsigned)a.n_head, (unsigned)n_tokens);
+    ember_launch(k_attn_any, grid, threads, smem, cu->stream, a, D, q, pos, seq, bt, kc, vc, out);
+    return ember_cuda_launched("attn (any head size)");
+}
+
 /* G (query heads per KV head) is a template argument so no lane works on
  * absent heads. */
 template <int D>
@@ -376,6 +461,21 @@ ember_status launch_g(ember_cuda *cu, const attn_args &a, int64_t n_tokens, cons
     case 6: return launch<D, 6>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
     case 7: return launch<D, 7>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
     default: return launch<D, 8>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    }
+}
+
+/* D = 512 (Gemma 4's full-attention layers): q and the accumulators take 32 G
+ * registers per lane, so the tuned kernel stops at G = 4; more heads per KV
+ * head take the generic kernel. */
+ember_status launch_512(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
+                        const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
+{
+    switch (a.G) {
+    case 1: return launch<512, 1>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 2: return launch<512, 2>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 3: return launch<512, 3>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 4: return launch<512, 4>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    default: return launch_any(cu, a, 512, n_tokens, q, pos, seq, bt, kc, vc, out);
     }
 }
 
@@ -400,9 +500,9 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
     if (p->n_head <= 0 || p->n_head_kv <= 0 || p->n_head % p->n_head_kv != 0)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_head %d is not a multiple of n_head_kv %d",
                            p->n_head, p->n_head_kv);
-    if (p->n_head / p->n_head_kv > kMaxG)
-        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: %d query heads per KV head (at most %d)",
-                           p->n_head / p->n_head_kv, kMaxG);
+    if (p->head_dim < 1 || p->head_dim > kAnyMaxD)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: head_dim %d (1..%d supported)", p->head_dim,
+                           kAnyMaxD);
     if (p->page_size <= 0 || p->max_pages <= 0 || p->max_ctx <= 0 ||
         (int64_t)p->page_size * p->max_pages < p->max_ctx)
         return ember_error(EMBER_ERR_INVALID_ARG,
@@ -446,18 +546,19 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
                                p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
         case 256: ember_launch(k_attn_exact<256>, grid, 256, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
                                p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
-        default:
-            return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: head_dim %d (64, 128 or 256 supported)",
-                               p->head_dim);
+        case 512: ember_launch(k_attn_exact<512>, grid, 512, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
+                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
+        default: /* no CPU-order kernel for this size: the generic one (F32 order, not the CPU's) */
+            return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
         }
         return ember_cuda_launched("attn (CPU order)");
     }
+    if (a.G > kMaxG) return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
     switch (p->head_dim) {
     case 64: return launch_g<64>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
     case 128: return launch_g<128>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
     case 256: return launch_g<256>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
-    default:
-        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: head_dim %d (64, 128 or 256 supported)",
-                           p->head_dim);
+    case 512: return launch_512(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    default: return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
     }
 }

@@ -78,6 +78,10 @@ ember_status ember_cuda_copy(ember_cuda *cu, void *dst, const void *src, size_t 
 ember_status ember_cuda_memzero(ember_cuda *cu, void *dst, size_t bytes);
 /* Wait for the stream; reports an asynchronous kernel error, if any. */
 ember_status ember_cuda_synchronize(ember_cuda *cu);
+/* Free and total bytes of device `device` (cudaMemGetInfo: all processes'
+ * allocations and contexts count as used). May create the device's primary
+ * context. Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_INTERNAL. */
+ember_status ember_cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes);
 /* Bytes currently held in device memory and in mapped host memory by
  * allocations made through this context (weights included). */
 uint64_t ember_cuda_device_bytes(const ember_cuda *cu);
@@ -269,7 +273,7 @@ ember_status ember_cuda_kv_store(ember_cuda *cu, const float *src, int64_t n_tok
 typedef struct ember_cuda_attn_params {
     int n_head;          /* query heads */
     int n_head_kv;       /* K/V heads; n_head % n_head_kv == 0 (GQA) */
-    int head_dim;        /* 64, 128 or 256 */
+    int head_dim;        /* 1..1024; tuned kernels for 64, 128, 256, 512 (cuda_attn.cu) */
     float scale;         /* logits = scale * q.k (usually 1/sqrt(head_dim)) */
     float softcap;       /* > 0: logits = softcap * tanh(logits / softcap) */
     int32_t n_swa;       /* > 0: sliding window, key j visible iff pos - n_swa < j <= pos */
@@ -289,7 +293,7 @@ typedef struct ember_cuda_attn_params {
  * cell block_table[s*max_pages + j/page_size]*page_size + j%page_size of
  * k_cache / v_cache: [cells, n_head_kv, head_dim] F16. All keys up to pos[t]
  * must be stored before the call.
- * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (head_dim). */
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (head_dim outside 1..1024). */
 ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_params *p, const float *q,
                              int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                              const int32_t *block_table, const uint16_t *k_cache,

@@ -1,0 +1,138 @@
+/* The CUDA backend's attention op (backend_cuda.c cu_attention: block tables
+ * from ember_attn_query, the device copy of a paged F16 KV layer written by
+ * its kv_store) against the CPU backend's attention op over the same host
+ * layer view, for Gemma 4's head sizes: 512 and 256 with 4 query heads per KV
+ * head (E4B), 256 with a 512-key sliding window, the tiny models' 16 (window
+ * 4) and 32, and a 70-query prefill (the CPU's tiled f32 path). The CPU op is
+ * ggml's flash attention order (f16 V accumulation below 64 queries), so the
+ * two differ by rounding only: max |cuda - cpu| <= 1e-2 * max |cpu| (V rows
+ * in [-1, 1]; the CPU's f16 accumulator, rounded at each of up to ~1000 keys,
+ * reaches a few 1e-3; a wrong block, head or window is off by O(1)). Without
+ * EMBER_CUDA or a GPU every case skips. */
+#include "cuda_test.h"
+
+#ifdef EMBER_CUDA
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+
+typedef struct bcase {
+    int n_head, n_head_kv, head_dim, n_swa, n_ctx, n_q, pos0;
+} bcase;
+
+static void run_case(const bcase *c)
+{
+    const int bt = 32, n_blocks = (c->n_ctx + bt - 1) / bt;
+    const int64_t n_rows = (int64_t)n_blocks * bt, row = (int64_t)c->n_head_kv * c->head_dim;
+    ember_backend_limits lim = {.max_tokens = 128, .max_n_in = 4096, .max_kv_tokens = c->n_ctx,
+                                .max_head_dim = c->head_dim};
+    ember_backend *cpu = NULL, *gpu = NULL;
+    CU_OK(ember_backend_cpu_new(2, &lim, &cpu));
+    CU_OK(ember_backend_cuda_new(0, &lim, &gpu));
+    uint16_t *k = calloc((size_t)(n_rows * row), 2), *v = calloc((size_t)(n_rows * row), 2);
+    int32_t *blocks = malloc(sizeof(int32_t) * n_blocks);
+    assert_true(k && v && blocks);
+    for (int i = 0; i < n_blocks; i++) blocks[i] = n_blocks - 1 - i;   /* reversed: block order matters */
+    ember_kv_layer_view view = {.type_k = EMBER_TYPE_F16, .type_v = EMBER_TYPE_F16, .k = k, .v = v,
+                                .k_row_bytes = (size_t)row * 2, .v_row_bytes = (size_t)row * 2,
+                                .block_tokens = bt, .n_rows = n_rows};
+    /* keys 0 .. last position, stored through both backends in chunks */
+    const int last = c->pos0 + c->n_q - 1;
+    const int chunk = 64;
+    float *kf = malloc(sizeof(float) * chunk * row), *vf = malloc(sizeof(float) * chunk * row);
+    int64_t *rows = malloc(sizeof(int64_t) * chunk);
+    assert_true(kf && vf && rows);
+    for (int j0 = 0; j0 <= last; j0 += chunk) {
+        const int n = last + 1 - j0 < chunk ? last + 1 - j0 : chunk;
+        for (int64_t i = 0; i < n * row; i++) {
+            kf[i] = test_randf(-1.f, 1.f);
+            vf[i] = test_randf(-1.f, 1.f);
+        }
+        for (int i = 0; i < n; i++) rows[i] = (int64_t)blocks[(j0 + i) / bt] * bt + (j0 + i) % bt;
+        cpu->ops->kv_store(cpu, &view, kf, vf, rows, n);
+        gpu->ops->kv_store(gpu, &view, kf, vf, rows, n);
+    }
+    const size_t nq = (size_t)c->n_q * c->n_head * c->head_dim;
+    float *q = malloc(sizeof(float) * nq), *o_cpu = malloc(sizeof(float) * nq), *o_gpu = malloc(sizeof(float) * nq);
+    ember_attn_query *qs = malloc(sizeof(ember_attn_query) * c->n_q);
+    assert_true(q && o_cpu && o_gpu && qs);
+    for (size_t i = 0; i < nq; i++) q[i] = test_randf(-2.f, 2.f);
+    for (int i = 0; i < c->n_q; i++) {
+        qs[i].blocks = blocks;
+        qs[i].pos = c->pos0 + i;
+    }
+    const ember_attn_params ap = {.n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim_k = c->head_dim,
+                                  .head_dim_v = c->head_dim, .kq_scale = 1.0f / sqrtf((float)c->head_dim) * 3.0f,
+                                  .n_swa = c->n_swa};
+    cpu->ops->attention(cpu, &view, &ap, q, qs, c->n_q, o_cpu);
+    gpu->ops->attention(gpu, &view, &ap, q, qs, c->n_q, o_gpu);
+    double md = 0, mr = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < nq; i++) {
+        const double d = fabs((double)o_gpu[i] - o_cpu[i]);
+        if (d > md || d != d) {
+            md = d;
+            at = i;
+        }
+        if (fabs(o_cpu[i]) > mr) mr = fabs(o_cpu[i]);
+    }
+    printf("# D=%d n_head=%d n_head_kv=%d swa=%d queries %d at pos %d..%d: max|cuda - cpu| %.3g at [%zu] (token %zu, head "
+           "%zu, dim %zu: cuda %.6g, cpu %.6g), max|cpu| %.3g\n",
+           c->head_dim, c->n_head, c->n_head_kv, c->n_swa, c->n_q, c->pos0, last, md, at,
+           at / ((size_t)c->n_head * c->head_dim), at / c->head_dim % c->n_head, at % c->head_dim, o_gpu[at], o_cpu[at],
+           mr);
+    assert_true(mr > 0.01);
+    if (!(md <= 1e-2 * mr)) fail_msg("D=%d: max|cuda - cpu| %g > 1e-2 * %g", c->head_dim, md, mr);
+    free(q);
+    free(o_cpu);
+    free(o_gpu);
+    free(qs);
+    free(kf);
+    free(vf);
+    free(rows);
+    free(k);
+    free(v);
+    free(blocks);
+    ember_backend_free(gpu);
+    ember_backend_free(cpu);
+}
+
+static void test_backend_attn_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const bcase cases[] = {
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 1024, .n_q = 1, .pos0 = 900},   /* E4B full, decode */
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 1024, .n_q = 5, .pos0 = 300},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 256, .n_swa = 512, .n_ctx = 2048, .n_q = 1, .pos0 = 1500}, /* sliding */
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 256, .n_ctx = 512, .n_q = 3, .pos0 = 200},
+        {.n_head = 4, .n_head_kv = 2, .head_dim = 16, .n_swa = 4, .n_ctx = 256, .n_q = 9, .pos0 = 100},  /* tiny gemma4 */
+        {.n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ctx = 256, .n_q = 9, .pos0 = 150},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 512, .n_q = 70, .pos0 = 100}, /* prefill: CPU tiled path */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_attn_matches_cpu),
+    };
+    return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);
+}
+
+#else /* !EMBER_CUDA */
+
+static void test_cuda_not_built(void **state)
+{
+    (void)state;
+    print_message("built without -DEMBER_CUDA=ON: CUDA backend attention tests skipped\n");
+    skip();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cuda_not_built)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#endif

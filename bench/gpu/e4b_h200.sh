@@ -42,6 +42,8 @@
 #   TTFT_SHORT, TTFT_LONG  prompt lengths in tokens (default 128, 1024; FULL=1)
 #   CTXS           contexts (default "16384 65536")
 #   SKIP_TESTS=1   skip step 0
+#   MEM_AB=1       rerun the first context with EMBER_CUDA_STACK=1024 EMBER_CUDA_CUBLAS_WS_MIB=0
+#                  (the driver's and cuBLAS's defaults) to show what those settings save
 # Dry run on a CPU box: OUT=/tmp/o E4B_ARGS="--layers 12 --vocab 4096" BENCH_ARGS="-p 16 -n 4 -r 1" \
 #   BUILD=build STEP_TIMEOUT=120 bench/gpu/e4b_h200.sh
 set -u
@@ -159,11 +161,25 @@ for ctx in $CTXS; do
     >"$OUT/ember_bench_$ctx.md" 2>"$OUT/ember_bench_$ctx.err"
   rc=$?
   [ -n "$w" ] && kill "$w" 2>/dev/null
-  cat "$OUT/ember_bench_$ctx.md" >>"$S"
+  # the table, cudaMemGetInfo and the CUDA backend's memory by category, to stdout too
+  tee -a "$S" <"$OUT/ember_bench_$ctx.md"
   log "(rc $rc in $(( $(date +%s) - s0 )) s; peak GPU memory in use during the run (nvidia-smi) $(peak "$OUT/smi_bench_$ctx.txt") MiB; GPU in use now $(gpu_used) MiB)"
   [ $rc != 0 ] && tail -5 "$OUT/ember_bench_$ctx.err" | tee -a "$S"
   log ""
 done
+# MEM_AB=1: the first context again with the driver's default stack reservation
+# (1 KiB/thread) and cuBLAS's own workspace, to show what those two settings save
+if [ "${MEM_AB:-0}" = 1 ]; then
+  ctx=${CTXS%% *}
+  log "## A/B: EMBER_CUDA_STACK=1024 EMBER_CUDA_CUBLAS_WS_MIB=0 ember bench -ngl 99 $BENCH_ARGS -c $ctx"
+  w=$(smi_watch "$OUT/smi_bench_ab.txt")
+  EMBER_CUDA_STACK=1024 EMBER_CUDA_CUBLAS_WS_MIB=0 timeout "$STEP_TIMEOUT" "$EMBER_BIN" bench -m "$MODEL" -ngl 99 \
+    $BENCH_ARGS -c "$ctx" >"$OUT/ember_bench_ab.md" 2>"$OUT/ember_bench_ab.err"
+  rc=$?
+  [ -n "$w" ] && kill "$w" 2>/dev/null
+  grep -E '^\| ember|tg|pp|GPU memory|stack' "$OUT/ember_bench_ab.md" | tee -a "$S"
+  log "(rc $rc; peak GPU memory in use (nvidia-smi) $(peak "$OUT/smi_bench_ab.txt") MiB)"
+fi
 if [ "$FULL" != 1 ]; then
   log "total $(( $(date +%s) - t0 )) s (FULL=1 adds par_decode, servers, llama.cpp)"
   exit 0

@@ -24,7 +24,9 @@
 
 #include "cli_common.h"
 #ifdef EMBER_CUDA
+#include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_backend.h"
+#include "model/model.h"
 #endif
 
 static void usage(FILE *f)
@@ -279,6 +281,9 @@ int cmd_bench(int argc, char **argv)
             printf("GPU memory in use: %.1f MiB before loading, %.1f MiB after the runs: %.1f MiB for this model "
                    "and context (n_ctx %ld; total %.0f MiB)\n", gpu_used0, gpu_used1, gpu_used1 - gpu_used0, n_ctx,
                    (double)gpu_total / mib);
+#ifdef EMBER_CUDA
+        if (gpu_mem) ember_backend_cuda_mem_print(ember_context_backend(ctx), stdout);
+#endif
     }
     rc = 0;
 out:

@@ -243,6 +243,7 @@ void ember_context_free(ember_context *c)
 }
 
 uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv); }
+ember_backend *ember_context_backend(const ember_context *c) { return c ? c->be : NULL; }
 uint64_t ember_context_scratch_bytes(const ember_context *c)
 {
     return c->scratch_bytes + (uint64_t)c->logits_rows * (uint64_t)c->m->hp.n_vocab * sizeof(float) +

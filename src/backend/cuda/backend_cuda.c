@@ -38,11 +38,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* what a device copy holds, for the memory report */
+enum { CAT_WEIGHT = 0, CAT_VEC, CAT_KV, CAT_N };
+
 typedef struct dev_copy {
     const void *host;        /* key */
     size_t bytes;
     ember_cuda_tensor t;     /* matrices: type/shape; vectors and KV: data only */
+    uint8_t cat;             /* CAT_* */
+    bool arena;              /* lives in an arena chunk (freed with the chunk) */
 } dev_copy;
+
+/* Weights, norm vectors and the KV cache never move or go until the backend
+ * is freed, so they are carved out of a few large device chunks (bump
+ * allocation, first fit over the chunks, 256-byte aligned) rather than one
+ * cudaMalloc each: the driver backs every large cudaMalloc with whole 2 MiB
+ * pages, which cost the E4B-shaped model's 231 weight matrices of >= 1 MiB
+ * and 40 sliding-window KV buffers of 1.09 MiB ~380 MiB of rounding. 64 MiB
+ * chunks, first fit, in E4B's upload order (bench/results/gemma4-e4b.md):
+ * 53 MiB left unused in the chunks (32 MiB: 117, 128 MiB: 117). */
+enum { ARENA_CHUNK = 64 << 20, ARENA_ALIGN = 256, MAX_CHUNKS = 1024 };
+typedef struct arena_chunk {
+    char *base;
+    size_t size, used;
+} arena_chunk;
 
 /* Staging slots: 0-1 inputs from host memory, 2-4 rounded activations (one
  * per weight of a matmul; preallocated for the limits), 5-7 outputs to host
@@ -72,6 +91,10 @@ typedef struct cuda_backend {
     ember_backend base;
     ember_cuda *cu;
     ember_backend_limits lim;
+    arena_chunk chunks[MAX_CHUNKS];
+    int32_t n_chunks;
+    uint64_t cat_bytes[CAT_N]; /* bytes of the copies per CAT_* */
+    int64_t cat_count[CAT_N];
     dev_copy *copies;
     size_t n_copies, cap_copies;
     int32_t *index;          /* open-addressing table of copies by host address */
@@ -84,8 +107,14 @@ typedef struct cuda_backend {
     bool f32_act;            /* EMBER_CUDA_F32_ACT=1: matmul on unrounded activations */
     bool q8_on;              /* integer mat-vec on Q8 activations (EMBER_CUDA_Q8=0: off) */
     bool rope_tab_on;        /* RoPE angles from host tables (EMBER_CUDA_ROPE_TABLE=0: off) */
-    struct rope_table { float base, scale; int32_t n_rot; const float *ff; float *dev; int32_t n_pos; size_t bytes; }
-        rtab[8];
+    struct rope_table {
+        float base, scale;
+        int32_t n_rot;
+        const float *ff;
+        float *dev;
+        int32_t n_pos, n_tab;   /* positions, leading pairs held (ember_cuda_rope_tab_pairs) */
+        size_t bytes;
+    } rtab[8];
     int32_t n_rtab;
     double worst[16];        /* verify: worst max|diff| / max|ref| per op */
     long calls[16];
@@ -315,19 +344,44 @@ static dev_copy *new_copy(cuda_backend *b, const void *host, size_t bytes)
     return c;
 }
 
-static void drop_last_copy(cuda_backend *b)
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* `bytes` of device memory from the arena (see arena_chunk); stops the
+ * process when the device is full (ops have no error return). */
+static void *arena_alloc(cuda_backend *b, size_t bytes)
 {
-    dev_copy *c = &b->copies[b->n_copies - 1];
-    for (size_t j = 0; j < b->index_cap; j++)
-        if (b->index[j] == (int32_t)(b->n_copies - 1)) {
-            /* rebuild: deletion from linear probing */
-            b->n_copies--;
-            for (size_t k = 0; k < b->index_cap; k++) b->index[k] = -1;
-            for (size_t i = 0; i < b->n_copies; i++) index_put(b, (int32_t)i);
-            (void)c;
-            return;
+    bytes = round_up(bytes ? bytes : 1, ARENA_ALIGN);
+    for (int32_t i = 0; i < b->n_chunks; i++) {
+        arena_chunk *c = &b->chunks[i];
+        if (c->size - c->used >= bytes) {
+            void *p = c->base + c->used;
+            c->used += bytes;
+            return p;
         }
-    b->n_copies--;
+    }
+    if (b->n_chunks == MAX_CHUNKS) {
+        void *p = NULL;   /* table full: a plain allocation, never freed before exit */
+        CK("device memory", ember_cuda_malloc(b->cu, bytes, &p));
+        return p;
+    }
+    /* whole 2 MiB pages; a tensor larger than a chunk gets a chunk of its own size */
+    const size_t size = round_up(bytes > ARENA_CHUNK ? bytes : ARENA_CHUNK, (size_t)2 << 20);
+    arena_chunk *c = &b->chunks[b->n_chunks];
+    void *p = NULL;
+    CK("device memory", ember_cuda_malloc(b->cu, size, &p));
+    c->base = p;
+    c->size = size;
+    c->used = bytes;
+    b->n_chunks++;
+    return p;
+}
+
+static void count_copy(cuda_backend *b, dev_copy *c, int cat)
+{
+    c->cat = (uint8_t)cat;
+    c->arena = true;
+    b->cat_bytes[cat] += c->bytes;
+    b->cat_count[cat]++;
 }
 
 /* Device copy of weight matrix w (uploaded on first use, outside captures). */
@@ -339,11 +393,17 @@ static const ember_cuda_tensor *weight(cuda_backend *b, const ember_weight *w)
         b->failed = true;
         return NULL;
     }
-    c = new_copy(b, w->data, w->row_bytes * (size_t)w->n_out);
-    if (ember_cuda_tensor_upload(b->cu, w->type, w->n_in, w->n_out, w->data, false, &c->t) != EMBER_OK) {
-        drop_last_copy(b);
+    if (!ember_cuda_type_supported(w->type)) {
+        ember_error(EMBER_ERR_UNSUPPORTED, "cuda: no kernels for tensor type %s (%u)", ember_type_name(w->type), w->type);
         die(w->name ? w->name : "weight upload");
     }
+    c = new_copy(b, w->data, w->row_bytes * (size_t)w->n_out);
+    void *d = arena_alloc(b, c->bytes);
+    /* ordered before every kernel on the stream; the mapped file stays */
+    CK(w->name ? w->name : "weight upload", ember_cuda_upload(b->cu, d, w->data, c->bytes));
+    c->t = (ember_cuda_tensor){.type = w->type, .ne0 = w->n_in, .ne1 = w->n_out, .row_bytes = w->row_bytes,
+                               .data = d, .in_host = false};
+    count_copy(b, c, CAT_WEIGHT);
     return &c->t;
 }
 
@@ -358,7 +418,8 @@ static const float *vec(cuda_backend *b, const float *h, int64_t n)
         return NULL;
     }
     c = new_copy(b, h, (size_t)n * sizeof(float));
-    CK("vector upload", ember_cuda_malloc(b->cu, c->bytes, &c->t.data));
+    c->t.data = arena_alloc(b, c->bytes);
+    count_copy(b, c, CAT_VEC);
     CK("vector upload", ember_cuda_upload(b->cu, c->t.data, h, c->bytes));
     return c->t.data;
 }
@@ -373,7 +434,8 @@ static void *kv_dev(cuda_backend *b, void *h, size_t bytes)
         return NULL;
     }
     c = new_copy(b, h, bytes);
-    CK("kv cache", ember_cuda_malloc(b->cu, bytes, &c->t.data));
+    c->t.data = arena_alloc(b, bytes);
+    count_copy(b, c, CAT_KV);
     CK("kv cache", ember_cuda_memzero(b->cu, c->t.data, bytes));
     return c->t.data;
 }
@@ -777,9 +839,11 @@ static void op_free(ember_backend *be)
     for (int32_t i = 0; i < b->n_graphs; i++) ember_cuda_graph_free(b->graphs[i].g);
     for (size_t i = 0; i < b->n_copies; i++) {
         dev_copy *c = &b->copies[i];
+        if (c->arena) continue;
         if (c->t.type || c->t.ne0) ember_cuda_tensor_release(b->cu, &c->t);
         else ember_cuda_mfree(b->cu, c->t.data, c->bytes);
     }
+    for (int32_t i = 0; i < b->n_chunks; i++) ember_cuda_mfree(b->cu, b->chunks[i].base, b->chunks[i].size);
     for (int32_t i = 0; i < b->n_rtab; i++) ember_cuda_mfree(b->cu, b->rtab[i].dev, b->rtab[i].bytes);
     for (int i = 0; i < STAGE_SLOTS; i++) ember_cuda_mfree(b->cu, b->stage[i], b->stage_bytes[i]);
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_mfree(b->cu, b->act[i], b->act_bytes[i]);
@@ -1074,14 +1138,19 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
 /* cos/sin of every (position < n_ctx, pair) for one RoPE configuration,
  * computed here exactly as the CPU backend's rope_rows does (cpu.c: f32
  * theta steps, libm cosf/sinf) and kept on the device; NULL when tables are
- * off, full, or cannot be made now (inside a capture or replay). */
+ * off, full, or cannot be made now (inside a capture or replay). Only the
+ * leading pairs whose angle reaches 2^-12 at the last position are kept
+ * (*n_tab of them): the kernel gives the others glibc's small-angle results
+ * (cuda_rope_tab.cu). E4B: 64 of 256 pairs on full layers, 128 of 128 on
+ * sliding ones: 1536 B per position instead of 3072. */
 static const float *rope_table(cuda_backend *b, float base, float scale, int32_t n_rot, const float *ff,
-                               int32_t *n_pos)
+                               int32_t *n_pos, int32_t *n_tab)
 {
     for (int32_t i = 0; i < b->n_rtab; i++) {
         const struct rope_table *r = &b->rtab[i];
         if (r->base == base && r->scale == scale && r->n_rot == n_rot && r->ff == ff) {
             *n_pos = r->n_pos;
+            *n_tab = r->n_tab;
             return r->dev;
         }
     }
@@ -1091,16 +1160,27 @@ static const float *rope_table(cuda_backend *b, float base, float scale, int32_t
     if (np < 1) np = 1;
     if (np > 65536) np = 65536;
     const int32_t half = n_rot / 2;
-    const size_t bytes = (size_t)np * (size_t)half * 2 * sizeof(float);
-    float *h = malloc(bytes);
-    if (!h) return NULL;
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
-    for (int64_t p = 0; p < np; p++) {
-        float theta = (float)p;
+    /* the angle grows with the position (each f32 step is monotonic): pairs
+     * below 2^-12 at the last position are below it everywhere */
+    int32_t nt = 1;
+    {
+        float theta = (float)(np - 1);
         for (int32_t i = 0; i < half; i++) {
             const float th = scale * (ff ? theta / ff[i] : theta);
-            h[(p * half + i) * 2] = cosf(th);
-            h[(p * half + i) * 2 + 1] = sinf(th);
+            if (!(fabsf(th) < 0x1p-12f)) nt = i + 1;
+            theta *= theta_scale;
+        }
+    }
+    const size_t bytes = (size_t)np * (size_t)nt * 2 * sizeof(float);
+    float *h = malloc(bytes);
+    if (!h) return NULL;
+    for (int64_t p = 0; p < np; p++) {
+        float theta = (float)p;
+        for (int32_t i = 0; i < nt; i++) {
+            const float th = scale * (ff ? theta / ff[i] : theta);
+            h[(p * nt + i) * 2] = cosf(th);
+            h[(p * nt + i) * 2 + 1] = sinf(th);
             theta *= theta_scale;
         }
     }
@@ -1112,8 +1192,9 @@ static const float *rope_table(cuda_backend *b, float base, float scale, int32_t
     CK("rope table", ember_cuda_upload(b->cu, d, h, bytes));
     free(h);
     struct rope_table *r = &b->rtab[b->n_rtab++];
-    *r = (struct rope_table){base, scale, n_rot, ff, d, (int32_t)np, bytes};
+    *r = (struct rope_table){base, scale, n_rot, ff, d, (int32_t)np, nt, bytes};
     *n_pos = r->n_pos;
+    *n_tab = r->n_tab;
     return r->dev;
 }
 
@@ -1133,14 +1214,14 @@ static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n
     const int32_t *dpos = b->in_step && pos == b->s_pos && n_tokens <= b->s_n
                               ? step_pos(b) : up_i32(b, 1, pos, (size_t)n_tokens);
     const float *dff = freq_factors ? vec(b, freq_factors, n_rot / 2) : NULL;
-    int32_t n_pos = 0;
-    const float *tab = rope_table(b, base, freq_scale, n_rot, freq_factors, &n_pos);
+    int32_t n_pos = 0, n_tab = 0;
+    const float *tab = rope_table(b, base, freq_scale, n_rot, freq_factors, &n_pos, &n_tab);
     mixp(b, tab);
     if (skip(b)) return;
     if (tab) {
-        CK("rope", ember_cuda_rope_tab(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
-                                       mode == EMBER_ROPE_NEOX ? EMBER_CUDA_ROPE_NEOX : EMBER_CUDA_ROPE_NORMAL, tab,
-                                       n_pos, base, freq_scale, dff));
+        CK("rope", ember_cuda_rope_tab_pairs(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
+                                             mode == EMBER_ROPE_NEOX ? EMBER_CUDA_ROPE_NEOX : EMBER_CUDA_ROPE_NORMAL,
+                                             tab, n_pos, n_tab, base, freq_scale, dff));
         out_done(b, x, d, n);
         return;
     }
@@ -1590,10 +1671,13 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
         }
     }
     /* rounded activations of the widest matmul, allocated once (graphs
-     * captured later keep these addresses) */
+     * captured later keep these addresses). Only the first slot: the others
+     * serve a matmul whose weights want different activation formats (rare:
+     * E4B's never do), grown by stage() in the first eager step that needs
+     * them (20 MiB each for E4B at n_ubatch 512). */
     const size_t round_bytes = (size_t)(lim->max_tokens > 0 ? lim->max_tokens : 1) *
                                (size_t)(lim->max_n_in > 0 ? lim->max_n_in : 1) * sizeof(float);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 1; k++) {
         b->stage_bytes[SLOT_ROUND + k] = round_bytes;
         st = ember_cuda_malloc(b->cu, round_bytes, &b->stage[SLOT_ROUND + k]);
         if (st != EMBER_OK) {
@@ -1615,4 +1699,45 @@ uint64_t ember_backend_cuda_device_bytes(const ember_backend *be)
 bool ember_backend_is_cuda(const ember_backend *be)
 {
     return be && (be->ops == &cuda_ops || be->ops == &cuda_ops_verify);
+}
+
+static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+void ember_backend_cuda_mem_print(const ember_backend *be, FILE *f)
+{
+    if (!ember_backend_is_cuda(be) || !f) return;
+    const cuda_backend *b = (const cuda_backend *)be;
+    ember_cuda_mem_stats_t st;
+    ember_cuda_mem_stats(b->cu, &st);
+    uint64_t arena = 0, arena_used = 0;
+    for (int32_t i = 0; i < b->n_chunks; i++) {
+        arena += b->chunks[i].size;
+        arena_used += b->chunks[i].used;
+    }
+    uint64_t act = 0, round = 0, io = 0, rope = 0, pinned = 0;
+    for (int i = 0; i < MAX_ACT; i++) act += b->act_bytes[i], pinned += b->pinned_bytes[i];
+    for (int i = 0; i < STAGE_SLOTS; i++) {
+        if (i >= SLOT_ROUND && i < SLOT_OUT) round += b->stage_bytes[i];
+        else io += b->stage_bytes[i];
+    }
+    for (int32_t i = 0; i < b->n_rtab; i++) rope += b->rtab[i].bytes;
+    const uint64_t step = (uint64_t)b->d_step_n * sizeof(int32_t);
+    const uint64_t ours = st.device_bytes + st.scratch_bytes + st.counters_bytes + st.cublas_ws_bytes;
+    fprintf(f, "ember: GPU memory by category (MiB; n_ctx %lld, n_ubatch %lld):\n", (long long)b->lim.max_kv_tokens,
+            (long long)b->lim.max_tokens);
+    fprintf(f, "ember:   weights %.1f (%lld matrices) + norm/rope vectors %.1f (%lld) + KV cache %.1f (%lld buffers)"
+               " in %d arena chunks of %.1f (%.1f unused)\n",
+            mib(b->cat_bytes[CAT_WEIGHT]), (long long)b->cat_count[CAT_WEIGHT], mib(b->cat_bytes[CAT_VEC]),
+            (long long)b->cat_count[CAT_VEC], mib(b->cat_bytes[CAT_KV]), (long long)b->cat_count[CAT_KV],
+            (int)b->n_chunks, mib(arena), mib(arena - arena_used));
+    fprintf(f, "ember:   activation scratch %.1f; rounded-activation staging %.1f; host in/out staging (logits) %.1f;"
+               " step arrays %.2f; RoPE tables %.1f (%d)\n",
+            mib(act), mib(round), mib(io), mib(step), mib(rope), (int)b->n_rtab);
+    fprintf(f, "ember:   kernel scratch (prefill GEMM chunks, attention partials) %.1f; attention counters %.2f;"
+               " cuBLAS workspace %.1f; GELU table (module) %.2f\n",
+            mib(st.scratch_bytes), mib(st.counters_bytes), mib(st.cublas_ws_bytes), mib(st.gelu_table_bytes));
+    fprintf(f, "ember:   = %.1f allocated by ember; driver stack reservation %.1f (%llu B/thread; part of the CUDA"
+               " context); pinned host: logits %.1f, PLE upload %.1f, mapped weights %.1f\n",
+            mib(ours), mib(st.stack_bytes), (unsigned long long)st.stack_per_thread, mib(pinned),
+            mib(b->up_pin_bytes), mib(st.host_bytes - pinned - b->up_pin_bytes));
 }

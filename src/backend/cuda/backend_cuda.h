@@ -10,6 +10,8 @@
 
 #include "backend/backend.h"
 
+#include <stdio.h>
+
 /* CUDA backend on device `device`: weights and norm vectors are uploaded
  * once, on first use, keyed by their host address; the KV cache lives on the
  * device (F16 only); activations live on the device when the context takes
@@ -21,6 +23,12 @@
 ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *lim, ember_backend **out);
 /* Device bytes held (weights, KV, staging). */
 uint64_t ember_backend_cuda_device_bytes(const ember_backend *be);
+/* Print what the backend holds, by category (weights, norm vectors, KV
+ * cache, arena slack, activation scratch, staging, step arrays, RoPE tables,
+ * kernel scratch, cuBLAS workspace, driver stack reservation, pinned host
+ * buffers), in MiB, a few lines starting "ember: ". Weights and KV are
+ * uploaded on first use: call it after a decode. Nothing for other backends. */
+void ember_backend_cuda_mem_print(const ember_backend *be, FILE *f);
 /* True if `be` is a CUDA backend. */
 bool ember_backend_is_cuda(const ember_backend *be);
 

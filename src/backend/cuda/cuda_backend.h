@@ -86,6 +86,21 @@ ember_status ember_cuda_mem_info(int device, uint64_t *free_bytes, uint64_t *tot
  * allocations made through this context (weights included). */
 uint64_t ember_cuda_device_bytes(const ember_cuda *cu);
 uint64_t ember_cuda_host_bytes(const ember_cuda *cu);
+/* What a context holds besides the caller's allocations, for reports:
+ * device_bytes / host_bytes as above; scratch_bytes: the shared kernel
+ * scratch (prefill GEMM weight chunks, attention split partials; grows, never
+ * shrinks); counters_bytes: attention split counters; cublas_ws_bytes: the
+ * cuBLAS workspace we gave the handle (EMBER_CUDA_CUBLAS_WS_MIB, default 4);
+ * stack_bytes: the driver's local-memory reservation, stack_per_thread
+ * (cudaLimitStackSize) x SMs x resident threads per SM, part of the CUDA
+ * context's footprint; gelu_table_bytes: the GELU f16 table (a __device__
+ * array of the module). Scratch, counters and workspace are cudaMalloc'd and
+ * not in device_bytes. */
+typedef struct ember_cuda_mem_stats_t {
+    uint64_t device_bytes, host_bytes, scratch_bytes, counters_bytes, cublas_ws_bytes;
+    uint64_t stack_per_thread, stack_bytes, gelu_table_bytes;
+} ember_cuda_mem_stats_t;
+void ember_cuda_mem_stats(const ember_cuda *cu, ember_cuda_mem_stats_t *out);
 /* A counter that changes whenever the context's internal scratch or split
  * counters move to new addresses (a captured graph that used them is then
  * stale and must be captured again). */
@@ -204,14 +219,23 @@ ember_status ember_cuda_rope(ember_cuda *cu, float *x, const int32_t *pos, int64
                              int n_head, int head_dim, int n_rot, ember_cuda_rope_mode mode,
                              float freq_base, float freq_scale, const float *freq_factors);
 
-/* ember_cuda_rope with the angles' cos/sin read from tab: device float
- * [n_pos][n_rot/2][2] (cos, sin) made on the host by the CPU backend's
- * arithmetic and libm (cuda_rope_tab.cu says why); positions outside
- * [0, n_pos) compute their angle as ember_cuda_rope does. freq_base,
- * freq_scale and freq_factors (device, or NULL) serve only that fallback. */
+/* ember_cuda_rope_tab_pairs with every pair in the table (n_rot/2). */
 ember_status ember_cuda_rope_tab(ember_cuda *cu, float *x, const int32_t *pos, int64_t n_tokens, int n_head,
                                  int head_dim, int n_rot, ember_cuda_rope_mode mode, const float *tab, int32_t n_pos,
                                  float freq_base, float freq_scale, const float *freq_factors);
+/* ember_cuda_rope with the angles' cos/sin read from tab: device float
+ * [n_pos][n_tab_pairs][2] (cos, sin) of pairs 0..n_tab_pairs-1 (<= n_rot/2)
+ * made on the host by the CPU backend's arithmetic and libm (cuda_rope_tab.cu
+ * says why); other pairs and positions outside [0, n_pos) compute their
+ * angle with the CPU's f32 steps, then take (cos, sin) = (1, angle) below
+ * 2^-12 (glibc's results there), else sincosf. The caller leaves out of the
+ * table only pairs whose angle stays below 2^-12 for every position < n_pos.
+ * freq_base, freq_scale and freq_factors (device, or NULL) serve those
+ * computed angles. */
+ember_status ember_cuda_rope_tab_pairs(ember_cuda *cu, float *x, const int32_t *pos, int64_t n_tokens, int n_head,
+                                       int head_dim, int n_rot, ember_cuda_rope_mode mode, const float *tab,
+                                       int32_t n_pos, int n_tab_pairs, float freq_base, float freq_scale,
+                                       const float *freq_factors);
 
 typedef enum ember_cuda_act {
     EMBER_CUDA_ACT_SILU = 0,      /* x * sigmoid(x) */

@@ -26,6 +26,10 @@ struct ember_cuda {
     size_t scratch_bytes;
     unsigned *counters;    /* zeroed; kernels re-arm what they use */
     size_t n_counters;
+    void *cublas_ws;       /* our cuBLAS workspace (cublasSetWorkspace) */
+    size_t cublas_ws_bytes;
+    size_t stack_per_thread; /* cudaLimitStackSize after ember_cuda_new set it */
+    size_t stack_threads;  /* SMs x resident threads per SM: the stack reservation's multiplier */
     bool capturing;
     uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
 };

@@ -57,6 +57,39 @@ extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
     if (s == EMBER_OK && !(tf32 && !strcmp(tf32, "0")) &&
         cublasSetMathMode(cu->cublas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetMathMode failed");
+    /* cuBLAS's own default workspace is 32 MiB on Hopper; ours is small
+     * (prefill GEMMs only; EMBER_CUDA_CUBLAS_WS_MIB sets it, 0: cuBLAS's) */
+    const char *ws = getenv("EMBER_CUDA_CUBLAS_WS_MIB");
+    const long ws_mib = ws && *ws ? strtol(ws, NULL, 10) : 4;
+    if (s == EMBER_OK && ws_mib > 0) {
+        const size_t b = (size_t)ws_mib << 20;
+        if (cudaMalloc(&cu->cublas_ws, b) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cu->cublas_ws = NULL;
+            s = ember_error(EMBER_ERR_NOMEM, "cuda: cannot allocate a %ld MiB cuBLAS workspace", ws_mib);
+        } else if (cublasSetWorkspace(cu->cublas, cu->cublas_ws, b) != CUBLAS_STATUS_SUCCESS) {
+            s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetWorkspace failed");
+        } else {
+            cu->cublas_ws_bytes = b;
+        }
+    }
+    /* The driver reserves cudaLimitStackSize (1 KiB by default) of local
+     * memory for every thread the device can hold: 1 KiB x 132 SMs x 2048 =
+     * 264 MiB on an H200, counted in the context's footprint. Our kernels
+     * need at most a few dozen bytes (sincosf's slow path); the driver grows
+     * the limit by itself for a kernel that needs more (cuCtxSetLimit: "The
+     * driver automatically increases the per-thread stack size for each
+     * kernel launch as needed"). EMBER_CUDA_STACK sets the bytes. */
+    if (s == EMBER_OK) {
+        const char *sk = getenv("EMBER_CUDA_STACK");
+        const long stack = sk && *sk ? strtol(sk, NULL, 10) : 128;
+        if (stack >= 0) (void)cudaDeviceSetLimit(cudaLimitStackSize, (size_t)stack);
+        (void)cudaGetLastError();
+        size_t cur = 0;
+        if (cudaDeviceGetLimit(&cur, cudaLimitStackSize) == cudaSuccess) cu->stack_per_thread = cur;
+        (void)cudaGetLastError();
+        cu->stack_threads = (size_t)prop.multiProcessorCount * (size_t)prop.maxThreadsPerMultiProcessor;
+    }
     if (s == EMBER_OK) s = ember_cuda_ops_init(cu);
     if (s != EMBER_OK) {
         ember_cuda_free(cu);
@@ -74,6 +107,7 @@ extern "C" void ember_cuda_free(ember_cuda *cu)
     if (cu->scratch) cudaFree(cu->scratch);
     if (cu->counters) cudaFree(cu->counters);
     if (cu->cublas) cublasDestroy(cu->cublas);
+    if (cu->cublas_ws) cudaFree(cu->cublas_ws);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     free(cu);
 }
@@ -181,6 +215,26 @@ extern "C" ember_status ember_cuda_synchronize(ember_cuda *cu)
 
 extern "C" uint64_t ember_cuda_device_bytes(const ember_cuda *cu) { return cu ? cu->device_bytes : 0; }
 extern "C" uint64_t ember_cuda_host_bytes(const ember_cuda *cu) { return cu ? cu->host_bytes : 0; }
+extern "C" void ember_cuda_mem_stats(const ember_cuda *cu, ember_cuda_mem_stats_t *out)
+{
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!cu) return;
+    out->device_bytes = cu->device_bytes;
+    out->host_bytes = cu->host_bytes;
+    out->scratch_bytes = cu->scratch_bytes;
+    out->counters_bytes = cu->n_counters * sizeof(unsigned);
+    out->cublas_ws_bytes = cu->cublas_ws_bytes;
+    size_t cur = cu->stack_per_thread;
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && dev == cu->device && cudaDeviceGetLimit(&cur, cudaLimitStackSize) != cudaSuccess)
+        cur = cu->stack_per_thread;
+    (void)cudaGetLastError();
+    out->stack_per_thread = cur;
+    out->stack_bytes = (uint64_t)cur * cu->stack_threads;
+    out->gelu_table_bytes = 65536 * sizeof(float);
+}
+
 extern "C" uint64_t ember_cuda_mem_generation(const ember_cuda *cu) { return cu ? cu->generation : 0; }
 
 ember_status ember_cuda_scratch(ember_cuda *cu, size_t bytes, void **out)

@@ -18,7 +18,8 @@ namespace {
 constexpr int kWarps = 4; /* rows per CTA of the mat-vec kernel */
 constexpr int kMaxCols = 8;
 constexpr int64_t kGemmMinCols = 32;               /* wider batches go through cuBLAS */
-constexpr int64_t kGemmScratchFloats = 16 << 20;   /* dequantized rows per GEMM chunk (64 MiB) */
+constexpr int64_t kGemmScratchFloats = 4 << 20;    /* dequantized rows per GEMM chunk (16 MiB: a 10240 x 2560
+                                                        * matrix in 7 GEMMs of >= 1638 rows; was 64 MiB) */
 
 /* y[c*n_rows + r] = sum_k W[r][k] x[c*ne0 + k], c < NC. Each warp owns R
  * consecutive rows so that every x value loaded serves R rows. */

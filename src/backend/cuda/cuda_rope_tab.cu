@@ -10,6 +10,13 @@
  * the GPU must not compute the angles itself to match the CPU token for
  * token. Rotation as the CPU: x0 c - x1 s and x0 s + x1 c with the first
  * product fused.
+ * Angles below 2^-12 need no table: glibc's sinf/cosf/sincosf return x and
+ * 1.0f for |x| < 0x1p-12f (sysdeps/ieee754/flt-32/s_sinf.c, s_cosf.c), and
+ * so does the kernel, after computing the angle with the CPU's f32 steps.
+ * The table then holds only the leading pairs whose angle reaches 2^-12 at
+ * some position (the caller's n_tab_pairs): Gemma 4's full-attention layers
+ * rotate 64 of their 256 pairs (the rest have frequency divisors of 1e30),
+ * so their table is a quarter of the full one.
  * Must not: allocate or synchronise (graph capture), or know models.
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -20,8 +27,8 @@ namespace {
  * [half] (cos, sin); a position outside [0, n_pos) computes its angle
  * (ggml_rope's f32 steps) and uses sincosf. */
 __global__ void k_rope_tab(float *x, const int32_t *__restrict__ pos, int n_head, int head_dim, int n_rot, int neox,
-                           const float2 *__restrict__ tab, int32_t n_pos, float theta_scale, float freq_scale,
-                           const float *__restrict__ ff)
+                           const float2 *__restrict__ tab, int32_t n_pos, int n_tab, float theta_scale,
+                           float freq_scale, const float *__restrict__ ff)
 {
     ember_pdl_wait();
     const int64_t t = blockIdx.y;
@@ -30,15 +37,20 @@ __global__ void k_rope_tab(float *x, const int32_t *__restrict__ pos, int n_head
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float c, s;
-        if (p >= 0 && p < n_pos) {
-            const float2 cs = tab[(int64_t)p * half + i];
+        if (p >= 0 && p < n_pos && i < n_tab) {
+            const float2 cs = tab[(int64_t)p * n_tab + i];
             c = cs.x;
             s = cs.y;
         } else {
             float tb = (float)p;
             for (int k = 0; k < i; k++) tb = __fmul_rn(tb, theta_scale);
             const float theta = __fmul_rn(freq_scale, ff ? __fdiv_rn(tb, ff[i]) : tb);
-            sincosf(theta, &s, &c);
+            if (fabsf(theta) < 0x1p-12f) {   /* glibc's small-angle results */
+                s = theta;
+                c = 1.0f;
+            } else {
+                sincosf(theta, &s, &c);
+            }
         }
         const int i0 = neox ? i : 2 * i;
         const int i1 = neox ? i + half : 2 * i + 1;
@@ -55,15 +67,24 @@ extern "C" ember_status ember_cuda_rope_tab(ember_cuda *cu, float *x, const int3
                                             int32_t n_pos, float freq_base, float freq_scale,
                                             const float *freq_factors)
 {
+    return ember_cuda_rope_tab_pairs(cu, x, pos, n_tokens, n_head, head_dim, n_rot, mode, tab, n_pos, n_rot / 2,
+                                     freq_base, freq_scale, freq_factors);
+}
+
+extern "C" ember_status ember_cuda_rope_tab_pairs(ember_cuda *cu, float *x, const int32_t *pos, int64_t n_tokens,
+                                                  int n_head, int head_dim, int n_rot, ember_cuda_rope_mode mode,
+                                                  const float *tab, int32_t n_pos, int n_tab_pairs, float freq_base,
+                                                  float freq_scale, const float *freq_factors)
+{
     EMBER_CUDA_NONNULL(cu);
     EMBER_CUDA_NONNULL(x);
     EMBER_CUDA_NONNULL(pos);
     EMBER_CUDA_NONNULL(tab);
     if (n_tokens <= 0 || n_tokens > 65535 || n_head <= 0 || head_dim <= 0 || n_rot <= 0 || n_rot > head_dim ||
-        n_rot % 2 != 0 || n_pos < 0)
+        n_rot % 2 != 0 || n_pos < 0 || n_tab_pairs < 0 || n_tab_pairs > n_rot / 2)
         return ember_error(EMBER_ERR_INVALID_ARG,
-                           "cuda: rope_tab: bad shape (n_tokens %lld, n_head %d, head_dim %d, n_rot %d, n_pos %d)",
-                           (long long)n_tokens, n_head, head_dim, n_rot, (int)n_pos);
+                           "cuda: rope_tab: bad shape (n_tokens %lld, n_head %d, head_dim %d, n_rot %d, n_pos %d, "
+                           "n_tab_pairs %d)", (long long)n_tokens, n_head, head_dim, n_rot, (int)n_pos, n_tab_pairs);
     if (mode != EMBER_CUDA_ROPE_NORMAL && mode != EMBER_CUDA_ROPE_NEOX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rope_tab: unknown mode %d", (int)mode);
     if (!(freq_base > 0.f) || !(freq_scale > 0.f))
@@ -74,6 +95,6 @@ extern "C" ember_status ember_cuda_rope_tab(ember_cuda *cu, float *x, const int3
     const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     ember_launch(k_rope_tab, dim3((unsigned)n_head, (unsigned)n_tokens), threads, 0, cu->stream, x, pos, n_head,
                  head_dim, n_rot, mode == EMBER_CUDA_ROPE_NEOX ? 1 : 0, reinterpret_cast<const float2 *>(tab), n_pos,
-                 theta_scale, freq_scale, freq_factors);
+                 n_tab_pairs, theta_scale, freq_scale, freq_factors);
     return ember_cuda_launched("rope_tab");
 }

@@ -224,12 +224,77 @@ static void test_rope_tab_matches_cpu(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* Gemma 4 E4B's full-attention RoPE: head_dim 512, 256 pairs of which the
+ * first 64 turn (frequency divisor 1) and the rest have divisor 1e30; the
+ * table holds only the 64 (backend_cuda.c rope_table), the kernel gives the
+ * others glibc's small-angle cos/sin. Against the CPU backend's rope_ext,
+ * bit for bit, inside and past the table. */
+static void test_rope_tab_pairs_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    ember_backend *cpu = cpu_be();
+    enum { NH = 2, HD = 512, NR = 512, HALF = NR / 2, NT = 64, N_TOK = 24 };
+    const int64_t n_pos = 2048;
+    const float base = 1e6f;
+    float ff[HALF];
+    for (int i = 0; i < HALF; i++) ff[i] = i < NT ? 1.0f : 1e30f;
+    const size_t n = (size_t)N_TOK * NH * HD;
+    float *x = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n);
+    float *tab = malloc(sizeof(float) * 2 * n_pos * NT);
+    assert_non_null(x);
+    assert_non_null(ref);
+    assert_non_null(out);
+    assert_non_null(tab);
+    const float ts = powf(base, -2.0f / (float)NR);
+    for (int64_t p = 0; p < n_pos; p++) {
+        float theta = (float)p;
+        for (int i = 0; i < NT; i++) {
+            const float th = theta / ff[i];
+            tab[(p * NT + i) * 2] = cosf(th);
+            tab[(p * NT + i) * 2 + 1] = sinf(th);
+            theta *= ts;
+        }
+    }
+    int32_t pos[N_TOK];
+    for (size_t i = 0; i < n; i++) x[i] = test_randf(-4.f, 4.f);
+    for (int t = 0; t < N_TOK; t++) pos[t] = t < 16 ? (int32_t)(test_rand_u32() % n_pos) : (int32_t)(t - 16);
+    pos[N_TOK - 1] = (int32_t)n_pos + 100; /* past the table */
+    float *dtab = dev_new(tab, sizeof(float) * 2 * n_pos * NT);
+    float *dff = dev_new(ff, sizeof ff);
+    float *dx = dev_new(x, sizeof(float) * n);
+    int32_t *dpos = dev_new(pos, sizeof pos);
+    CU_OK(ember_cuda_rope_tab_pairs(test_cu, dx, dpos, N_TOK, NH, HD, NR, EMBER_CUDA_ROPE_NEOX, dtab, (int32_t)n_pos,
+                                    NT, base, 1.f, dff));
+    dev_get(out, dx, sizeof(float) * n);
+    memcpy(ref, x, sizeof(float) * n);
+    cpu->ops->rope_ext(cpu, ref, N_TOK, NH, HD, NR, pos, base, 1.f, EMBER_ROPE_NEOX, ff);
+    double worst = 0;
+    const size_t n_in = (size_t)(N_TOK - 1) * NH * HD;
+    long bad = compare("rope_tab 64 of 256 pairs", ref, out, n_in, &worst);
+    double w2 = 0;
+    compare("  (position past the table)", ref + n_in, out + n_in, n - n_in, &w2);
+    assert_true(w2 <= 1e-5);
+    dev_free(dtab, sizeof(float) * 2 * n_pos * NT);
+    dev_free(dff, sizeof ff);
+    dev_free(dx, sizeof(float) * n);
+    dev_free(dpos, sizeof pos);
+    free(tab);
+    free(x);
+    free(ref);
+    free(out);
+    ember_backend_free(cpu);
+    assert_true(worst <= 1e-6);
+    assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_glu_matches_cpu),
         cmocka_unit_test(test_rms_norm_matches_cpu),
         cmocka_unit_test(test_rope_tab_matches_cpu),
+        cmocka_unit_test(test_rope_tab_pairs_matches_cpu),
     };
     return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);
 }

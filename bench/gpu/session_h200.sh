@@ -26,7 +26,9 @@ log "greedy agreement (cut gemma3)"
 B=$B OUT=$OUT/q8 STEPS="exact default" timeout 150 bash bench/gpu/cudaq8_check.sh "$M"
 cat $OUT/q8/summary.txt >> "$S"
 log "e4b"
-BUILD=$B OUT=$OUT/e4b SKIP_TESTS=1 STEP_TIMEOUT=90 BENCH_ARGS="-p 512 -n 128 -r 2" timeout 200 bash bench/gpu/e4b_h200.sh
+# prints ember bench, the CUDA backend's GPU memory by category and the nvidia-smi peak at -c 16384 and
+# 65536, then (MEM_AB=1) -c 16384 with the driver's default stack and cuBLAS's own workspace
+BUILD=$B OUT=$OUT/e4b SKIP_TESTS=1 MEM_AB=1 STEP_TIMEOUT=90 BENCH_ARGS="-p 512 -n 128 -r 2" timeout 260 bash bench/gpu/e4b_h200.sh
 log "verify + bench"
 B=$B OUT=$OUT/q8b STEPS="verify bench" timeout 100 bash bench/gpu/cudaq8_check.sh "$M"
 log done

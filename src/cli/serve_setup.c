@@ -185,6 +185,30 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     cp.type_k = o->type_k;
     cp.type_v = o->type_v;
     if ((st = ember_context_new(m->model, &cp, &m->ctx)) != EMBER_OK) goto fail;
+#ifdef EMBER_CUDA
+    /* The CUDA backend uploads weights and allocates the KV cache on first
+     * use: one decode of one token (then removed from the cache) does that
+     * now, so the report below says where the GPU memory goes (and the
+     * first request does not pay for the upload). */
+    ember_backend *be = ember_context_backend(m->ctx);
+    if (ember_backend_is_cuda(be)) {
+        ember_batch wb = {0};
+        st = ember_batch_init(1, &wb);
+        if (st == EMBER_OK) {
+            wb.n_tokens = 1;
+            wb.token[0] = 0;
+            wb.pos[0] = 0;
+            wb.seq_id[0] = 0;
+            wb.logits[0] = 1;
+            st = ember_decode(m->ctx, &wb);
+            ember_batch_free(&wb);
+            if (st == EMBER_OK) st = ember_seq_remove(m->ctx, 0);
+        }
+        if (st != EMBER_OK) goto fail;
+        fprintf(log, "ember: after a one-token warm-up decode:\n");
+        ember_backend_cuda_mem_print(be, log);
+    }
+#endif
 
     if (o->template_file) {
         tmpl = serve_read_file(o->template_file);
@@ -211,30 +235,6 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
             o->model_path, ember_model_arch(m->model), ember_model_n_layer(m->model), n_vocab,
             mib(ember_model_size_bytes(m->model)), o->n_parallel, m->n_ctx, m->pool_tokens, kv_names[o->type_k],
             kv_names[o->type_v], mib(ember_context_kv_bytes(m->ctx)), mib(ember_context_scratch_bytes(m->ctx)));
-#ifdef EMBER_CUDA
-    /* The CUDA backend uploads weights and allocates the KV cache on first
-     * use: one decode of one token (then removed from the cache) does that
-     * now, so the report below says where the GPU memory goes (and the
-     * first request does not pay for the upload). */
-    ember_backend *be = ember_context_backend(m->ctx);
-    if (ember_backend_is_cuda(be)) {
-        ember_batch wb = {0};
-        st = ember_batch_init(1, &wb);
-        if (st == EMBER_OK) {
-            wb.n_tokens = 1;
-            wb.token[0] = 0;
-            wb.pos[0] = 0;
-            wb.seq_id[0] = 0;
-            wb.logits[0] = 1;
-            st = ember_decode(m->ctx, &wb);
-            ember_batch_free(&wb);
-            if (st == EMBER_OK) st = ember_seq_remove(m->ctx, 0);
-        }
-        if (st != EMBER_OK) goto fail;
-        fprintf(log, "ember: after a one-token warm-up decode:\n");
-        ember_backend_cuda_mem_print(be, log);
-    }
-#endif
     return EMBER_OK;
 fail:
     fprintf(log, "ember: %s: %s\n", ember_status_name(st), ember_last_error());

@@ -290,19 +290,46 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
 
 /* ---- CPU-order attention (EMBER_CUDA_EXACT) -------------------------
  * The CPU backend's flash attention for calls of < 64 queries over an F16
- * cache (ggml's one-row-at-a-time kernel): q rounded to f16; per key, in
- * key order, s = dot_f16(q, k) * scale with the AVX2 summation order (16
- * lanes of fused multiply-adds over i = l mod 16, then the 8 + 4 + 2 + 1
- * tree of hsum256); online softmax in f32 with expf; V accumulated in an f16
- * vector (vkq = f16(v * vs + vkq), rescaled as f16(vkq * ms)); out = vkq / S.
- * One CTA of D threads per (query, head): thread d owns output dim d.
- * Slow (a sequential pass over the keys) but it rounds as the CPU does, so
- * the two backends' continuations can be compared token for token. expf is
- * evaluated in double and rounded (glibc's expf is within 0.502 ulp). */
+ * cache (cpu.c attn_run, ggml's one-row-at-a-time kernel), step for step:
+ *  - q rounded to f16 (to_f16_row);
+ *  - per key, in key order, s = dot_f16(q, k) * scale with cpu.h's
+ *    ember_cpu_dot_f16 order: 64 partial sums p[e] (element e mod 64, fused
+ *    multiply-adds in index order), t[l] = (p[l] + p[l+32]) + (p[l+16] +
+ *    p[l+48]) for l < 16, u[l] = t[l+8] + t[l], v[l] = u[l+4] + u[l], then
+ *    (v0 + v2) + (v1 + v3); head sizes are multiples of 64 so there is no
+ *    double-precision tail;
+ *  - online softmax in f32 (if s > M: ms = expf(M_old - s), vkq rescaled by
+ *    scale_f16; else vs = expf(s - M)); vkq updated by mad_f16; S = fmaf(S,
+ *    ms, vs);
+ *  - mad_f16 / scale_f16 (cpu.h): for dims below D & ~127 the factor is
+ *    rounded to f16 first and the f16 result is rounded once (the product of
+ *    two f16 is exact in f32; the sum's single rounding by TwoSum + round to
+ *    odd, as ember_cpu_mad_f16); above it (D = 64) f16(fmaf(v, vs, vkq)) and
+ *    f16(vkq * ms) with the f32 factors;
+ *  - out = f32(vkq) * (1 / S), both correctly rounded.
+ * One CTA of D threads per (head, query): thread d owns output dim d; the
+ * warps score the keys of a chunk, one key per warp. Every float operation
+ * is an explicit _rn intrinsic so nvcc contracts nothing. The host emulation
+ * in tests/unit/cuda/test_cuda_attn_emul.c mirrors this kernel line by line
+ * and is compared bit for bit with the CPU op without a GPU. expf is
+ * evaluated in double and rounded (glibc's expf is within 0.502 ulp; see
+ * that test for how often the two differ). */
 constexpr int kExactChunk = 64;
 
 __device__ __forceinline__ float f16r(float x) { return __half2float(__float2half_rn(x)); }
 __device__ __forceinline__ float expf_cpu(float x) { return (float)exp((double)x); }
+
+/* f16(y + p) rounded once (ember_cpu_mad_f16's f16_sum_exact) */
+__device__ __forceinline__ float f16_sum_exact(float y, float p)
+{
+    const float s = __fadd_rn(y, p), bb = __fsub_rn(s, y);
+    const float err = __fadd_rn(__fsub_rn(y, __fsub_rn(s, bb)), __fsub_rn(p, bb));
+    if (err == 0.f) return f16r(s);
+    uint32_t u = __float_as_uint(s);
+    if ((u >> 31) != (signbit(err) ? 1u : 0u)) u -= 1;   /* s was rounded away from zero */
+    u |= 1;
+    return f16r(__uint_as_float(u));
+}
 
 template <int D>
 __global__ void __launch_bounds__(D)
@@ -311,6 +338,8 @@ k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const
              float *__restrict__ out, int n_head, int n_head_kv, float scale, int n_swa, int page_size,
              int max_pages)
 {
+    static_assert(D % 64 == 0, "CPU-order dot: head size a multiple of 64");
+    constexpr int kNp = D & ~127;   /* EMBER_GGML_F16_STEP */
     ember_pdl_wait();
     __shared__ float qs[D];
     __shared__ float sc[kExactChunk];
@@ -320,30 +349,29 @@ k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const
     const int p = pos[t];
     const int lo = n_swa > 0 ? max(0, p - n_swa + 1) : 0;
     const int32_t *bt = block_table + (int64_t)seq[t] * max_pages;
-    const int d = threadIdx.x, warp = d >> 5, lane = d & 31, l = lane & 15;
+    const int d = threadIdx.x, warp = d >> 5, lane = d & 31;
     qs[d] = f16r(q[(t * n_head + h) * D + d]);
     __syncthreads();
     float vk = 0.f, M = -INFINITY, S = 0.f;
     for (int j0 = lo; j0 <= p; j0 += kExactChunk) {
         const int nk = min(kExactChunk, p + 1 - j0);
-        /* scores: a half-warp per key, all lanes looping alike */
-        for (int kb = warp * 2; kb < nk; kb += (D / 32) * 2) {
-            const int kk = kb + (lane >> 4);
-            float part = 0.f;
-            if (kk < nk) {
-                const int j = j0 + kk;
-                const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
-                const __half *kr = kc + (cell * n_head_kv + g) * D;
-                for (int i = l; i < D; i += 16) part = fmaf(qs[i], __half2float(kr[i]), part);
+        /* scores: one key per warp; lane l holds p[l] and p[l + 32] */
+        for (int kk = warp; kk < nk; kk += D / 32) {
+            const int j = j0 + kk;
+            const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+            const __half *kr = kc + (cell * n_head_kv + g) * D;
+            float p0 = 0.f, p1 = 0.f;
+            for (int i = 0; i < D; i += 64) {
+                p0 = __fmaf_rn(qs[i + lane], __half2float(kr[i + lane]), p0);
+                p1 = __fmaf_rn(qs[i + lane + 32], __half2float(kr[i + lane + 32]), p1);
             }
-            float o = __shfl_down_sync(0xffffffffu, part, 8, 16);
-            const float v8 = part + o;                        /* s0 + s1, lanes 0..7 */
-            o = __shfl_down_sync(0xffffffffu, v8, 4, 16);
-            const float w4 = v8 + o;                          /* lo + hi halves */
-            o = __shfl_down_sync(0xffffffffu, w4, 2, 16);
-            const float u2 = w4 + o;                          /* movehl */
-            o = __shfl_down_sync(0xffffffffu, u2, 1, 16);
-            if (kk < nk && l == 0) sc[kk] = (u2 + o) * scale; /* movehdup + add_ss */
+            const float a = __fadd_rn(p0, p1);                                  /* p[l] + p[l+32] */
+            const float tl = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 16)); /* t[l], l < 16 */
+            const float ul = __fadd_rn(__shfl_down_sync(0xffffffffu, tl, 8), tl); /* u[l], l < 8 */
+            const float vl = __fadd_rn(__shfl_down_sync(0xffffffffu, ul, 4), ul); /* v[l], l < 4 */
+            const float xl = __fadd_rn(vl, __shfl_down_sync(0xffffffffu, vl, 2)); /* v0+v2, v1+v3 */
+            const float r = __fadd_rn(xl, __shfl_down_sync(0xffffffffu, xl, 1));
+            if (lane == 0) sc[kk] = __fmul_rn(r, scale);
         }
         __syncthreads();
         for (int kk = 0; kk < nk; kk++) {
@@ -355,17 +383,17 @@ k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const
             if (s > M) {
                 const float m_old = M;
                 M = s;
-                ms = expf_cpu(m_old - M);
-                vk = f16r(__fmul_rn(vk, ms));
+                ms = expf_cpu(__fsub_rn(m_old, M));
+                vk = f16r(__fmul_rn(vk, d < kNp ? f16r(ms) : ms));   /* scale_f16 */
             } else {
-                vs = expf_cpu(s - M);
+                vs = expf_cpu(__fsub_rn(s, M));
             }
-            vk = f16r(fmaf(v, vs, vk));
-            S = __fadd_rn(__fmul_rn(S, ms), vs);
+            vk = d < kNp ? f16_sum_exact(vk, __fmul_rn(v, f16r(vs))) : f16r(__fmaf_rn(v, vs, vk));   /* mad_f16 */
+            S = __fmaf_rn(S, ms, vs);
         }
         __syncthreads();
     }
-    const float inv = S == 0.f ? 0.f : 1.f / S;
+    const float inv = S == 0.f ? 0.f : __fdiv_rn(1.f, S);
     out[(t * n_head + h) * D + d] = __fmul_rn(vk, inv);
 }
 

@@ -312,12 +312,48 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
  * is an explicit _rn intrinsic so nvcc contracts nothing. The host emulation
  * in tests/unit/cuda/test_cuda_attn_emul.c mirrors this kernel line by line
  * and is compared bit for bit with the CPU op without a GPU. expf is
- * evaluated in double and rounded (glibc's expf is within 0.502 ulp; see
- * that test for how often the two differ). */
+ * glibc's algorithm (expf_cpu below), so the exponentials are the CPU's. */
 constexpr int kExactChunk = 64;
 
 __device__ __forceinline__ float f16r(float x) { return __half2float(__float2half_rn(x)); }
-__device__ __forceinline__ float expf_cpu(float x) { return (float)exp((double)x); }
+/* expf as glibc (>= 2.27, x86_64, its FMA and non-FMA builds alike) computes
+ * it: the table-driven method of ARM's optimized-routines (Szabolcs Nagy
+ * 2017), in double: x/ln2 scaled by N = 32, k its nearest integer (by the
+ * 1.5 * 2^52 shift), r = x*N/ln2 - k, 2^(k/N) from a 32-entry table of
+ * 2^(i/32) (exponent bits folded, tab[i] = bits(2^(i/32)) - (i << 47);
+ * computed here by exp2l and rounded), a degree-3 polynomial in r, one
+ * rounding to float at the end. Arguments here are <= 0: -inf and those
+ * below -0x1.9fe368p6 give 0 as glibc's special cases do. The host copy in
+ * tests/unit/backend/test_attn_exact_emul.c is checked against the C
+ * library's expf over a sample of every float in [-104, 0]. */
+__device__ const unsigned long long kExpTab[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+__device__ __forceinline__ float expf_cpu(float x)
+{
+    if (x != x) return __fadd_rn(x, x);
+    if (x < -0x1.9fe368p6f) return 0.f;   /* -inf included */
+    const double kInvLn2N = 0x1.71547652b82fep+0 * 32, kShift = 0x1.8p+52;
+    const double kC0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, kC1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
+                 kC2 = 0x1.62e42ff0c52d6p-1 / 32;
+    const double z = __dmul_rn(kInvLn2N, (double)x);
+    double kd = __dadd_rn(z, kShift);
+    const unsigned long long ki = (unsigned long long)__double_as_longlong(kd);
+    kd = __dsub_rn(kd, kShift);
+    const double r = __dsub_rn(z, kd);
+    const double s = __longlong_as_double((long long)(kExpTab[ki % 32] + (ki << 47)));
+    const double p = __fma_rn(kC0, r, kC1), r2 = __dmul_rn(r, r);
+    const double y = __fma_rn(p, r2, __fma_rn(kC2, r, 1.0));
+    return __double2float_rn(__dmul_rn(y, s));
+}
 
 /* f16(y + p) rounded once (ember_cpu_mad_f16's f16_sum_exact) */
 __device__ __forceinline__ float f16_sum_exact(float y, float p)

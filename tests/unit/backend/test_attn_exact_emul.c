@@ -9,9 +9,10 @@
  * 4 heads, 1 KV head, 512-key window), Gemma 4 E4B (512, 8 heads, 2 KV
  * heads), 128 and 64 (the scalar-tail side of mad_f16/scale_f16), < 64
  * queries (the CPU's one-row path) over a paged F16 cache with scattered
- * blocks. It also counts how often the kernel's expf ((float)exp(double))
- * differs from the C library's expf that the CPU op calls on the softmax
- * arguments met here (that difference is outside what the kernel controls). */
+ * blocks. A second test checks the kernel's expf (glibc's table method,
+ * re-derived) against the C library's expf that the CPU op calls, on every
+ * 61st float of [-104, 0]: both tests assume glibc >= 2.27 (the CPU
+ * backend's expf is libm's). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -37,9 +38,42 @@ static long n_exp_calls, n_exp_differ;
 /* ---- the kernel, emulated ------------------------------------------------ */
 
 static float f16r(float x) { return ember_fp16_to_fp32(ember_fp32_to_fp16(x)); }
-static float expf_cpu(float x)   /* the kernel's: (float)exp((double)x) */
+/* the kernel's expf_cpu (glibc's method, cuda_attn.cu); its table built
+ * here the way the kernel's constants were made */
+static uint64_t exp_tab[32];
+static void exp_tab_init(void)
 {
-    const float e = (float)exp((double)x);
+    for (int i = 0; i < 32; i++) {
+        const double v = (double)exp2l((long double)i / 32);
+        uint64_t u;
+        memcpy(&u, &v, 8);
+        exp_tab[i] = u - ((uint64_t)i << 47);
+    }
+}
+static float expf_kernel(float x)
+{
+    if (x != x) return x + x;
+    if (x < -0x1.9fe368p6f) return 0.f;
+    const double kInvLn2N = 0x1.71547652b82fep+0 * 32, kShift = 0x1.8p+52;
+    const double kC0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, kC1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
+                 kC2 = 0x1.62e42ff0c52d6p-1 / 32;
+    volatile double z = kInvLn2N * (double)x;   /* volatile: rounded as the kernel's __dmul_rn */
+    double kd = z + kShift;
+    uint64_t ki;
+    memcpy(&ki, &kd, 8);
+    kd = kd - kShift;
+    const double r = z - kd;
+    const uint64_t sb = exp_tab[ki % 32] + (ki << 47);
+    double s;
+    memcpy(&s, &sb, 8);
+    volatile double r2 = r * r;
+    const double p = fma(kC0, r, kC1);
+    const double y = fma(p, r2, fma(kC2, r, 1.0));
+    return (float)(y * s);
+}
+static float expf_cpu(float x)
+{
+    const float e = expf_kernel(x);
     n_exp_calls++;
     if (memcmp(&e, &(float){expf(x)}, 4) != 0) n_exp_differ++;
     return e;
@@ -179,15 +213,43 @@ static long run_case(const ecase *c)
         printf(" (first [%zu] token %zu head %zu dim %zu: emul %.9g cpu %.9g)", first,
                first / ((size_t)c->n_head * c->head_dim), first / c->head_dim % c->n_head, first % c->head_dim,
                (double)o_emu[first], (double)o_cpu[first]);
-    printf("; expf differs from (float)exp(double) in %ld calls\n", n_exp_differ - e0);
+    printf("; expf differs from the kernel's in %ld calls\n", n_exp_differ - e0);
     free(q); free(o_cpu); free(o_emu); free(qs); free(kf); free(vf); free(k); free(v); free(blocks);
     ember_backend_free(cpu);
     return bad;
 }
 
+static void test_kernel_expf_matches_libm(void **state)
+{
+    (void)state;
+    exp_tab_init();
+    long n = 0, bad = 0;
+    uint32_t first = 0;
+    for (uint32_t u = 0x80000000u; u <= 0xC2D00000u; u += 61) {   /* -0 .. -104 */
+        float x;
+        memcpy(&x, &u, 4);
+        const float a = expf_kernel(x), b = expf(x);
+        n++;
+        if (memcmp(&a, &b, 4) != 0 && bad++ == 0) first = u;
+    }
+    const float specials[] = {-INFINITY, -0x1.9fe368p6f, -0x1.9fe366p6f, -1e-30f, 0.f};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) {
+        const float a = expf_kernel(specials[i]), b = expf(specials[i]);
+        n++;
+        if (memcmp(&a, &b, 4) != 0 && bad++ == 0) memcpy(&first, &specials[i], 4);
+    }
+    printf("# kernel expf vs libm expf: %ld of %ld differ\n", bad, n);
+    if (bad) {
+        float x;
+        memcpy(&x, &first, 4);
+        fail_msg("kernel expf(%a) = %a, libm %a", (double)x, (double)expf_kernel(x), (double)expf(x));
+    }
+}
+
 static void test_exact_kernel_emulation_matches_cpu(void **state)
 {
     (void)state;
+    exp_tab_init();
     const ecase cases[] = {
         {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 1, .pos0 = 5},    /* Gemma 3 */
         {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 7, .pos0 = 0},
@@ -199,7 +261,7 @@ static void test_exact_kernel_emulation_matches_cpu(void **state)
     };
     long bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad += run_case(&cases[i]);
-    printf("# expf: %ld of %ld softmax exponentials differ between libm expf and (float)exp(double)\n",
+    printf("# expf: %ld of %ld softmax exponentials differ between libm expf and the kernel's\n",
            n_exp_differ, n_exp_calls);
     if (bad) fail_msg("%ld outputs of the emulated CPU-order kernel differ from the CPU op", bad);
 }
@@ -207,6 +269,7 @@ static void test_exact_kernel_emulation_matches_cpu(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernel_expf_matches_libm),
         cmocka_unit_test(test_exact_kernel_emulation_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

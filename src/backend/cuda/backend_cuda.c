@@ -1350,7 +1350,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     const ember_cuda_attn_params ap = {
         .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim_k, .scale = p->kq_scale * q_scale,
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
-        .exact = b->exact_attn && n < 64,   /* the CPU's split (FA_TILE_Q) */
+        .exact = b->exact_attn, .exact_tiled = n >= 64,   /* the CPU's split (FA_TILE_Q) */
     };
     CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, dpos, dseq, dtab, dk, dv, dout));
     out_done(b, out, dout, nq);

@@ -433,6 +433,84 @@ k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const
     out[(t * n_head + h) * D + d] = __fmul_rn(vk, inv);
 }
 
+/* The CPU backend's attention for calls of >= 64 queries over an F16 cache
+ * (cpu.c attn_run_grouped, ggml's tiled all-f32 kernel), step for step:
+ *  - q in f32 (not rounded); per key s = dot_f32_f16(q, k) * scale in the
+ *    order of ember_cpu_dot_f32_f16_avx2: 16 partial sums P[l] (element l
+ *    mod 16, fused multiply-adds in index order), w[k] = P[k] + P[k+8],
+ *    x[k] = w[k] + w[k+4], then (x0 + x2) + (x1 + x3); head sizes are
+ *    multiples of 16 so there is no scalar tail;
+ *  - mx = the largest s; then in key order e_j = expf(s_j - mx), sum += e_j
+ *    (f32, sequential) and acc[d] = fmaf(e_j, v_j[d], acc[d]) (axpy_f16);
+ *  - out = acc * (1 / sum).
+ * Two passes over the keys (the second recomputes the scores: same bits).
+ * One CTA of D threads per (head, query), thread d owns dim d. */
+template <int D>
+__global__ void __launch_bounds__(D)
+k_attn_exact_tiled(const float *__restrict__ q, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
+                   const int32_t *__restrict__ block_table, const __half *__restrict__ kc,
+                   const __half *__restrict__ vc, float *__restrict__ out, int n_head, int n_head_kv, float scale,
+                   int n_swa, int page_size, int max_pages)
+{
+    static_assert(D % 64 == 0 && D >= kExactChunk, "one thread per key of a chunk");
+    ember_pdl_wait();
+    __shared__ float qs[D];
+    __shared__ float sc[kExactChunk];
+    __shared__ float wmax[D / 32];
+    const int h = blockIdx.x;
+    const int64_t t = blockIdx.y;
+    const int g = h / (n_head / n_head_kv);
+    const int p = pos[t];
+    const int lo = n_swa > 0 ? max(0, p - n_swa + 1) : 0;
+    const int32_t *bt = block_table + (int64_t)seq[t] * max_pages;
+    const int d = threadIdx.x, warp = d >> 5, lane = d & 31;
+    qs[d] = q[(t * n_head + h) * D + d];
+    __syncthreads();
+    /* one key per warp; lane l < 16 holds P[l] */
+    auto score = [&](int j) -> float {
+        const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+        const __half *kr = kc + (cell * n_head_kv + g) * D;
+        float part = 0.f;
+        if (lane < 16)
+            for (int i = 0; i < D; i += 16) part = __fmaf_rn(qs[i + lane], __half2float(kr[i + lane]), part);
+        const float w = __fadd_rn(part, __shfl_down_sync(0xffffffffu, part, 8));   /* s0 + s1 */
+        const float x = __fadd_rn(w, __shfl_down_sync(0xffffffffu, w, 4));         /* lo + hi halves */
+        const float y = __fadd_rn(x, __shfl_down_sync(0xffffffffu, x, 2));         /* movehl */
+        const float r = __fadd_rn(y, __shfl_down_sync(0xffffffffu, y, 1));         /* movehdup + add_ss */
+        return __fmul_rn(r, scale);
+    };
+    float mx = -INFINITY;
+    for (int j = lo + warp; j <= p; j += D / 32) {
+        const float s = score(j);
+        if (s > mx) mx = s;
+    }
+    if (lane == 0) wmax[warp] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+    for (int w = 0; w < D / 32; w++)
+        if (wmax[w] > mx) mx = wmax[w];
+    float acc = 0.f, sum = 0.f;
+    for (int j0 = lo; j0 <= p; j0 += kExactChunk) {
+        const int nk = min(kExactChunk, p + 1 - j0);
+        for (int kk = warp; kk < nk; kk += D / 32) {
+            const float s = score(j0 + kk);
+            if (lane == 0) sc[kk] = s;
+        }
+        __syncthreads();
+        if (d < nk) sc[d] = expf_cpu(__fsub_rn(sc[d], mx));
+        __syncthreads();
+        for (int kk = 0; kk < nk; kk++) {
+            const int j = j0 + kk;
+            const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+            const float e = sc[kk];
+            sum = __fadd_rn(sum, e);
+            acc = __fmaf_rn(e, __half2float(vc[(cell * n_head_kv + g) * D + d]), acc);
+        }
+        __syncthreads();
+    }
+    out[(t * n_head + h) * D + d] = __fmul_rn(acc, __fdiv_rn(1.f, sum));
+}
+
 /* ---- any head size (the generic path) -------------------------------
  * For head sizes without a tuned kernel (the tiny test models' 16 and 32,
  * or 80, 96, ...; any D in [1, 1024]) and for more than kMaxG query heads per
@@ -603,18 +681,24 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
         if (p->softcap > 0.f)
             return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: CPU-order attention has no softcap");
         const dim3 grid((unsigned)p->n_head, (unsigned)n_tokens);
+#define EXACT_CASE(DD)                                                                                          \
+    case DD:                                                                                                    \
+        if (p->exact_tiled)                                                                                     \
+            ember_launch(k_attn_exact_tiled<DD>, grid, DD, 0, cu->stream, q, pos, seq, block_table, kc, vc, out, \
+                         p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages);              \
+        else                                                                                                    \
+            ember_launch(k_attn_exact<DD>, grid, DD, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,       \
+                         p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages);              \
+        break;
         switch (p->head_dim) {
-        case 64: ember_launch(k_attn_exact<64>, grid, 64, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
-                              p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
-        case 128: ember_launch(k_attn_exact<128>, grid, 128, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
-                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
-        case 256: ember_launch(k_attn_exact<256>, grid, 256, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
-                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
-        case 512: ember_launch(k_attn_exact<512>, grid, 512, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
-                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
+            EXACT_CASE(64)
+            EXACT_CASE(128)
+            EXACT_CASE(256)
+            EXACT_CASE(512)
         default: /* no CPU-order kernel for this size: the generic one (F32 order, not the CPU's) */
             return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
         }
+#undef EXACT_CASE
         return ember_cuda_launched("attn (CPU order)");
     }
     if (a.G > kMaxG) return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);

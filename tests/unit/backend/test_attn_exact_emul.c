@@ -1,5 +1,6 @@
-/* Host emulation of the CUDA backend's CPU-order attention kernel
- * (src/backend/cuda/cuda_attn.cu k_attn_exact, EMBER_CUDA_EXACT=1) against
+/* Host emulation of the CUDA backend's CPU-order attention kernels
+ * (src/backend/cuda/cuda_attn.cu k_attn_exact and k_attn_exact_tiled,
+ * EMBER_CUDA_EXACT=1) against
  * the CPU backend's attention op, bit for bit, without a GPU. The emulation
  * below mirrors the kernel line by line (same operations, same order, same
  * roundings: fmaf where the kernel has __fmaf_rn, f16 rounding where it has
@@ -8,8 +9,8 @@
  * a kernel that cannot give the CPU's bits. Shapes: Gemma 3 (head_dim 256,
  * 4 heads, 1 KV head, 512-key window), Gemma 4 E4B (512, 8 heads, 2 KV
  * heads), 128 and 64 (the scalar-tail side of mad_f16/scale_f16), < 64
- * queries (the CPU's one-row path) over a paged F16 cache with scattered
- * blocks. A second test checks the kernel's expf (glibc's table method,
+ * queries (the CPU's one-row path, k_attn_exact) and >= 64 (its tiled f32
+ * path, k_attn_exact_tiled) over a paged F16 cache with scattered blocks. A second test checks the kernel's expf (glibc's table method,
  * re-derived) against the C library's expf that the CPU op calls, on every
  * 61st float of [-104, 0]: both tests assume glibc >= 2.27 (the CPU
  * backend's expf is libm's). */
@@ -153,6 +154,53 @@ static void emul_cta(int D, const float *q, int p, const int32_t *bt, int page_s
     }
 }
 
+/* k_attn_exact_tiled (>= 64 queries), one CTA; every thread adds the same
+ * e_j to its own copy of sum, so the sum is kept once here */
+static void emul_cta_tiled(int D, const float *q, int p, const int32_t *bt, int page_size, const uint16_t *kc,
+                           const uint16_t *vc, float *out, int h, int n_head, int n_head_kv, float scale, int n_swa)
+{
+    float qs[512], sc[CHUNK], acc[512];
+    const int g = h / (n_head / n_head_kv);
+    const int lo = n_swa > 0 ? (p - n_swa + 1 > 0 ? p - n_swa + 1 : 0) : 0;
+    for (int d = 0; d < D; d++) qs[d] = q[d];
+#define SCORE(j, res)                                                                                       \
+    do {                                                                                                    \
+        const int64_t cell_ = (int64_t)bt[(j) / page_size] * page_size + (j) % page_size;                   \
+        const uint16_t *kr = kc + (cell_ * n_head_kv + g) * D;                                              \
+        float P[16], w[8], x[4], y[2];                                                                      \
+        for (int l = 0; l < 16; l++) {                                                                      \
+            P[l] = 0.f;                                                                                     \
+            for (int i = 0; i < D; i += 16) P[l] = fmaf(qs[i + l], ember_fp16_to_fp32(kr[i + l]), P[l]);    \
+        }                                                                                                   \
+        for (int l = 0; l < 8; l++) w[l] = P[l] + P[l + 8];                                                 \
+        for (int l = 0; l < 4; l++) x[l] = w[l] + w[l + 4];                                                 \
+        for (int l = 0; l < 2; l++) y[l] = x[l] + x[l + 2];                                                 \
+        (res) = (y[0] + y[1]) * scale;                                                                      \
+    } while (0)
+    float mx = -INFINITY;
+    for (int j = lo; j <= p; j++) {   /* warps in turn; the max does not depend on the order */
+        float s;
+        SCORE(j, s);
+        if (s > mx) mx = s;
+    }
+    float sum = 0.f;
+    for (int d = 0; d < D; d++) acc[d] = 0.f;
+    for (int j0 = lo; j0 <= p; j0 += CHUNK) {
+        const int nk = CHUNK < p + 1 - j0 ? CHUNK : p + 1 - j0;
+        for (int kk = 0; kk < nk; kk++) SCORE(j0 + kk, sc[kk]);
+        for (int kk = 0; kk < nk; kk++) sc[kk] = expf_cpu(sc[kk] - mx);   /* thread kk */
+        for (int kk = 0; kk < nk; kk++) {
+            const int j = j0 + kk;
+            const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+            const float e = sc[kk];
+            sum = sum + e;
+            for (int d = 0; d < D; d++) acc[d] = fmaf(e, ember_fp16_to_fp32(vc[(cell * n_head_kv + g) * D + d]), acc[d]);
+        }
+    }
+#undef SCORE
+    for (int d = 0; d < D; d++) out[d] = acc[d] * (1.f / sum);
+}
+
 /* ---- the comparison ------------------------------------------------------- */
 
 typedef struct ecase {
@@ -163,7 +211,7 @@ static long run_case(const ecase *c)
 {
     const int bt = 32, n_blocks = (c->n_ctx + bt - 1) / bt;
     const int64_t n_rows = (int64_t)n_blocks * bt, row = (int64_t)c->n_head_kv * c->head_dim;
-    ember_backend_limits lim = {.max_tokens = 64, .max_n_in = 4096, .max_kv_tokens = c->n_ctx,
+    ember_backend_limits lim = {.max_tokens = 128, .max_n_in = 4096, .max_kv_tokens = c->n_ctx,
                                 .max_head_dim = c->head_dim};
     ember_backend *cpu = NULL;
     assert_int_equal(ember_backend_cpu_new(1, &lim, &cpu), EMBER_OK);
@@ -201,7 +249,7 @@ static long run_case(const ecase *c)
     const long e0 = n_exp_differ;
     for (int t = 0; t < c->n_q; t++)
         for (int h = 0; h < c->n_head; h++)
-            emul_cta(c->head_dim, q + ((size_t)t * c->n_head + h) * c->head_dim, c->pos0 + t, blocks, bt, k, v,
+            (c->n_q >= 64 ? emul_cta_tiled : emul_cta)(c->head_dim, q + ((size_t)t * c->n_head + h) * c->head_dim, c->pos0 + t, blocks, bt, k, v,
                      o_emu + ((size_t)t * c->n_head + h) * c->head_dim, h, c->n_head, c->n_head_kv, scale, c->n_swa);
     long bad = 0;
     size_t first = 0;
@@ -258,6 +306,10 @@ static void test_exact_kernel_emulation_matches_cpu(void **state)
         {.n_head = 8, .n_head_kv = 2, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 1, .pos0 = 600},
         {.n_head = 4, .n_head_kv = 2, .head_dim = 128, .n_ctx = 256, .n_q = 5, .pos0 = 100},
         {.n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ctx = 256, .n_q = 5, .pos0 = 150},   /* mad_f16's scalar tail */
+        /* >= 64 queries: the CPU's tiled f32 path, k_attn_exact_tiled */
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 64, .pos0 = 0},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 512, .n_q = 66, .pos0 = 100},
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 64, .pos0 = 500},
     };
     long bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad += run_case(&cases[i]);

@@ -8,8 +8,9 @@
  * two differ by rounding only: max |cuda - cpu| <= 1e-2 * max |cpu| (V rows
  * in [-1, 1]; the CPU's f16 accumulator, rounded at each of up to ~1000 keys,
  * reaches a few 1e-3; a wrong block, head or window is off by O(1)). A
- * second test sets EMBER_CUDA_EXACT=1 (the CPU-order kernel) and requires
- * every output bit-identical for < 64 queries, printing the first mismatch.
+ * second test sets EMBER_CUDA_EXACT=1 (the CPU-order kernels) and requires
+ * every output bit-identical (head sizes 64..512, decode and prefill),
+ * printing the first mismatch.
  * Without EMBER_CUDA or a GPU every case skips. */
 #include "cuda_test.h"
 
@@ -127,9 +128,10 @@ static void test_backend_attn_matches_cpu(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], false);
 }
 
-/* EMBER_CUDA_EXACT=1: below 64 queries the CPU-order kernel must give the CPU
- * op's bits (every output identical); the 70-query prefill and head sizes
- * without a CPU-order kernel (16, 32) are left to the tolerance test above. */
+/* EMBER_CUDA_EXACT=1: the CPU-order kernels must give the CPU op's bits
+ * (every output identical), below 64 queries (k_attn_exact) and from 64 on
+ * (k_attn_exact_tiled); head sizes without a CPU-order kernel (16, 32) are
+ * left to the tolerance test above. */
 static void test_backend_attn_exact_bits(void **state)
 {
     (void)state;
@@ -143,6 +145,8 @@ static void test_backend_attn_exact_bits(void **state)
         {.n_head = 8, .n_head_kv = 2, .head_dim = 256, .n_swa = 512, .n_ctx = 2048, .n_q = 1, .pos0 = 1500},
         {.n_head = 4, .n_head_kv = 2, .head_dim = 128, .n_ctx = 256, .n_q = 3, .pos0 = 100},
         {.n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ctx = 256, .n_q = 3, .pos0 = 150},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 512, .n_q = 70, .pos0 = 100},  /* tiled f32 path */
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 64, .pos0 = 500},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], true);
 }

@@ -128,7 +128,7 @@ typedef struct cuda_backend {
      * folded into the attention scale (exact: it commutes with f16
      * rounding of q) */
     bool fuse_on;
-    bool exact_attn;         /* EMBER_CUDA_EXACT=1: < 64-query attention in the CPU's order and rounding */
+    bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;

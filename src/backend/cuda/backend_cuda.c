@@ -157,7 +157,7 @@ typedef struct cuda_backend {
      * folded into the attention scale (exact: it commutes with f16
      * rounding of q) */
     bool fuse_on;
-    bool exact_attn;         /* EMBER_CUDA_EXACT=1: < 64-query attention in the CPU's order and rounding */
+    bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
@@ -1431,7 +1431,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     const ember_cuda_attn_params ap = {
         .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim_k, .scale = p->kq_scale * q_scale,
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
-        .exact = b->exact_attn && n < 64,   /* the CPU's split (FA_TILE_Q) */
+        .exact = b->exact_attn, .exact_tiled = n >= 64,   /* the CPU's split (FA_TILE_Q) */
     };
     CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, dpos, dseq, dtab, dk, dv, dout));
     out_done(b, out, dout, nq);

@@ -290,19 +290,82 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
 
 /* ---- CPU-order attention (EMBER_CUDA_EXACT) -------------------------
  * The CPU backend's flash attention for calls of < 64 queries over an F16
- * cache (ggml's one-row-at-a-time kernel): q rounded to f16; per key, in
- * key order, s = dot_f16(q, k) * scale with the AVX2 summation order (16
- * lanes of fused multiply-adds over i = l mod 16, then the 8 + 4 + 2 + 1
- * tree of hsum256); online softmax in f32 with expf; V accumulated in an f16
- * vector (vkq = f16(v * vs + vkq), rescaled as f16(vkq * ms)); out = vkq / S.
- * One CTA of D threads per (query, head): thread d owns output dim d.
- * Slow (a sequential pass over the keys) but it rounds as the CPU does, so
- * the two backends' continuations can be compared token for token. expf is
- * evaluated in double and rounded (glibc's expf is within 0.502 ulp). */
+ * cache (cpu.c attn_run, ggml's one-row-at-a-time kernel), step for step:
+ *  - q rounded to f16 (to_f16_row);
+ *  - per key, in key order, s = dot_f16(q, k) * scale with cpu.h's
+ *    ember_cpu_dot_f16 order: 64 partial sums p[e] (element e mod 64, fused
+ *    multiply-adds in index order), t[l] = (p[l] + p[l+32]) + (p[l+16] +
+ *    p[l+48]) for l < 16, u[l] = t[l+8] + t[l], v[l] = u[l+4] + u[l], then
+ *    (v0 + v2) + (v1 + v3); head sizes are multiples of 64 so there is no
+ *    double-precision tail;
+ *  - online softmax in f32 (if s > M: ms = expf(M_old - s), vkq rescaled by
+ *    scale_f16; else vs = expf(s - M)); vkq updated by mad_f16; S = fmaf(S,
+ *    ms, vs);
+ *  - mad_f16 / scale_f16 (cpu.h): for dims below D & ~127 the factor is
+ *    rounded to f16 first and the f16 result is rounded once (the product of
+ *    two f16 is exact in f32; the sum's single rounding by TwoSum + round to
+ *    odd, as ember_cpu_mad_f16); above it (D = 64) f16(fmaf(v, vs, vkq)) and
+ *    f16(vkq * ms) with the f32 factors;
+ *  - out = f32(vkq) * (1 / S), both correctly rounded.
+ * One CTA of D threads per (head, query): thread d owns output dim d; the
+ * warps score the keys of a chunk, one key per warp. Every float operation
+ * is an explicit _rn intrinsic so nvcc contracts nothing. The host emulation
+ * in tests/unit/cuda/test_cuda_attn_emul.c mirrors this kernel line by line
+ * and is compared bit for bit with the CPU op without a GPU. expf is
+ * glibc's algorithm (expf_cpu below), so the exponentials are the CPU's. */
 constexpr int kExactChunk = 64;
 
 __device__ __forceinline__ float f16r(float x) { return __half2float(__float2half_rn(x)); }
-__device__ __forceinline__ float expf_cpu(float x) { return (float)exp((double)x); }
+/* expf as glibc (>= 2.27, x86_64, its FMA and non-FMA builds alike) computes
+ * it: the table-driven method of ARM's optimized-routines (Szabolcs Nagy
+ * 2017), in double: x/ln2 scaled by N = 32, k its nearest integer (by the
+ * 1.5 * 2^52 shift), r = x*N/ln2 - k, 2^(k/N) from a 32-entry table of
+ * 2^(i/32) (exponent bits folded, tab[i] = bits(2^(i/32)) - (i << 47);
+ * computed here by exp2l and rounded), a degree-3 polynomial in r, one
+ * rounding to float at the end. Arguments here are <= 0: -inf and those
+ * below -0x1.9fe368p6 give 0 as glibc's special cases do. The host copy in
+ * tests/unit/backend/test_attn_exact_emul.c is checked against the C
+ * library's expf over a sample of every float in [-104, 0]. */
+__device__ const unsigned long long kExpTab[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+__device__ __forceinline__ float expf_cpu(float x)
+{
+    if (x != x) return __fadd_rn(x, x);
+    if (x < -0x1.9fe368p6f) return 0.f;   /* -inf included */
+    const double kInvLn2N = 0x1.71547652b82fep+0 * 32, kShift = 0x1.8p+52;
+    const double kC0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, kC1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
+                 kC2 = 0x1.62e42ff0c52d6p-1 / 32;
+    const double z = __dmul_rn(kInvLn2N, (double)x);
+    double kd = __dadd_rn(z, kShift);
+    const unsigned long long ki = (unsigned long long)__double_as_longlong(kd);
+    kd = __dsub_rn(kd, kShift);
+    const double r = __dsub_rn(z, kd);
+    const double s = __longlong_as_double((long long)(kExpTab[ki % 32] + (ki << 47)));
+    const double p = __fma_rn(kC0, r, kC1), r2 = __dmul_rn(r, r);
+    const double y = __fma_rn(p, r2, __fma_rn(kC2, r, 1.0));
+    return __double2float_rn(__dmul_rn(y, s));
+}
+
+/* f16(y + p) rounded once (ember_cpu_mad_f16's f16_sum_exact) */
+__device__ __forceinline__ float f16_sum_exact(float y, float p)
+{
+    const float s = __fadd_rn(y, p), bb = __fsub_rn(s, y);
+    const float err = __fadd_rn(__fsub_rn(y, __fsub_rn(s, bb)), __fsub_rn(p, bb));
+    if (err == 0.f) return f16r(s);
+    uint32_t u = __float_as_uint(s);
+    if ((u >> 31) != (signbit(err) ? 1u : 0u)) u -= 1;   /* s was rounded away from zero */
+    u |= 1;
+    return f16r(__uint_as_float(u));
+}
 
 template <int D>
 __global__ void __launch_bounds__(D)
@@ -311,6 +374,8 @@ k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const
              float *__restrict__ out, int n_head, int n_head_kv, float scale, int n_swa, int page_size,
              int max_pages)
 {
+    static_assert(D % 64 == 0, "CPU-order dot: head size a multiple of 64");
+    constexpr int kNp = D & ~127;   /* EMBER_GGML_F16_STEP */
     ember_pdl_wait();
     __shared__ float qs[D];
     __shared__ float sc[kExactChunk];
@@ -320,30 +385,29 @@ k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const
     const int p = pos[t];
     const int lo = n_swa > 0 ? max(0, p - n_swa + 1) : 0;
     const int32_t *bt = block_table + (int64_t)seq[t] * max_pages;
-    const int d = threadIdx.x, warp = d >> 5, lane = d & 31, l = lane & 15;
+    const int d = threadIdx.x, warp = d >> 5, lane = d & 31;
     qs[d] = f16r(q[(t * n_head + h) * D + d]);
     __syncthreads();
     float vk = 0.f, M = -INFINITY, S = 0.f;
     for (int j0 = lo; j0 <= p; j0 += kExactChunk) {
         const int nk = min(kExactChunk, p + 1 - j0);
-        /* scores: a half-warp per key, all lanes looping alike */
-        for (int kb = warp * 2; kb < nk; kb += (D / 32) * 2) {
-            const int kk = kb + (lane >> 4);
-            float part = 0.f;
-            if (kk < nk) {
-                const int j = j0 + kk;
-                const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
-                const __half *kr = kc + (cell * n_head_kv + g) * D;
-                for (int i = l; i < D; i += 16) part = fmaf(qs[i], __half2float(kr[i]), part);
+        /* scores: one key per warp; lane l holds p[l] and p[l + 32] */
+        for (int kk = warp; kk < nk; kk += D / 32) {
+            const int j = j0 + kk;
+            const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+            const __half *kr = kc + (cell * n_head_kv + g) * D;
+            float p0 = 0.f, p1 = 0.f;
+            for (int i = 0; i < D; i += 64) {
+                p0 = __fmaf_rn(qs[i + lane], __half2float(kr[i + lane]), p0);
+                p1 = __fmaf_rn(qs[i + lane + 32], __half2float(kr[i + lane + 32]), p1);
             }
-            float o = __shfl_down_sync(0xffffffffu, part, 8, 16);
-            const float v8 = part + o;                        /* s0 + s1, lanes 0..7 */
-            o = __shfl_down_sync(0xffffffffu, v8, 4, 16);
-            const float w4 = v8 + o;                          /* lo + hi halves */
-            o = __shfl_down_sync(0xffffffffu, w4, 2, 16);
-            const float u2 = w4 + o;                          /* movehl */
-            o = __shfl_down_sync(0xffffffffu, u2, 1, 16);
-            if (kk < nk && l == 0) sc[kk] = (u2 + o) * scale; /* movehdup + add_ss */
+            const float a = __fadd_rn(p0, p1);                                  /* p[l] + p[l+32] */
+            const float tl = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 16)); /* t[l], l < 16 */
+            const float ul = __fadd_rn(__shfl_down_sync(0xffffffffu, tl, 8), tl); /* u[l], l < 8 */
+            const float vl = __fadd_rn(__shfl_down_sync(0xffffffffu, ul, 4), ul); /* v[l], l < 4 */
+            const float xl = __fadd_rn(vl, __shfl_down_sync(0xffffffffu, vl, 2)); /* v0+v2, v1+v3 */
+            const float r = __fadd_rn(xl, __shfl_down_sync(0xffffffffu, xl, 1));
+            if (lane == 0) sc[kk] = __fmul_rn(r, scale);
         }
         __syncthreads();
         for (int kk = 0; kk < nk; kk++) {
@@ -355,18 +419,96 @@ k_attn_exact(const float *__restrict__ q, const int32_t *__restrict__ pos, const
             if (s > M) {
                 const float m_old = M;
                 M = s;
-                ms = expf_cpu(m_old - M);
-                vk = f16r(__fmul_rn(vk, ms));
+                ms = expf_cpu(__fsub_rn(m_old, M));
+                vk = f16r(__fmul_rn(vk, d < kNp ? f16r(ms) : ms));   /* scale_f16 */
             } else {
-                vs = expf_cpu(s - M);
+                vs = expf_cpu(__fsub_rn(s, M));
             }
-            vk = f16r(fmaf(v, vs, vk));
-            S = __fadd_rn(__fmul_rn(S, ms), vs);
+            vk = d < kNp ? f16_sum_exact(vk, __fmul_rn(v, f16r(vs))) : f16r(__fmaf_rn(v, vs, vk));   /* mad_f16 */
+            S = __fmaf_rn(S, ms, vs);
         }
         __syncthreads();
     }
-    const float inv = S == 0.f ? 0.f : 1.f / S;
+    const float inv = S == 0.f ? 0.f : __fdiv_rn(1.f, S);
     out[(t * n_head + h) * D + d] = __fmul_rn(vk, inv);
+}
+
+/* The CPU backend's attention for calls of >= 64 queries over an F16 cache
+ * (cpu.c attn_run_grouped, ggml's tiled all-f32 kernel), step for step:
+ *  - q in f32 (not rounded); per key s = dot_f32_f16(q, k) * scale in the
+ *    order of ember_cpu_dot_f32_f16_avx2: 16 partial sums P[l] (element l
+ *    mod 16, fused multiply-adds in index order), w[k] = P[k] + P[k+8],
+ *    x[k] = w[k] + w[k+4], then (x0 + x2) + (x1 + x3); head sizes are
+ *    multiples of 16 so there is no scalar tail;
+ *  - mx = the largest s; then in key order e_j = expf(s_j - mx), sum += e_j
+ *    (f32, sequential) and acc[d] = fmaf(e_j, v_j[d], acc[d]) (axpy_f16);
+ *  - out = acc * (1 / sum).
+ * Two passes over the keys (the second recomputes the scores: same bits).
+ * One CTA of D threads per (head, query), thread d owns dim d. */
+template <int D>
+__global__ void __launch_bounds__(D)
+k_attn_exact_tiled(const float *__restrict__ q, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
+                   const int32_t *__restrict__ block_table, const __half *__restrict__ kc,
+                   const __half *__restrict__ vc, float *__restrict__ out, int n_head, int n_head_kv, float scale,
+                   int n_swa, int page_size, int max_pages)
+{
+    static_assert(D % 64 == 0 && D >= kExactChunk, "one thread per key of a chunk");
+    ember_pdl_wait();
+    __shared__ float qs[D];
+    __shared__ float sc[kExactChunk];
+    __shared__ float wmax[D / 32];
+    const int h = blockIdx.x;
+    const int64_t t = blockIdx.y;
+    const int g = h / (n_head / n_head_kv);
+    const int p = pos[t];
+    const int lo = n_swa > 0 ? max(0, p - n_swa + 1) : 0;
+    const int32_t *bt = block_table + (int64_t)seq[t] * max_pages;
+    const int d = threadIdx.x, warp = d >> 5, lane = d & 31;
+    qs[d] = q[(t * n_head + h) * D + d];
+    __syncthreads();
+    /* one key per warp; lane l < 16 holds P[l] */
+    auto score = [&](int j) -> float {
+        const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+        const __half *kr = kc + (cell * n_head_kv + g) * D;
+        float part = 0.f;
+        if (lane < 16)
+            for (int i = 0; i < D; i += 16) part = __fmaf_rn(qs[i + lane], __half2float(kr[i + lane]), part);
+        const float w = __fadd_rn(part, __shfl_down_sync(0xffffffffu, part, 8));   /* s0 + s1 */
+        const float x = __fadd_rn(w, __shfl_down_sync(0xffffffffu, w, 4));         /* lo + hi halves */
+        const float y = __fadd_rn(x, __shfl_down_sync(0xffffffffu, x, 2));         /* movehl */
+        const float r = __fadd_rn(y, __shfl_down_sync(0xffffffffu, y, 1));         /* movehdup + add_ss */
+        return __fmul_rn(r, scale);
+    };
+    float mx = -INFINITY;
+    for (int j = lo + warp; j <= p; j += D / 32) {
+        const float s = score(j);
+        if (s > mx) mx = s;
+    }
+    if (lane == 0) wmax[warp] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+    for (int w = 0; w < D / 32; w++)
+        if (wmax[w] > mx) mx = wmax[w];
+    float acc = 0.f, sum = 0.f;
+    for (int j0 = lo; j0 <= p; j0 += kExactChunk) {
+        const int nk = min(kExactChunk, p + 1 - j0);
+        for (int kk = warp; kk < nk; kk += D / 32) {
+            const float s = score(j0 + kk);
+            if (lane == 0) sc[kk] = s;
+        }
+        __syncthreads();
+        if (d < nk) sc[d] = expf_cpu(__fsub_rn(sc[d], mx));
+        __syncthreads();
+        for (int kk = 0; kk < nk; kk++) {
+            const int j = j0 + kk;
+            const int64_t cell = (int64_t)bt[j / page_size] * page_size + j % page_size;
+            const float e = sc[kk];
+            sum = __fadd_rn(sum, e);
+            acc = __fmaf_rn(e, __half2float(vc[(cell * n_head_kv + g) * D + d]), acc);
+        }
+        __syncthreads();
+    }
+    out[(t * n_head + h) * D + d] = __fmul_rn(acc, __fdiv_rn(1.f, sum));
 }
 
 /* ---- any head size (the generic path) -------------------------------
@@ -539,18 +681,24 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
         if (p->softcap > 0.f)
             return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: CPU-order attention has no softcap");
         const dim3 grid((unsigned)p->n_head, (unsigned)n_tokens);
+#define EXACT_CASE(DD)                                                                                          \
+    case DD:                                                                                                    \
+        if (p->exact_tiled)                                                                                     \
+            ember_launch(k_attn_exact_tiled<DD>, grid, DD, 0, cu->stream, q, pos, seq, block_table, kc, vc, out, \
+                         p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages);              \
+        else                                                                                                    \
+            ember_launch(k_attn_exact<DD>, grid, DD, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,       \
+                         p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages);              \
+        break;
         switch (p->head_dim) {
-        case 64: ember_launch(k_attn_exact<64>, grid, 64, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
-                              p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
-        case 128: ember_launch(k_attn_exact<128>, grid, 128, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
-                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
-        case 256: ember_launch(k_attn_exact<256>, grid, 256, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
-                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
-        case 512: ember_launch(k_attn_exact<512>, grid, 512, 0, cu->stream, q, pos, seq, block_table, kc, vc, out,
-                               p->n_head, p->n_head_kv, p->scale, p->n_swa, p->page_size, p->max_pages); break;
+            EXACT_CASE(64)
+            EXACT_CASE(128)
+            EXACT_CASE(256)
+            EXACT_CASE(512)
         default: /* no CPU-order kernel for this size: the generic one (F32 order, not the CPU's) */
             return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
         }
+#undef EXACT_CASE
         return ember_cuda_launched("attn (CPU order)");
     }
     if (a.G > kMaxG) return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);

@@ -305,6 +305,7 @@ typedef struct ember_cuda_attn_params {
     int32_t max_pages;   /* columns of block_table */
     int32_t max_ctx;     /* most positions a sequence reaches; sizes the key splits */
     bool exact;          /* the CPU backend's order and f16 rounding (slow; see cuda_attn.cu) */
+    bool exact_tiled;    /* with exact: its >= 64-query tiled all-f32 order instead of the one-row one */
 } ember_cuda_attn_params;
 
 /* Flash-attention (online softmax, Dao et al. 2022; split-K "flash

@@ -7,8 +7,11 @@
  * ggml's flash attention order (f16 V accumulation below 64 queries), so the
  * two differ by rounding only: max |cuda - cpu| <= 1e-2 * max |cpu| (V rows
  * in [-1, 1]; the CPU's f16 accumulator, rounded at each of up to ~1000 keys,
- * reaches a few 1e-3; a wrong block, head or window is off by O(1)). Without
- * EMBER_CUDA or a GPU every case skips. */
+ * reaches a few 1e-3; a wrong block, head or window is off by O(1)). A
+ * second test sets EMBER_CUDA_EXACT=1 (the CPU-order kernels) and requires
+ * every output bit-identical (head sizes 64..512, decode and prefill),
+ * printing the first mismatch.
+ * Without EMBER_CUDA or a GPU every case skips. */
 #include "cuda_test.h"
 
 #ifdef EMBER_CUDA
@@ -19,7 +22,7 @@ typedef struct bcase {
     int n_head, n_head_kv, head_dim, n_swa, n_ctx, n_q, pos0;
 } bcase;
 
-static void run_case(const bcase *c)
+static void run_case(const bcase *c, bool exact)
 {
     const int bt = 32, n_blocks = (c->n_ctx + bt - 1) / bt;
     const int64_t n_rows = (int64_t)n_blocks * bt, row = (int64_t)c->n_head_kv * c->head_dim;
@@ -27,7 +30,10 @@ static void run_case(const bcase *c)
                                 .max_head_dim = c->head_dim};
     ember_backend *cpu = NULL, *gpu = NULL;
     CU_OK(ember_backend_cpu_new(2, &lim, &cpu));
-    CU_OK(ember_backend_cuda_new(0, &lim, &gpu));
+    if (exact) setenv("EMBER_CUDA_EXACT", "1", 1);
+    const ember_status gs = ember_backend_cuda_new(0, &lim, &gpu);
+    if (exact) unsetenv("EMBER_CUDA_EXACT");
+    CU_OK(gs);
     uint16_t *k = calloc((size_t)(n_rows * row), 2), *v = calloc((size_t)(n_rows * row), 2);
     int32_t *blocks = malloc(sizeof(int32_t) * n_blocks);
     assert_true(k && v && blocks);
@@ -66,8 +72,9 @@ static void run_case(const bcase *c)
     cpu->ops->attention(cpu, &view, &ap, q, qs, c->n_q, o_cpu);
     gpu->ops->attention(gpu, &view, &ap, q, qs, c->n_q, o_gpu);
     double md = 0, mr = 0;
-    size_t at = 0;
+    size_t at = 0, n_diff = 0, first = 0;
     for (size_t i = 0; i < nq; i++) {
+        if (memcmp(&o_gpu[i], &o_cpu[i], sizeof(float)) != 0 && n_diff++ == 0) first = i;
         const double d = fabs((double)o_gpu[i] - o_cpu[i]);
         if (d > md || d != d) {
             md = d;
@@ -75,13 +82,22 @@ static void run_case(const bcase *c)
         }
         if (fabs(o_cpu[i]) > mr) mr = fabs(o_cpu[i]);
     }
-    printf("# D=%d n_head=%d n_head_kv=%d swa=%d queries %d at pos %d..%d: max|cuda - cpu| %.3g at [%zu] (token %zu, head "
+    printf("#%s D=%d n_head=%d n_head_kv=%d swa=%d queries %d at pos %d..%d: max|cuda - cpu| %.3g at [%zu] (token %zu, head "
            "%zu, dim %zu: cuda %.6g, cpu %.6g), max|cpu| %.3g\n",
-           c->head_dim, c->n_head, c->n_head_kv, c->n_swa, c->n_q, c->pos0, last, md, at,
+           exact ? " [exact]" : "", c->head_dim, c->n_head, c->n_head_kv, c->n_swa, c->n_q, c->pos0, last, md, at,
            at / ((size_t)c->n_head * c->head_dim), at / c->head_dim % c->n_head, at % c->head_dim, o_gpu[at], o_cpu[at],
            mr);
     assert_true(mr > 0.01);
     if (!(md <= 1e-2 * mr)) fail_msg("D=%d: max|cuda - cpu| %g > 1e-2 * %g", c->head_dim, md, mr);
+    if (exact) {
+        printf("#   [exact] %zu of %zu outputs differ in bits", n_diff, nq);
+        if (n_diff)
+            printf("; first [%zu] (token %zu, head %zu, dim %zu): cuda %a cpu %a", first,
+                   first / ((size_t)c->n_head * c->head_dim), first / c->head_dim % c->n_head, first % c->head_dim,
+                   (double)o_gpu[first], (double)o_cpu[first]);
+        printf("\n");
+        if (n_diff) fail_msg("EMBER_CUDA_EXACT: D=%d, %zu outputs differ from the CPU op", c->head_dim, n_diff);
+    }
     free(q);
     free(o_cpu);
     free(o_gpu);
@@ -109,13 +125,37 @@ static void test_backend_attn_matches_cpu(void **state)
         {.n_head = 4, .n_head_kv = 2, .head_dim = 32, .n_ctx = 256, .n_q = 9, .pos0 = 150},
         {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 512, .n_q = 70, .pos0 = 100}, /* prefill: CPU tiled path */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], false);
+}
+
+/* EMBER_CUDA_EXACT=1: the CPU-order kernels must give the CPU op's bits
+ * (every output identical), below 64 queries (k_attn_exact) and from 64 on
+ * (k_attn_exact_tiled); head sizes without a CPU-order kernel (16, 32) are
+ * left to the tolerance test above. */
+static void test_backend_attn_exact_bits(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const bcase cases[] = {
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 1, .pos0 = 40},  /* Gemma 3 */
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 9, .pos0 = 0},
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 2, .pos0 = 700},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 1024, .n_q = 1, .pos0 = 900},   /* E4B */
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 1024, .n_q = 5, .pos0 = 300},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 256, .n_swa = 512, .n_ctx = 2048, .n_q = 1, .pos0 = 1500},
+        {.n_head = 4, .n_head_kv = 2, .head_dim = 128, .n_ctx = 256, .n_q = 3, .pos0 = 100},
+        {.n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ctx = 256, .n_q = 3, .pos0 = 150},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .n_ctx = 512, .n_q = 70, .pos0 = 100},  /* tiled f32 path */
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .n_ctx = 1024, .n_q = 64, .pos0 = 500},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], true);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_attn_matches_cpu),
+        cmocka_unit_test(test_backend_attn_exact_bits),
     };
     return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);
 }

@@ -58,7 +58,8 @@ extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
         cublasSetMathMode(cu->cublas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetMathMode failed");
     /* cuBLAS's own default workspace is 32 MiB on Hopper; ours is small
-     * (prefill GEMMs only; EMBER_CUDA_CUBLAS_WS_MIB sets it, 0: cuBLAS's) */
+     * (prefill GEMMs only; EMBER_CUDA_CUBLAS_WS_MIB sets it, 0: cuBLAS's).
+     * After cublasSetStream, which resets the handle to the default pool. */
     const char *ws = getenv("EMBER_CUDA_CUBLAS_WS_MIB");
     const long ws_mib = ws && *ws ? strtol(ws, NULL, 10) : 4;
     if (s == EMBER_OK && ws_mib > 0) {

@@ -20,7 +20,7 @@ log "tests"
 for t in test_cuda_q8 test_cuda_exact test_cuda_attn test_cuda_backend_attn test_gemma4 test_cuda_matmul test_cuda_ops; do
   timeout 120 $B/tests/$t > "$OUT/$t.txt" 2>&1
   echo "$t rc $?" | tee -a "$S"
-  grep -E "identical|differ|FAILED|ERROR|error|mismatch|SKIP|no CUDA|max" "$OUT/$t.txt" | cut -c1-240 | head -25 >> "$S"
+  grep -E "FAILED|PASSED|ERROR|error|mismatch|differ|SKIP|no CUDA" "$OUT/$t.txt" | grep -v " 0 differ" | cut -c1-200 | head -8 >> "$S"
 done
 log "greedy agreement (cut gemma3)"
 B=$B OUT=$OUT/q8 STEPS="exact default" timeout 150 bash bench/gpu/cudaq8_check.sh "$M"

@@ -269,7 +269,7 @@ static void test_matmul_q8_matches_cpu(void **state)
     double worst = 0;
     long identical = 0, total = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-        const bool k = types[ti][2] == 'K';
+        const bool k = types[ti][3] == 'K';
         const int64_t shapes[2] = {k ? 1024 : 640, k ? 2048 : 576};
         for (int si = 0; si < 2; si++)
             for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {

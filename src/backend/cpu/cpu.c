@@ -278,6 +278,7 @@ typedef struct mm_task {
     void *xq;
     size_t xq_row;
     int32_t *asum;                /* block sums for the VNNI tiles, or NULL */
+    uint8_t *xg;                  /* Q8_0 prefill on AVX-512: the rows interleaved (cpu.h EMBER_XG_*), or NULL */
     int32_t n_w;
     const ember_weight *const *ws;
     float *const *ys;
@@ -303,6 +304,7 @@ static void mm_quantize(void *arg, int ith, int nth)
                 a->asum[t * nb + b] = s;
             }
         }
+        if (a->xg) ember_cpu_q8_0_interleave_avx512(a->n_in, row, a->xg + (size_t)(t / 8) * (size_t)(a->n_in / 32) * EMBER_XG_BLOCK, (int)(t % 8));
     }
 }
 
@@ -335,6 +337,10 @@ static void mm_dot(void *arg, int ith, int nth)
         /* the path depends on the weight type and the CPU only, never on the
          * batch's token count, so a token's logits do not depend on what it is
          * batched with (decode alone = decode beside other slots = prefill) */
+        if (a->xg && (w->type == EMBER_TYPE_Q4_0 || w->type == EMBER_TYPE_Q5_0 || w->type == EMBER_TYPE_Q8_0)) {
+            ember_cpu_gemm_q32x_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->xg, y, n_out, r0, r1, t0, t1);
+            continue;
+        }
         if (a->asum && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->asum, y, n_out, r0, r1, t0, t1);
             continue;
@@ -395,6 +401,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.xq = cb->act;
         a.xq_row = row_size(vdt, n_in);
         a.asum = have_vnni && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
+        if (vdt == EMBER_TYPE_Q8_0 && n_tokens >= 4) a.xg = cb->xg;   /* NULL without VNNI */
         a.n_w = n_g;
         a.ws = grp;
         a.ys = gys;
@@ -775,6 +782,7 @@ static void op_free(ember_backend *be)
     }
     free(cb->act);
     free(cb->asum);
+    free(cb->xg);
     free(cb);
 }
 
@@ -814,8 +822,10 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
     cb->act = malloc(cb->act_bytes);
     cb->asum = malloc((size_t)lim->max_tokens * (size_t)(lim->max_n_in / 32 + 1) * sizeof(int32_t));
     cb->ts = calloc((size_t)n_threads, sizeof *cb->ts);
-    if (!cb->act || !cb->asum || !cb->ts) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
-    cb->scratch_bytes = cb->act_bytes;
+    const size_t xg_bytes = have_vnni ? (size_t)(lim->max_tokens + 7) / 8 * (size_t)(lim->max_n_in / 32) * EMBER_XG_BLOCK : 0;
+    if (xg_bytes) cb->xg = aligned_alloc(64, (xg_bytes + 63) & ~(size_t)63);
+    if (!cb->act || !cb->asum || !cb->ts || (xg_bytes && !cb->xg)) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
+    cb->scratch_bytes = cb->act_bytes + xg_bytes;
     for (int32_t i = 0; i < n_threads; i++) {
         cb->ts[i].scores = malloc((size_t)lim->max_kv_tokens * ATTN_GROUP * sizeof(float));
         cb->ts[i].vrow = malloc((size_t)lim->max_head_dim * sizeof(float));

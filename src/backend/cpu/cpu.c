@@ -47,6 +47,7 @@ static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cp
 static void (*dot_f32_f16_multi)(int64_t, int, const float *const *, const uint16_t *, float *) = ember_cpu_dot_f32_f16_multi;
 static void (*axpy_f16_multi)(int64_t, int, const float *, const uint16_t *, float *const *) = ember_cpu_axpy_f16_multi;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
+static bool have_attn512;   /* attn_avx512.c prefill attention loops */
 static bool have_vnni;   /* AVX-512 VNNI tiles */
 
 static void init_tables(void)
@@ -76,6 +77,7 @@ static void init_tables(void)
         axpy_f16_multi = ember_cpu_axpy_f16_multi_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
+        have_attn512 = ember_cpu_variant_active() >= EMBER_CPU_AVX512;
     }
 }
 
@@ -702,6 +704,7 @@ static void attn_run_grouped(void *arg, int ith, int nth)
     const size_t k_head_bytes = row_size(kv->type_k, hk);
     const size_t v_head_bytes = row_size(kv->type_v, hv);
     const int64_t kv_max = a->cb->lim.max_kv_tokens;
+    const bool attn512 = have_attn512 && hk % 16 == 0 && hv % 16 == 0;
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
         if (item >= n_items) break;
@@ -720,7 +723,23 @@ static void attn_run_grouped(void *arg, int ith, int nth)
             acc[q] = ts->acc + (size_t)q * (size_t)a->cb->lim.max_head_dim;
             mx[q] = -INFINITY;
         }
-        for (int32_t j = lo; j <= hi; j++) {
+        for (int32_t j = lo; j <= hi;) {
+            if (attn512 && hi - j >= 3) {   /* 4 K rows at a time, same per-output order */
+                const uint16_t *kr4[4];
+                for (int r = 0; r < 4; r++) {
+                    const int64_t row = (int64_t)qq->blocks[(j + r) / bt] * bt + (j + r) % bt;
+                    kr4[r] = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
+                }
+                float s4[4 * 8];
+                ember_cpu_attn_qk_avx512(hk, nq, qh, 4, kr4, s4);
+                for (int r = 0; r < 4; r++, j++)
+                    for (int q = 0; q < nq; q++) {
+                        const float sq = s4[r * 8 + q] * p->kq_scale;
+                        ts->scores[(size_t)q * (size_t)kv_max + (size_t)(j - lo)] = sq;
+                        if (sq > mx[q]) mx[q] = sq;
+                    }
+                continue;
+            }
             const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
             const uint16_t *kr = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
             dot_f32_f16_multi(hk, nq, qh, kr, s);
@@ -729,6 +748,7 @@ static void attn_run_grouped(void *arg, int ith, int nth)
                 ts->scores[(size_t)q * (size_t)kv_max + (size_t)(j - lo)] = sq;
                 if (sq > mx[q]) mx[q] = sq;
             }
+            j++;
         }
         float inv[ATTN_GROUP];
         for (int q = 0; q < nq; q++) {
@@ -738,7 +758,10 @@ static void attn_run_grouped(void *arg, int ith, int nth)
             inv[q] = 1.0f / sum;
             memset(acc[q], 0, (size_t)hv * sizeof(float));
         }
-        for (int32_t j = lo; j <= hi; j++) {
+        if (attn512)
+            ember_cpu_attn_pv_avx512(hv, nq, lo, hi, ts->scores, (size_t)kv_max, (const uint8_t *)kv->v + (size_t)g * v_head_bytes,
+                                     kv->v_row_bytes, qq->blocks, bt, acc);
+        else for (int32_t j = lo; j <= hi; j++) {
             const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
             for (int q = 0; q < nq; q++) w[q] = ts->scores[(size_t)q * (size_t)kv_max + (size_t)(j - lo)];
             axpy_f16_multi(hv, nq, w, (const uint16_t *)((const uint8_t *)kv->v + (size_t)row * kv->v_row_bytes + (size_t)g * v_head_bytes), acc);

@@ -132,4 +132,16 @@ void ember_cpu_gemm_q32x_avx512(uint32_t type, int64_t n_in, const uint8_t *w, s
                                 size_t xq_row, const uint8_t *xg, float *y, int64_t ldy,
                                 int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
+/* Prefill attention inner loops (attn_avx512.c), bit-identical per output to
+ * the AVX2 one-row helpers; head sizes must be multiples of 16.
+ * qk: out[r * 8 + q] = ember_cpu_dot_f32_f16_avx2(n, a[q], b[r]) for nq <= 8
+ * query heads and nr = 4 or fewer K rows.
+ * pv: y[q][d] = sum over j = lo..hi, in order, of fma(w[q * w_stride + j - lo],
+ * v_j[d], .) from 0, where v_j is the f16 row at v + (blocks[j / bt] * bt +
+ * j % bt) * v_row_bytes (v already offset to the head); as repeated
+ * ember_cpu_axpy_f16_avx2 calls on zeroed y. */
+void ember_cpu_attn_qk_avx512(int64_t n, int nq, const float *const *a, int nr, const uint16_t *const *b, float *out);
+void ember_cpu_attn_pv_avx512(int64_t hv, int nq, int32_t lo, int32_t hi, const float *w, size_t w_stride,
+                              const uint8_t *v, size_t v_row_bytes, const int32_t *blocks, int32_t bt, float *const *y);
+
 #endif

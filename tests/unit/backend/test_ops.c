@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "base/threadpool.h"
 #include "quant/quant.h"
+#include "backend/cpu/cpu.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)   /* xorshift64, uniform in [-1, 1) */
@@ -302,6 +303,50 @@ static void test_matmul_formats(void **st)
     }
 }
 
+/* The AVX-512 prefill attention loops (attn_avx512.c) against the AVX2
+ * one-row helpers they stand for: scores and V sums must match bit for bit
+ * (head sizes 16..272, 1..8 query heads, rows spread over paged blocks). */
+static void test_attn_avx512_matches_avx2(void **st)
+{
+    (void)st;
+    if (ember_cpu_variant_active() < EMBER_CPU_AVX512) skip();
+    enum { BT = 4, NB = 5, ROWS = NB * BT, DMAX = 272 };
+    const int32_t blocks[NB] = {3, 0, 4, 1, 2};
+    static uint16_t kv[ROWS][DMAX];
+    static float q[8][DMAX], w[8][ROWS], y[8][DMAX], yref[DMAX];
+    for (int r = 0; r < ROWS; r++)
+        for (int d = 0; d < DMAX; d++) kv[r][d] = ember_fp32_to_fp16(frand() * 2.0f - 1.0f);
+    for (int h = 0; h < 8; h++) {
+        for (int d = 0; d < DMAX; d++) q[h][d] = frand() * 3.0f - 1.5f;
+        for (int j = 0; j < ROWS; j++) w[h][j] = frand();
+    }
+    const int dims[] = {16, 32, 48, 64, 80, 256, 272};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int nq = 1; nq <= 8; nq++) {
+            const int D = dims[di];
+            const float *qa[8];
+            float *ya[8];
+            for (int h = 0; h < nq; h++) { qa[h] = q[h]; ya[h] = y[h]; }
+            const uint16_t *kr[4] = {kv[2], kv[7], kv[11], kv[19]};
+            float out[4 * 8];
+            for (int nr = 1; nr <= 4; nr += 3) {
+                ember_cpu_attn_qk_avx512(D, nq, qa, nr, kr, out);
+                for (int r = 0; r < nr; r++)
+                    for (int h = 0; h < nq; h++)
+                        if (ember_cpu_dot_f32_f16_avx2(D, q[h], kr[r]) != out[r * 8 + h])
+                            fail_msg("qk: D %d, %d heads, %d rows: row %d head %d differs", D, nq, nr, r, h);
+            }
+            const int lo = 1, hi = ROWS - 2;   /* positions 1..18: starts and ends inside a block */
+            ember_cpu_attn_pv_avx512(D, nq, lo, hi, w[0], ROWS, (const uint8_t *)kv, sizeof kv[0], blocks, BT, ya);
+            for (int h = 0; h < nq; h++) {
+                memset(yref, 0, sizeof yref);
+                for (int j = lo; j <= hi; j++)
+                    ember_cpu_axpy_f16_avx2(D, w[h][j - lo], kv[blocks[j / BT] * BT + j % BT], yref);
+                if (memcmp(yref, y[h], (size_t)D * sizeof(float)) != 0) fail_msg("pv: D %d, %d heads: head %d differs", D, nq, h);
+            }
+        }
+}
+
 /* Attention over a paged cache with blocks out of order, GQA h -> 2 heads,
  * nq queries (>= 64 takes the CPU backend's prefill path, which handles the
  * heads of one KV head together, in groups of up to 8). */
@@ -390,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_gated_activations),
         cmocka_unit_test(test_activations_batch_invariant),
+        cmocka_unit_test(test_attn_avx512_matches_avx2),
         cmocka_unit_test(test_matmul_q8_0_exact),
         cmocka_unit_test(test_matmul_formats),
         cmocka_unit_test(test_attention_f32),

@@ -3,7 +3,9 @@
  * 32-element block formats (see gemm_avx2.c for the math): 4 weight rows x 4
  * tokens per tile (32 vector registers hold the 16 accumulators); and the
  * Q4_K / Q6_K (x Q8_K) prefill tiles, 4 rows x 4 tokens, whose outputs are
- * bit-identical to those formats' one-token vec_dot (see tile_q4_K).
+ * bit-identical to those formats' one-token vec_dot (see tile_q4_K); and for
+ * Q4_0/Q5_0/Q8_0 prefill a 4 rows x 8 tokens tile with two outputs per zmm
+ * over interleaved activations (see tile_x), same per-output arithmetic.
  *
  * VNNI's dpbusd multiplies unsigned by signed bytes straight into int32, so
  * weights are unpacked unsigned (q + off: off = 8 for Q4_0, 16 for Q5_0, 128

@@ -47,7 +47,6 @@ static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cp
 static void (*dot_f32_f16_multi)(int64_t, int, const float *const *, const uint16_t *, float *) = ember_cpu_dot_f32_f16_multi;
 static void (*axpy_f16_multi)(int64_t, int, const float *, const uint16_t *, float *const *) = ember_cpu_axpy_f16_multi;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
-static bool have_attn512;   /* attn_avx512.c prefill attention loops */
 static bool have_vnni;   /* AVX-512 VNNI tiles */
 
 static void init_tables(void)
@@ -77,7 +76,6 @@ static void init_tables(void)
         axpy_f16_multi = ember_cpu_axpy_f16_multi_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
-        have_attn512 = ember_cpu_variant_active() >= EMBER_CPU_AVX512;
     }
 }
 
@@ -280,13 +278,13 @@ typedef struct mm_task {
     void *xq;
     size_t xq_row;
     int32_t *asum;                /* block sums for the VNNI tiles, or NULL */
-    uint8_t *xg;                  /* Q8_0 prefill on AVX-512: the rows interleaved (cpu.h EMBER_XG_*), or NULL */
     int32_t n_w;
     const ember_weight *const *ws;
     float *const *ys;
     int64_t n_row_tiles_total;    /* sum over weights of row tiles */
     int64_t row_tile;             /* rows per tile */
     int64_t n_tok_tiles;
+    uint8_t *xg;                  /* Q8_0 prefill on AVX-512: the rows interleaved (cpu.h EMBER_XG_*), or NULL */
     _Atomic int64_t next;
 } mm_task;
 
@@ -296,6 +294,7 @@ static void mm_quantize(void *arg, int ith, int nth)
     for (int64_t t = ith; t < a->n_tokens; t += nth) {
         uint8_t *row = (uint8_t *)a->xq + (size_t)t * a->xq_row;
         quantize_row(a->vdt, a->x + t * a->n_in, row, a->n_in);
+        if (a->xg) ember_cpu_q8_0_interleave_avx512(a->n_in, row, a->xg + (size_t)(t / 8) * (size_t)(a->n_in / 32) * EMBER_XG_BLOCK, (int)(t % 8));
         if (a->asum) {   /* Q8_0 (34-byte blocks, qs at 2) or Q8_1 (36, qs at 4) */
             const size_t bs = a->vdt == EMBER_TYPE_Q8_1 ? 36 : 34, off = a->vdt == EMBER_TYPE_Q8_1 ? 4 : 2;
             const int64_t nb = a->n_in / 32;
@@ -306,7 +305,6 @@ static void mm_quantize(void *arg, int ith, int nth)
                 a->asum[t * nb + b] = s;
             }
         }
-        if (a->xg) ember_cpu_q8_0_interleave_avx512(a->n_in, row, a->xg + (size_t)(t / 8) * (size_t)(a->n_in / 32) * EMBER_XG_BLOCK, (int)(t % 8));
     }
 }
 
@@ -336,13 +334,14 @@ static void mm_dot(void *arg, int ith, int nth)
         if (t1 > a->n_tokens) t1 = a->n_tokens;
         float *y = a->ys[k];
         const int64_t n_out = w->n_out;
-        /* the path depends on the weight type and the CPU only, never on the
-         * batch's token count, so a token's logits do not depend on what it is
-         * batched with (decode alone = decode beside other slots = prefill) */
+        /* prefill (> 16 tokens): 4 x 8 tiles, outputs bit-identical to the vec_dot */
         if (a->xg && (w->type == EMBER_TYPE_Q4_0 || w->type == EMBER_TYPE_Q5_0 || w->type == EMBER_TYPE_Q8_0)) {
             ember_cpu_gemm_q32x_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->xg, y, n_out, r0, r1, t0, t1);
             continue;
         }
+        /* the path depends on the weight type and the CPU only, never on the
+         * batch's token count, so a token's logits do not depend on what it is
+         * batched with (decode alone = decode beside other slots = prefill) */
         if (a->asum && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->asum, y, n_out, r0, r1, t0, t1);
             continue;
@@ -403,10 +402,10 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.xq = cb->act;
         a.xq_row = row_size(vdt, n_in);
         a.asum = have_vnni && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
-        if (vdt == EMBER_TYPE_Q8_0 && n_tokens >= 4) a.xg = cb->xg;   /* NULL without VNNI */
         a.n_w = n_g;
         a.ws = grp;
         a.ys = gys;
+        if (vdt == EMBER_TYPE_Q8_0 && n_tokens > 16) a.xg = cb->xg;   /* NULL without VNNI */
         a.n_tok_tiles = (n_tokens + MM_TOK_TILE - 1) / MM_TOK_TILE;
         int64_t total_rows = 0;
         for (int32_t k = 0; k < n_g; k++) total_rows += grp[k]->n_out;
@@ -704,7 +703,8 @@ static void attn_run_grouped(void *arg, int ith, int nth)
     const size_t k_head_bytes = row_size(kv->type_k, hk);
     const size_t v_head_bytes = row_size(kv->type_v, hv);
     const int64_t kv_max = a->cb->lim.max_kv_tokens;
-    const bool attn512 = have_attn512 && hk % 16 == 0 && hv % 16 == 0;
+    /* attn_prefill_avx512.c: the same per-output operations, 4 K rows at a time */
+    const bool attn512 = ember_cpu_variant_active() >= EMBER_CPU_AVX512 && hk % 16 == 0 && hv % 16 == 0;
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
         if (item >= n_items) break;
@@ -792,6 +792,7 @@ static void op_free(ember_backend *be)
 {
     cpu_backend *cb = CPU(be);
     if (!cb) return;
+    free(cb->xg);
     ember_threadpool_free(cb->tp);
     if (cb->ts) {
         for (int32_t i = 0; i < cb->n_threads; i++) {
@@ -805,7 +806,6 @@ static void op_free(ember_backend *be)
     }
     free(cb->act);
     free(cb->asum);
-    free(cb->xg);
     free(cb);
 }
 
@@ -840,15 +840,20 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
     cb->lim = *lim;
     ember_status st = ember_threadpool_new(n_threads, &cb->tp);
     if (st != EMBER_OK) { free(cb); return st; }
+    /* interleaved Q8_0 activations for the AVX-512 prefill tiles (cpu.h EMBER_XG_*) */
+    const size_t xg_bytes = have_vnni ? (size_t)(lim->max_tokens + 7) / 8 * (size_t)(lim->max_n_in / 32) * EMBER_XG_BLOCK : 0;
+    cb->xg_bytes = xg_bytes;
+    if (xg_bytes && !(cb->xg = aligned_alloc(64, (xg_bytes + 63) & ~(size_t)63))) {
+        op_free(&cb->base);
+        return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of interleaved activations", xg_bytes);
+    }
     /* 4 bytes per element covers every activation format (F32 is the widest) */
     cb->act_bytes = (size_t)lim->max_tokens * (size_t)lim->max_n_in * 4;
     cb->act = malloc(cb->act_bytes);
     cb->asum = malloc((size_t)lim->max_tokens * (size_t)(lim->max_n_in / 32 + 1) * sizeof(int32_t));
     cb->ts = calloc((size_t)n_threads, sizeof *cb->ts);
-    const size_t xg_bytes = have_vnni ? (size_t)(lim->max_tokens + 7) / 8 * (size_t)(lim->max_n_in / 32) * EMBER_XG_BLOCK : 0;
-    if (xg_bytes) cb->xg = aligned_alloc(64, (xg_bytes + 63) & ~(size_t)63);
-    if (!cb->act || !cb->asum || !cb->ts || (xg_bytes && !cb->xg)) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
-    cb->scratch_bytes = cb->act_bytes + xg_bytes;
+    if (!cb->act || !cb->asum || !cb->ts) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
+    cb->scratch_bytes = cb->act_bytes;
     for (int32_t i = 0; i < n_threads; i++) {
         cb->ts[i].scores = malloc((size_t)lim->max_kv_tokens * ATTN_GROUP * sizeof(float));
         cb->ts[i].vrow = malloc((size_t)lim->max_head_dim * sizeof(float));
@@ -866,4 +871,7 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
 }
 
 int32_t ember_backend_cpu_n_threads(const ember_backend *be) { return ((const cpu_backend *)be)->n_threads; }
-uint64_t ember_backend_scratch_bytes(const ember_backend *be) { return ((const cpu_backend *)be)->scratch_bytes; }
+uint64_t ember_backend_scratch_bytes(const ember_backend *be)
+{
+    return ((const cpu_backend *)be)->scratch_bytes + ((const cpu_backend *)be)->xg_bytes;
+}

@@ -32,6 +32,7 @@ typedef struct cpu_backend {
     void *act;            /* quantized activations [max_tokens, max_n_in] of any vec_dot_type */
     int32_t *asum;        /* [max_tokens, max_n_in / 32]: int8 sum per Q8_0/Q8_1 block */
     uint8_t *xg;          /* interleaved Q8_0 activations (EMBER_XG_*), max_tokens rounded up to 8; NULL without VNNI */
+    size_t xg_bytes;
     size_t act_bytes;
     cpu_thread_scratch *ts;
     uint64_t scratch_bytes;
@@ -94,23 +95,6 @@ float ember_cpu_dot_f32_avx2(int64_t n, const float *a, const float *b);
 void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y);
 void ember_cpu_f32_to_f16_row_avx2(int64_t n, const float *x, uint16_t *y);
 
-/* Tiled matmul for Q4_0/Q5_0/Q8_0 (x Q8_0) and Q4_1/Q5_1 (x Q8_1) weights;
- * see gemm_avx2.c. */
-bool ember_cpu_gemm_supported(uint32_t type);
-void ember_cpu_gemm_q32_avx2(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
-                             const uint8_t *xq, size_t xq_row, float *y, int64_t ldy,
-                             int64_t r0, int64_t r1, int64_t t0, int64_t t1);
-/* The same with AVX-512 VNNI; asum [n_tokens, n_in / 32] holds the sum of
- * each activation block's int8 values. */
-void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
-                               const uint8_t *xq, size_t xq_row, const int32_t *asum, float *y, int64_t ldy,
-                               int64_t r0, int64_t r1, int64_t t0, int64_t t1);
-/* Q4_K or Q6_K weights [n_out, n_in] (row_bytes apart) x Q8_K activations
- * [n_tokens, n_in] (xq_row apart), 4 rows x 4 tokens per pass; every output
- * bit-identical to the format's vec_dot (so batch invariant). AVX-512 VNNI
- * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). */
-void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
-                              size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 /* Q8_0 activations interleaved for the AVX-512 prefill tiles: tokens in
  * groups of 8 (token t in group t / 8, slot t % 8); a group holds, per
  * 32-element block, EMBER_XG_BLOCK bytes: the 8 slots' int8 values
@@ -132,7 +116,7 @@ void ember_cpu_gemm_q32x_avx512(uint32_t type, int64_t n_in, const uint8_t *w, s
                                 size_t xq_row, const uint8_t *xg, float *y, int64_t ldy,
                                 int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
-/* Prefill attention inner loops (attn_avx512.c), bit-identical per output to
+/* Prefill attention inner loops (attn_prefill_avx512.c), bit-identical per output to
  * the AVX2 one-row helpers; head sizes must be multiples of 16.
  * qk: out[r * 8 + q] = ember_cpu_dot_f32_f16_avx2(n, a[q], b[r]) for nq <= 8
  * query heads and nr = 4 or fewer K rows.
@@ -144,4 +128,21 @@ void ember_cpu_attn_qk_avx512(int64_t n, int nq, const float *const *a, int nr, 
 void ember_cpu_attn_pv_avx512(int64_t hv, int nq, int32_t lo, int32_t hi, const float *w, size_t w_stride,
                               const uint8_t *v, size_t v_row_bytes, const int32_t *blocks, int32_t bt, float *const *y);
 
+/* Tiled matmul for Q4_0/Q5_0/Q8_0 (x Q8_0) and Q4_1/Q5_1 (x Q8_1) weights;
+ * see gemm_avx2.c. */
+bool ember_cpu_gemm_supported(uint32_t type);
+void ember_cpu_gemm_q32_avx2(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
+                             const uint8_t *xq, size_t xq_row, float *y, int64_t ldy,
+                             int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* The same with AVX-512 VNNI; asum [n_tokens, n_in / 32] holds the sum of
+ * each activation block's int8 values. */
+void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes,
+                               const uint8_t *xq, size_t xq_row, const int32_t *asum, float *y, int64_t ldy,
+                               int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+/* Q4_K or Q6_K weights [n_out, n_in] (row_bytes apart) x Q8_K activations
+ * [n_tokens, n_in] (xq_row apart), 4 rows x 4 tokens per pass; every output
+ * bit-identical to the format's vec_dot (so batch invariant). AVX-512 VNNI
+ * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). */
+void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
+                              size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 #endif

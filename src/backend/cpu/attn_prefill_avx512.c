@@ -1,5 +1,5 @@
 /*
- * attn_avx512.c — AVX-512 inner loops of the CPU backend's prefill attention
+ * attn_prefill_avx512.c — AVX-512 inner loops of the CPU backend's prefill attention
  * (attn_run_grouped in cpu.c: F16 cache, >= 64 queries, the query heads of
  * one KV head together).
  *

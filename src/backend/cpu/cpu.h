@@ -145,4 +145,5 @@ void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, si
  * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). */
 void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
                               size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
 #endif

@@ -284,6 +284,7 @@ typedef struct mm_task {
     int64_t n_row_tiles_total;    /* sum over weights of row tiles */
     int64_t row_tile;             /* rows per tile */
     int64_t n_tok_tiles;
+    uint8_t *xg;                  /* Q8_0 prefill on AVX-512: the rows interleaved (cpu.h EMBER_XG_*), or NULL */
     _Atomic int64_t next;
 } mm_task;
 
@@ -293,6 +294,7 @@ static void mm_quantize(void *arg, int ith, int nth)
     for (int64_t t = ith; t < a->n_tokens; t += nth) {
         uint8_t *row = (uint8_t *)a->xq + (size_t)t * a->xq_row;
         quantize_row(a->vdt, a->x + t * a->n_in, row, a->n_in);
+        if (a->xg) ember_cpu_q8_0_interleave_avx512(a->n_in, row, a->xg + (size_t)(t / 8) * (size_t)(a->n_in / 32) * EMBER_XG_BLOCK, (int)(t % 8));
         if (a->asum) {   /* Q8_0 (34-byte blocks, qs at 2) or Q8_1 (36, qs at 4) */
             const size_t bs = a->vdt == EMBER_TYPE_Q8_1 ? 36 : 34, off = a->vdt == EMBER_TYPE_Q8_1 ? 4 : 2;
             const int64_t nb = a->n_in / 32;
@@ -332,6 +334,11 @@ static void mm_dot(void *arg, int ith, int nth)
         if (t1 > a->n_tokens) t1 = a->n_tokens;
         float *y = a->ys[k];
         const int64_t n_out = w->n_out;
+        /* prefill (> 16 tokens): 4 x 8 tiles, outputs bit-identical to the vec_dot */
+        if (a->xg && (w->type == EMBER_TYPE_Q4_0 || w->type == EMBER_TYPE_Q5_0 || w->type == EMBER_TYPE_Q8_0)) {
+            ember_cpu_gemm_q32x_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->xg, y, n_out, r0, r1, t0, t1);
+            continue;
+        }
         /* the path depends on the weight type and the CPU only, never on the
          * batch's token count, so a token's logits do not depend on what it is
          * batched with (decode alone = decode beside other slots = prefill) */
@@ -398,6 +405,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.n_w = n_g;
         a.ws = grp;
         a.ys = gys;
+        if (vdt == EMBER_TYPE_Q8_0 && n_tokens > 16) a.xg = cb->xg;   /* NULL without VNNI */
         a.n_tok_tiles = (n_tokens + MM_TOK_TILE - 1) / MM_TOK_TILE;
         int64_t total_rows = 0;
         for (int32_t k = 0; k < n_g; k++) total_rows += grp[k]->n_out;
@@ -695,6 +703,8 @@ static void attn_run_grouped(void *arg, int ith, int nth)
     const size_t k_head_bytes = row_size(kv->type_k, hk);
     const size_t v_head_bytes = row_size(kv->type_v, hv);
     const int64_t kv_max = a->cb->lim.max_kv_tokens;
+    /* attn_prefill_avx512.c: the same per-output operations, 4 K rows at a time */
+    const bool attn512 = ember_cpu_variant_active() >= EMBER_CPU_AVX512 && hk % 16 == 0 && hv % 16 == 0;
     for (;;) {
         const int64_t item = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
         if (item >= n_items) break;
@@ -713,7 +723,23 @@ static void attn_run_grouped(void *arg, int ith, int nth)
             acc[q] = ts->acc + (size_t)q * (size_t)a->cb->lim.max_head_dim;
             mx[q] = -INFINITY;
         }
-        for (int32_t j = lo; j <= hi; j++) {
+        for (int32_t j = lo; j <= hi;) {
+            if (attn512 && hi - j >= 3) {   /* 4 K rows at a time, same per-output order */
+                const uint16_t *kr4[4];
+                for (int r = 0; r < 4; r++) {
+                    const int64_t row = (int64_t)qq->blocks[(j + r) / bt] * bt + (j + r) % bt;
+                    kr4[r] = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
+                }
+                float s4[4 * 8];
+                ember_cpu_attn_qk_avx512(hk, nq, qh, 4, kr4, s4);
+                for (int r = 0; r < 4; r++, j++)
+                    for (int q = 0; q < nq; q++) {
+                        const float sq = s4[r * 8 + q] * p->kq_scale;
+                        ts->scores[(size_t)q * (size_t)kv_max + (size_t)(j - lo)] = sq;
+                        if (sq > mx[q]) mx[q] = sq;
+                    }
+                continue;
+            }
             const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
             const uint16_t *kr = (const uint16_t *)((const uint8_t *)kv->k + (size_t)row * kv->k_row_bytes + (size_t)g * k_head_bytes);
             dot_f32_f16_multi(hk, nq, qh, kr, s);
@@ -722,6 +748,7 @@ static void attn_run_grouped(void *arg, int ith, int nth)
                 ts->scores[(size_t)q * (size_t)kv_max + (size_t)(j - lo)] = sq;
                 if (sq > mx[q]) mx[q] = sq;
             }
+            j++;
         }
         float inv[ATTN_GROUP];
         for (int q = 0; q < nq; q++) {
@@ -731,7 +758,10 @@ static void attn_run_grouped(void *arg, int ith, int nth)
             inv[q] = 1.0f / sum;
             memset(acc[q], 0, (size_t)hv * sizeof(float));
         }
-        for (int32_t j = lo; j <= hi; j++) {
+        if (attn512)
+            ember_cpu_attn_pv_avx512(hv, nq, lo, hi, ts->scores, (size_t)kv_max, (const uint8_t *)kv->v + (size_t)g * v_head_bytes,
+                                     kv->v_row_bytes, qq->blocks, bt, acc);
+        else for (int32_t j = lo; j <= hi; j++) {
             const int64_t row = (int64_t)qq->blocks[j / bt] * bt + j % bt;
             for (int q = 0; q < nq; q++) w[q] = ts->scores[(size_t)q * (size_t)kv_max + (size_t)(j - lo)];
             axpy_f16_multi(hv, nq, w, (const uint16_t *)((const uint8_t *)kv->v + (size_t)row * kv->v_row_bytes + (size_t)g * v_head_bytes), acc);
@@ -762,6 +792,7 @@ static void op_free(ember_backend *be)
 {
     cpu_backend *cb = CPU(be);
     if (!cb) return;
+    free(cb->xg);
     ember_threadpool_free(cb->tp);
     if (cb->ts) {
         for (int32_t i = 0; i < cb->n_threads; i++) {
@@ -809,6 +840,13 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
     cb->lim = *lim;
     ember_status st = ember_threadpool_new(n_threads, &cb->tp);
     if (st != EMBER_OK) { free(cb); return st; }
+    /* interleaved Q8_0 activations for the AVX-512 prefill tiles (cpu.h EMBER_XG_*) */
+    const size_t xg_bytes = have_vnni ? (size_t)(lim->max_tokens + 7) / 8 * (size_t)(lim->max_n_in / 32) * EMBER_XG_BLOCK : 0;
+    cb->xg_bytes = xg_bytes;
+    if (xg_bytes && !(cb->xg = aligned_alloc(64, (xg_bytes + 63) & ~(size_t)63))) {
+        op_free(&cb->base);
+        return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of interleaved activations", xg_bytes);
+    }
     /* 4 bytes per element covers every activation format (F32 is the widest) */
     cb->act_bytes = (size_t)lim->max_tokens * (size_t)lim->max_n_in * 4;
     cb->act = malloc(cb->act_bytes);
@@ -833,4 +871,7 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
 }
 
 int32_t ember_backend_cpu_n_threads(const ember_backend *be) { return ((const cpu_backend *)be)->n_threads; }
-uint64_t ember_backend_scratch_bytes(const ember_backend *be) { return ((const cpu_backend *)be)->scratch_bytes; }
+uint64_t ember_backend_scratch_bytes(const ember_backend *be)
+{
+    return ((const cpu_backend *)be)->scratch_bytes + ((const cpu_backend *)be)->xg_bytes;
+}

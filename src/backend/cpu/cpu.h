@@ -31,6 +31,8 @@ typedef struct cpu_backend {
     ember_backend_limits lim;
     void *act;            /* quantized activations [max_tokens, max_n_in] of any vec_dot_type */
     int32_t *asum;        /* [max_tokens, max_n_in / 32]: int8 sum per Q8_0/Q8_1 block */
+    uint8_t *xg;          /* interleaved Q8_0 activations (EMBER_XG_*), max_tokens rounded up to 8; NULL without VNNI */
+    size_t xg_bytes;
     size_t act_bytes;
     cpu_thread_scratch *ts;
     uint64_t scratch_bytes;
@@ -92,6 +94,39 @@ float ember_cpu_dot_f32(int64_t n, const float *a, const float *b);
 float ember_cpu_dot_f32_avx2(int64_t n, const float *a, const float *b);
 void ember_cpu_f32_to_f16_row(int64_t n, const float *x, uint16_t *y);
 void ember_cpu_f32_to_f16_row_avx2(int64_t n, const float *x, uint16_t *y);
+
+/* Q8_0 activations interleaved for the AVX-512 prefill tiles: tokens in
+ * groups of 8 (token t in group t / 8, slot t % 8); a group holds, per
+ * 32-element block, EMBER_XG_BLOCK bytes: the 8 slots' int8 values
+ * (32 each, at EMBER_XG_QS), -16 * (sum of values 4l..4l+3) as int32 for lanes
+ * l = 0..7 (32 bytes each, at EMBER_XG_NS), and the block scale as f32 (at
+ * EMBER_XG_D). A group spans n_in / 32 * EMBER_XG_BLOCK bytes. */
+#define EMBER_XG_QS 0
+#define EMBER_XG_NS 256
+#define EMBER_XG_D 512
+#define EMBER_XG_BLOCK 544
+/* Writes token `slot` of the group at xg from its Q8_0 row xq of n_in values. */
+void ember_cpu_q8_0_interleave_avx512(int64_t n_in, const uint8_t *xq, uint8_t *xg, int slot);
+/* Q4_0/Q5_0/Q8_0 weights x Q8_0 activations, 4 rows x 8 (or 4) tokens per
+ * pass with two outputs per zmm; every output bit-identical to the one-token
+ * vec_dot. xq: the Q8_0 rows (xq_row apart; used for single tokens), xg the
+ * same tokens interleaved (above); t0 must be a multiple of 8. AVX-512 VNNI
+ * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). */
+void ember_cpu_gemm_q32x_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
+                                size_t xq_row, const uint8_t *xg, float *y, int64_t ldy,
+                                int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+/* Prefill attention inner loops (attn_prefill_avx512.c), bit-identical per output to
+ * the AVX2 one-row helpers; head sizes must be multiples of 16.
+ * qk: out[r * 8 + q] = ember_cpu_dot_f32_f16_avx2(n, a[q], b[r]) for nq <= 8
+ * query heads and nr = 4 or fewer K rows.
+ * pv: y[q][d] = sum over j = lo..hi, in order, of fma(w[q * w_stride + j - lo],
+ * v_j[d], .) from 0, where v_j is the f16 row at v + (blocks[j / bt] * bt +
+ * j % bt) * v_row_bytes (v already offset to the head); as repeated
+ * ember_cpu_axpy_f16_avx2 calls on zeroed y. */
+void ember_cpu_attn_qk_avx512(int64_t n, int nq, const float *const *a, int nr, const uint16_t *const *b, float *out);
+void ember_cpu_attn_pv_avx512(int64_t hv, int nq, int32_t lo, int32_t hi, const float *w, size_t w_stride,
+                              const uint8_t *v, size_t v_row_bytes, const int32_t *blocks, int32_t bt, float *const *y);
 
 /* Tiled matmul for Q4_0/Q5_0/Q8_0 (x Q8_0) and Q4_1/Q5_1 (x Q8_1) weights;
  * see gemm_avx2.c. */

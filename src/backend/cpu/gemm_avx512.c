@@ -3,7 +3,9 @@
  * 32-element block formats (see gemm_avx2.c for the math): 4 weight rows x 4
  * tokens per tile (32 vector registers hold the 16 accumulators); and the
  * Q4_K / Q6_K (x Q8_K) prefill tiles, 4 rows x 4 tokens, whose outputs are
- * bit-identical to those formats' one-token vec_dot (see tile_q4_K).
+ * bit-identical to those formats' one-token vec_dot (see tile_q4_K); and for
+ * Q4_0/Q5_0/Q8_0 prefill a 4 rows x 8 tokens tile with two outputs per zmm
+ * over interleaved activations (see tile_x), same per-output arithmetic.
  *
  * VNNI's dpbusd multiplies unsigned by signed bytes straight into int32, so
  * weights are unpacked unsigned (q + off: off = 8 for Q4_0, 16 for Q5_0, 128
@@ -366,6 +368,152 @@ void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, siz
             tile(nb, wr, ar, out);
             for (int i = 0; i < rm; i++)
                 for (int j = 0; j < tn; j++) y[(t + j) * ldy + r + i] = out[i][j];
+        }
+    }
+}
+
+/* ---- Q4_0 / Q5_0 / Q8_0 x Q8_0 prefill tile, 4 rows x NT tokens in zmm -------------
+ * The same per-output arithmetic as tile_q5_0 / vec_q5_0 above (and so as
+ * ggml's one-token vec_dot): per 32-element block, 8 int32 lanes, lane l =
+ * sum over elements 4l..4l+3 of q_w * q_a (exact), then per lane
+ * acc = fma((float)lane, d_w * d_a, acc), and at the end hsum(acc) in
+ * hsum()'s order. Here one zmm holds two outputs, (row 2p, token j) in
+ * lanes 0..7 and (row 2p + 1, token j) in lanes 8..15, so each dpbusd,
+ * convert, multiply and fma does two outputs' work; the rows' unpacked
+ * weights are built once per block for NT tokens. The offset of the
+ * unsigned weights is taken back by starting each lane at
+ * -off * (sum of the lane's 4 activation bytes): ns holds -16 * (that sum) per
+ * token, block and lane, precomputed once per matmul (see
+ * ember_cpu_q8_0_aux_avx512), and ad the activation scales as f32. */
+
+/* rows w0, w1 of one block in the two 256-bit halves, unsigned (q + off) */
+static inline __m512i u2_q4_0(const uint8_t *b0, const uint8_t *b1, int q5)
+{
+    const int o = q5 ? 6 : 2;
+    const __m512i x = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b0 + o))),
+                                                  0xFF00, _mm_loadu_si128((const __m128i *)(b1 + o)));
+    __m512i n = _mm512_and_si512(_mm512_srlv_epi64(x, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
+    if (q5) n = _mm512_mask_add_epi8(n, (__mmask64)((uint64_t)ld32(b0 + 2) | (uint64_t)ld32(b1 + 2) << 32), n,
+                                     _mm512_set1_epi8(16));
+    return n;
+}
+
+static inline __m512i u2_q8_0(const uint8_t *b0, const uint8_t *b1)
+{
+    const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                         _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
+    return _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80));
+}
+
+/* [f16 at b0] x 8, [f16 at b1] x 8 as f32 */
+static inline __m512 d2(const uint8_t *b0, const uint8_t *b1)
+{
+    uint16_t h0, h1;
+    memcpy(&h0, b0, 2);
+    memcpy(&h1, b1, 2);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(f));
+}
+
+/* TYPE: 0 = Q4_0, 1 = Q5_0, 2 = Q8_0 (compile-time constant after inlining).
+ * xg: the token group's interleaved activations (EMBER_XG_* layout in cpu.h),
+ * tokens 0..NT-1 of the group; out[4][NT]. */
+static inline __attribute__((always_inline)) void
+tile_x(const int TYPE, const int NT, int64_t nb, const uint8_t *const *wr, const uint8_t *xg, float *out)
+{
+    const size_t WBS = TYPE == 0 ? 18 : TYPE == 1 ? 22 : 34;
+    const uint8_t *w0 = wr[0], *w1 = wr[1], *w2 = wr[2], *w3 = wr[3];
+    __m512 c[2][8];
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; p++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; j++) c[p][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, xg += EMBER_XG_BLOCK) {
+        __m512i wu[2];
+        __m512 wd[2];
+        const size_t o = (size_t)b * WBS;
+        wu[0] = TYPE == 2 ? u2_q8_0(w0 + o, w1 + o) : u2_q4_0(w0 + o, w1 + o, TYPE == 1);
+        wu[1] = TYPE == 2 ? u2_q8_0(w2 + o, w3 + o) : u2_q4_0(w2 + o, w3 + o, TYPE == 1);
+        wd[0] = d2(w0 + o, w1 + o);
+        wd[1] = d2(w2 + o, w3 + o);
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; j++) {
+            const __m512i a = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xg + EMBER_XG_QS + 32 * j)));
+            /* ns holds -16 * sum: exact for Q5_0, halved (exact) for Q4_0, times 8 for Q8_0 */
+            const __m512i ns = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xg + EMBER_XG_NS + 32 * j)));
+            const __m512i init = TYPE == 1 ? ns : TYPE == 0 ? _mm512_srai_epi32(ns, 1) : _mm512_slli_epi32(ns, 3);
+            float adj;
+            memcpy(&adj, xg + EMBER_XG_D + 4 * j, 4);
+            const __m512 da = _mm512_set1_ps(adj);
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++) {
+                const __m512i s = _mm512_dpbusd_epi32(init, wu[p], a);
+                c[p][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd[p], da), c[p][j]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; p++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; j++) {
+            out[(2 * p) * NT + j] = hsum(_mm512_castps512_ps256(c[p][j]));
+            out[(2 * p + 1) * NT + j] = hsum(_mm512_extractf32x8_ps(c[p][j], 1));
+        }
+}
+
+#define DEFINE_TILE_X(NAME, TYPE, NT)                                                                  \
+static void NAME(int64_t nb, const uint8_t *const *wr, const uint8_t *xg, float *out) { tile_x(TYPE, NT, nb, wr, xg, out); }
+DEFINE_TILE_X(tile8_q4_0, 0, 8)
+DEFINE_TILE_X(tile8_q5_0, 1, 8)
+DEFINE_TILE_X(tile8_q8_0, 2, 8)
+DEFINE_TILE_X(tile4_q4_0, 0, 4)
+DEFINE_TILE_X(tile4_q5_0, 1, 4)
+DEFINE_TILE_X(tile4_q8_0, 2, 4)
+
+void ember_cpu_q8_0_interleave_avx512(int64_t n_in, const uint8_t *xq, uint8_t *xg, int slot)
+{
+    const int64_t nb = n_in / 32;
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    for (int64_t b = 0; b < nb; b++, xg += EMBER_XG_BLOCK) {
+        const uint8_t *blk = xq + b * 34;
+        const float d = h2f(blk);
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        _mm256_storeu_si256((__m256i *)(xg + EMBER_XG_QS + 32 * slot), a);
+        _mm256_storeu_si256((__m256i *)(xg + EMBER_XG_NS + 32 * slot),
+                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), sixteen, a)));
+        memcpy(xg + EMBER_XG_D + 4 * slot, &d, 4);
+    }
+}
+
+void ember_cpu_gemm_q32x_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
+                                size_t xq_row, const uint8_t *xg, float *y, int64_t ldy,
+                                int64_t r0, int64_t r1, int64_t t0, int64_t t1)
+{
+    typedef void (*tile_fn)(int64_t, const uint8_t *const *, const uint8_t *, float *);
+    const tile_fn t8 = type == EMBER_TYPE_Q4_0 ? tile8_q4_0 : type == EMBER_TYPE_Q5_0 ? tile8_q5_0 : tile8_q8_0;
+    const tile_fn t4 = type == EMBER_TYPE_Q4_0 ? tile4_q4_0 : type == EMBER_TYPE_Q5_0 ? tile4_q5_0 : tile4_q8_0;
+    typedef void (*vec_fn)(int64_t, const uint8_t *const *, const uint8_t *const *, const int32_t *const *, float[4][4]);
+    const vec_fn v1 = type == EMBER_TYPE_Q4_0 ? vec_q4_0 : type == EMBER_TYPE_Q5_0 ? vec_q5_0 : vec_q8_0;
+    const int64_t nb = n_in / 32;
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int64_t rm = r1 - r < 4 ? r1 - r : 4;
+        const uint8_t *wr[4];
+        for (int i = 0; i < 4; i++) wr[i] = w + (size_t)(i < rm ? r + i : r) * row_bytes;
+        for (int64_t t = t0; t < t1;) {
+            /* 8- and 4-token tiles start at a group boundary (t0 is a multiple of 8) */
+            const int64_t rn = t % 8 == 0 && t1 - t >= 8 ? 8 : t % 8 == 0 && t1 - t >= 4 ? 4 : 1;
+            float out[32];
+            if (rn == 1) {
+                const uint8_t *ar[4] = {xq + (size_t)t * xq_row};
+                float o4[4][4];
+                v1(nb, wr, ar, NULL, o4);
+                for (int i = 0; i < 4; i++) out[i] = o4[i][0];
+            } else {
+                (rn == 8 ? t8 : t4)(nb, wr, xg + (size_t)(t / 8) * (size_t)nb * EMBER_XG_BLOCK, out);
+            }
+            for (int i = 0; i < rm; i++)
+                for (int j = 0; j < rn; j++) y[(t + j) * ldy + r + i] = out[i * rn + j];
+            t += rn;
         }
     }
 }

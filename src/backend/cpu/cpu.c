@@ -80,6 +80,7 @@ static void init_tables(void)
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
         have_small = have_vnni && getenv("EMBER_NO_SMALL_GEMM") == NULL;   /* A/B knob for bench/spec_cost */
         have_attn_multi = ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_ATTN_MULTI") == NULL;
+        if (have_attn_multi && getenv("EMBER_NO_EXPF_VEC") == NULL) ember_cpu_expf_vec_check();
     }
 }
 

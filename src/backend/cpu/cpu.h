@@ -128,6 +128,10 @@ void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, siz
  * cpu.c attn_run (attn_avx512.c). head_dim_k, head_dim_v multiples of 64;
  * scratch holds nq * (hk + hv) floats. AVX-512 only. */
 #define EMBER_CPU_ATTN_MAXQ 16
+/* Checks the vector expf of attn_avx512.c against this process's libm expf
+ * (bit for bit over a sweep of inputs) and lets the multi-query attention
+ * use it only if all match; returns whether they did. AVX-512 only. */
+bool ember_cpu_expf_vec_check(void);
 void ember_cpu_attn_f16_multi_avx512(const ember_kv_layer_view *kv, const ember_attn_params *p, int32_t g, int nq,
                                      const float *const *qh, const ember_attn_query *const *qq, float *const *out,
                                      float *scratch);

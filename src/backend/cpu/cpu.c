@@ -275,6 +275,7 @@ static void op_rms_norm(ember_backend *be, float *y, const float *x, const float
 
 #define MM_ROW_TILE 16
 #define MM_TOK_TILE 16
+_Static_assert(MM_TOK_TILE == EMBER_CPU_SMALL_MAX, "a token tile is one packed group of gemm_small_avx512");
 
 typedef struct mm_task {
     const float *x;
@@ -283,7 +284,9 @@ typedef struct mm_task {
     void *xq;
     size_t xq_row;
     int32_t *asum;                /* block sums for the VNNI tiles, or NULL */
-    void *pk;                     /* small batch: activations packed for gemm_small_avx512, or NULL */
+    void *pk;                     /* activations packed for gemm_small_avx512 by groups of
+                                   * EMBER_CPU_SMALL_MAX tokens (pk_group bytes apart), or NULL */
+    size_t pk_group;
     int32_t n_w;
     const ember_weight *const *ws;
     float *const *ys;
@@ -309,7 +312,11 @@ static void mm_quantize(void *arg, int ith, int nth)
                 a->asum[t * nb + b] = s;
             }
         }
-        if (a->pk) ember_cpu_small_pack(a->vdt, a->n_in, a->n_tokens, t, row, a->pk);
+        if (a->pk) {
+            const int64_t g = t / EMBER_CPU_SMALL_MAX, g0 = g * EMBER_CPU_SMALL_MAX;
+            const int64_t ng = a->n_tokens - g0 < EMBER_CPU_SMALL_MAX ? a->n_tokens - g0 : EMBER_CPU_SMALL_MAX;
+            ember_cpu_small_pack(a->vdt, a->n_in, ng, t - g0, row, (uint8_t *)a->pk + (size_t)g * a->pk_group);
+        }
     }
 }
 
@@ -343,8 +350,13 @@ static void mm_dot(void *arg, int ith, int nth)
          * batch's token count, so a token's logits do not depend on what it is
          * batched with (decode alone = decode beside other slots = prefill) */
         /* 2..16 tokens: every output bit-identical to the mat-vec below */
-        if (a->pk && ember_cpu_gemm_supported(w->type)) {
-            ember_cpu_gemm_small_avx512(w->type, a->n_in, w->data, w->row_bytes, a->pk, a->n_tokens, y, n_out, r0, r1);
+        /* above 16 tokens (big verification batches of many slots, prefill)
+         * too, by token groups of 16, except Q5_0 whose prefill tile is
+         * tuned on its own (branch pp5) */
+        if (a->pk && ember_cpu_gemm_supported(w->type) && (a->n_tokens <= EMBER_CPU_SMALL_MAX || w->type != EMBER_TYPE_Q5_0)) {
+            ember_cpu_gemm_small_avx512(w->type, a->n_in, w->data, w->row_bytes,
+                                        (const uint8_t *)a->pk + (size_t)(t0 / EMBER_CPU_SMALL_MAX) * a->pk_group, t1 - t0,
+                                        y + t0 * n_out, n_out, r0, r1);
             continue;
         }
         if (a->asum && ember_cpu_gemm_supported(w->type)) {
@@ -407,7 +419,8 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.xq = cb->act;
         a.xq_row = row_size(vdt, n_in);
         a.asum = have_vnni && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
-        a.pk = a.asum && have_small && n_tokens >= 2 && n_tokens <= EMBER_CPU_SMALL_MAX && n_in <= cb->lim.max_n_in ? cb->small_pk : NULL;
+        a.pk = a.asum && have_small && n_tokens >= 2 && n_in <= cb->lim.max_n_in ? cb->small_pk : NULL;
+        a.pk_group = ember_cpu_small_pack_bytes(n_in, EMBER_CPU_SMALL_MAX);
         a.n_w = n_g;
         a.ws = grp;
         a.ys = gys;
@@ -894,7 +907,8 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
     cb->act = malloc(cb->act_bytes);
     cb->asum = malloc((size_t)lim->max_tokens * (size_t)(lim->max_n_in / 32 + 1) * sizeof(int32_t));
     cb->ts = calloc((size_t)n_threads, sizeof *cb->ts);
-    const size_t pk_bytes = ember_cpu_small_pack_bytes(lim->max_n_in, EMBER_CPU_SMALL_MAX);
+    const size_t pk_bytes = ember_cpu_small_pack_bytes(lim->max_n_in, EMBER_CPU_SMALL_MAX) *
+                            (size_t)((lim->max_tokens + EMBER_CPU_SMALL_MAX - 1) / EMBER_CPU_SMALL_MAX);
     cb->small_pk = aligned_alloc(64, (pk_bytes + 63) & ~(size_t)63);
     if (!cb->act || !cb->asum || !cb->ts || !cb->small_pk) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
     cb->scratch_bytes = cb->act_bytes + pk_bytes;

@@ -113,13 +113,14 @@ void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, si
 void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
                               size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
-/* Small batches (2..EMBER_CPU_SMALL_MAX tokens) of Q4_0/Q5_0/Q8_0/Q4_1/Q5_1
- * weights, AVX-512 VNNI (gemm_small_avx512.c). The caller packs each token's
- * Q8_0/Q8_1 activation row (xq_row, n_in / 32 blocks) with
- * ember_cpu_small_pack into pk (ember_cpu_small_pack_bytes(n_in, n_tokens)
- * bytes; tokens may be packed by different threads), then
- * ember_cpu_gemm_small_avx512 writes y[t * ldy + r] for r in [r0, r1) and
- * every token t, each bit-identical to the one-token mat-vec. */
+/* Batches of Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 weights x 2.. tokens, by groups of up
+ * to EMBER_CPU_SMALL_MAX tokens, AVX-512 VNNI (gemm_small_avx512.c). The
+ * caller packs each token's Q8_0/Q8_1 activation row (xq_row, n_in / 32
+ * blocks) of a group of n_tokens with ember_cpu_small_pack into that group's
+ * pk (ember_cpu_small_pack_bytes(n_in, n_tokens) bytes; tokens may be packed
+ * by different threads), then ember_cpu_gemm_small_avx512 writes
+ * y[t * ldy + r] for r in [r0, r1) and every token t of the group, each
+ * bit-identical to the one-token mat-vec. */
 #define EMBER_CPU_SMALL_MAX 16
 
 /* F16 cache attention for nq <= EMBER_CPU_ATTN_MAXQ queries that read KV head

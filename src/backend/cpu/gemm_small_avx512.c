@@ -1,6 +1,7 @@
 /*
- * gemm_small_avx512.c — matmul for small batches (2..16 tokens: speculative
- * verification steps, a few decoding slots) of the 32-element block formats
+ * gemm_small_avx512.c — matmul for batches of 2+ tokens, by groups of up to
+ * 16 (speculative verification steps, decoding slots, prefill; cpu.c routes
+ * Q5_0 above 16 tokens to its prefill tile) of the 32-element block formats
  * (Q4_0, Q5_0, Q8_0 x Q8_0; Q4_1, Q5_1 x Q8_1) with AVX-512 VNNI. Each weight
  * block is unpacked once into both 256-bit halves of a zmm and dotted with
  * two tokens at a time (token 2p in the low half, 2p + 1 in the high half),
@@ -19,7 +20,7 @@
  * outputs (lanes) or 16 (the m sums, one lane per token) at once. So a
  * token's result does not depend on the batch it is in.
  * Must not: run unless ember_cpu_variant_active() is AVX512 (cpu.c checks);
- * be given more than EMBER_CPU_SMALL_MAX tokens.
+ * be given more than EMBER_CPU_SMALL_MAX tokens in one call.
  */
 #include "backend/cpu/cpu.h"
 #include "quant/blocks.h"

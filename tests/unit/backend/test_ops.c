@@ -233,14 +233,14 @@ static void test_matmul_q8_0_exact(void **st)
  * product is exact in integers, so only float rounding may differ. */
 static void check_matmul_format_n(uint32_t wt, int64_t n_tokens, int NIN)
 {
-    ember_backend *be = new_be_lim(2, 32, NIN > 256 ? NIN : 256);
+    ember_backend *be = new_be_lim(2, 48, NIN > 256 ? NIN : 256);
     enum { NOUT = 37 };
     const ember_quant_traits *tw = ember_quant_traits_get(wt);
     const ember_quant_traits *ta = ember_quant_traits_get(tw->vec_dot_type);
     const size_t rb = NIN / tw->block_size * tw->block_bytes, ab = NIN / ta->block_size * ta->block_bytes;
     uint8_t *w = malloc(NOUT * rb), *aq = malloc(ab);
-    float *wf = malloc(sizeof(float) * NOUT * NIN), *x = malloc(sizeof(float) * 32 * NIN), *xd = malloc(sizeof(float) * NIN);
-    float *y = malloc(sizeof(float) * 32 * NOUT);
+    float *wf = malloc(sizeof(float) * NOUT * NIN), *x = malloc(sizeof(float) * 48 * NIN), *xd = malloc(sizeof(float) * NIN);
+    float *y = malloc(sizeof(float) * 48 * NOUT);
     for (int i = 0; i < NOUT * NIN; i++) wf[i] = frand() + 0.3f;
     for (int r = 0; r < NOUT; r++) tw->from_float_ref(wf + r * NIN, w + r * rb, NIN);
     for (int r = 0; r < NOUT; r++) tw->to_float(w + r * rb, wf + r * NIN, NIN);
@@ -294,17 +294,18 @@ static void test_matmul_formats(void **st)
     check_matmul_format_n(EMBER_TYPE_Q6_K, 13, 1024);
 }
 
-/* Small batches (speculative verification: 2..16 tokens take their own
- * kernel on AVX-512 VNNI machines, pairs of tokens per register, odd counts
- * padded) must give every token the bits of the one-token mat-vec, over many
+/* Batches of 2+ tokens (speculative verification, slots, prefill) take
+ * their own kernel on AVX-512 VNNI machines (pairs of tokens per register,
+ * odd counts padded, groups of 16 tokens; Q5_0 above 16 tokens the prefill
+ * tile): every token must get the bits of the one-token mat-vec, over many
  * blocks per row (the float accumulation carried across blocks) and row
- * counts that leave partial row passes (37 rows); 21 tokens crosses into the
- * prefill tiles. */
+ * counts that leave partial row passes (37 rows); 21 and 37 tokens end in
+ * partial groups. */
 static void test_matmul_small_batches(void **st)
 {
     (void)st;
     const uint32_t types[] = {EMBER_TYPE_Q4_0, EMBER_TYPE_Q4_1, EMBER_TYPE_Q5_0, EMBER_TYPE_Q5_1, EMBER_TYPE_Q8_0};
-    const int64_t ns[] = {2, 3, 4, 5, 6, 8, 9, 11, 12, 15, 21};
+    const int64_t ns[] = {2, 3, 4, 5, 6, 8, 9, 11, 12, 15, 21, 37};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) check_matmul_format_n(types[i], ns[k], 576);
 }

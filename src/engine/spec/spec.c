@@ -20,12 +20,15 @@
  */
 #include "engine/spec/spec.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/status.h"
+
+#define SPEC_MULTI_MARGIN 0.15   /* expected gain a multi-slot step must promise to draft */
 
 spec_params spec_default_params(void)
 {
@@ -179,7 +182,16 @@ static int32_t adaptive_n(const spec_engine *s, double a, double r, double dc)
 {
     double alpha = a / (a + r);
     if (alpha > 0.99) alpha = 0.99;
-    int32_t n = spec_best_length(alpha, (float)(spec_engine_row_cost(s) + dc), s->p.n_max);
+    const double rc = spec_engine_row_cost(s) + dc;
+    int32_t n = spec_best_length(alpha, (float)rc, s->p.n_max);
+    /* several slots in the batch: a CPU step is then compute-bound and a
+     * draft row costs nearly a slot's share, so the gain is small at best
+     * while the measured row cost is noisy (wall time on a shared machine):
+     * draft only for an expected gain of SPEC_MULTI_MARGIN or more */
+    if (n > 0 && s->base > 1) {
+        const double v = (1.0 - pow(alpha, n + 1)) / (1.0 - alpha) / (1.0 + rc * n);
+        if (v < 1.0 + SPEC_MULTI_MARGIN) n = 0;
+    }
     return n > 0 && n < s->p.n_min ? 0 : n;
 }
 

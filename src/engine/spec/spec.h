@@ -173,7 +173,9 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
 void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);
 void spec_engine_slot_reset(spec_engine *s, int32_t slot);
 /* The engine's step timing: a target decode of n_rows batch entries (no
- * prefill), n_draft_rows of them draft tokens, took dt seconds. Keeps t(b),
+ * prefill), n_draft_rows of them draft tokens, took dt seconds (of process
+ * CPU time: the scheduler measures so, as a loaded machine stretches wall
+ * time by others' work). Keeps t(b),
  * the time of steps of b slot rows without drafts; a step of b slot rows
  * plus drafts then gives a sample of the row cost as a slot sees it: the
  * extra time per draft row over the slot's share of the step,

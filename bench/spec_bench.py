@@ -16,9 +16,16 @@ configurations alike. Reported: generated tokens / wall time (aggregate), the de
 rate from the servers' own timings (predicted_n / predicted_ms, single
 stream), and draft_n / draft_n_accepted summed from the responses' timings.
 
+With --cpu-time each measured request is preceded by the same prompt with
+max_tokens 1 (its prefill then comes from the server's prefix cache), and
+the server process's CPU time (utime + stime, /proc) over the measured
+request(s) gives "decode tok / CPU s": the work per token, which a loaded
+shared machine does not stretch (use -t 1: idle pool threads then cost
+nothing).
+
 usage: bench/spec_bench.py --model FILE [--threads 2] [--max-tokens 128]
        [--specs ngram,layerskip:15] [--mode chat|completion] [--parallel both|1|8]
-       [--no-llama] [--out bench/results/spec-cpu.md]
+       [--no-llama] [--cpu-time] [--rounds 1] [--out bench/results/spec-cpu.md]
 """
 import argparse
 import concurrent.futures as cf
@@ -161,7 +168,22 @@ def ask(base, prompt, max_tokens, ignore_eos):
             "draft_acc": t.get("draft_n_accepted", 0)}
 
 
-def measure(base, prompts, max_tokens, ignore_eos, parallel):
+CPU_TIME = False
+
+
+def proc_cpu_s(pid):
+    """utime + stime of a process (all its threads), seconds"""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(base, prompts, max_tokens, ignore_eos, parallel, pid=None):
+    cpu0 = 0.0
+    if CPU_TIME and pid:
+        for p in prompts:   # prefill now, so the measured requests find it cached
+            ask(base, p, 1, ignore_eos)
+        cpu0 = proc_cpu_s(pid)
     t0 = time.time()
     if parallel:
         with cf.ThreadPoolExecutor(len(prompts)) as ex:
@@ -169,11 +191,12 @@ def measure(base, prompts, max_tokens, ignore_eos, parallel):
     else:
         res = [ask(base, p, max_tokens, ignore_eos) for p in prompts]
     wall = time.time() - t0
+    cpu = proc_cpu_s(pid) - cpu0 if CPU_TIME and pid else 0.0
     n = sum(r["n"] for r in res)
     pred_ms = sum(r["pred_ms"] for r in res)
     pred_n = sum(max(r["pred_n"] - 1, 0) for r in res)
     return {"tok": n, "wall": wall, "tps": n / wall, "decode_tps": pred_n * 1e3 / pred_ms if pred_ms else 0,
-            "pred_ms": pred_ms, "pred_n": pred_n,
+            "pred_ms": pred_ms, "pred_n": pred_n, "cpu": cpu,
             "draft_n": sum(r["draft_n"] for r in res), "draft_acc": sum(r["draft_acc"] for r in res)}
 
 
@@ -208,10 +231,13 @@ def main():
     ap.add_argument("--mode", choices=["chat", "completion"], default="chat")
     ap.add_argument("--parallel", choices=["both", "1", "8"], default="both")
     ap.add_argument("--workloads", default="grounded,free")
+    ap.add_argument("--rounds", type=int, default=1, help="8-stream runs: repeat, alternating the servers' order")
+    ap.add_argument("--cpu-time", action="store_true", help="prefill first, report decode tokens per server CPU second")
     ap.add_argument("--out")
     a = ap.parse_args()
-    global MODE
+    global MODE, CPU_TIME
     MODE = a.mode
+    CPU_TIME = a.cpu_time
     grounded, free = (GROUNDED, FREE) if a.mode == "chat" else (GROUNDED_COMPLETION, FREE_COMPLETION)
     pars = {"both": (False, True), "1": (False,), "8": (True,)}[a.parallel]
     rows = []
@@ -230,13 +256,26 @@ def main():
                 continue
             for par in pars:
                 if par:
-                    res = [measure(base, prompts, a.max_tokens, ign, True) for base in bases]   # back to back
+                    # back to back, --rounds times in alternating order (A B, B A, ...)
+                    keys = ("tok", "wall", "draft_n", "draft_acc", "pred_ms", "pred_n", "cpu")
+                    res = [dict.fromkeys(keys, 0) for _ in bases]
+                    for rnd in range(a.rounds):
+                        order = list(range(len(bases)))[::(-1 if rnd % 2 else 1)]
+                        for i in order:
+                            m = measure(bases[i], prompts, a.max_tokens, ign, True, procs[i].pid)
+                            for k in keys:
+                                res[i][k] += m[k]
+                    for r in res:
+                        r["tps"] = r["tok"] / r["wall"]
+                        r["decode_tps"] = r["pred_n"] * 1e3 / r["pred_ms"] if r["pred_ms"] else 0
                 else:
                     # one stream: prompt by prompt, each on every server in turn, so
                     # load swings on a shared machine hit all configurations alike
-                    parts = [[measure(base, [p], a.max_tokens, ign, False) for base in bases] for p in prompts]
+                    parts = [[measure(base, [p], a.max_tokens, ign, False, pr.pid) for base, pr in zip(bases, procs)]
+                             for p in prompts]
                     res = [{k: sum(pp[i][k] for pp in parts) for k in ("tok", "wall", "draft_n", "draft_acc",
-                                                                      "pred_ms", "pred_n")} for i in range(len(bases))]
+                                                                      "pred_ms", "pred_n", "cpu")}
+                           for i in range(len(bases))]
                     for r in res:
                         r["tps"] = r["tok"] / r["wall"]
                         r["decode_tps"] = r["pred_n"] * 1e3 / r["pred_ms"] if r["pred_ms"] else 0
@@ -254,16 +293,23 @@ def main():
              f"{os.getloadavg()[0]:.1f}; model {pathlib.Path(a.model).name}, -t {a.threads}, "
              f"max_tokens {a.max_tokens}, {a.mode} mode", "",
              "| engine | spec | workload | streams | tokens | wall s | tok/s (aggregate) | decode tok/s (1 stream) "
-             "| drafted | accepted | acceptance | speedup vs none |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| drafted | accepted | acceptance | speedup vs none |" + (" decode tok / CPU s | speedup (CPU) |" if CPU_TIME else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if CPU_TIME else "")]
     base_tps = {(r["engine"], r["workload"], r["streams"]): r["tps"] for r in rows if r["spec"] == "none"}
+    # generated tokens per server CPU second (prompts cached: the measured
+    # requests re-decode only their last prompt token)
+    for r in rows:
+        r["cpu_tps"] = r["tok"] / r["cpu"] if r.get("cpu") else 0
+    base_cpu = {(r["engine"], r["workload"], r["streams"]): r["cpu_tps"] for r in rows if r["spec"] == "none"}
     for r in rows:
         acc = f"{r['draft_acc'] / r['draft_n']:.2f}" if r["draft_n"] else "-"
         sp = r["tps"] / base_tps[(r["engine"], r["workload"], r["streams"])]
         dec = f"{r['decode_tps']:.1f}" if r["streams"] == 1 else "-"
         lines.append(f"| {r['engine']} | {r['spec']} | {r['workload']} | {r['streams']} | {r['tok']} | "
                      f"{r['wall']:.1f} | {r['tps']:.1f} | {dec} | {r['draft_n']} | {r['draft_acc']} | {acc} | "
-                     f"{sp:.2f}x |")
+                     f"{sp:.2f}x |" + (f" {r['cpu_tps']:.1f} | "
+                                       f"{r['cpu_tps'] / base_cpu[(r['engine'], r['workload'], r['streams'])]:.2f}x |"
+                                       if CPU_TIME and base_cpu.get((r['engine'], r['workload'], r['streams'])) else ""))
     text = "\n".join(lines) + "\n"
     print(text)
     if a.out:

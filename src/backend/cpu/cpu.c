@@ -48,6 +48,8 @@ static void (*dot_f32_f16_multi)(int64_t, int, const float *const *, const uint1
 static void (*axpy_f16_multi)(int64_t, int, const float *, const uint16_t *, float *const *) = ember_cpu_axpy_f16_multi;
 static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
 static bool have_vnni;   /* AVX-512 VNNI tiles */
+static bool have_small;  /* AVX-512 VNNI small-batch kernel (gemm_small_avx512.c) */
+static bool have_attn_multi;   /* AVX-512 F16-cache attention for several queries (attn_avx512.c) */
 
 static void init_tables(void)
 {
@@ -76,6 +78,9 @@ static void init_tables(void)
         axpy_f16_multi = ember_cpu_axpy_f16_multi_avx2;
         have_gemm = getenv("EMBER_NO_GEMM") == NULL;
         have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
+        have_small = have_vnni && getenv("EMBER_NO_SMALL_GEMM") == NULL;   /* A/B knob for bench/spec_cost */
+        have_attn_multi = ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_ATTN_MULTI") == NULL;
+        if (have_attn_multi && getenv("EMBER_NO_EXPF_VEC") == NULL) ember_cpu_expf_vec_check();
     }
 }
 
@@ -270,6 +275,7 @@ static void op_rms_norm(ember_backend *be, float *y, const float *x, const float
 
 #define MM_ROW_TILE 16
 #define MM_TOK_TILE 16
+_Static_assert(MM_TOK_TILE == EMBER_CPU_SMALL_MAX, "a token tile is one packed group of gemm_small_avx512");
 
 typedef struct mm_task {
     const float *x;
@@ -278,6 +284,9 @@ typedef struct mm_task {
     void *xq;
     size_t xq_row;
     int32_t *asum;                /* block sums for the VNNI tiles, or NULL */
+    void *pk;                     /* activations packed for gemm_small_avx512 by groups of
+                                   * EMBER_CPU_SMALL_MAX tokens (pk_group bytes apart), or NULL */
+    size_t pk_group;
     int32_t n_w;
     const ember_weight *const *ws;
     float *const *ys;
@@ -304,6 +313,11 @@ static void mm_quantize(void *arg, int ith, int nth)
                 for (int k = 0; k < 32; k++) s += q[k];
                 a->asum[t * nb + b] = s;
             }
+        }
+        if (a->pk) {
+            const int64_t g = t / EMBER_CPU_SMALL_MAX, g0 = g * EMBER_CPU_SMALL_MAX;
+            const int64_t ng = a->n_tokens - g0 < EMBER_CPU_SMALL_MAX ? a->n_tokens - g0 : EMBER_CPU_SMALL_MAX;
+            ember_cpu_small_pack(a->vdt, a->n_in, ng, t - g0, row, (uint8_t *)a->pk + (size_t)g * a->pk_group);
         }
     }
 }
@@ -342,6 +356,16 @@ static void mm_dot(void *arg, int ith, int nth)
         /* the path depends on the weight type and the CPU only, never on the
          * batch's token count, so a token's logits do not depend on what it is
          * batched with (decode alone = decode beside other slots = prefill) */
+        /* 2..16 tokens: every output bit-identical to the mat-vec below */
+        /* above 16 tokens (big verification batches of many slots, prefill)
+         * too, by token groups of 16, except Q5_0 whose prefill tile is
+         * tuned on its own (branch pp5) */
+        if (a->pk && ember_cpu_gemm_supported(w->type) && (a->n_tokens <= EMBER_CPU_SMALL_MAX || w->type != EMBER_TYPE_Q5_0)) {
+            ember_cpu_gemm_small_avx512(w->type, a->n_in, w->data, w->row_bytes,
+                                        (const uint8_t *)a->pk + (size_t)(t0 / EMBER_CPU_SMALL_MAX) * a->pk_group, t1 - t0,
+                                        y + t0 * n_out, n_out, r0, r1);
+            continue;
+        }
         if (a->asum && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, a->asum, y, n_out, r0, r1, t0, t1);
             continue;
@@ -402,6 +426,8 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.xq = cb->act;
         a.xq_row = row_size(vdt, n_in);
         a.asum = have_vnni && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
+        a.pk = a.asum && have_small && n_tokens >= 2 && n_in <= cb->lim.max_n_in ? cb->small_pk : NULL;
+        a.pk_group = ember_cpu_small_pack_bytes(n_in, EMBER_CPU_SMALL_MAX);
         a.n_w = n_g;
         a.ws = grp;
         a.ys = gys;
@@ -412,6 +438,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         /* decode: enough row tiles that every thread gets several */
         a.row_tile = n_tokens >= 4 ? MM_ROW_TILE : total_rows / ((int64_t)cb->n_threads * 8);
         if (a.row_tile < MM_ROW_TILE) a.row_tile = MM_ROW_TILE;
+        a.row_tile = (a.row_tile + 7) & ~(int64_t)7;   /* whole passes of the small-batch kernel (8 rows) */
         a.n_row_tiles_total = 0;
         for (int32_t k = 0; k < n_g; k++) a.n_row_tiles_total += (grp[k]->n_out + a.row_tile - 1) / a.row_tile;
         atomic_store(&a.next, 0);
@@ -773,9 +800,73 @@ static void attn_run_grouped(void *arg, int ith, int nth)
     }
 }
 
+/* A few queries (2 <= n < FA_TILE_Q) over an F16 cache: items of up to
+ * EMBER_CPU_ATTN_MAXQ queries = one KV head's query heads (or a part of
+ * them) x a run of consecutive tokens with the same block table, so each K/V
+ * row is read once per item (attn_avx512.c; per query the numerics of
+ * attn_run, so a token's result does not depend on its batch). */
+typedef struct attn_multi_task {
+    cpu_backend *cb;
+    const ember_kv_layer_view *kv;
+    const ember_attn_params *p;
+    const float *q;
+    const ember_attn_query *queries;
+    float *out;
+    int32_t chunk[FA_TILE_Q + 1];   /* token runs [chunk[c], chunk[c + 1]) */
+    int32_t n_chunks, hq, n_hparts;
+    _Atomic int64_t next;
+} attn_multi_task;
+
+static void attn_multi_run(void *arg, int ith, int nth)
+{
+    (void)nth;
+    attn_multi_task *a = arg;
+    const ember_attn_params *p = a->p;
+    const int32_t n_rep = p->n_head / p->n_head_kv;
+    const int64_t n_items = (int64_t)a->n_chunks * p->n_head_kv * a->n_hparts;
+    for (;;) {
+        const int64_t item = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (item >= n_items) break;
+        const int32_t c = (int32_t)(item / ((int64_t)p->n_head_kv * a->n_hparts));
+        const int32_t rem = (int32_t)(item % ((int64_t)p->n_head_kv * a->n_hparts));
+        const int32_t g = rem / a->n_hparts, h0 = g * n_rep + (rem % a->n_hparts) * a->hq;
+        const int32_t h1 = h0 + a->hq < (g + 1) * n_rep ? h0 + a->hq : (g + 1) * n_rep;
+        const float *qh[EMBER_CPU_ATTN_MAXQ];
+        const ember_attn_query *qq[EMBER_CPU_ATTN_MAXQ];
+        float *out[EMBER_CPU_ATTN_MAXQ];
+        int nq = 0;
+        for (int32_t t = a->chunk[c]; t < a->chunk[c + 1]; t++)
+            for (int32_t h = h0; h < h1; h++) {
+                qh[nq] = a->q + ((int64_t)t * p->n_head + h) * p->head_dim_k;
+                qq[nq] = &a->queries[t];
+                out[nq] = a->out + ((int64_t)t * p->n_head + h) * p->head_dim_v;
+                nq++;
+            }
+        ember_cpu_attn_f16_multi_avx512(a->kv, p, g, nq, qh, qq, out, a->cb->ts[ith].mq);
+    }
+}
+
 static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
                          const float *q, const ember_attn_query *queries, int32_t n, float *out)
 {
+    if (have_attn_multi && kv->type_k == EMBER_TYPE_F16 && kv->type_v == EMBER_TYPE_F16 && n >= 2 && n < FA_TILE_Q &&
+        p->head_dim_k % 64 == 0 && p->head_dim_v % 64 == 0) {
+        attn_multi_task m = {.cb = CPU(be), .kv = kv, .p = p, .q = q, .queries = queries, .out = out};
+        const int32_t n_rep = p->n_head / p->n_head_kv;
+        m.hq = n_rep < EMBER_CPU_ATTN_MAXQ ? n_rep : EMBER_CPU_ATTN_MAXQ;
+        m.n_hparts = (n_rep + m.hq - 1) / m.hq;
+        const int32_t tc = EMBER_CPU_ATTN_MAXQ / m.hq;   /* tokens per run */
+        m.chunk[0] = 0;
+        for (int32_t t = 1; t <= n; t++)
+            if (t == n || queries[t].blocks != queries[m.chunk[m.n_chunks]].blocks || t - m.chunk[m.n_chunks] == tc)
+                m.chunk[++m.n_chunks] = t;
+        atomic_store(&m.next, 0);
+        const int64_t items = (int64_t)m.n_chunks * p->n_head_kv * m.n_hparts;
+        int nth = CPU(be)->n_threads;
+        if (items < nth) nth = (int)items;
+        ember_threadpool_run_n(CPU(be)->tp, nth, attn_multi_run, &m);
+        return;
+    }
     attn_task a = {.cb = CPU(be), .kv = kv, .p = p, .q = q, .queries = queries, .n = n, .out = out};
     atomic_store(&a.next, 0);
     const bool grouped = kv->type_k == EMBER_TYPE_F16 && kv->type_v == EMBER_TYPE_F16 && n >= FA_TILE_Q;
@@ -801,11 +892,13 @@ static void op_free(ember_backend *be)
             free(cb->ts[i].acc);
             free(cb->ts[i].qconv);
             free(cb->ts[i].vkq16);
+            free(cb->ts[i].mq);
         }
         free(cb->ts);
     }
     free(cb->act);
     free(cb->asum);
+    free(cb->small_pk);
     free(cb);
 }
 
@@ -852,19 +945,24 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
     cb->act = malloc(cb->act_bytes);
     cb->asum = malloc((size_t)lim->max_tokens * (size_t)(lim->max_n_in / 32 + 1) * sizeof(int32_t));
     cb->ts = calloc((size_t)n_threads, sizeof *cb->ts);
-    if (!cb->act || !cb->asum || !cb->ts) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
-    cb->scratch_bytes = cb->act_bytes;
+    const size_t pk_bytes = ember_cpu_small_pack_bytes(lim->max_n_in, EMBER_CPU_SMALL_MAX) *
+                            (size_t)((lim->max_tokens + EMBER_CPU_SMALL_MAX - 1) / EMBER_CPU_SMALL_MAX);
+    cb->small_pk = aligned_alloc(64, (pk_bytes + 63) & ~(size_t)63);
+    if (!cb->act || !cb->asum || !cb->ts || !cb->small_pk) { op_free(&cb->base); return ember_error(EMBER_ERR_NOMEM, "cpu backend: %zu bytes of activation scratch", cb->act_bytes); }
+    cb->scratch_bytes = cb->act_bytes + pk_bytes;
     for (int32_t i = 0; i < n_threads; i++) {
         cb->ts[i].scores = malloc((size_t)lim->max_kv_tokens * ATTN_GROUP * sizeof(float));
         cb->ts[i].vrow = malloc((size_t)lim->max_head_dim * sizeof(float));
         cb->ts[i].acc = malloc((size_t)lim->max_head_dim * ATTN_GROUP * sizeof(float));
         cb->ts[i].qconv = malloc((size_t)lim->max_head_dim * 4 + 64);
         cb->ts[i].vkq16 = malloc((size_t)lim->max_head_dim * sizeof(uint16_t));
-        if (!cb->ts[i].scores || !cb->ts[i].vrow || !cb->ts[i].acc || !cb->ts[i].qconv || !cb->ts[i].vkq16) {
+        cb->ts[i].mq = malloc((size_t)lim->max_head_dim * 2 * EMBER_CPU_ATTN_MAXQ * sizeof(float));
+        if (!cb->ts[i].scores || !cb->ts[i].vrow || !cb->ts[i].acc || !cb->ts[i].qconv || !cb->ts[i].vkq16 || !cb->ts[i].mq) {
             op_free(&cb->base);
             return ember_error(EMBER_ERR_NOMEM, "cpu backend: attention scratch for %lld keys", (long long)lim->max_kv_tokens);
         }
-        cb->scratch_bytes += (size_t)lim->max_kv_tokens * ATTN_GROUP * sizeof(float) + (size_t)lim->max_head_dim * (8 + 4 * ATTN_GROUP) + 64;
+        cb->scratch_bytes += (size_t)lim->max_kv_tokens * ATTN_GROUP * sizeof(float) + (size_t)lim->max_head_dim * (8 + 4 * ATTN_GROUP) + 64 +
+                             (size_t)lim->max_head_dim * 2 * EMBER_CPU_ATTN_MAXQ * sizeof(float);
     }
     *out = &cb->base;
     return EMBER_OK;

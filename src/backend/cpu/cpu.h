@@ -22,6 +22,7 @@ typedef struct cpu_thread_scratch {
     float *acc;       /* [ATTN_GROUP][max_head_dim] */
     void *qconv;      /* query head in K's dot format, max_head_dim*4 bytes */
     uint16_t *vkq16;  /* [max_head_dim] f16 output accumulator (ggml's flash-attention numerics) */
+    float *mq;        /* [EMBER_CPU_ATTN_MAXQ][2 * max_head_dim] for ember_cpu_attn_f16_multi_avx512 */
 } cpu_thread_scratch;
 
 typedef struct cpu_backend {
@@ -35,6 +36,7 @@ typedef struct cpu_backend {
     size_t xg_bytes;
     size_t act_bytes;
     cpu_thread_scratch *ts;
+    void *small_pk;       /* activations packed for ember_cpu_gemm_small_avx512, or NULL */
     uint64_t scratch_bytes;
 } cpu_backend;
 
@@ -145,5 +147,37 @@ void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, si
  * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). */
 void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
                               size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+/* Batches of Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 weights x 2.. tokens, by groups of up
+ * to EMBER_CPU_SMALL_MAX tokens, AVX-512 VNNI (gemm_small_avx512.c). The
+ * caller packs each token's Q8_0/Q8_1 activation row (xq_row, n_in / 32
+ * blocks) of a group of n_tokens with ember_cpu_small_pack into that group's
+ * pk (ember_cpu_small_pack_bytes(n_in, n_tokens) bytes; tokens may be packed
+ * by different threads), then ember_cpu_gemm_small_avx512 writes
+ * y[t * ldy + r] for r in [r0, r1) and every token t of the group, each
+ * bit-identical to the one-token mat-vec. */
+#define EMBER_CPU_SMALL_MAX 16
+
+/* F16 cache attention for nq <= EMBER_CPU_ATTN_MAXQ queries that read KV head
+ * g through one block table (qq[q]->blocks all equal), q rows qh[q] [hk],
+ * results to out[q] [hv]; per query bit-identical to the one-query loop of
+ * cpu.c attn_run (attn_avx512.c). head_dim_k, head_dim_v multiples of 64;
+ * scratch holds nq * (hk + hv) floats. AVX-512 only. */
+#define EMBER_CPU_ATTN_MAXQ 16
+/* Checks the vector expf of attn_avx512.c against this process's libm expf
+ * (bit for bit over a sweep of inputs) and lets the multi-query attention
+ * use it only if all match; returns whether they did. AVX-512 only. */
+bool ember_cpu_expf_vec_check(void);
+void ember_cpu_attn_f16_multi_avx512(const ember_kv_layer_view *kv, const ember_attn_params *p, int32_t g, int nq,
+                                     const float *const *qh, const ember_attn_query *const *qq, float *const *out,
+                                     float *scratch);
+#define EMBER_CPU_SMALL_STRIDE(np) ((size_t)(np) * 192 + 64)   /* packed bytes per block */
+static inline size_t ember_cpu_small_pack_bytes(int64_t n_in, int64_t n_tokens)
+{
+    return (size_t)(n_in / 32) * EMBER_CPU_SMALL_STRIDE((n_tokens + 1) / 2);
+}
+void ember_cpu_small_pack(uint32_t vdt, int64_t n_in, int64_t n_tokens, int64_t t, const uint8_t *xq_row, void *pk);
+void ember_cpu_gemm_small_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const void *pk,
+                                 int64_t n_tokens, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
 #endif

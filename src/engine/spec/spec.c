@@ -20,12 +20,15 @@
  */
 #include "engine/spec/spec.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/status.h"
+
+#define SPEC_MULTI_MARGIN 0.15   /* expected gain a multi-slot step must promise to draft */
 
 spec_params spec_default_params(void)
 {
@@ -59,13 +62,15 @@ ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n
                            p->n_min, (double)p->p_min);
     }
     spec_engine *s = calloc(1, sizeof *s);
-    double *acc = calloc((size_t)n_slots * 2, sizeof *acc);
+    double *acc = calloc((size_t)n_slots * 4, sizeof *acc);
+    uint8_t *last_long = calloc((size_t)n_slots, 1);
     int32_t *idle = calloc((size_t)n_slots, sizeof *idle);
     double *t_base = calloc((size_t)n_slots + 1, sizeof *t_base);
     double *rc_est = calloc((size_t)n_slots + 1, sizeof *rc_est);
     int32_t *n_rc = calloc((size_t)n_slots + 1, sizeof *n_rc);
-    if (!s || !acc || !idle || !t_base || !rc_est || !n_rc) {
+    if (!s || !acc || !idle || !t_base || !rc_est || !n_rc || !last_long) {
         free(s);
+        free(last_long);
         free(acc);
         free(idle);
         free(t_base);
@@ -79,6 +84,9 @@ ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n
     s->n_slots = n_slots;
     s->acc_a = acc;
     s->acc_r = acc + n_slots;
+    s->lacc_a = acc + 2 * n_slots;
+    s->lacc_r = acc + 3 * n_slots;
+    s->last_long = last_long;
     s->idle = idle;
     s->t_base = t_base;
     s->rc_est = rc_est;
@@ -94,6 +102,7 @@ void spec_engine_free(spec_engine *s)
     if (!s) return;
     if (s->prop.free) s->prop.free(s->prop.self);
     free(s->acc_a);
+    free(s->last_long);
     free(s->idle);
     free(s->t_base);
     free(s->rc_est);
@@ -123,10 +132,11 @@ int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)
     return best;
 }
 
+/* process CPU time (as the scheduler's step times, spec_engine_step_time) */
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -168,17 +178,48 @@ void spec_engine_step_time(spec_engine *s, double dt, int32_t n_rows, int32_t n_
     s->t_step = s->t_step > 0 ? 0.9 * s->t_step + 0.1 * t1 : t1;
 }
 
+/* adaptive length for acceptance counts a (accepted) / r (rejection events) */
+static int32_t adaptive_n(const spec_engine *s, double a, double r, double dc)
+{
+    double alpha = a / (a + r);
+    if (alpha > 0.99) alpha = 0.99;
+    const double rc = spec_engine_row_cost(s) + dc;
+    int32_t n = spec_best_length(alpha, (float)rc, s->p.n_max);
+    /* several slots in the batch: a CPU step is then compute-bound and a
+     * draft row costs nearly a slot's share, so the gain is small at best
+     * while the measured row cost is noisy (wall time on a shared machine):
+     * draft only for an expected gain of SPEC_MULTI_MARGIN or more */
+    if (n > 0 && s->base > 1) {
+        const double v = (1.0 - pow(alpha, n + 1)) / (1.0 - alpha) / (1.0 + rc * n);
+        if (v < 1.0 + SPEC_MULTI_MARGIN) n = 0;
+    }
+    return n > 0 && n < s->p.n_min ? 0 : n;
+}
+
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft)
 {
     if (in->slot < 0 || in->slot >= s->n_slots) return 0;
+    const int32_t i = in->slot;
     int32_t n = s->p.n_max;
+    double dc = 0;
+    if (s->p.adaptive && s->prop.match_len && limit > 0) {
+        /* match-aware: draft as far as allowed, then keep the adaptive length
+         * of the match's class (a copied span drafts long, a chance repeat
+         * in free text little or nothing) */
+        if (n > limit) n = limit;
+        int32_t k = s->prop.propose(s->prop.self, in, n, s->p.p_min, draft, NULL);
+        if (k <= 0 || k > n) return 0;
+        const bool lng = s->prop.match_len(s->prop.self) >= SPEC_LONG_MATCH;
+        int32_t m = lng ? adaptive_n(s, s->lacc_a[i], s->lacc_r[i], 0) : adaptive_n(s, s->acc_a[i], s->acc_r[i], 0);
+        if (m == 0 && ++s->idle[i] >= 8) m = s->p.n_min > 1 ? s->p.n_min : 1;   /* probe */
+        if (k > m) k = m;
+        if (k <= 0 || k < s->p.n_min) return 0;
+        s->last_long[i] = lng;
+        return k;
+    }
     if (s->p.adaptive) {
-        int32_t i = in->slot;
-        double alpha = s->acc_a[i] / (s->acc_a[i] + s->acc_r[i]);
-        if (alpha > 0.99) alpha = 0.99;
-        double dc = draft_cost(s);
-        n = spec_best_length(alpha, (float)(spec_engine_row_cost(s) + dc), s->p.n_max);
-        if (n > 0 && n < s->p.n_min) n = 0;
+        dc = draft_cost(s);
+        n = adaptive_n(s, s->acc_a[i], s->acc_r[i], dc);
         /* probe: every 8th idle step, stretched by the draft's own cost so
          * probing a model proposer that keeps failing costs ~2% of steps */
         if (n == 0 && ++s->idle[i] >= (int32_t)(8.0 * (1.0 + 4.0 * dc))) n = s->p.n_min > 1 ? s->p.n_min : 1;
@@ -197,6 +238,7 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
         s->t_draft = s->t_draft > 0 ? 0.9 * s->t_draft + 0.1 * t : t;
     }
     if (k < s->p.n_min) return 0;
+    s->last_long[i] = 0;
     return k;
 }
 
@@ -211,8 +253,9 @@ void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t
         s->st.drafted_at[i]++;
         if (i < n_accepted) s->st.accepted_at[i]++;
     }
-    s->acc_a[slot] = 0.8 * s->acc_a[slot] + n_accepted;
-    s->acc_r[slot] = 0.8 * s->acc_r[slot] + (n_accepted < n_drafted ? 1 : 0);
+    double *a = s->last_long[slot] ? s->lacc_a : s->acc_a, *r = s->last_long[slot] ? s->lacc_r : s->acc_r;
+    a[slot] = 0.8 * a[slot] + n_accepted;
+    r[slot] = 0.8 * r[slot] + (n_accepted < n_drafted ? 1 : 0);
     s->idle[slot] = 0;
     if (s->prop.feedback) s->prop.feedback(s->prop.self, slot, n_drafted, n_accepted);
 }
@@ -222,6 +265,9 @@ void spec_engine_slot_reset(spec_engine *s, int32_t slot)
     if (slot < 0 || slot >= s->n_slots) return;
     s->acc_a[slot] = 3;   /* prior: alpha = 0.75 */
     s->acc_r[slot] = 1;
+    s->lacc_a[slot] = 9;  /* prior for copied spans: alpha = 0.9 */
+    s->lacc_r[slot] = 1;
+    s->last_long[slot] = 0;
     s->idle[slot] = 0;
     if (s->prop.slot_reset) s->prop.slot_reset(s->prop.self, slot);
 }

@@ -32,6 +32,7 @@
 #include "ember.h"
 
 #define SPEC_MAX_DRAFT 32   /* upper bound of --spec-draft-n-max */
+#define SPEC_LONG_MATCH 8   /* a context match of this many tokens is a copied span (spec_proposer.match_len) */
 
 typedef enum spec_type {
     SPEC_NONE = 0,
@@ -89,6 +90,13 @@ typedef struct spec_proposer {
     int32_t n_hidden_layers;      /* hidden states wanted (0: none; at most EMBER_MAX_HIDDEN_LAYERS) */
     const int32_t *hidden_layers; /* [n_hidden_layers] 0-based target layers (see spec_input) */
     int32_t (*propose)(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *draft, float *q);
+    /* Optional: the length of the context match behind the last draft (a
+     * prompt-lookup proposer: its key plus how far the match reaches back;
+     * 0 when the last call drafted nothing). When set, the engine asks for
+     * the longest draft allowed, then cuts it to the adaptive length of the
+     * match's class (short: < SPEC_LONG_MATCH tokens, or long), whose
+     * acceptance it tracks apart per slot. */
+    int32_t (*match_len)(void *self);
     void (*feedback)(void *self, int32_t slot, int32_t n_drafted, int32_t n_accepted);
     void (*slot_reset)(void *self, int32_t slot);
     void (*describe)(void *self, char *buf, size_t cap);
@@ -127,6 +135,8 @@ typedef struct spec_engine {
     spec_proposer prop;
     int32_t n_slots;
     double *acc_a, *acc_r; /* [n_slots] decayed counts of accepted / rejected draft tokens */
+    double *lacc_a, *lacc_r; /* [n_slots] the same for drafts behind a long context match (match_len) */
+    uint8_t *last_long;      /* [n_slots] the slot's last draft was behind a long match */
     int32_t *idle;     /* [n_slots] steps since the slot last drafted (probing) */
     double t_draft;    /* costly proposers: decayed mean seconds per drafted token (0: not measured yet) */
     double t_step;     /* decayed mean seconds of a 1-row target step, from spec_engine_step_time */
@@ -163,7 +173,9 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
 void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);
 void spec_engine_slot_reset(spec_engine *s, int32_t slot);
 /* The engine's step timing: a target decode of n_rows batch entries (no
- * prefill), n_draft_rows of them draft tokens, took dt seconds. Keeps t(b),
+ * prefill), n_draft_rows of them draft tokens, took dt seconds (of process
+ * CPU time: the scheduler measures so, as a loaded machine stretches wall
+ * time by others' work). Keeps t(b),
  * the time of steps of b slot rows without drafts; a step of b slot rows
  * plus drafts then gives a sample of the row cost as a slot sees it: the
  * extra time per draft row over the slot's share of the step,

@@ -311,7 +311,8 @@ static void check_matmul_format_n(uint32_t wt, int64_t n_tokens, int NIN)
         }
     }
     /* batch invariance: each token alone (the decode mat-vec) gives the same
-     * bits as inside the batch (prefill tiles) */
+     * bits as inside the batch (small-batch kernel for 2..16 tokens, prefill
+     * tiles above) */
     float y1[NOUT];
     float *ys1[1] = {y1};
     for (int64_t t = 0; t < n_tokens; t++) {
@@ -350,6 +351,22 @@ static void test_matmul_formats(void **st)
         check_matmul_format_n(q0[i], 27, 640);
         check_matmul_format_n(q0[i], 40, 96);
     }
+}
+
+/* Batches of 2+ tokens (speculative verification, slots, prefill) take
+ * their own kernel on AVX-512 VNNI machines (pairs of tokens per register,
+ * odd counts padded, groups of 16 tokens; Q5_0 above 16 tokens the prefill
+ * tile): every token must get the bits of the one-token mat-vec, over many
+ * blocks per row (the float accumulation carried across blocks) and row
+ * counts that leave partial row passes (37 rows); 21 and 37 tokens end in
+ * partial groups. */
+static void test_matmul_small_batches(void **st)
+{
+    (void)st;
+    const uint32_t types[] = {EMBER_TYPE_Q4_0, EMBER_TYPE_Q4_1, EMBER_TYPE_Q5_0, EMBER_TYPE_Q5_1, EMBER_TYPE_Q8_0};
+    const int64_t ns[] = {2, 3, 4, 5, 6, 8, 9, 11, 12, 15, 21, 37};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) check_matmul_format_n(types[i], ns[k], 576);
 }
 
 /* Attention over a paged cache with blocks out of order, GQA h -> 2 heads,
@@ -419,6 +436,58 @@ static void check_attention_n(uint32_t type, int32_t n_swa, double tol, int nq, 
     be->ops->free(be);
 }
 
+/* F16 cache, 2..63 queries (speculative verification, a few slots): the
+ * backend may read each K/V row once for several queries (AVX-512), but
+ * every query's output must have the bits of that query alone (the one-row
+ * path that follows ggml's flash attention), for head dims below 128 (f32
+ * accumulator steps) and of 256 (ggml's f16 vector loop), GQA, a sliding
+ * window, queries at several positions of one sequence and of two. */
+static void check_attention_multi(int32_t D, int32_t n_swa, int nq)
+{
+    enum { BT = 8, NB = 8, HK = 2, H = 6, NPOS = 50 };
+    ember_backend_limits lim = {.max_tokens = 64, .max_n_in = 256, .max_kv_tokens = 64, .max_head_dim = 256};
+    ember_backend *be = NULL;
+    assert_int_equal(ember_backend_cpu_new(2, &lim, &be), EMBER_OK);
+    const size_t rb = (size_t)HK * D * 2;
+    uint8_t *k = calloc(NB * BT, rb), *v = calloc(NB * BT, rb);
+    float *kf = malloc(sizeof(float) * NPOS * HK * D), *vf = malloc(sizeof(float) * NPOS * HK * D);
+    for (int i = 0; i < NPOS * HK * D; i++) { kf[i] = frand() * 2.0f; vf[i] = frand(); }
+    const int32_t blocks_a[7] = {5, 0, 3, 6, 1, 7, 2}, blocks_b[7] = {2, 7, 1, 6, 3, 0, 5};
+    int64_t rows[NPOS];
+    for (int p = 0; p < NPOS; p++) rows[p] = (int64_t)blocks_a[p / BT] * BT + p % BT;
+    ember_kv_layer_view view = {.type_k = EMBER_TYPE_F16, .type_v = EMBER_TYPE_F16, .k = k, .v = v, .k_row_bytes = rb,
+                                .v_row_bytes = rb, .block_tokens = BT, .n_rows = NB * BT};
+    be->ops->kv_store(be, &view, kf, vf, rows, NPOS);
+    ember_attn_query *qs = malloc(sizeof(ember_attn_query) * (size_t)nq);
+    float *q = malloc(sizeof(float) * (size_t)(nq * H * D)), *out = malloc(sizeof(float) * (size_t)(nq * H * D));
+    float *one = malloc(sizeof(float) * (size_t)(H * D));
+    for (int i = 0; i < nq; i++) {
+        /* the last third reads the same rows through the other table order */
+        qs[i].blocks = i >= 2 * nq / 3 ? blocks_b : blocks_a;
+        qs[i].pos = (ember_pos)(NPOS - nq + i);
+    }
+    for (int i = 0; i < nq * H * D; i++) q[i] = frand() * 3.0f;
+    ember_attn_params ap = {.n_head = H, .n_head_kv = HK, .head_dim_k = D, .head_dim_v = D, .kq_scale = 0.125f, .n_swa = n_swa};
+    be->ops->attention(be, &view, &ap, q, qs, nq, out);
+    for (int i = 0; i < nq; i++) {
+        be->ops->attention(be, &view, &ap, q + i * H * D, &qs[i], 1, one);
+        if (memcmp(one, out + i * H * D, sizeof(float) * (size_t)(H * D)) != 0)
+            fail_msg("D %d, swa %d, %d queries: query %d alone differs from the batch", D, n_swa, nq, i);
+    }
+    free(k); free(v); free(kf); free(vf); free(qs); free(q); free(out); free(one);
+    be->ops->free(be);
+}
+
+static void test_attention_f16_multi_query(void **st)
+{
+    (void)st;
+    check_attention_multi(64, 0, 2);
+    check_attention_multi(64, 0, 9);
+    check_attention_multi(64, 20, 7);
+    check_attention_multi(256, 0, 5);
+    check_attention_multi(128, 0, 16);
+}
+
 static void check_attention(uint32_t type, int32_t n_swa, double tol) { check_attention_n(type, n_swa, tol, 3, 4); }
 
 static void test_attention_f32(void **st) { (void)st; check_attention(EMBER_TYPE_F32, 0, 1e-5); }
@@ -443,11 +512,13 @@ int main(void)
         cmocka_unit_test(test_attn_avx512_matches_avx2),
         cmocka_unit_test(test_matmul_q8_0_exact),
         cmocka_unit_test(test_matmul_formats),
+        cmocka_unit_test(test_matmul_small_batches),
         cmocka_unit_test(test_attention_f32),
         cmocka_unit_test(test_attention_f16),
         cmocka_unit_test(test_attention_q8_0),
         cmocka_unit_test(test_attention_sliding_window),
         cmocka_unit_test(test_attention_f16_prefill),
+        cmocka_unit_test(test_attention_f16_multi_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

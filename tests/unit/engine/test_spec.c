@@ -117,10 +117,19 @@ static void test_ngram_lookup(void **state)
     n = pr.propose(pr.self, &in, 2, 0, d, NULL);
     assert_int_equal(n, 2);
     assert_int_equal(d[0], 11);
+    assert_int_equal(pr.match_len(pr.self), 3);   /* the key; 10 != 11 before it */
+    /* a copied span: the 4-gram 7 8 9 10 matches, and so do the 6 tokens
+     * before it (9 != 42 stops it): match length 10 */
+    const ember_token h4[] = {9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 42, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    in = (spec_input){.slot = 0, .tokens = h4, .n_tokens = 22};
+    assert_int_equal(pr.propose(pr.self, &in, 4, 0, d, NULL), 4);
+    assert_int_equal(d[0], 42);
+    assert_int_equal(pr.match_len(pr.self), 10);
     /* no repeated 2-gram: no draft */
     const ember_token h3[] = {1, 2, 3, 4, 5, 1};
     in = (spec_input){.slot = 0, .tokens = h3, .n_tokens = 6};
     assert_int_equal(pr.propose(pr.self, &in, 4, 0, d, NULL), 0);
+    assert_int_equal(pr.match_len(pr.self), 0);
     pr.free(pr.self);
     assert_int_equal(spec_ngram_new(0, 4, &pr), EMBER_ERR_INVALID_ARG);
 }
@@ -258,6 +267,57 @@ static void test_engine_verify_rollback(void **state)
 
 /* Expected lengths computed outside ember (python3: argmax over k of
  * (1 - a**(k+1)) / (1 - a) / (1 + c*k), k in 0..16). */
+/* A proposer that always drafts n_max tokens behind a context match of
+ * `match` tokens (set by the test). */
+typedef struct fixed_prop { int32_t match; } fixed_prop;
+static int32_t fixed_propose(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *d, float *q)
+{
+    (void)self; (void)in; (void)p_min; (void)q;
+    for (int32_t k = 0; k < n_max; k++) d[k] = 7;
+    return n_max;
+}
+static int32_t fixed_match(void *self) { return ((fixed_prop *)self)->match; }
+
+/* Match-aware length: drafts behind long matches and short ones keep apart
+ * acceptance; a slot whose short-match drafts fail stops drafting them (but
+ * probes), while its long-match drafts keep the full length. */
+static void test_match_length_classes(void **state)
+{
+    (void)state;
+    fixed_prop f = {.match = 3};
+    spec_params sp = spec_default_params();
+    sp.n_max = 12;
+    sp.row_cost = 0.1f;
+    spec_engine *se;
+    assert_int_equal(spec_engine_new(&sp, (spec_proposer){.self = &f, .propose = fixed_propose, .match_len = fixed_match},
+                                     1, &se), EMBER_OK);
+    ember_token h[4] = {1, 2, 3, 4}, d[SPEC_MAX_DRAFT];
+    spec_input in = {.slot = 0, .tokens = h, .n_tokens = 4};
+    /* priors: short 0.75 -> 5 at row cost 0.1; long 0.9 -> 10 */
+    assert_int_equal(spec_engine_propose(se, &in, 12, d), 5);
+    f.match = 20;
+    assert_int_equal(spec_engine_propose(se, &in, 12, d), 10);
+    assert_int_equal(spec_engine_propose(se, &in, 6, d), 6);   /* the engine's limit */
+    for (int i = 0; i < 10; i++) {   /* long-match drafts always accepted */
+        int32_t k = spec_engine_propose(se, &in, 12, d);
+        spec_engine_result(se, 0, k, k);
+    }
+    f.match = 3;
+    for (int i = 0; i < 8; i++) {    /* short-match drafts rejected at once */
+        int32_t k = spec_engine_propose(se, &in, 12, d);
+        if (k > 0) spec_engine_result(se, 0, k, 0);
+    }
+    int32_t n_drafts = 0;
+    for (int i = 0; i < 16; i++) {
+        int32_t k = spec_engine_propose(se, &in, 12, d);
+        if (k > 0) { n_drafts++; assert_int_equal(k, 1); spec_engine_result(se, 0, k, 0); }
+    }
+    assert_int_equal(n_drafts, 2);   /* probes only */
+    f.match = 8;                     /* SPEC_LONG_MATCH: long again */
+    assert_int_equal(spec_engine_propose(se, &in, 12, d), 12);
+    spec_engine_free(se);
+}
+
 static void test_adaptive_length(void **state)
 {
     (void)state;
@@ -308,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_ngram_lookup),
         cmocka_unit_test(test_engine_verify_rollback),
         cmocka_unit_test(test_adaptive_length),
+        cmocka_unit_test(test_match_length_classes),
         cmocka_unit_test(test_measured_row_cost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -209,9 +209,13 @@ def configs(a):
         extra = ["--spec-type", name, "--spec-draft-n-max", "16"]
         if name == "layerskip" and arg:
             extra += ["--spec-layers", arg]
+        if name == "draft":   # draft:FILE, a draft model with the target's vocabulary
+            extra += ["-md", arg]
         if a.p_min is not None:
             extra += ["--spec-draft-p-min", str(a.p_min)]
-        yield "ember", sp, [str(ROOT / "build/bin/ember"), "serve", *common, "-c", str(a.ctx), *extra]
+        extra += a.spec_extra.split()
+        label = f"draft:{os.path.basename(arg)}" if name == "draft" else sp
+        yield "ember", label, [str(ROOT / "build/bin/ember"), "serve", *common, "-c", str(a.ctx), *extra]
     if os.path.exists(LLAMA_SERVER) and not a.no_llama:
         lc = [LLAMA_SERVER, *common, "-c", str(a.ctx * 8), "--no-webui"]
         yield "llama.cpp", "none", lc
@@ -226,8 +230,9 @@ def main():
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--no-llama", action="store_true")
-    ap.add_argument("--specs", default="ngram", help="comma list: ngram, layerskip:K, ...")
+    ap.add_argument("--specs", default="ngram", help="comma list: ngram, layerskip:K, draft:FILE")
     ap.add_argument("--p-min", type=float, help="--spec-draft-p-min for the ember configurations")
+    ap.add_argument("--spec-extra", default="", help="more ember flags for the speculative configurations, e.g. '--spec-adaptive off'")
     ap.add_argument("--mode", choices=["chat", "completion"], default="chat")
     ap.add_argument("--parallel", choices=["both", "1", "8"], default="both")
     ap.add_argument("--workloads", default="grounded,free")
@@ -247,7 +252,7 @@ def main():
     try:
         for engine, spec, argv in cfgs:   # all servers up at once; measurements interleave
             port = free_port()
-            logs.append(open(f"/tmp/spec-bench-{engine}-{spec}.log", "w"))
+            logs.append(open(f"/tmp/spec-bench-{engine}-{spec.replace('/', '_')}.log", "w"))
             procs.append(start(argv + ["--port", str(port)], port, logs[-1]))
             bases.append(f"http://127.0.0.1:{port}")
             ask(bases[-1], "Say hello.", 8, False)   # warm-up

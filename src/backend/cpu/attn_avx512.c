@@ -19,6 +19,7 @@
  * that are not multiples of 64 (cpu.c checks).
  */
 #include "backend/cpu/cpu.h"
+#include "backend/expf_glibc.h"
 
 #include <math.h>
 #include <string.h>
@@ -69,23 +70,16 @@ static inline float reduce16(__m512 t)
  * ember_cpu_expf_vec_check compares this with the process's expf at start-up
  * over a sweep of inputs, and the multi-query attention uses it only if
  * every result matched (otherwise it calls expf per query). */
-static const uint64_t exp2f_tab[32] = {
-    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
-    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
-    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
-    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
-    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
-    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
-    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+static const uint64_t exp2f_tab[32] = EMBER_EXPF_TAB_INIT;
 
 static bool expf_vec_ok;
 
 /* 8 floats (as doubles' source) -> 8 floats */
 static inline __m256 expf8(__m256 x)
 {
-    const __m512d invln2n = _mm512_set1_pd(0x1.71547652b82fep+5), shift = _mm512_set1_pd(0x1.8p52);
-    const __m512d c0 = _mm512_set1_pd(0x1.c6af84b912394p-20), c1 = _mm512_set1_pd(0x1.ebfce50fac4f3p-13),
-                  c2 = _mm512_set1_pd(0x1.62e42ff0c52d6p-6);
+    const __m512d invln2n = _mm512_set1_pd(EMBER_EXPF_INV_LN2_N), shift = _mm512_set1_pd(EMBER_EXPF_SHIFT);
+    const __m512d c0 = _mm512_set1_pd(EMBER_EXPF_C0), c1 = _mm512_set1_pd(EMBER_EXPF_C1),
+                  c2 = _mm512_set1_pd(EMBER_EXPF_C2);
     const __m512d xd = _mm512_cvtps_pd(x);
     const __m512d z = _mm512_fmadd_pd(invln2n, xd, shift);
     const __m512i ki = _mm512_castpd_si512(z);
@@ -117,7 +111,7 @@ static inline __m256 expf8(__m256 x)
             if (u == 0xff800000u) rs[l] = 0.0f;
             else if (top >= 0x7f8) rs[l] = xs[l] + xs[l];
             else if (xs[l] > 0x1.62e42ep6f) rs[l] = huge * huge;
-            else if (xs[l] < -0x1.9fe368p6f) rs[l] = zero_ish * zero_ish;
+            else if (xs[l] < EMBER_EXPF_MIN) rs[l] = zero_ish * zero_ish;
             else if (xs[l] < -0x1.9d1d9ep6f) rs[l] = tiny * tiny;
             /* else: the formula's value stands */
         }

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/expf_glibc.h"
 #include <cuda_fp16.h>
 
 namespace {
@@ -326,24 +327,14 @@ __device__ __forceinline__ float f16r(float x) { return __half2float(__float2hal
  * below -0x1.9fe368p6 give 0 as glibc's special cases do. The host copy in
  * tests/unit/backend/test_attn_exact_emul.c is checked against the C
  * library's expf over a sample of every float in [-104, 0]. */
-__device__ const unsigned long long kExpTab[32] = {
-    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
-    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
-    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
-    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
-    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
-    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
-    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
-    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
-};
+__device__ const unsigned long long kExpTab[32] = EMBER_EXPF_TAB_INIT;
 
 __device__ __forceinline__ float expf_cpu(float x)
 {
     if (x != x) return __fadd_rn(x, x);
-    if (x < -0x1.9fe368p6f) return 0.f;   /* -inf included */
-    const double kInvLn2N = 0x1.71547652b82fep+0 * 32, kShift = 0x1.8p+52;
-    const double kC0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, kC1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
-                 kC2 = 0x1.62e42ff0c52d6p-1 / 32;
+    if (x < EMBER_EXPF_MIN) return 0.f;   /* -inf included */
+    const double kInvLn2N = EMBER_EXPF_INV_LN2_N, kShift = EMBER_EXPF_SHIFT;
+    const double kC0 = EMBER_EXPF_C0, kC1 = EMBER_EXPF_C1, kC2 = EMBER_EXPF_C2;
     const double z = __dmul_rn(kInvLn2N, (double)x);
     double kd = __dadd_rn(z, kShift);
     const unsigned long long ki = (unsigned long long)__double_as_longlong(kd);

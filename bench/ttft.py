@@ -69,9 +69,13 @@ def main():
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured runs first (graphs, buffers)")
     ap.add_argument("--timeout", type=float, default=300)
     a = ap.parse_args()
+    # calibrate on a short probe: this tokenizer's tokens per filler word, by the server's own count
+    probe = 400
+    r = one(a.base_url, a.model, prompt_text(probe, 999, a.seed), 1, a.timeout)
+    scale = probe / r["prompt_tokens"] if r["prompt_tokens"] else 1.0
     for w in range(a.warmup):
-        one(a.base_url, a.model, prompt_text(a.tokens, 1000 + w, a.seed), a.max_tokens, a.timeout)
-    runs = [one(a.base_url, a.model, prompt_text(a.tokens, i, a.seed), a.max_tokens, a.timeout)
+        one(a.base_url, a.model, prompt_text(int(a.tokens * scale), 1000 + w, a.seed), a.max_tokens, a.timeout)
+    runs = [one(a.base_url, a.model, prompt_text(int(a.tokens * scale), i, a.seed), a.max_tokens, a.timeout)
             for i in range(a.runs)]
     ok = [r["ttft_s"] for r in runs if r["ttft_s"] is not None]
     print(json.dumps({"tokens_asked": a.tokens, "ttft_s_median": statistics.median(ok) if ok else None,

@@ -36,7 +36,7 @@ export LD_LIBRARY_PATH=/tmp/g/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 B=/tmp/g/b
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $C/whl/*.whl >/dev/null 2>&1 && export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$S"
-log "commit $(git rev-parse --short HEAD 2>/dev/null || cat .carry/commit 2>/dev/null)"
+log "commit $(cat .carry/commit 2>/dev/null)"
 
 if [ "${TESTS:-1}" = 1 ]; then
   log "=== GPU unit tests $(el)"

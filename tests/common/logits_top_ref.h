@@ -13,7 +13,7 @@
 
 typedef struct ref_pair { float l; int id; } ref_pair;
 
-static int ref_pair_cmp(const void *a, const void *b)
+static inline int ref_pair_cmp(const void *a, const void *b)
 {
     const ref_pair *x = a, *y = b;
     if (x->l > y->l) return -1;
@@ -22,7 +22,7 @@ static int ref_pair_cmp(const void *a, const void *b)
 }
 
 /* ids[k], logits[k], *max, *lse of row x[n] */
-static void ref_logits_top(const float *x, int n, int k, int *ids, float *logits, float *max, double *lse)
+static inline void ref_logits_top(const float *x, int n, int k, int *ids, float *logits, float *max, double *lse)
 {
     ref_pair *p = malloc(sizeof *p * (size_t)n);
     long double m = -INFINITY;

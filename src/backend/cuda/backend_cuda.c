@@ -68,7 +68,7 @@ typedef struct arena_chunk {
  * per weight of a matmul; preallocated for the limits), 5-7 outputs to host
  * memory (one per weight). */
 enum { STAGE_SLOTS = 8, SLOT_ROUND = 2, SLOT_OUT = 5 };
-enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32 };
+enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32, ATTN_TC_MIN_RUN = 64 };
 
 typedef enum step_mode { M_EAGER = 0, M_CAPTURE, M_REPLAY } step_mode;
 
@@ -159,6 +159,7 @@ typedef struct cuda_backend {
      * rounding of q) */
     bool fuse_on;
     bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
+    bool attn_tc;            /* prompt runs of >= ATTN_TC_MIN_RUN queries on the tensor cores (EMBER_CUDA_ATTN_TC=0: off) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
@@ -1525,6 +1526,25 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
         .exact = b->exact_attn, .exact_tiled = n >= 64,   /* the CPU's split (FA_TILE_Q) */
     };
+    if (b->attn_tc && !b->exact_attn && b->mode == M_EAGER && n >= ATTN_TC_MIN_RUN && p->head_dim_k % 8 == 0) {
+        /* prompt runs on the tensor cores (cuda_attn_prefill.cu): a run is
+         * consecutive entries of one sequence at consecutive positions;
+         * short runs (decode tokens batched with a prompt) keep the kernel */
+        const size_t row = (size_t)p->n_head * p->head_dim_k;
+        for (int32_t i0 = 0; i0 < n;) {
+            int32_t i1 = i0 + 1;
+            while (i1 < n && queries[i1].blocks == queries[i0].blocks && queries[i1].pos == queries[i1 - 1].pos + 1) i1++;
+            if (i1 - i0 >= ATTN_TC_MIN_RUN)
+                CK("attention (prompt run)", ember_cuda_attn_prefill(b->cu, &ap, dq + (size_t)i0 * row, i1 - i0, queries[i0].pos,
+                                                                     queries[i0].blocks, dk, dv, dout + (size_t)i0 * row));
+            else
+                CK("attention", ember_cuda_attn(b->cu, &ap, dq + (size_t)i0 * row, i1 - i0, dpos + i0, dseq + i0, dtab, dk, dv,
+                                                dout + (size_t)i0 * row));
+            i0 = i1;
+        }
+        out_done(b, out, dout, nq);
+        return;
+    }
     CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, dpos, dseq, dtab, dk, dv, dout));
     out_done(b, out, dout, nq);
 }
@@ -1754,6 +1774,8 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->fuse_on = !(fu && !strcmp(fu, "0"));
     const char *ex = getenv("EMBER_CUDA_EXACT");
     b->exact_attn = ex && *ex && strcmp(ex, "0") != 0;
+    const char *atc = getenv("EMBER_CUDA_ATTN_TC");
+    b->attn_tc = !(atc && strcmp(atc, "0") == 0);
     const char *vfy = getenv("EMBER_CUDA_VERIFY");
     if (vfy && *vfy && strcmp(vfy, "0") != 0) {
         b->base.ops = &cuda_ops_verify;

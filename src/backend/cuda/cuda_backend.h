@@ -324,6 +324,21 @@ typedef struct ember_cuda_attn_params {
     bool exact_tiled;    /* with exact: its >= 64-query tiled all-f32 order instead of the one-row one */
 } ember_cuda_attn_params;
 
+/* Attention of a run of n_q prompt queries of one sequence at positions
+ * pos0 .. pos0 + n_q - 1, on the tensor cores (cuda_attn_prefill.cu): the
+ * same contract as ember_cuda_attn for those queries (q and out [n_q,
+ * n_head, head_dim] F32, q rounded to f16 before q.k; causal, sliding
+ * window and soft-capping from p), with the probabilities rounded to f16
+ * before they weight V. blocks: the sequence's block table in host memory
+ * (pages up to pos0 + n_q - 1; pages below a sliding window are never
+ * read). k_cache / v_cache: the F16 cache, cells of n_head_kv * head_dim.
+ * Uses the context's scratch (K/V of the run's keys, scores of ~96 MiB per
+ * chunk of queries); not inside a graph capture. head_dim % 8 == 0.
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM, EMBER_ERR_INTERNAL. */
+ember_status ember_cuda_attn_prefill(ember_cuda *cu, const ember_cuda_attn_params *p, const float *q, int32_t n_q,
+                                     int32_t pos0, const int32_t *blocks, const uint16_t *k_cache, const uint16_t *v_cache,
+                                     float *out);
+
 /* Flash-attention (online softmax, Dao et al. 2022; split-K "flash
  * decoding") for n_tokens query rows, each attending causally to its
  * sequence's keys 0..pos[t] (or its sliding window).

@@ -127,6 +127,17 @@ for mm in $MODELS; do
         LD_LIBRARY_PATH=$LD/lib:/usr/local/cuda/lib64 timeout 150 $LD/bin/llama-bench -m $M -ngl 99 -p 512 -n 256 -r 3 2>&1 | grep -E "^\|" | tee -a "$S"
         timeout 120 $B/bench/par_decode $M -ngl 99 -np 8 -pp 128 -tg 128 -r 2 2>&1 | tail -2 | tee -a "$S"
         LD_LIBRARY_PATH=$LD/lib:/usr/local/cuda/lib64 timeout 120 $LD/bin/llama-batched-bench -m $M -ngl 99 -npp 128 -ntg 128 -npl 1,8 -c 4096 2>&1 | grep -E "^\|" | tail -3 | tee -a "$S" ;;
+      check)
+        # greedy continuations of one 600-token prompt (random ids) with the prefill paths on and off:
+        # the tensor-core attention (EMBER_CUDA_ATTN_TC) and the f16 GEMM (EMBER_CUDA_GEMM_F16)
+        log "--- $mm prefill paths: greedy ids after a 600-token prompt $(el)"
+        python3 -c "import random; r=random.Random(7); print(','.join(str(r.randrange(100, 4000)) for _ in range(600)))" > /tmp/ids.txt
+        for v in "1 1" "0 1" "1 0" "0 0"; do
+          set -- $v
+          EMBER_CUDA_ATTN_TC=$1 EMBER_CUDA_GEMM_F16=$2 timeout 60 $B/bin/ember run -m $M -ngl 99 -c 2048 --prompt-ids-file /tmp/ids.txt \
+            -n 12 --temp 0 --ignore-eos 2>/dev/null | head -c 400 | sed "s/^/ATTN_TC=$1 GEMM_F16=$2 /" | tee -a "$S"
+          echo | tee -a "$S"
+        done ;;
       serve1)
         log "--- $mm served single stream + TTFT (np 1, -c 20480) $(el)"
         serve_run "ember $mm np1" $M ember 1 20480 single ttft3k ttft16k

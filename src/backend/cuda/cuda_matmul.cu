@@ -136,12 +136,40 @@ __global__ void k_dequant_rows(const uint8_t *__restrict__ W, size_t row_bytes, 
     }
 }
 
-/* xh[i] = f16(x[i]), i < n */
-__global__ void k_to_half(const float *__restrict__ x, int64_t n, __half *__restrict__ xh)
+/* amax[0] = max |x[i]| (as the bits of a non-negative float, which order
+ * like unsigned integers), i < n; amax must start at 0. NaN counts as
+ * +inf. */
+__global__ void k_amax(const float *__restrict__ x, int64_t n, unsigned *__restrict__ amax)
 {
     ember_pdl_wait();
+    float m = 0.f;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = fabsf(x[i]);
+        m = v != v ? INFINITY : fmaxf(m, v);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(m));
+}
+
+/* xh[i] = f16(x[i] / s) with s the power of two that brings max|x| under
+ * 2^14 (1 when it already is; f16 ends at 65504), and ab[0] = s, ab[1] = 0:
+ * the GEMM's alpha and beta, so y = s * (W xh) keeps large activations
+ * (random-weight files reach past f16's range) at f16's relative
+ * precision. */
+__global__ void k_to_half_scaled(const float *__restrict__ x, int64_t n, const unsigned *__restrict__ amax,
+                                 __half *__restrict__ xh, float *__restrict__ ab)
+{
+    ember_pdl_wait();
+    const float a = __uint_as_float(*amax);
+    float s = 1.f;
+    if (a > 16384.f && a <= 3.0e38f) s = exp2f(ceilf(log2f(a / 16384.f)));
+    const float inv = 1.f / s;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        ab[0] = s;
+        ab[1] = 0.f;
+    }
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        xh[i] = __float2half_rn(x[i]);
+        xh[i] = __float2half_rn(x[i] * inv);
 }
 
 template <class T, int NC>
@@ -201,15 +229,22 @@ ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const f
     if (chunk < 1) chunk = 1;
     if (chunk > w->ne1) chunk = w->ne1;
     const size_t b_w = ((size_t)(chunk * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
-    const size_t b_x = (size_t)(n_cols * w->ne0) * sizeof(__half);
+    const size_t b_x = ((size_t)(n_cols * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
     void *scr = NULL;
-    ember_status s = ember_cuda_scratch(cu, b_w + b_x, &scr);
+    ember_status s = ember_cuda_scratch(cu, b_w + b_x + 256, &scr);
     if (s != EMBER_OK) return s;
     __half *wh = (__half *)scr, *xh = (__half *)((char *)scr + b_w);
+    unsigned *amax = (unsigned *)((char *)scr + b_w + b_x);
+    float *ab = (float *)(amax + 4);
     const int64_t nx = n_cols * w->ne0;
-    ember_launch(k_to_half, (unsigned)((nx + 255) / 256 < 65535 ? (nx + 255) / 256 : 65535), 256, 0, cu->stream, x, nx, xh);
+    const unsigned grid = (unsigned)((nx + 255) / 256 < 1024 ? (nx + 255) / 256 : 1024);
+    if ((s = ember_cuda_check(cudaMemsetAsync(amax, 0, sizeof *amax, cu->stream), "matmul (amax)")) != EMBER_OK) return s;
+    ember_launch(k_amax, grid, 256, 0, cu->stream, x, nx, amax);
+    ember_launch(k_to_half_scaled, grid, 256, 0, cu->stream, x, nx, (const unsigned *)amax, xh, ab);
     if ((s = ember_cuda_launched("matmul (f16 activations)")) != EMBER_OK) return s;
-    const float one = 1.0f, zero = 0.0f;
+    /* alpha = s and beta = 0 are read from the device (ab) */
+    if (cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_DEVICE) != CUBLAS_STATUS_SUCCESS)
+        return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSetPointerMode failed");
     for (int64_t r0 = 0; r0 < w->ne1; r0 += chunk) {
         const int64_t nr = w->ne1 - r0 < chunk ? w->ne1 - r0 : chunk;
         ember_launch(k_dequant_rows<T, __half>, (unsigned)nr, 128, 0, cu->stream, (const uint8_t *)w->data, w->row_bytes,
@@ -217,12 +252,16 @@ ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const f
         if ((s = ember_cuda_launched("matmul (dequantize rows to f16)")) != EMBER_OK) return s;
         /* column-major view: Y[r][c] at y[c*ne1 + r] = sum_k Wh[r][k] Xh[c][k] */
         const cublasStatus_t cs =
-            cublasGemmEx(cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n_cols, (int)w->ne0, &one, wh, CUDA_R_16F,
-                         (int)w->ne0, xh, CUDA_R_16F, (int)w->ne0, &zero, y + r0, CUDA_R_32F, (int)w->ne1, CUBLAS_COMPUTE_32F,
+            cublasGemmEx(cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n_cols, (int)w->ne0, ab, wh, CUDA_R_16F,
+                         (int)w->ne0, xh, CUDA_R_16F, (int)w->ne0, ab + 1, y + r0, CUDA_R_32F, (int)w->ne1, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT);
-        if (cs != CUBLAS_STATUS_SUCCESS)
+        if (cs != CUBLAS_STATUS_SUCCESS) {
+            cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_HOST);
             return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasGemmEx (f16) failed (status %d)", (int)cs);
+        }
     }
+    if (cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_HOST) != CUBLAS_STATUS_SUCCESS)
+        return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSetPointerMode failed");
     return EMBER_OK;
 }
 

@@ -315,7 +315,7 @@ extern "C" ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, 
     EMBER_CUDA_NONNULL(x);
     EMBER_CUDA_NONNULL(y);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: round_act: n = %lld", (long long)n);
-    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    const int64_t bs = (int64_t)ember_type_block_size(act_type);   /* Q8_0/Q8_1: 32, Q8_K: 256 */
     if (act_type == EMBER_TYPE_F32) {
         return x == y ? EMBER_OK : ember_cuda_copy(cu, y, x, (size_t)n * sizeof(float));
     } else if (act_type != EMBER_TYPE_Q8_0 && act_type != EMBER_TYPE_Q8_1 && act_type != EMBER_TYPE_Q8_K) {

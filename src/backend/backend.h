@@ -197,6 +197,20 @@ typedef struct ember_backend_ops {
      * memory (CPU). Lazily placed data (caps.lazy_placement) appears after
      * the first decode. */
     void (*print_memory)(const ember_backend *be, FILE *f);
+
+    /* --- logits: every backend fills these --- */
+
+    /* out[r] = the head of the logits row at host address rows[r] [n_vocab]
+     * (ember_get_logits_top: the k largest with ids, the maximum, the
+     * log-partition function), for rows a step wrote or any host rows. A
+     * backend that kept a step's logits on the device (logits_defer)
+     * reduces them there; the host rows need not be valid. */
+    void (*logits_top)(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                       ember_logits_top *out);
+    /* Make the host logits [host, host + bytes) valid: completes a download
+     * that a step with logits_defer left pending (waits for the device).
+     * A no-op for rows already on the host. */
+    void (*logits_sync)(ember_backend *be, float *host, size_t bytes);
 } ember_backend_ops;
 
 /* One micro-batch as step_begin sees it (model.h ember_ubatch's arrays). */
@@ -211,6 +225,8 @@ typedef struct ember_backend_step {
     int32_t n_out;                   /* rows that want logits */
     const int32_t *out_idx;          /* [n_out] */
     float *logits;                   /* host [n_out, n_vocab]: where the pass writes its logits */
+    bool logits_defer;               /* the logits may stay on the device until logits_sync / logits_top
+                                      * (the context sets it on the last micro-batch of a decode) */
     int32_t block_tokens;            /* KV cells per block */
 } ember_backend_step;
 

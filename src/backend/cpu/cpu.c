@@ -23,6 +23,7 @@
  * exp; GELU from an f16 table. (Every variant — scalar aside for the quant
  * dots — gives the same bits; the helpers say which ggml code they follow.)
  */
+#include "backend/logits_top.h"
 #include "backend/cpu/cpu.h"
 #include "base/status.h"
 
@@ -979,6 +980,15 @@ static void op_free(ember_backend *be)
     free(cb);
 }
 
+/* Logits are host memory here: the head is a host pass, sync is nothing. */
+static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                          ember_logits_top *out)
+{
+    ember_logits_top_host(rows, n_rows, n_vocab, k, out);
+}
+
+static void op_logits_sync(ember_backend *be, float *host, size_t bytes) {}
+
 static const ember_backend_ops cpu_ops = {
     .name = "cpu",
     .free = op_free,
@@ -1005,6 +1015,8 @@ static const ember_backend_ops cpu_ops = {
     .step_end = op_step_end,
     .scratch_bytes = op_scratch_bytes,
     .print_memory = op_print_memory,
+    .logits_top = op_logits_top,
+    .logits_sync = op_logits_sync,
 };
 
 static pthread_mutex_t first_opt_lock = PTHREAD_MUTEX_INITIALIZER;

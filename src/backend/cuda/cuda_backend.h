@@ -289,6 +289,22 @@ ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n);
  * Gemma 2); cap > 0. */
 ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, int64_t n);
 
+/* ---- sampling support ------------------------------------------------------ */
+
+/* The heads of n_rows logits rows (ember_get_logits_top, include/ember.h):
+ * row r is logits + row_off[r] (device, n_vocab floats; row_off host
+ * memory). work: device scratch of ember_cuda_logits_top_work_bytes;
+ * res_dev / res_host: device and pinned host buffers of
+ * ember_cuda_logits_top_result_bytes. Waits for the stream (one small
+ * download). k in [1, EMBER_LOGITS_TOP_MAX], n_vocab in [k, 2^31).
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (a vocabulary past
+ * the shared-memory sort, ~900k tokens at k > 1), EMBER_ERR_INTERNAL. */
+size_t ember_cuda_logits_top_work_bytes(int32_t n_rows, int64_t n_vocab, int32_t k);
+size_t ember_cuda_logits_top_result_bytes(int32_t n_rows, int32_t k);
+ember_status ember_cuda_logits_top(ember_cuda *cu, const float *logits, const int64_t *row_off, int32_t n_rows,
+                                   int64_t n_vocab, int32_t k, void *work, size_t work_bytes, void *res_dev,
+                                   void *res_host, ember_logits_top *out);
+
 /* ---- KV cache and attention ---------------------------------------------- */
 
 /* Store n_tokens rows of `row` floats (src: [n_tokens, row] F32) into an

@@ -208,7 +208,8 @@ static void test_cpu_fills_every_op(void **st)
         (const void *)op->kv_copy, (const void *)op->act_alloc, (const void *)op->act_free,
         (const void *)op->host_alloc, (const void *)op->host_free, (const void *)op->copy, (const void *)op->upload,
         (const void *)op->softcap, (const void *)op->step_begin, (const void *)op->step_end,
-        (const void *)op->scratch_bytes, (const void *)op->print_memory,
+        (const void *)op->scratch_bytes, (const void *)op->print_memory, (const void *)op->logits_top,
+        (const void *)op->logits_sync,
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         if (!fns[i]) fail_msg("op %zu is NULL", i);

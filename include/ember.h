@@ -124,8 +124,6 @@ void ember_context_free(ember_context *ctx);
 /* Bytes of KV cache and scratch the context allocated. */
 uint64_t ember_context_kv_bytes(const ember_context *ctx);
 uint64_t ember_context_scratch_bytes(const ember_context *ctx);
-/* Name of the context's backend: "cpu" or "cuda". */
-const char *ember_context_backend_name(const ember_context *ctx);
 /* Place what a backend places lazily (a GPU uploads weights and allocates
  * its KV cache on first use): one decode of token 0 at position 0 of
  * sequence 0, then that sequence removed, so the first request does not pay

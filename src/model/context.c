@@ -232,8 +232,6 @@ void ember_context_free(ember_context *c)
 }
 
 uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv); }
-ember_backend *ember_context_backend(const ember_context *c) { return c ? c->be : NULL; }
-const char *ember_context_backend_name(const ember_context *c) { return c ? c->be->ops->name : "?"; }
 
 ember_status ember_context_warmup(ember_context *c, bool *ran)
 {

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -106,18 +107,47 @@ typedef struct ember_context_params {
 
 ember_context_params ember_context_default_params(void);
 
-/* A context: KV pool, scratch and a CPU thread pool for one model; use from
- * one thread at a time (several contexts may share a model). All memory is
- * allocated here; ember_decode allocates only to grow its logits buffer when
- * a batch asks for more logits rows than any batch before (it starts with
+/* A context: KV pool, scratch and a backend for one model; use from one
+ * thread at a time (several contexts may share a model). The backend is the
+ * GPU one when the build has it, the model's n_gpu_layers != 0 and a device
+ * exists, else the CPU (a thread pool); its environment switches are read
+ * here (ember_print_env_switches). All memory is allocated here;
+ * ember_decode allocates only to grow its logits buffer when a batch asks
+ * for more logits rows than any batch before (it starts with
  * min(n_seq_max, n_batch) rows). Errors: EMBER_ERR_INVALID_ARG (sizes out of
- * range, unknown KV type, q8_0 with a head size not a multiple of 32),
- * EMBER_ERR_NOMEM (pool or scratch does not fit). */
+ * range, unknown KV type, q8_0 with a head size not a multiple of 32, an
+ * environment switch that does not parse), EMBER_ERR_UNSUPPORTED (a KV type
+ * the backend cannot keep: the GPU keeps F16 only), EMBER_ERR_NOMEM (pool or
+ * scratch does not fit). */
 ember_status ember_context_new(ember_model *m, const ember_context_params *params, ember_context **out);
 void ember_context_free(ember_context *ctx);
 /* Bytes of KV cache and scratch the context allocated. */
 uint64_t ember_context_kv_bytes(const ember_context *ctx);
 uint64_t ember_context_scratch_bytes(const ember_context *ctx);
+/* Place what a backend places lazily (a GPU uploads weights and allocates
+ * its KV cache on first use): one decode of token 0 at position 0 of
+ * sequence 0, then that sequence removed, so the first request does not pay
+ * for the upload and ember_context_print_memory shows where memory goes.
+ * Nothing for a backend that places everything up front (CPU). *ran (may
+ * be NULL) says whether the decode ran. Sequence 0 must be empty. Errors:
+ * EMBER_ERR_INVALID_ARG (sequence 0 holds tokens), those of ember_decode. */
+ember_status ember_context_warmup(ember_context *ctx, bool *ran);
+/* Print the backend's device memory by category (weights, KV cache,
+ * scratch, ...), in MiB, a few lines starting "ember: "; nothing for the CPU
+ * backend. Call after ember_context_warmup or a decode. */
+void ember_context_print_memory(const ember_context *ctx, FILE *f);
+
+/* GPU devices usable by this build (0 when it has no GPU backend or the
+ * machine no device). Never fails. */
+int32_t ember_gpu_count(void);
+/* Free and total bytes of GPU `device` as the driver reports them (all
+ * processes count). Errors: EMBER_ERR_UNSUPPORTED (no GPU in this build or
+ * machine), EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_INTERNAL. */
+ember_status ember_gpu_memory_info(int32_t device, uint64_t *free_bytes, uint64_t *total_bytes);
+/* Print the table of the backends' environment switches (EMBER_CUDA_*,
+ * EMBER_NO_*, ...): name, kind, default, value set in this process, one-line
+ * doc. `ember --help-env`. */
+void ember_print_env_switches(FILE *f);
 
 /* One step's work: n_tokens entries of (token, position, sequence, wants-logits).
  * Entries of several sequences may be mixed (decode tokens, prefill chunks,

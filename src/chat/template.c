@@ -52,20 +52,7 @@ ember_status ember_chat_render(const ember_jinja_template *t, const ember_chat_i
     json_t *ctx = NULL;
     ember_status st = ember_chat_build_context(in, &ctx);
     if (st != EMBER_OK) return st;
-    ember_jinja_render_opts o = {0};
-    if (opts) o = *opts;
-    if (!o.use_fixed_now) {
-        const char *env = getenv("EMBER_FIXED_NOW");
-        if (env && *env) {
-            char *end;
-            long long v = strtoll(env, &end, 10);
-            if (*end == 0) {
-                o.use_fixed_now = 1;
-                o.fixed_now = v;
-            }
-        }
-    }
-    st = ember_jinja_render(t, ctx, &o, out, out_len, err);
+    st = ember_jinja_render(t, ctx, opts, out, out_len, err);
     json_decref(ctx);
     return st;
 }

@@ -11,7 +11,7 @@
  * The model is reached through `engine_runtime` (a table of functions that
  * mirrors include/ember.h: ember_decode, ember_seq_*, ember_sampler_*), so the
  * scheduler is tested against a deterministic toy model (tests/common/) and
- * bound to the real runtime in engine_rt_ember.c.
+ * bound to the real runtime in runtime_ember.c.
  */
 #ifndef EMBER_ENGINE_ENGINE_H
 #define EMBER_ENGINE_ENGINE_H

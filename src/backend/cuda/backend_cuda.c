@@ -1638,6 +1638,19 @@ static void op_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_hea
     free(ref);
 }
 
+static void op_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                        int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode,
+                        const float *freq_factors)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    float *ref = b->cpu ? clone(x, (size_t)n_tokens * n_head * head_dim) : NULL;
+    cu_rope_ext(be, x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, freq_factors);
+    if (!ref) return;
+    b->cpu->ops->rope_ext(b->cpu, ref, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, freq_factors);
+    verify(b, V_ROPE, x, ref, (size_t)n_tokens * n_head * head_dim);
+    free(ref);
+}
+
 static void op_geglu(ember_backend *be, float *gate, const float *u, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
@@ -1704,6 +1717,42 @@ static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     free(ref);
 }
 
+/* verify mode keeps activations in host memory and runs no graphs */
+static void *op_verify_act_alloc(ember_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) ember_error(EMBER_ERR_NOMEM, "CUDA backend (verify): cannot allocate %zu bytes of host activations", bytes);
+    return p;
+}
+
+static void op_verify_act_free(ember_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static bool op_verify_step_begin(ember_backend *be, const ember_backend_step *st)
+{
+    (void)be; (void)st;
+    return false;
+}
+
+static bool op_verify_step_end(ember_backend *be)
+{
+    (void)be;
+    return true;
+}
+
+/* host scratch: the CPU backend of verify mode (device memory: print_memory) */
+static uint64_t op_scratch_bytes(const ember_backend *be)
+{
+    const cuda_backend *b = (const cuda_backend *)be;
+    return b->cpu ? b->cpu->ops->scratch_bytes(b->cpu) : 0;
+}
+
+static void op_print_memory(const ember_backend *be, FILE *f);
+
 /* verify mode: host activations, no graphs, every op checked */
 static const ember_backend_ops cuda_ops_verify = {
     .name = "cuda",
@@ -1716,8 +1765,22 @@ static const ember_backend_ops cuda_ops_verify = {
     .swiglu = op_swiglu,
     .add = op_add,
     .scale = op_scale,
+    .rope_ext = op_rope_ext,
     .kv_store = op_kv_store,
-    .attention = op_attention,    .logits_top = op_logits_top,
+    .attention = op_attention,
+    .kv_copy = cu_kv_copy,
+    .act_alloc = op_verify_act_alloc,
+    .act_free = op_verify_act_free,
+    .host_alloc = op_host_alloc,
+    .host_free = op_host_free,
+    .copy = cu_copy,
+    .upload = cu_upload,
+    .softcap = cu_softcap,
+    .step_begin = op_verify_step_begin,
+    .step_end = op_verify_step_end,
+    .scratch_bytes = op_scratch_bytes,
+    .print_memory = op_print_memory,
+    .logits_top = op_logits_top,
     .logits_sync = op_logits_sync,
 };
 
@@ -1744,17 +1807,22 @@ static const ember_backend_ops cuda_ops = {
     .upload = cu_upload,
     .softcap = cu_softcap,
     .step_begin = op_step_begin,
-    .step_end = op_step_end,    .logits_top = op_logits_top,
+    .step_end = op_step_end,
+    .scratch_bytes = op_scratch_bytes,
+    .print_memory = op_print_memory,
+    .logits_top = op_logits_top,
     .logits_sync = op_logits_sync,
 };
 
-ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *lim, ember_backend **out)
+ember_status ember_backend_cuda_new(const ember_backend_options *opt, const ember_backend_limits *lim,
+                                    ember_backend **out)
 {
     if (!out || !lim) return ember_error(EMBER_ERR_INVALID_ARG, "ember_backend_cuda_new: NULL argument");
     *out = NULL;
+    const ember_backend_options o = opt ? *opt : ember_backend_options_default();
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return ember_error(EMBER_ERR_NOMEM, "ember_backend_cuda_new: out of memory");
-    ember_status st = ember_cuda_new(device, &b->cu);
+    ember_status st = ember_cuda_new(o.device, &o, &b->cu);
     if (st != EMBER_OK) {
         free(b);
         return st;
@@ -1762,24 +1830,26 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->base.ops = &cuda_ops;
     b->base.impl = b;
     b->lim = *lim;
-    const char *f32a = getenv("EMBER_CUDA_F32_ACT");
-    b->f32_act = f32a && *f32a && strcmp(f32a, "0") != 0;
-    const char *q8 = getenv("EMBER_CUDA_Q8");
-    b->q8_on = !(q8 && !strcmp(q8, "0"));
-    const char *rt = getenv("EMBER_CUDA_ROPE_TABLE");
-    b->rope_tab_on = !(rt && !strcmp(rt, "0"));
-    const char *gr = getenv("EMBER_CUDA_GRAPHS");
-    b->graphs_on = !(gr && !strcmp(gr, "0"));
-    const char *fu = getenv("EMBER_CUDA_FUSE");
-    b->fuse_on = !(fu && !strcmp(fu, "0"));
-    const char *ex = getenv("EMBER_CUDA_EXACT");
-    b->exact_attn = ex && *ex && strcmp(ex, "0") != 0;
-    const char *atc = getenv("EMBER_CUDA_ATTN_TC");
-    b->attn_tc = !(atc && strcmp(atc, "0") == 0);
-    const char *vfy = getenv("EMBER_CUDA_VERIFY");
-    if (vfy && *vfy && strcmp(vfy, "0") != 0) {
+    b->f32_act = o.cuda_f32_act;
+    b->q8_on = o.cuda_q8;
+    b->rope_tab_on = o.cuda_rope_table;
+    b->graphs_on = o.cuda_graphs;
+    b->fuse_on = o.cuda_fuse;
+    b->exact_attn = o.cuda_exact;
+    b->attn_tc = o.cuda_attn_tc;
+    /* F16 KV only; activations on the device; graphs key on the batch
+     * shape, not the layer count, so no layer-skip */
+    b->base.caps = (ember_backend_caps){
+        .device_activations = true, .graphed_steps = b->graphs_on, .layer_skip = false, .lazy_placement = true,
+        .kv_types = 1u << EMBER_TYPE_F16,
+    };
+    if (o.cuda_verify) {
         b->base.ops = &cuda_ops_verify;
-        st = ember_backend_cpu_new(0, lim, &b->cpu);
+        b->base.caps.device_activations = false;
+        b->base.caps.graphed_steps = false;
+        ember_backend_options co = o;
+        co.n_threads = 0;
+        st = ember_backend_cpu_new(&co, lim, &b->cpu);
         if (st != EMBER_OK) {
             ember_cuda_free(b->cu);
             free(b);
@@ -1806,54 +1876,27 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     return EMBER_OK;
 }
 
-uint64_t ember_backend_cuda_device_bytes(const ember_backend *be)
+/* The memory report (cuda_report.c prints it) from what the backend holds. */
+static void op_print_memory(const ember_backend *be, FILE *f)
 {
-    return be && (be->ops == &cuda_ops || be->ops == &cuda_ops_verify)
-               ? ember_cuda_device_bytes(((const cuda_backend *)be)->cu) : 0;
-}
-
-bool ember_backend_is_cuda(const ember_backend *be)
-{
-    return be && (be->ops == &cuda_ops || be->ops == &cuda_ops_verify);
-}
-
-static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
-
-void ember_backend_cuda_mem_print(const ember_backend *be, FILE *f)
-{
-    if (!ember_backend_is_cuda(be) || !f) return;
     const cuda_backend *b = (const cuda_backend *)be;
-    ember_cuda_mem_stats_t st;
-    ember_cuda_mem_stats(b->cu, &st);
-    uint64_t arena = 0, arena_used = 0;
+    if (!f) return;
+    ember_cuda_report r = {.n_ctx = b->lim.max_kv_tokens, .n_ubatch = b->lim.max_tokens, .n_chunks = b->n_chunks,
+                           .n_rope_tables = b->n_rtab, .up_pin_bytes = b->up_pin_bytes};
+    ember_cuda_mem_stats(b->cu, &r.mem);
+    r.weight_bytes = b->cat_bytes[CAT_WEIGHT], r.weight_count = b->cat_count[CAT_WEIGHT];
+    r.vec_bytes = b->cat_bytes[CAT_VEC], r.vec_count = b->cat_count[CAT_VEC];
+    r.kv_bytes = b->cat_bytes[CAT_KV], r.kv_count = b->cat_count[CAT_KV];
     for (int32_t i = 0; i < b->n_chunks; i++) {
-        arena += b->chunks[i].size;
-        arena_used += b->chunks[i].used;
+        r.arena_bytes += b->chunks[i].size;
+        r.arena_used += b->chunks[i].used;
     }
-    uint64_t act = 0, round = 0, io = 0, rope = 0, pinned = 0;
-    for (int i = 0; i < MAX_ACT; i++) act += b->act_bytes[i], pinned += b->pinned_bytes[i];
+    for (int i = 0; i < MAX_ACT; i++) r.act_bytes += b->act_bytes[i], r.pinned_bytes += b->pinned_bytes[i];
     for (int i = 0; i < STAGE_SLOTS; i++) {
-        if (i >= SLOT_ROUND && i < SLOT_OUT) round += b->stage_bytes[i];
-        else io += b->stage_bytes[i];
+        if (i >= SLOT_ROUND && i < SLOT_OUT) r.round_bytes += b->stage_bytes[i];
+        else r.io_bytes += b->stage_bytes[i];
     }
-    for (int32_t i = 0; i < b->n_rtab; i++) rope += b->rtab[i].bytes;
-    const uint64_t step = (uint64_t)b->d_step_n * sizeof(int32_t);
-    const uint64_t ours = st.device_bytes + st.scratch_bytes + st.counters_bytes + st.cublas_ws_bytes;
-    fprintf(f, "ember: GPU memory by category (MiB; n_ctx %lld, n_ubatch %lld):\n", (long long)b->lim.max_kv_tokens,
-            (long long)b->lim.max_tokens);
-    fprintf(f, "ember:   weights %.1f (%lld matrices) + norm/rope vectors %.1f (%lld) + KV cache %.1f (%lld buffers)"
-               " in %d arena chunks of %.1f (%.1f unused)\n",
-            mib(b->cat_bytes[CAT_WEIGHT]), (long long)b->cat_count[CAT_WEIGHT], mib(b->cat_bytes[CAT_VEC]),
-            (long long)b->cat_count[CAT_VEC], mib(b->cat_bytes[CAT_KV]), (long long)b->cat_count[CAT_KV],
-            (int)b->n_chunks, mib(arena), mib(arena - arena_used));
-    fprintf(f, "ember:   activation scratch %.1f; rounded-activation staging %.1f; host in/out staging (logits) %.1f;"
-               " step arrays %.2f; RoPE tables %.1f (%d)\n",
-            mib(act), mib(round), mib(io), mib(step), mib(rope), (int)b->n_rtab);
-    fprintf(f, "ember:   kernel scratch (prefill GEMM chunks, attention partials) %.1f; attention counters %.2f;"
-               " cuBLAS workspace %.1f; GELU table (module) %.2f\n",
-            mib(st.scratch_bytes), mib(st.counters_bytes), mib(st.cublas_ws_bytes), mib(st.gelu_table_bytes));
-    fprintf(f, "ember:   = %.1f allocated by ember; driver stack reservation %.1f (%llu B/thread; part of the CUDA"
-               " context); pinned host: logits %.1f, PLE upload %.1f, mapped weights %.1f\n",
-            mib(ours), mib(st.stack_bytes), (unsigned long long)st.stack_per_thread, mib(pinned),
-            mib(b->up_pin_bytes), mib(st.host_bytes - pinned - b->up_pin_bytes));
+    for (int32_t i = 0; i < b->n_rtab; i++) r.rope_bytes += b->rtab[i].bytes;
+    r.step_bytes = (uint64_t)b->d_step_n * sizeof(int32_t);
+    ember_cuda_report_print(&r, f);
 }

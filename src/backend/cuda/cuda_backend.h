@@ -43,6 +43,7 @@ extern "C" {
 #endif
 
 #include "base/types.h" /* a C header without its own extern "C" */
+#include "backend/options.h"
 
 typedef struct ember_cuda ember_cuda;
 
@@ -50,9 +51,12 @@ typedef struct ember_cuda ember_cuda;
  * Never fails, never sets an error. */
 int ember_cuda_device_count(void);
 
-/* Open device `device` (0-based): create a stream and a cuBLAS handle.
- * Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_INTERNAL. */
-ember_status ember_cuda_new(int device, ember_cuda **out);
+/* Open device `device` (0-based): create a stream and a cuBLAS handle,
+ * configured by opt's cuda_pdl, cuda_tf32, cuda_cublas_ws_mib and
+ * cuda_stack_bytes (backend/options.h; NULL: the table's defaults, no
+ * environment). Errors: EMBER_ERR_INVALID_ARG (no such device),
+ * EMBER_ERR_NOMEM (cuBLAS workspace), EMBER_ERR_INTERNAL. */
+ember_status ember_cuda_new(int device, const ember_backend_options *opt, ember_cuda **out);
 /* Release everything the context allocated (not tensors the caller holds). */
 void ember_cuda_free(ember_cuda *cu);
 /* Device name, e.g. "NVIDIA H200". */

@@ -204,22 +204,13 @@ void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, in
  * by default (the handle's math mode, cuda_core.cu), exact F32 products with
  * EMBER_CUDA_TF32=0 (then results match the mat-vec kernels up to
  * summation order). */
-/* The f16 form (default; EMBER_CUDA_GEMM_F16=0: the TF32 form below):
+/* The f16 form (default; EMBER_CUDA_GEMM_F16=0, cu->gemm_f16 false: the TF32 form below):
  * weights dequantized to f16 (the values of Q4_K/Q6_K/Q5_0/Q8_0 blocks are
  * small integers times an f16 scale product, so f16 holds them to 11
  * bits), activations rounded to f16 once per matmul, products on the f16
  * tensor cores with F32 accumulation and output (cublasGemmEx), as
  * llama.cpp's cuBLAS path does for quantized weights. Half the dequantized
  * bytes of the TF32 form and twice its tensor rate. */
-bool gemm_f16_on()
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("EMBER_CUDA_GEMM_F16");
-        on = !(e && strcmp(e, "0") == 0);
-    }
-    return on != 0;
-}
 
 template <class T>
 ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
@@ -268,7 +259,7 @@ ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const f
 template <class T>
 ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
 {
-    if (gemm_f16_on() && w->type != EMBER_TYPE_F32) return matmul_gemm_f16<T>(cu, w, x, n_cols, y);
+    if (cu->gemm_f16 && w->type != EMBER_TYPE_F32) return matmul_gemm_f16<T>(cu, w, x, n_cols, y);
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
     int64_t chunk = kGemmScratchFloats / w->ne0;
     if (chunk < 1) chunk = 1;
@@ -420,7 +411,7 @@ extern "C" ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, 
     EMBER_CUDA_NONNULL(x);
     EMBER_CUDA_NONNULL(y);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: round_act: n = %lld", (long long)n);
-    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    const int64_t bs = (int64_t)ember_type_block_size(act_type);   /* Q8_0/Q8_1: 32, Q8_K: 256 */
     if (act_type == EMBER_TYPE_F32) {
         return x == y ? EMBER_OK : ember_cuda_copy(cu, y, x, (size_t)n * sizeof(float));
     } else if (act_type != EMBER_TYPE_Q8_0 && act_type != EMBER_TYPE_Q8_1 && act_type != EMBER_TYPE_Q8_K) {

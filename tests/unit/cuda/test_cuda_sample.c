@@ -6,9 +6,9 @@
  * sizes; rows with ties, NaN and -inf; k = 1 (argmax), 40, 64, 128.
  * Without EMBER_CUDA or without a GPU every test skips and says why. */
 #include "cuda_test.h"
-#include "../../common/logits_top_ref.h"
 
 #ifdef EMBER_CUDA
+#include "../../common/logits_top_ref.h"   /* inside: unused (static) without CUDA */
 
 static void run_case(int64_t n_vocab, int n_rows, int k, int kind)
 {

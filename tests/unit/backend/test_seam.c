@@ -31,7 +31,7 @@ static const char *const switches[] = {
     "EMBER_CPU_VARIANT", "EMBER_PREFETCH", "EMBER_NO_GEMM", "EMBER_NO_VNNI", "EMBER_NO_SMALL_GEMM",
     "EMBER_NO_ATTN_MULTI", "EMBER_NO_EXPF_VEC", "EMBER_CUDA_VERIFY", "EMBER_CUDA_GRAPHS", "EMBER_CUDA_FUSE",
     "EMBER_CUDA_Q8", "EMBER_CUDA_F32_ACT", "EMBER_CUDA_EXACT", "EMBER_CUDA_ROPE_TABLE", "EMBER_CUDA_TF32",
-    "EMBER_CUDA_PDL", "EMBER_CUDA_CUBLAS_WS_MIB", "EMBER_CUDA_STACK",
+    "EMBER_CUDA_GEMM_F16", "EMBER_CUDA_ATTN_TC", "EMBER_CUDA_PDL", "EMBER_CUDA_CUBLAS_WS_MIB", "EMBER_CUDA_STACK",
 };
 enum { N_SWITCHES = sizeof switches / sizeof switches[0] };
 
@@ -66,6 +66,7 @@ static void test_options_defaults(void **st)
     assert_false(o.cpu_no_gemm || o.cpu_no_vnni || o.cpu_no_small_gemm || o.cpu_no_attn_multi || o.cpu_no_expf_vec);
     assert_false(o.cuda_verify || o.cuda_f32_act || o.cuda_exact);
     assert_true(o.cuda_graphs && o.cuda_fuse && o.cuda_q8 && o.cuda_rope_table && o.cuda_tf32 && o.cuda_pdl);
+    assert_true(o.cuda_gemm_f16 && o.cuda_attn_tc);
     assert_int_equal(o.cuda_cublas_ws_mib, 4);
     assert_int_equal(o.cuda_stack_bytes, 128);
     /* an empty environment changes nothing */

@@ -31,6 +31,10 @@ ember_status ember_backend_new(const ember_backend_options *opt, const ember_bac
     if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "ember_backend_new: out is NULL");
     *out = NULL;
     if (!lim) return ember_error(EMBER_ERR_INVALID_ARG, "ember_backend_new: limits are NULL");
+    /* the same rule for every backend (the GPU was found once accepting a zero-token limit) */
+    if (lim->max_tokens < 1 || lim->max_n_in < 1 || lim->max_kv_tokens < 1 || lim->max_head_dim < 1)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_backend_new: limits must be positive (tokens %lld, n_in %lld, kv %lld, head_dim %d)",
+                           (long long)lim->max_tokens, (long long)lim->max_n_in, (long long)lim->max_kv_tokens, lim->max_head_dim);
     const ember_backend_options o = opt ? *opt : ember_backend_options_default();
 #ifdef EMBER_CUDA
     if (o.n_gpu_layers != 0 && ember_backend_gpu_count() > 0) return ember_backend_cuda_new(&o, lim, out);

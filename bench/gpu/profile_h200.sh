@@ -18,7 +18,7 @@ prof() {  # label args...
   local label=$1 lim=$2; shift 2
   timeout 200 $NCU --clock-control none --cache-control none $lim --metrics gpu__time_duration.sum --csv --log-file /tmp/ncu.log "$@" > /tmp/ncu.csv 2>/dev/null
   echo "=== $label ($*)" >> $P
-  python3 - /tmp/ncu.csv >> $P <<'PY'
+  python3 - /tmp/ncu.log >> $P <<'PY'
 import csv, sys, collections
 rows = list(csv.reader(open(sys.argv[1], errors="replace")))
 hdr = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
@@ -43,5 +43,5 @@ PY
 prof "e4b prefill pp512" "--launch-count 4000" $B/bin/ember bench -m /dev/shm/e4b.gguf -ngl 99 -c 4096 -p 512 -n 0 -r 1
 prof "g3 decode (2 tokens after 4)" "--launch-skip 2400 --launch-count 810" $B/bin/ember bench -m /dev/shm/g3.gguf -ngl 99 -c 4096 -p 0 -n 16 -r 1
 prof "e4b decode (1 token after 4)" "--launch-skip 4500 --launch-count 1200" $B/bin/ember bench -m /dev/shm/e4b.gguf -ngl 99 -c 4096 -p 0 -n 16 -r 1
-tail -5 /tmp/ncu.log >> $P
+
 cat $P

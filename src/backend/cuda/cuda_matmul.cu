@@ -112,8 +112,46 @@ __global__ void k_get_rows(const uint8_t *__restrict__ W, size_t row_bytes, int 
     }
 }
 
-__device__ __forceinline__ void store_as(float *p, float v) { *p = v; }
-__device__ __forceinline__ void store_as(__half *p, float v) { *p = __float2half_rn(v); }
+/* p[0, RUN) = w[0, RUN): F32 as is; f16 rounded, 16 or 8 bytes at a time
+ * when p allows it (runs start at multiples of RUN in 16-byte aligned rows). */
+template <int RUN>
+__device__ __forceinline__ void store_run(float *p, const float *w)
+{
+#pragma unroll
+    for (int i = 0; i < RUN; i++) p[i] = w[i];
+}
+
+template <int RUN>
+__device__ __forceinline__ void store_run(__half *p, const float *w)
+{
+    if constexpr (RUN % 8 == 0) {
+        if (((uintptr_t)p & 15) == 0) {
+#pragma unroll
+            for (int k = 0; k < RUN; k += 8) {
+                uint4 v;
+                __half2 *h = reinterpret_cast<__half2 *>(&v);
+#pragma unroll
+                for (int j = 0; j < 4; j++) h[j] = __floats2half2_rn(w[k + 2 * j], w[k + 2 * j + 1]);
+                *reinterpret_cast<uint4 *>(p + k) = v;
+            }
+            return;
+        }
+    } else if constexpr (RUN % 4 == 0) {
+        if (((uintptr_t)p & 7) == 0) {
+#pragma unroll
+            for (int k = 0; k < RUN; k += 4) {
+                uint2 v;
+                __half2 *h = reinterpret_cast<__half2 *>(&v);
+                h[0] = __floats2half2_rn(w[k], w[k + 1]);
+                h[1] = __floats2half2_rn(w[k + 2], w[k + 3]);
+                *reinterpret_cast<uint2 *>(p + k) = v;
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RUN; i++) p[i] = __float2half_rn(w[i]);
+}
 
 /* out[r][k] = W[r0 + r][k] for r < n_rows (one CTA per row), as F32 or f16. */
 template <class T, class O = float>
@@ -130,9 +168,7 @@ __global__ void k_dequant_rows(const uint8_t *__restrict__ W, size_t row_bytes, 
         T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
         O *ob = o + (int64_t)blk * T::QK;
 #pragma unroll
-        for (int r = 0; r < T::NRUN; r++)
-#pragma unroll
-            for (int i = 0; i < T::RUN; i++) store_as(&ob[off[r] + i], w[r * T::RUN + i]);
+        for (int r = 0; r < T::NRUN; r++) store_run<T::RUN>(ob + off[r], w + r * T::RUN);
     }
 }
 
@@ -143,12 +179,26 @@ __global__ void k_amax(const float *__restrict__ x, int64_t n, unsigned *__restr
 {
     ember_pdl_wait();
     float m = 0.f;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    const int64_t n4 = (uintptr_t)x % 16 == 0 ? n / 4 : 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 v = x4[i];
+        const float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+        m = (v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w) ? INFINITY : fmaxf(m, a);
+    }
+    for (int64_t i = 4 * n4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float v = fabsf(x[i]);
         m = v != v ? INFINITY : fmaxf(m, v);
     }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(m));
+    __shared__ float wm[32];
+    if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        m = threadIdx.x < (blockDim.x >> 5) ? wm[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (threadIdx.x == 0) atomicMax(amax, __float_as_uint(m));   /* one atomic per block */
+    }
 }
 
 /* xh[i] = f16(x[i] / s) with s the power of two that brings max|x| under
@@ -216,7 +266,12 @@ template <class T>
 ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
 {
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
-    int64_t chunk = 2 * kGemmScratchFloats / w->ne0;   /* the same bytes as the F32 form: twice the rows */
+    /* 32 MiB of f16 rows per chunk (E4B's 10240 x 2560 in two), a multiple
+     * of 128 rows so that every chunk's output y + r0 keeps the 16-byte
+     * alignment cuBLAS's fast kernels need (an odd r0 once picked align1
+     * kernels at a third of the speed: bench/results/cuda-h200.md) */
+    int64_t chunk = 4 * kGemmScratchFloats / w->ne0;
+    if (chunk >= 128) chunk -= chunk % 128;
     if (chunk < 1) chunk = 1;
     if (chunk > w->ne1) chunk = w->ne1;
     const size_t b_w = ((size_t)(chunk * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
@@ -262,6 +317,7 @@ ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float
     if (cu->gemm_f16 && w->type != EMBER_TYPE_F32) return matmul_gemm_f16<T>(cu, w, x, n_cols, y);
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
     int64_t chunk = kGemmScratchFloats / w->ne0;
+    if (chunk >= 128) chunk -= chunk % 128;   /* aligned outputs (see matmul_gemm_f16) */
     if (chunk < 1) chunk = 1;
     if (chunk > w->ne1) chunk = w->ne1;
     void *scr = NULL;

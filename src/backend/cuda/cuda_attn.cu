@@ -86,6 +86,12 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
     const int lo = a.n_swa > 0 ? max(0, p - a.n_swa + 1) : 0;
     const int k_begin = lo + split * a.chunk;
     const int k_end = min(p + 1, k_begin + a.chunk);
+    /* splits past this query's keys leave at once and take no part in the
+     * merge: the grid is sized for the longest context (a graph keeps it),
+     * the work for the keys there are (n_eff splits; one writes the output
+     * itself). Every CTA of (t, hkv) reads the same pos, so they agree. */
+    const int n_eff = a.n_splits == 1 ? 1 : min(a.n_splits, (p - lo + a.chunk) / a.chunk);
+    if (split >= n_eff) return;
 
     float qr[G][E], acc[G][E], m[G], l[G];
 #pragma unroll
@@ -196,7 +202,7 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
             }
         }
         const int64_t h = (int64_t)hkv * G + g;
-        if (a.n_splits == 1) {
+        if (n_eff == 1) {
             out[(t * a.n_head + h) * D + dd] = L > 0.f ? O / L : 0.f;
         } else {
             const int64_t ps = (t * a.n_head + h) * a.n_splits + split;
@@ -204,7 +210,7 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
             if (dd == 0) part_ml[ps] = make_float2(M, L);
         }
     }
-    if (a.n_splits == 1) return;
+    if (n_eff == 1) return;
 
     /* The last CTA of this (token, KV head) to finish merges the splits
      * (the threadFenceReduction pattern of the CUDA samples) and re-arms the
@@ -214,7 +220,7 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned *cnt = done + t * a.n_head_kv + hkv;
-        last = atomicAdd(cnt, 1u) == (unsigned)a.n_splits - 1;
+        last = atomicAdd(cnt, 1u) == (unsigned)n_eff - 1;
         if (last) *cnt = 0;
     }
     __syncthreads();
@@ -228,11 +234,11 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
     for (int g = warp; g < G; g += kWarps) {
         const float2 *ml = part_ml + (t * a.n_head + (int64_t)hkv * G + g) * a.n_splits;
         float M = -INFINITY;
-        for (int i = lane; i < a.n_splits; i += 32) M = fmaxf(M, __ldcg(&ml[i]).x);
+        for (int i = lane; i < n_eff; i += 32) M = fmaxf(M, __ldcg(&ml[i]).x);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
         float L = 0.f;
-        for (int i = lane; i < a.n_splits; i += 32) {
+        for (int i = lane; i < n_eff; i += 32) {
             const float2 v = __ldcg(&ml[i]);
             const float f = (M == -INFINITY || v.x == -INFINITY) ? 0.f : expf(v.x - M);
             wsp[g * a.n_splits + i] = f;
@@ -250,7 +256,7 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
         const float *wg = wsp + g * a.n_splits;
         float O = 0.f;
 #pragma unroll 8
-        for (int k = 0; k < a.n_splits; k++) O = fmaf(__ldcg(po + (int64_t)k * D), wg[k], O);
+        for (int k = 0; k < n_eff; k++) O = fmaf(__ldcg(po + (int64_t)k * D), wg[k], O);
         out[th * D + dd] = sm_L[g] > 0.f ? O / sm_L[g] : 0.f;
     }
 }

@@ -73,8 +73,10 @@ def main():
     probe = 400
     r = one(a.base_url, a.model, prompt_text(probe, 999, a.seed), 1, a.timeout)
     scale = probe / r["prompt_tokens"] if r["prompt_tokens"] else 1.0
-    for w in range(a.warmup):
-        one(a.base_url, a.model, prompt_text(int(a.tokens * scale), 1000 + w, a.seed), a.max_tokens, a.timeout)
+    for w in range(a.warmup):   # the warm-up at full length refines the scale
+        r = one(a.base_url, a.model, prompt_text(int(a.tokens * scale), 1000 + w, a.seed), a.max_tokens, a.timeout)
+        if r["prompt_tokens"]:
+            scale *= a.tokens / r["prompt_tokens"]
     runs = [one(a.base_url, a.model, prompt_text(int(a.tokens * scale), i, a.seed), a.max_tokens, a.timeout)
             for i in range(a.runs)]
     ok = [r["ttft_s"] for r in runs if r["ttft_s"] is not None]

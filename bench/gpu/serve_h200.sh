@@ -96,7 +96,7 @@ serve_run() {  # label model engine np ctx(total for llama, per slot for ember) 
         timeout 200 python3 bench/serve.py --base-url http://127.0.0.1:$port/v1 --model m -n 256 -r 3 -P 1 \
           --config "$label" --server-pid $pid --json /tmp/sv.json > /tmp/sv.txt 2>&1
         log "$label single: $(python3 -c "import json;d=json.load(open('/tmp/sv.json'));s=d['single'];print('decode %.1f tok/s, ttft %.4f s, runs %s, gpu %s MiB, errors %s'%(s.get('decode_tok_s_median') or 0, s.get('ttft_s_median') or 0, [round(r.get('decode_tok_s') or 0,1) for r in s['runs']], d['memory'].get('gpu_MiB'), d['errors']))" 2>&1)"
-        jl "{\"what\":\"$label single\",\"report\":$(cat /tmp/sv.json 2>/dev/null || echo null)}" ;;
+        jl "{\"what\":\"$label single\",\"report\":$(python3 -c "import json;print(json.dumps(json.load(open('/tmp/sv.json'))))" 2>/dev/null || echo null)}" ;;
       par8)
         timeout 200 python3 bench/serve.py --base-url http://127.0.0.1:$port/v1 --model m -n 256 -r 1 -P 8 \
           --config "$label" --server-pid $pid --json /tmp/sv.json > /tmp/sv.txt 2>&1

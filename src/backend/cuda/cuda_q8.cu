@@ -305,12 +305,16 @@ k_mmq4_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *
     }
 }
 
-/* Q6_K: one warp per row, one super-block per step. Lane = 8s + l: l is
- * the CPU's int32 lane (bytes 4l..4l+3 of each 32-element chunk), s (0..3)
- * takes chunks s and s+4 and a quarter of lane l's bsums correction; the 4
- * partial lanes are summed exactly, then acc_l = fma(d, (float)lane_l,
- * acc_l). Chunk c = 4h + kq: u = (ql[64h + 32(kq&1) + b] >> 4(kq>>1)) & 15
- * | ((qh[32h + b] >> 2kq) & 3) << 4, element 32c + b. */
+/* Q6_K: one warp per row, four super-blocks per step. Lane = 8k + l: k
+ * picks one of 4 consecutive super-blocks, l is the CPU's int32 lane (bytes
+ * 4l..4l+3 of each 32-element chunk). A lane sums its block's 8 chunks and
+ * its share of the bsums correction exactly (int32), then every lane adds
+ * the 4 blocks in block order, acc_l = fma(d, (float)lane_l, acc_l): the
+ * CPU's float steps in its order (bit-identical, test_cuda_q8), with 4
+ * blocks' loads in flight instead of one (E4B's 10240-wide Q6_K rows ran
+ * at 0.7 TB/s one block a step). Chunk c = 4h + kq: u = (ql[64h +
+ * 32(kq&1) + b] >> 4(kq>>1)) & 15 | ((qh[32h + b] >> 2kq) & 3) << 4,
+ * element 32c + b. */
 template <int NC>
 __global__ void __launch_bounds__(kWarpsQ8 * 32)
 k_mmq6_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
@@ -319,39 +323,72 @@ k_mmq6_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *
     ember_pdl_wait();
     const int64_t row = (int64_t)blockIdx.x * kWarpsQ8 + (threadIdx.x >> 5);
     if (row >= n_rows) return;
-    const int lane = threadIdx.x & 31, l = lane & 7, s = lane >> 3;
+    const int lane = threadIdx.x & 31, l = lane & 7, k = lane >> 3;
     const uint8_t *wr = W + row * row_bytes;
     float acc[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = 0.0f;
 #pragma unroll 2
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *blk = wr + (size_t)b * 210;
-        const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
-        const float dw = ld_f16(blk + 208);
-        uint32_t u[2];
-        int scu[2];
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+        const int b = b0 + k;
+        int v[NC];
+        float f[NC];
+        if (b < nb) {
+            const uint8_t *blk = wr + (size_t)b * 210;
+            const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
+            const float dw = ld_f16(blk + 208);
+            uint32_t u[8];
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++) { /* chunk c = s + 4hh: h = hh, kq = s */
-            const uint32_t ql = ld_u32_a2(blk + 64 * hh + 32 * (s & 1) + 4 * l);
-            const uint32_t qh = ld_u32_a2(blk + 128 + 32 * hh + 4 * l);
-            u[hh] = ((ql >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * s)) & 0x03030303u) << 4);
-            scu[hh] = sc[2 * (s + 4 * hh) + (l >= 4)];
+            for (int hh = 0; hh < 2; hh++) {
+                const uint32_t qh = ld_u32_a2(blk + 128 + 32 * hh + 4 * l);
+#pragma unroll
+                for (int lo = 0; lo < 2; lo++) {   /* kq & 1 */
+                    const uint32_t ql = ld_u32_a2(blk + 64 * hh + 32 * lo + 4 * l);
+#pragma unroll
+                    for (int hi = 0; hi < 2; hi++) {   /* kq >> 1 */
+                        const int kq = lo + 2 * hi;
+                        u[4 * hh + kq] = ((ql >> (4 * hi)) & 0x0F0F0F0Fu) | (((qh >> (2 * kq)) & 0x03030303u) << 4);
+                    }
+                }
+            }
+            int scu[8];
+#pragma unroll
+            for (int ch = 0; ch < 8; ch++) scu[ch] = sc[2 * ch + (l >= 4)];
+            const int scb0 = sc[2 * l], scb1 = sc[2 * l + 1];
+            const float fb = dw;
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                const int8_t *a = aq + c * n + (int64_t)b * 256;
+                int vv = 0;
+#pragma unroll
+                for (int ch = 0; ch < 8; ch++)
+                    vv += scu[ch] * __dp4a((int)u[ch], *reinterpret_cast<const int *>(a + 32 * ch + 4 * l), 0);
+                /* bsums correction, elements 32l .. 32l + 31 (scale 2l, then 2l + 1) */
+                const int4 a0 = *reinterpret_cast<const int4 *>(a + 32 * l), a1 = *reinterpret_cast<const int4 *>(a + 32 * l + 16);
+                int s0 = __dp4a(0x01010101, a0.x, 0), s1 = __dp4a(0x01010101, a1.x, 0);
+                s0 = __dp4a(0x01010101, a0.y, s0);
+                s1 = __dp4a(0x01010101, a1.y, s1);
+                s0 = __dp4a(0x01010101, a0.z, s0);
+                s1 = __dp4a(0x01010101, a1.z, s1);
+                s0 = __dp4a(0x01010101, a0.w, s0);
+                s1 = __dp4a(0x01010101, a1.w, s1);
+                vv -= 32 * (scb0 * s0 + scb1 * s1);
+                v[c] = vv;
+                f[c] = __fmul_rn(ad[c * (n / 256) + b], fb);
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < NC; c++) v[c] = 0, f[c] = 0.0f;
         }
-        const int scb = sc[2 * l + (s >> 1)];
 #pragma unroll
-        for (int c = 0; c < NC; c++) {
-            const int8_t *a = aq + c * n + (int64_t)b * 256;
-            int v = 0;
+        for (int kk = 0; kk < 4; kk++) {
+            if (b0 + kk >= nb) break; /* uniform over the warp */
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++)
-                v += scu[hh] * __dp4a((int)u[hh], *reinterpret_cast<const int *>(a + 32 * (s + 4 * hh) + 4 * l), 0);
-            /* bsums correction, elements 32l + 8s .. +7 */
-            const int2 av = *reinterpret_cast<const int2 *>(a + 32 * l + 8 * s);
-            v -= 32 * scb * __dp4a(0x01010101, av.y, __dp4a(0x01010101, av.x, 0));
-            v += __shfl_xor_sync(0xffffffffu, v, 8);
-            v += __shfl_xor_sync(0xffffffffu, v, 16);
-            acc[c] = __fmaf_rn(__fmul_rn(ad[c * (n / 256) + b], dw), __int2float_rn(v), acc[c]);
+            for (int c = 0; c < NC; c++) {
+                const int vk = __shfl_sync(0xffffffffu, v[c], 8 * kk + l);
+                const float fk = __shfl_sync(0xffffffffu, f[c], 8 * kk + l);
+                acc[c] = __fmaf_rn(fk, __int2float_rn(vk), acc[c]);
+            }
         }
     }
 #pragma unroll

@@ -8,7 +8,13 @@
  * logits of the last decode. The KV cache is sized per layer from the
  * model's n_embd_k_gqa / n_embd_v_gqa (nothing for KV-shared layers);
  * sliding-window layers get the kv module's windowed group, whose rows are
- * taken one micro-batch at a time (ember_kv_swa_advance). All memory (KV pool, scratch, index arrays) is
+ * taken one micro-batch at a time (ember_kv_swa_advance). Models with recurrent layers (hp.n_embd_r /
+ * n_embd_s) also get one recurrent-state cell per sequence (kv/rstate.h): it
+ * is zeroed when a sequence starts at position 0 and when it is removed, copied
+ * by a fork at the source's full length, and, having absorbed every position,
+ * cannot be cut back: truncate / fork to any other position than 0 or the
+ * length fail with EMBER_ERR_RANGE and change nothing (the engine's prefix
+ * cache then recomputes). All memory (KV pool, scratch, index arrays) is
  * allocated by ember_context_new; the logits buffer grows only when a batch
  * asks for more logits rows than any before it.
  * Must not: know an architecture's math (model files), or KV block internals
@@ -31,6 +37,7 @@ struct ember_context {
     ember_context_params p;
     ember_backend *be;
     ember_kv *kv;
+    ember_rs *rs;              /* recurrent state per sequence, NULL without recurrent layers */
     ember_scratch s;
     void *scratch_mem;
     float *aux_host;           /* s.aux_host: host memory always */
@@ -168,6 +175,20 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .n_seq_max = (int32_t)p.n_seq_max, .n_ctx = (int32_t)p.n_ctx,
     };
     if ((st = ember_kv_new(&kp, &c->kv))) goto fail;
+    bool recurrent = false;
+    for (int32_t il = 0; il < hp->n_layer; il++) recurrent |= hp->n_embd_r[il] > 0 || hp->n_embd_s[il] > 0;
+    if (recurrent) {
+        const ember_backend_ops *o = c->be->ops;
+        if (!o->conv1d_silu || !o->gated_delta_rule || !o->sigmoid_mul || !o->copy_strided) {
+            st = ember_error(EMBER_ERR_UNSUPPORTED, "ember_context_new: architecture %s has recurrent (linear-attention) layers, "
+                             "whose ops backend %s does not have yet (use -ngl 0 for the CPU)", m->arch_name,
+                             o->name ? o->name : "?");
+            goto fail;
+        }
+        const ember_rs_params rp = {.n_layer = hp->n_layer, .n_conv = hp->n_embd_r, .n_ssm = hp->n_embd_s,
+                                    .n_seq_max = (int32_t)p.n_seq_max, .n_ubatch = (int32_t)p.n_ubatch};
+        if ((st = ember_rs_new(&rp, &c->rs))) goto fail;
+    }
     if (c->be->ops->kv_copy) ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
 
     const int64_t sizes[9] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff, ub * hp->n_aux};
@@ -229,6 +250,7 @@ void ember_context_free(ember_context *c)
     free(c->aux_host);
     ember_backend_free(c->be);
     ember_kv_free(c->kv);
+    ember_rs_free(c->rs);
     free(c->kv_row);
     free(c->query);
     free(c->kv_row_swa);
@@ -242,7 +264,7 @@ void ember_context_free(ember_context *c)
     free(c);
 }
 
-uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv); }
+uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv) + ember_rs_bytes(c->rs); }
 ember_backend *ember_context_backend(const ember_context *c) { return c ? c->be : NULL; }
 uint64_t ember_context_scratch_bytes(const ember_context *c)
 {
@@ -405,6 +427,9 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         int32_t *cnt = (int32_t *)c->out_idx;   /* reused as scratch: n_seqs <= n_batch */
         for (int32_t k = 0; k < n_seqs; k++) cnt[k] = c->seq_count[ids[k]];
         st = ember_kv_append(c->kv, ids, cnt, n_seqs);
+        /* a sequence that starts over (position 0) starts from a zero state */
+        for (int32_t k = 0; st == EMBER_OK && c->rs && k < n_seqs; k++)
+            if (c->seq_next[ids[k]] == cnt[k]) ember_rs_seq_reset(c->rs, ids[k]);
     }
     for (int32_t k = 0; k < n_seqs; k++) c->seq_count[c->seq_list[k]] = 0;
     if (st != EMBER_OK) return st;
@@ -439,7 +464,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         c->out_map[i] = b->logits[i] ? o++ : -1;
     }
 
-    ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .s = &c->s, .n_layer = c->n_layer_run,
+    ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .rs = c->rs, .s = &c->s, .n_layer = c->n_layer_run,
                      .n_capture = c->n_capture, .capture_layer = c->capture_layer};
     const bool swa = ember_kv_has_swa_group(c->kv);
     for (int32_t u0 = 0; u0 < n; u0 += (int32_t)c->p.n_ubatch) {
@@ -465,6 +490,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
             .hidden = c->n_capture == 0 ? NULL
                       : c->hidden + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)c->n_capture * (size_t)hp->n_embd,
+            .seq = b->seq_id + u0,
         };
         if (c->be->ops->step_begin) {
             const ember_backend_step bs = {
@@ -502,19 +528,36 @@ const float *ember_get_logits(ember_context *c, int32_t i)
 ember_status ember_seq_remove(ember_context *c, ember_seq_id seq)
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_remove: context is NULL");
-    return ember_kv_seq_remove(c->kv, seq);
+    const ember_status st = ember_kv_seq_remove(c->kv, seq);
+    if (st == EMBER_OK) ember_rs_seq_reset(c->rs, seq);
+    return st;
 }
 
 ember_status ember_seq_truncate(ember_context *c, ember_seq_id seq, ember_pos n_keep)
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_truncate: context is NULL");
-    return ember_kv_seq_truncate(c->kv, seq, n_keep);
+    const ember_pos len = ember_kv_seq_len(c->kv, seq);
+    if (c->rs && n_keep > 0 && n_keep < len)
+        return ember_error(EMBER_ERR_RANGE, "ember_seq_truncate: sequence %d of a model with recurrent layers cannot be cut back "
+                           "from %d to %d positions (its state has absorbed them; no checkpoint kept)", seq, len, n_keep);
+    const ember_status st = ember_kv_seq_truncate(c->kv, seq, n_keep);
+    if (st == EMBER_OK && n_keep == 0) ember_rs_seq_reset(c->rs, seq);
+    return st;
 }
 
 ember_status ember_seq_fork(ember_context *c, ember_seq_id src, ember_seq_id dst, ember_pos n)
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_fork: context is NULL");
-    return ember_kv_seq_fork(c->kv, src, dst, n);
+    const ember_pos len = ember_kv_seq_len(c->kv, src);
+    if (c->rs && n > 0 && n != len)
+        return ember_error(EMBER_ERR_RANGE, "ember_seq_fork: sequence %d of a model with recurrent layers can be forked at its "
+                           "length %d only, not at %d (no state checkpoint kept)", src, len, n);
+    const ember_status st = ember_kv_seq_fork(c->kv, src, dst, n);
+    if (st == EMBER_OK) {
+        if (n > 0) ember_rs_seq_copy(c->rs, src, dst);
+        else ember_rs_seq_reset(c->rs, dst);
+    }
+    return st;
 }
 
 ember_pos ember_seq_len(const ember_context *c, ember_seq_id seq) { return c ? ember_kv_seq_len(c->kv, seq) : 0; }

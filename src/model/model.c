@@ -24,6 +24,7 @@ static const ember_arch *const registry[] = {
     &ember_arch_gemma4,
     &ember_arch_llama,
     &ember_arch_qwen3,
+    &ember_arch_qwen35,
 };
 
 ember_model_params ember_model_default_params(void)
@@ -294,7 +295,7 @@ ember_status ember_model_load(const char *path, const ember_model_params *params
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
         if (!strcmp(registry[i]->name, arch)) m->arch = registry[i];
     if (!m->arch) {
-        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3)", path, arch);
+        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3, qwen35)", path, arch);
         goto fail;
     }
     if ((st = load_common_hparams(m))) goto fail;

@@ -916,6 +916,11 @@ static const ember_backend_ops cpu_ops = {
     .rope_ext = op_rope_ext,
     .kv_store = op_kv_store,
     .attention = op_attention,
+    /* recurrent (linear-attention) ops: recurrent.c */
+    .conv1d_silu = ember_cpu_conv1d_silu,
+    .gated_delta_rule = ember_cpu_gated_delta_rule,
+    .sigmoid_mul = ember_cpu_sigmoid_mul,
+    .copy_strided = ember_cpu_copy_strided,
 };
 
 ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits *lim, ember_backend **out)

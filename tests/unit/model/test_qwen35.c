@@ -1,0 +1,206 @@
+/* qwen35 (Qwen3.5: Gated DeltaNet linear attention + gated full attention)
+ * against Hugging Face transformers on a tiny random model
+ * (tests/golden/qwen35/tiny-qwen35.gguf, made by
+ * tests/golden/make_tiny_models.py and converted by llama.cpp's
+ * convert_hf_to_gguf.py): 5 layers (recurrent, recurrent, full, recurrent,
+ * full), 2 key / 4 value heads in the linear layers (the converter's tiled
+ * V-head order), conv kernel 4, partial RoPE (4 of 16 dims), untied output.
+ *
+ * The oracle's logits come from transformers' whole-sequence forward, which
+ * for the 320-token sequence runs its chunked delta rule (chunks of 64); the
+ * generator checked that against transformers' own token-by-token recurrent
+ * form (max |diff| 7.6e-5 of max |logit| 7.6) before writing. ember must meet
+ * it within TOL_REL (1e-3 of the logit scale) at every position:
+ * - short sequences (1, 7, 16 tokens), whole and token by token (tiny_oracle.h);
+ * - the long sequence whole in one batch (ubatches of 64: states carried
+ *   across micro-batches), in chunks of 5, and token by token;
+ * - two sequences interleaved entry by entry in the same batches (each entry
+ *   updates its own sequence's state);
+ * - sequence edits: a fork at the full length continues exactly as the
+ *   original; truncate / fork to a middle position is refused
+ *   (EMBER_ERR_RANGE, nothing changed: the state cannot be cut back); remove,
+ *   or truncate to 0, restarts from a zero state. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "tiny_oracle.h"
+
+#define GGUF "tests/golden/qwen35/tiny-qwen35.gguf"
+#define LONG_JSON "tests/golden/qwen35/tiny-qwen35.long.logits.json"
+
+static ember_model *load(void)
+{
+    ember_model *m = NULL;
+    ember_model_params mp = ember_model_default_params();
+    if (ember_model_load(GGUF, &mp, &m) != EMBER_OK) fail_msg("%s", ember_last_error());
+    assert_string_equal(ember_model_arch(m), "qwen35");
+    return m;
+}
+
+static ember_context *new_ctx(ember_model *m, uint32_t n_seq, uint32_t n_ubatch)
+{
+    ember_context_params p = ember_context_default_params();
+    p.n_ctx = 512;
+    p.n_batch = 512;
+    p.n_ubatch = n_ubatch;
+    p.n_seq_max = n_seq;
+    p.n_threads = 2;
+    p.type_k = p.type_v = EMBER_KV_F32;
+    ember_context *c = NULL;
+    if (ember_context_new(m, &p, &c) != EMBER_OK) fail_msg("%s", ember_last_error());
+    return c;
+}
+
+static ember_token tok(json_t *ids, int32_t i) { return (ember_token)json_integer_value(json_array_get(ids, (size_t)i)); }
+
+/* Decode positions [i0, i1) of the oracle sequence into seq in chunks of
+ * `chunk`, comparing every position; accumulates into *max_diff / *max_ref. */
+static void decode_range(ember_context *c, ember_batch *b, const oracle *o, int32_t seq, int32_t i0, int32_t i1,
+                         int32_t chunk, double *max_diff, double *max_ref)
+{
+    json_t *ids = json_array_get(o->seqs, 0), *ref = json_array_get(o->logits, 0);
+    for (int32_t p0 = i0; p0 < i1; p0 += chunk) {
+        const int32_t k = i1 - p0 < chunk ? i1 - p0 : chunk;
+        b->n_tokens = k;
+        for (int32_t i = 0; i < k; i++) {
+            b->token[i] = tok(ids, p0 + i);
+            b->pos[i] = p0 + i;
+            b->seq_id[i] = seq;
+            b->logits[i] = 1;
+        }
+        if (ember_decode(c, b) != EMBER_OK) fail_msg("%s", ember_last_error());
+        for (int32_t i = 0; i < k; i++) {
+            const float *lg = ember_get_logits(c, i);
+            assert_non_null(lg);
+            cmp_row(lg, json_array_get(ref, (size_t)(p0 + i)), o->n_vocab, max_diff, max_ref);
+        }
+    }
+}
+
+static void check(const char *what, double max_diff, double max_ref)
+{
+    printf("# %s: max|diff| %.3g, max|logit| %.3g, rel %.3g\n", what, max_diff, max_ref, max_diff / max_ref);
+    assert_true(max_ref > 0.5);
+    if (!(max_diff <= TOL_REL * max_ref)) fail_msg("%s: max|diff| %g > %g * max|logit| %g", what, max_diff, TOL_REL, max_ref);
+}
+
+static void test_qwen35_short_matches_transformers(void **st)
+{
+    (void)st;
+    run_oracle(GGUF, "tests/golden/qwen35/tiny-qwen35.logits.json", "qwen35");
+}
+
+/* The 320-token sequence: whole (ubatches of 64 and of 512), chunks of 5,
+ * token by token. */
+static void test_qwen35_long_matches_transformers(void **st)
+{
+    (void)st;
+    ember_model *m = load();
+    oracle o;
+    oracle_load(LONG_JSON, &o);
+    const int32_t n = (int32_t)json_array_size(json_array_get(o.seqs, 0));
+    assert_true(n >= 300 && n <= 512);
+    const struct { uint32_t ubatch; int32_t chunk; } modes[4] = {{512, n}, {64, n}, {16, 5}, {1, 1}};
+    for (int k = 0; k < 4; k++) {
+        ember_context *c = new_ctx(m, 1, modes[k].ubatch);
+        ember_batch b;
+        assert_int_equal(ember_batch_init(512, &b), EMBER_OK);
+        double max_diff = 0.0, max_ref = 0.0;
+        decode_range(c, &b, &o, 0, 0, n, modes[k].chunk, &max_diff, &max_ref);
+        char what[128];
+        snprintf(what, sizeof what, "long n=%d, chunks of %d, n_ubatch %u", n, modes[k].chunk, modes[k].ubatch);
+        check(what, max_diff, max_ref);
+        ember_batch_free(&b);
+        ember_context_free(c);
+    }
+    json_decref(o.root);
+    ember_model_free(m);
+}
+
+/* Sequences 0 and 1 decode the same oracle sequence with an offset of 37
+ * positions, entry by entry interleaved in each batch (ubatches of 7, so the
+ * interleaving crosses micro-batches). */
+static void test_qwen35_interleaved_sequences(void **st)
+{
+    (void)st;
+    ember_model *m = load();
+    oracle o;
+    oracle_load(LONG_JSON, &o);
+    json_t *ids = json_array_get(o.seqs, 0), *ref = json_array_get(o.logits, 0);
+    const int32_t n = 160, lag = 37;
+    ember_context *c = new_ctx(m, 2, 7);
+    ember_batch b;
+    assert_int_equal(ember_batch_init(64, &b), EMBER_OK);
+    double max_diff = 0.0, max_ref = 0.0;
+    int32_t next[2] = {0, 0};
+    while (next[1] < n - lag) {
+        b.n_tokens = 0;
+        for (int32_t r = 0; r < 6; r++)
+            for (int32_t s = 0; s < 2; s++) {
+                const int32_t lim = s == 0 ? n : n - lag;
+                if (s == 1 && next[0] < lag) continue;   /* seq 1 starts once seq 0 is `lag` ahead */
+                if (next[s] >= lim) continue;
+                const int32_t i = b.n_tokens++;
+                b.token[i] = tok(ids, next[s]);
+                b.pos[i] = next[s]++;
+                b.seq_id[i] = s;
+                b.logits[i] = 1;
+            }
+        if (ember_decode(c, &b) != EMBER_OK) fail_msg("%s", ember_last_error());
+        for (int32_t i = 0; i < b.n_tokens; i++)
+            cmp_row(ember_get_logits(c, i), json_array_get(ref, (size_t)b.pos[i]), o.n_vocab, &max_diff, &max_ref);
+    }
+    check("two interleaved sequences", max_diff, max_ref);
+    ember_batch_free(&b);
+    ember_context_free(c);
+    json_decref(o.root);
+    ember_model_free(m);
+}
+
+static void test_qwen35_sequence_edits(void **st)
+{
+    (void)st;
+    ember_model *m = load();
+    oracle o;
+    oracle_load(LONG_JSON, &o);
+    ember_context *c = new_ctx(m, 2, 16);
+    ember_batch b;
+    assert_int_equal(ember_batch_init(512, &b), EMBER_OK);
+    double max_diff = 0.0, max_ref = 0.0;
+
+    decode_range(c, &b, &o, 0, 0, 50, 50, &max_diff, &max_ref);
+    /* the state cannot be cut back or shared from a middle position */
+    assert_int_equal(ember_seq_truncate(c, 0, 20), EMBER_ERR_RANGE);
+    assert_int_equal(ember_seq_fork(c, 0, 1, 20), EMBER_ERR_RANGE);
+    assert_int_equal(ember_seq_len(c, 0), 50);
+    assert_int_equal(ember_seq_len(c, 1), 0);
+    /* a fork at the full length continues as the original would */
+    assert_int_equal(ember_seq_fork(c, 0, 1, 50), EMBER_OK);
+    decode_range(c, &b, &o, 1, 50, 90, 8, &max_diff, &max_ref);
+    decode_range(c, &b, &o, 0, 50, 70, 1, &max_diff, &max_ref);   /* the source is unchanged by the fork's steps */
+    /* remove / truncate to 0: the next decode starts from a zero state */
+    assert_int_equal(ember_seq_remove(c, 1), EMBER_OK);
+    decode_range(c, &b, &o, 1, 0, 40, 40, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_truncate(c, 0, 0), EMBER_OK);
+    decode_range(c, &b, &o, 0, 0, 30, 30, &max_diff, &max_ref);
+    check("fork / remove / truncate", max_diff, max_ref);
+
+    ember_batch_free(&b);
+    ember_context_free(c);
+    json_decref(o.root);
+    ember_model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen35_short_matches_transformers),
+        cmocka_unit_test(test_qwen35_long_matches_transformers),
+        cmocka_unit_test(test_qwen35_interleaved_sequences),
+        cmocka_unit_test(test_qwen35_sequence_edits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -115,7 +115,8 @@ ember_context_params ember_context_default_params(void);
  * EMBER_ERR_NOMEM (pool or scratch does not fit). */
 ember_status ember_context_new(ember_model *m, const ember_context_params *params, ember_context **out);
 void ember_context_free(ember_context *ctx);
-/* Bytes of KV cache and scratch the context allocated. */
+/* Bytes of KV cache the context allocated, plus the per-sequence recurrent
+ * state of a model with linear-attention layers (qwen35). */
 uint64_t ember_context_kv_bytes(const ember_context *ctx);
 uint64_t ember_context_scratch_bytes(const ember_context *ctx);
 
@@ -163,8 +164,14 @@ const float *ember_get_logits(ember_context *ctx, int32_t i);
  * - fork: make dst share src's positions [0, n) (prefix sharing; blocks are
  *   reference-counted; a shared partly filled block is copied when either
  *   sequence first writes into it). dst must be empty.
+ * Models with recurrent (linear-attention) layers (qwen35) keep a state per
+ * sequence that has absorbed all of its positions and cannot be cut back:
+ * truncate accepts n_keep = 0 or the length only, fork n = 0 or src's length
+ * (dst then gets a copy of src's state); other positions are EMBER_ERR_RANGE
+ * and change nothing (the caller recomputes from position 0).
  * Errors: EMBER_ERR_INVALID_ARG (seq id not in [0, n_seq_max), src == dst,
- * dst not empty), EMBER_ERR_RANGE (n_keep or n past the sequence's length). */
+ * dst not empty), EMBER_ERR_RANGE (n_keep or n past the sequence's length;
+ * a middle position of a model with recurrent layers). */
 ember_status ember_seq_remove(ember_context *ctx, ember_seq_id seq);
 ember_status ember_seq_truncate(ember_context *ctx, ember_seq_id seq, ember_pos n_keep);
 ember_status ember_seq_fork(ember_context *ctx, ember_seq_id src, ember_seq_id dst, ember_pos n);

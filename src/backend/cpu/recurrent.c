@@ -11,13 +11,13 @@
  * Must not: allocate, or know sequences beyond the state pointers it is given.
  *
  * Accuracy: f32 throughout with libm expf/log1pf, as transformers' torch
- * fallbacks compute in f32. The delta rule is the recurrent (token by token)
- * form for every entry; a chunked form for long prefills is future work and
- * must give the same values within rounding.
+ * fallbacks compute in f32. The delta rule has a recurrent form (decode) and
+ * a chunked form (prefill runs); see gated_delta_rule below.
  */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 static inline float silu(float v) { return v / (1.0f + expf(-v)); }
@@ -75,7 +75,28 @@ void ember_cpu_conv1d_silu(ember_backend *be, float *y, const float *x, const fl
 
 /* ---- gated_delta_rule ----------------------------------------------------- */
 
-#define GDR_ROWS 16   /* value rows of one head per unit of work */
+/* Two forms, the same values within f32 rounding:
+ * - recurrent: entry by entry, S_i = e^g S_i, then the delta update, then o_i;
+ *   used for decode steps (runs of one entry per sequence) and split over
+ *   (head, block of GDR_ROWS value rows) work units;
+ * - chunked: for a run of >= GDR_RUN_MIN consecutive entries of one
+ *   sequence (a prefill), chunks of m <= GDR_CHUNK tokens in the WY /
+ *   UT-transform form of the delta rule (Yang et al., "Parallelizing Linear
+ *   Transformers with the Delta Rule over Sequence Length", NeurIPS 2024;
+ *   with gates as in Gated DeltaNet). With G_j = sum_{s <= j} g_s inside the
+ *   chunk and S the state before it:
+ *     u_j = beta_j (v_j - e^{G_j} S k_j) - sum_{s < j} beta_j e^{G_j - G_s} (k_j . k_s) u_s
+ *     o_j = e^{G_j} S q_j + sum_{s <= j} e^{G_j - G_s} (q_j . k_s) u_s
+ *     S'  = e^{G_m-1} S + sum_s e^{G_m-1 - G_s} u_s k_s^T
+ *   (S_t = e^{G_t} S + sum_{s <= t} e^{G_t - G_s} u_s k_s^T unrolls the
+ *   recurrence; u_t = beta_t (v_t - e^{g_t} S_{t-1} k_t) is the update it
+ *   adds). Products with S become matrix-matrix work over the chunk; work
+ *   units are whole heads. Used when d_k, d_v <= GDR_CHUNK_DMAX (the chunk's
+ *   buffers live on the stack). */
+#define GDR_ROWS 16          /* value rows of one head per unit of work (recurrent form) */
+#define GDR_RUN_MIN 8        /* consecutive entries of one sequence that take the chunked form */
+#define GDR_CHUNK 32
+#define GDR_CHUNK_DMAX 256
 
 typedef struct gdr_task {
     const ember_gdr_params *p;
@@ -85,7 +106,9 @@ typedef struct gdr_task {
     float *const *state;
     int32_t n;
     float *out;
-    int64_t n_units;      /* n_head_v * ceil(d_v / GDR_ROWS) */
+    int32_t rows;         /* value rows per unit: GDR_ROWS, or d_v when chunking */
+    bool chunked;
+    int64_t n_units;      /* n_head_v * ceil(d_v / rows) */
 } gdr_task;
 
 static inline float dot(const float *a, const float *b, int32_t n)
@@ -95,41 +118,124 @@ static inline float dot(const float *a, const float *b, int32_t n)
     return s;
 }
 
+/* Normalized q (times 1/sqrt(d_k)) and k of entry t, value head h; its
+ * log-decay g and beta. */
+static void gdr_inputs(const gdr_task *a, int32_t t, int32_t h, float *qn, float *kn, float *g, float *beta)
+{
+    const ember_gdr_params *p = a->p;
+    const int32_t dk = p->d_k, Hk = p->n_head_k, Hv = p->n_head_v, kh = h % Hk;
+    const float *row = a->qkv + (int64_t)t * a->ld;
+    const float *q = row + (int64_t)kh * dk;
+    const float *k = row + (int64_t)Hk * dk + (int64_t)kh * dk;
+    const float qi = 1.0f / sqrtf(dot(q, q, dk) + p->eps) / sqrtf((float)dk);
+    const float ki = 1.0f / sqrtf(dot(k, k, dk) + p->eps);
+    for (int32_t i = 0; i < dk; i++) { qn[i] = q[i] * qi; kn[i] = k[i] * ki; }
+    const float x = a->alpha[(int64_t)t * Hv + h] + p->dt_bias[h];
+    *g = p->A[h] * (x > 20.0f ? x : log1pf(expf(x)));
+    *beta = 1.0f / (1.0f + expf(-a->b[(int64_t)t * Hv + h]));
+}
+
+static inline const float *gdr_v(const gdr_task *a, int32_t t, int32_t h)
+{
+    const ember_gdr_params *p = a->p;
+    return a->qkv + (int64_t)t * a->ld + 2 * (int64_t)p->n_head_k * p->d_k + (int64_t)h * p->d_v;
+}
+
+/* Recurrent form: entry t, head h, value rows [r0, r1). */
+static void gdr_step(const gdr_task *a, int32_t t, int32_t h, int32_t r0, int32_t r1)
+{
+    const ember_gdr_params *p = a->p;
+    const int32_t dk = p->d_k, dv = p->d_v;
+    float qn[1024], kn[1024], g, beta;
+    gdr_inputs(a, t, h, qn, kn, &g, &beta);
+    const float decay = expf(g);
+    const float *v = gdr_v(a, t, h);
+    float *S = a->state[t] + (int64_t)h * dv * dk;
+    float *o = a->out + (int64_t)t * p->n_head_v * dv + (int64_t)h * dv;
+    for (int32_t i = r0; i < r1; i++) {
+        float *Si = S + (int64_t)i * dk;
+        for (int32_t j = 0; j < dk; j++) Si[j] *= decay;
+        const float d = beta * (v[i] - dot(Si, kn, dk));
+        for (int32_t j = 0; j < dk; j++) Si[j] += d * kn[j];
+        o[i] = dot(Si, qn, dk);
+    }
+}
+
+/* Chunked form: entries [t0, t0 + m) of one sequence (m <= GDR_CHUNK), head h. */
+static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
+{
+    const ember_gdr_params *p = a->p;
+    const int32_t dk = p->d_k, dv = p->d_v;
+    float qn[GDR_CHUNK][GDR_CHUNK_DMAX], kn[GDR_CHUNK][GDR_CHUNK_DMAX];
+    float u[GDR_CHUNK][GDR_CHUNK_DMAX], sq[GDR_CHUNK][GDR_CHUNK_DMAX];
+    float G[GDR_CHUNK], beta[GDR_CHUNK];
+    float cum = 0.0f;
+    for (int32_t j = 0; j < m; j++) {
+        float g;
+        gdr_inputs(a, t0 + j, h, qn[j], kn[j], &g, &beta[j]);
+        cum += g;
+        G[j] = cum;
+    }
+    float *S = a->state[t0] + (int64_t)h * dv * dk;
+    /* S k_j and S q_j with the state before the chunk */
+    for (int32_t i = 0; i < dv; i++) {
+        const float *Si = S + (int64_t)i * dk;
+        for (int32_t j = 0; j < m; j++) {
+            u[j][i] = dot(Si, kn[j], dk);
+            sq[j][i] = dot(Si, qn[j], dk);
+        }
+    }
+    for (int32_t j = 0; j < m; j++) {
+        const float *v = gdr_v(a, t0 + j, h);
+        const float eg = expf(G[j]);
+        float *uj = u[j];
+        for (int32_t i = 0; i < dv; i++) uj[i] = beta[j] * (v[i] - eg * uj[i]);
+        for (int32_t s = 0; s < j; s++) {
+            const float c = beta[j] * expf(G[j] - G[s]) * dot(kn[j], kn[s], dk);
+            for (int32_t i = 0; i < dv; i++) uj[i] -= c * u[s][i];
+        }
+        float *o = a->out + (int64_t)(t0 + j) * p->n_head_v * dv + (int64_t)h * dv;
+        for (int32_t i = 0; i < dv; i++) o[i] = eg * sq[j][i];
+        for (int32_t s = 0; s <= j; s++) {
+            const float c = expf(G[j] - G[s]) * dot(qn[j], kn[s], dk);
+            for (int32_t i = 0; i < dv; i++) o[i] += c * u[s][i];
+        }
+    }
+    const float el = expf(G[m - 1]);
+    float w[GDR_CHUNK];
+    for (int32_t s = 0; s < m; s++) w[s] = expf(G[m - 1] - G[s]);
+    for (int32_t i = 0; i < dv; i++) {
+        float *Si = S + (int64_t)i * dk;
+        for (int32_t j = 0; j < dk; j++) Si[j] *= el;
+        for (int32_t s = 0; s < m; s++) {
+            const float c = w[s] * u[s][i];
+            for (int32_t j = 0; j < dk; j++) Si[j] += c * kn[s][j];
+        }
+    }
+}
+
 static void gdr_run(void *arg, int ith, int nth)
 {
     const gdr_task *a = arg;
-    const ember_gdr_params *p = a->p;
-    const int32_t dk = p->d_k, dv = p->d_v, Hk = p->n_head_k, Hv = p->n_head_v;
-    const int64_t per_head = (dv + GDR_ROWS - 1) / GDR_ROWS;
+    const int32_t dv = a->p->d_v;
+    const int64_t per_head = (dv + a->rows - 1) / a->rows;
     int64_t lo, hi;
     split(a->n_units, ith, nth, &lo, &hi);
-    float qn[1024], kn[1024];
-    const float qscale = 1.0f / sqrtf((float)dk);
-    for (int64_t u = lo; u < hi; u++) {
-        const int32_t h = (int32_t)(u / per_head), kh = h % Hk;
-        const int32_t r0 = (int32_t)(u % per_head) * GDR_ROWS;
-        const int32_t r1 = r0 + GDR_ROWS < dv ? r0 + GDR_ROWS : dv;
-        for (int32_t t = 0; t < a->n; t++) {
-            const float *row = a->qkv + (int64_t)t * a->ld;
-            const float *q = row + (int64_t)kh * dk;
-            const float *k = row + (int64_t)Hk * dk + (int64_t)kh * dk;
-            const float *v = row + 2 * (int64_t)Hk * dk + (int64_t)h * dv;
-            const float qi = 1.0f / sqrtf(dot(q, q, dk) + p->eps) * qscale;
-            const float ki = 1.0f / sqrtf(dot(k, k, dk) + p->eps);
-            for (int32_t i = 0; i < dk; i++) { qn[i] = q[i] * qi; kn[i] = k[i] * ki; }
-            const float x = a->alpha[(int64_t)t * Hv + h] + p->dt_bias[h];
-            const float g = p->A[h] * (x > 20.0f ? x : log1pf(expf(x)));
-            const float decay = expf(g);
-            const float beta = 1.0f / (1.0f + expf(-a->b[(int64_t)t * Hv + h]));
-            float *S = a->state[t] + (int64_t)h * dv * dk;
-            float *o = a->out + (int64_t)t * Hv * dv + (int64_t)h * dv;
-            for (int32_t i = r0; i < r1; i++) {
-                float *Si = S + (int64_t)i * dk;
-                for (int32_t j = 0; j < dk; j++) Si[j] *= decay;
-                const float d = beta * (v[i] - dot(Si, kn, dk));
-                for (int32_t j = 0; j < dk; j++) Si[j] += d * kn[j];
-                o[i] = dot(Si, qn, dk);
+    for (int64_t unit = lo; unit < hi; unit++) {
+        const int32_t h = (int32_t)(unit / per_head);
+        const int32_t r0 = (int32_t)(unit % per_head) * a->rows;
+        const int32_t r1 = r0 + a->rows < dv ? r0 + a->rows : dv;
+        for (int32_t t = 0; t < a->n;) {
+            int32_t run = 1;
+            if (a->chunked)
+                while (t + run < a->n && a->state[t + run] == a->state[t]) run++;
+            if (run < GDR_RUN_MIN) {
+                for (int32_t k = 0; k < run; k++) gdr_step(a, t + k, h, r0, r1);
+            } else {
+                for (int32_t c = 0; c < run; c += GDR_CHUNK)
+                    gdr_chunk(a, t + c, run - c < GDR_CHUNK ? run - c : GDR_CHUNK, h);
             }
+            t += run;
         }
     }
 }
@@ -137,8 +243,16 @@ static void gdr_run(void *arg, int ith, int nth)
 void ember_cpu_gated_delta_rule(ember_backend *be, const ember_gdr_params *p, const float *qkv, int64_t ld,
                                 const float *alpha, const float *b, float *const *state, int32_t n, float *out)
 {
-    gdr_task a = {p, qkv, ld, alpha, b, state, n, out, 0};
-    a.n_units = (int64_t)p->n_head_v * ((p->d_v + GDR_ROWS - 1) / GDR_ROWS);
+    gdr_task a = {p, qkv, ld, alpha, b, state, n, out, GDR_ROWS, false, 0};
+    /* chunk when some sequence has a run of GDR_RUN_MIN entries and the
+     * chunk buffers fit */
+    if (p->d_k <= GDR_CHUNK_DMAX && p->d_v <= GDR_CHUNK_DMAX)
+        for (int32_t t = 0, run = 1; t + 1 < n && !a.chunked; t++) {
+            run = state[t + 1] == state[t] ? run + 1 : 1;
+            a.chunked = run >= GDR_RUN_MIN;
+        }
+    if (a.chunked) a.rows = p->d_v;
+    a.n_units = (int64_t)p->n_head_v * ((p->d_v + a.rows - 1) / a.rows);
     const cpu_backend *cb = (const cpu_backend *)be;
     int nth = (int)((int64_t)n * p->n_head_v * p->d_v * p->d_k / 8192);
     if (nth < 1) nth = 1;

@@ -9,9 +9,10 @@
  *   q / sqrt(d_k), g = A softplus(alpha + dt_bias), beta = sigmoid(b), value
  *   head h reading key head h % n_head_k;
  * - sigmoid_mul and copy_strided.
- * Entries of two sequences are interleaved in one call and the sequences are
- * split over two calls, so the per-entry state pointers and the state carried
- * between calls are both exercised. */
+ * Entries of two sequences are interleaved in one call (the recurrent form)
+ * or come in long runs (the chunked form), and are split over two calls, so
+ * the per-entry state pointers, both forms and the state carried between
+ * calls are exercised. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -82,27 +83,31 @@ static void test_conv1d_silu_matches_causal_conv(void **st)
     }
 }
 
-static void test_gated_delta_rule_matches_recurrence(void **st)
+/* Run the op over entries [0, ne) whose sequences are seq_of[e] (0 or 1), in
+ * two calls split at entry `cut`, and compare outputs and final states with
+ * the double-precision recurrence. */
+static void gdr_case(const int *seq_of, int ne, int cut, int nth)
 {
-    (void)st;
     enum { HK = 2, HV = 4, DK = 24, DV = 20 };   /* DV not a multiple of the 16-row work split */
     const int64_t ld = 2 * HK * DK + HV * DV + 3;   /* rows with slack, as a strided view */
-    float *qkv = malloc((size_t)NE * (size_t)ld * sizeof(float));
-    float alpha[NE][HV], b[NE][HV], out[NE][HV * DV], A[HV], dt[HV];
-    for (int64_t i = 0; i < NE * ld; i++) qkv[i] = frand();
-    for (int e = 0; e < NE; e++) for (int h = 0; h < HV; h++) { alpha[e][h] = 2.0f * frand(); b[e][h] = 3.0f * frand(); }
-    for (int h = 0; h < HV; h++) { A[h] = -(0.05f + 0.5f * (frand() + 1.0f)); dt[h] = frand(); }
-    alpha[5][1] = 30.0f;   /* softplus past its threshold: softplus(x) = x */
+    float *qkv = malloc((size_t)ne * (size_t)ld * sizeof(float));
+    float *alpha = malloc((size_t)ne * HV * sizeof(float)), *b = malloc((size_t)ne * HV * sizeof(float));
+    float *out = malloc((size_t)ne * HV * DV * sizeof(float));
+    double *ref = malloc((size_t)ne * HV * DV * sizeof(double));
+    float A[HV], dt[HV];
+    for (int64_t i = 0; i < ne * ld; i++) qkv[i] = frand();
+    for (int i = 0; i < ne * HV; i++) { alpha[i] = 2.0f * frand(); b[i] = 3.0f * frand(); }
+    for (int h = 0; h < HV; h++) { A[h] = -(0.02f + 0.3f * (frand() + 1.0f)); dt[h] = frand(); }
+    alpha[5 * HV + 1] = 30.0f;   /* softplus past its threshold: softplus(x) = x */
     const ember_gdr_params p = {.n_head_k = HK, .n_head_v = HV, .d_k = DK, .d_v = DV, .A = A, .dt_bias = dt, .eps = 1e-6f};
     float *state = calloc(2 * HV * DV * DK, sizeof(float));
-    float *ptr[NE];
-    for (int e = 0; e < NE; e++) ptr[e] = state + (size_t)(e % 2) * HV * DV * DK;
+    float **ptr = malloc((size_t)ne * sizeof *ptr);
+    for (int e = 0; e < ne; e++) ptr[e] = state + (size_t)seq_of[e] * HV * DV * DK;
     /* reference: transformers' orientation S[k][v] */
-    double S[2][HV][DK][DV];
+    static double S[2][HV][DK][DV];
     memset(S, 0, sizeof S);
-    double ref[NE][HV * DV];
-    for (int e = 0; e < NE; e++) {
-        const int s = e % 2;
+    for (int e = 0; e < ne; e++) {
+        const int s = seq_of[e];
         const float *row = qkv + (int64_t)e * ld;
         for (int h = 0; h < HV; h++) {
             const int kh = h % HK;
@@ -110,9 +115,9 @@ static void test_gated_delta_rule_matches_recurrence(void **st)
             double qq = 0, kk = 0, qn[DK], kn[DK];
             for (int i = 0; i < DK; i++) { qq += (double)q[i] * q[i]; kk += (double)k[i] * k[i]; }
             for (int i = 0; i < DK; i++) { qn[i] = q[i] / sqrt(qq + 1e-6) / sqrt((double)DK); kn[i] = k[i] / sqrt(kk + 1e-6); }
-            const double x = (double)alpha[e][h] + dt[h];
+            const double x = (double)alpha[e * HV + h] + dt[h];
             const double g = A[h] * (x > 20.0 ? x : log1p(exp(x)));
-            const double beta = 1.0 / (1.0 + exp(-(double)b[e][h]));
+            const double beta = 1.0 / (1.0 + exp(-(double)b[e * HV + h]));
             for (int i = 0; i < DK; i++) for (int j = 0; j < DV; j++) S[s][h][i][j] *= exp(g);
             for (int j = 0; j < DV; j++) {
                 double kv = 0;
@@ -123,34 +128,70 @@ static void test_gated_delta_rule_matches_recurrence(void **st)
             for (int j = 0; j < DV; j++) {
                 double o = 0;
                 for (int i = 0; i < DK; i++) o += S[s][h][i][j] * qn[i];
-                ref[e][h * DV + j] = o;
+                ref[(size_t)e * HV * DV + (size_t)(h * DV + j)] = o;
             }
         }
     }
-    for (int nth = 1; nth <= 2; nth++) {
-        memset(state, 0, 2 * HV * DV * DK * sizeof(float));
-        ember_backend *be = new_be(nth);
-        be->ops->gated_delta_rule(be, &p, qkv, ld, &alpha[0][0], &b[0][0], ptr, 7, &out[0][0]);
-        be->ops->gated_delta_rule(be, &p, qkv + 7 * ld, ld, &alpha[7][0], &b[7][0], ptr + 7, NE - 7, &out[7][0]);
-        double max_err = 0.0, max_ref = 0.0;
-        for (int e = 0; e < NE; e++)
-            for (int j = 0; j < HV * DV; j++) {
-                if (fabs(ref[e][j]) > max_ref) max_ref = fabs(ref[e][j]);
-                if (fabs(ref[e][j] - out[e][j]) > max_err) max_err = fabs(ref[e][j] - out[e][j]);
-            }
-        printf("# gated_delta_rule (%d threads): max|err| %.3g, max|out| %.3g\n", nth, max_err, max_ref);
-        assert_true(max_ref > 0.05);
-        assert_true(max_err < 1e-5);
-        /* the op's state is S transposed: [h][v][k] */
-        for (int s = 0; s < 2; s++)
-            for (int h = 0; h < HV; h++)
-                for (int j = 0; j < DV; j++)
-                    for (int i = 0; i < DK; i++)
-                        assert_true(fabs(ptr[s][((size_t)h * DV + j) * DK + i] - S[s][h][i][j]) < 1e-5);
-        ember_backend_free(be);
+    ember_backend *be = new_be(nth);
+    be->ops->gated_delta_rule(be, &p, qkv, ld, alpha, b, ptr, cut, out);
+    be->ops->gated_delta_rule(be, &p, qkv + cut * ld, ld, alpha + cut * HV, b + cut * HV, ptr + cut, ne - cut,
+                              out + (size_t)cut * HV * DV);
+    double max_err = 0.0, max_ref = 0.0, max_serr = 0.0;
+    for (size_t i = 0; i < (size_t)ne * HV * DV; i++) {
+        if (fabs(ref[i]) > max_ref) max_ref = fabs(ref[i]);
+        if (fabs(ref[i] - out[i]) > max_err) max_err = fabs(ref[i] - out[i]);
     }
+    /* the op's state is S transposed: [h][v][k] */
+    for (int s = 0; s < 2; s++)
+        for (int h = 0; h < HV; h++)
+            for (int j = 0; j < DV; j++)
+                for (int i = 0; i < DK; i++) {
+                    const double d = fabs(state[(((size_t)s * HV + h) * DV + j) * DK + i] - S[s][h][i][j]);
+                    if (d > max_serr) max_serr = d;
+                }
+    printf("# gated_delta_rule (%d entries, cut %d, %d threads): max|err| %.3g (max|out| %.3g), state max|err| %.3g\n",
+           ne, cut, nth, max_err, max_ref, max_serr);
+    assert_true(max_ref > 0.05);
+    assert_true(max_err < 1e-5 * (1.0 + max_ref));
+    assert_true(max_serr < 1e-5);
+    ember_backend_free(be);
+    free(ptr);
     free(state);
+    free(ref);
+    free(out);
+    free(b);
+    free(alpha);
     free(qkv);
+}
+
+/* Decode-like batches: the two sequences alternate entry by entry (runs of
+ * one: the recurrent form). */
+static void test_gated_delta_rule_matches_recurrence(void **st)
+{
+    (void)st;
+    int seq_of[NE];
+    for (int e = 0; e < NE; e++) seq_of[e] = e % 2;
+    for (int nth = 1; nth <= 2; nth++) gdr_case(seq_of, NE, 7, nth);
+}
+
+/* Prefill-like batches: runs of 75 and 40 entries of one sequence (the
+ * chunked form: whole chunks and a partial last chunk), a run shorter than
+ * the chunking threshold, and single entries; the second call continues the
+ * runs from the state the first call left. */
+static void test_gated_delta_rule_chunked_matches_recurrence(void **st)
+{
+    (void)st;
+    enum { N = 160 };
+    int seq_of[N], e = 0;
+    for (int i = 0; i < 75; i++) seq_of[e++] = 0;
+    for (int i = 0; i < 40; i++) seq_of[e++] = 1;
+    for (int i = 0; i < 5; i++) seq_of[e++] = 0;
+    for (int i = 0; i < 6; i++) seq_of[e++] = i % 2;
+    while (e < N) seq_of[e++] = 1;
+    for (int nth = 1; nth <= 2; nth++) {
+        gdr_case(seq_of, N, N, nth);
+        gdr_case(seq_of, N, 50, nth);   /* a call boundary inside the first run */
+    }
 }
 
 static void test_sigmoid_mul_and_copy_strided(void **st)
@@ -173,6 +214,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv1d_silu_matches_causal_conv),
         cmocka_unit_test(test_gated_delta_rule_matches_recurrence),
+        cmocka_unit_test(test_gated_delta_rule_chunked_matches_recurrence),
         cmocka_unit_test(test_sigmoid_mul_and_copy_strided),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

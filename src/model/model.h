@@ -153,6 +153,9 @@ struct ember_arch {
      * drafts, hidden states for draft heads); false: it always runs every
      * layer and keeps no hidden state. */
     bool partial;
+    /* "<arch>.feed_forward_length" may be absent (MoE-only files such as
+     * qwen35moe); load then sets hp.n_ff (it sizes hb / hb2 scratch). */
+    bool ffn_optional;
 };
 
 extern const ember_arch ember_arch_gemma3;
@@ -160,6 +163,7 @@ extern const ember_arch ember_arch_gemma4;
 extern const ember_arch ember_arch_llama;
 extern const ember_arch ember_arch_qwen3;
 extern const ember_arch ember_arch_qwen35;
+extern const ember_arch ember_arch_qwen35moe;
 
 /* KV rows and attention queries of ub for layer il's cache (its KV group). */
 static inline const int64_t *ember_ubatch_rows(const ember_kv *kv, const ember_ubatch *ub, int32_t il)

@@ -1,14 +1,17 @@
 /*
- * qwen35.c — Qwen3.5 dense decoders (general.architecture = "qwen35"): layers
- * of Gated DeltaNet linear attention (recurrent) and of gated full attention,
- * each followed by a SwiGLU MLP.
+ * qwen35.c — Qwen3.5 decoders (general.architecture = "qwen35", and
+ * "qwen35moe" for the mixture-of-experts models): layers of Gated DeltaNet
+ * linear attention (recurrent) and of gated full attention, each followed by
+ * a SwiGLU MLP (qwen35) or a mixture of SwiGLU experts plus a gated shared
+ * expert (qwen35moe).
  *
  * Owns: qwen35 hyperparameters and tensors as llama.cpp's converter writes
  * them, and the forward pass as the math over backend ops. Must not: touch KV
  * blocks or recurrent-state cells beyond the views and pointers it is given
  * (ember_kv_layer, ember_rs_*_ptrs), or read scratch on the host (so a GPU
- * backend with the recurrent ops can keep it on the device). The MoE variant
- * (qwen35moe) and the MTP head (nextn layers) are not handled here.
+ * backend with the recurrent ops can keep it on the device; qwen35moe files
+ * route experts on the host and set ember_model.host_scratch). The MTP head
+ * (nextn layers) is not handled here.
  *
  * Sources: transformers models/qwen3_5/modeling_qwen3_5.py (the math);
  * llama.cpp conversion/qwen.py (Qwen3_5TextModel: keys, tensors, the +1 on
@@ -27,6 +30,13 @@
  *       [q_h | g_h] = (attn_q n) per head;  q = rope(rms_head(q) * q_norm), k = rope(rms_head(wk n) * k_norm)
  *       a = attn_output (softmax(q k^T / sqrt(d)) v * sigmoid(g))
  *     h = x + a;  x = h + down(silu(gate m) * up m),  m = rms(h) * post_attention_norm
+ *     qwen35moe (transformers Qwen3_5MoeSparseMoeBlock; llama.cpp qwen35moe.cpp), m as above:
+ *       p = softmax(ffn_gate_inp m); the top expert_used_count experts by p (ties: lower id),
+ *       weights w_e = p_e / sum of the chosen p (times expert_weights_scale when set)
+ *       x = h + sum_e w_e down_e(silu(gate_e m) * up_e m)
+ *             + sigmoid(ffn_gate_inp_shexp . m) * down_shexp(silu(gate_shexp m) * up_shexp m)
+ *       experts as ffn_gate_exps / ffn_up_exps [n_expert][n_ff_exp][n_embd] or fused
+ *       ffn_gate_up_exps (gate rows first), ffn_down_exps [n_expert][n_embd][n_ff_exp]
  *   logits = rms(x) * output_norm  W_out^T (token_embd when output.weight is absent)
  * RoPE: llama.cpp runs interleaved multi-section RoPE (rope.dimension_sections);
  * text tokens carry the same position in every section, which makes it plain
@@ -52,6 +62,9 @@
  */
 #include "model/model.h"
 #include "base/status.h"
+#include "quant/quant.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +77,11 @@ typedef struct q35_layer {
     const float *A;          /* [H_v] ssm_a = -exp(A_log) */
     const float *dt_bias;    /* [H_v] */
     const float *ssm_norm;   /* [d_v] */
+    /* qwen35moe */
+    ember_weight router;     /* ffn_gate_inp [n_expert, n_embd] */
+    ember_weight sh_gate_inp;   /* ffn_gate_inp_shexp [1, n_embd] */
+    ember_weight sh_gate, sh_up, sh_down;   /* shared expert */
+    ember_weight *exp_gate, *exp_up, *exp_down;   /* [n_expert] each */
 } q35_layer;
 
 typedef struct q35_model {
@@ -72,12 +90,22 @@ typedef struct q35_model {
     /* aux scratch blocks, each [n, width] at aux + n * offset */
     int64_t off_qkv, off_conv, off_z, off_alpha, off_beta, off_o;   /* recurrent layers */
     int64_t off_qg, off_gate;                                       /* attention layers */
+    /* qwen35moe (n_expert == 0: dense) */
+    int32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    float expert_weights_scale;   /* 0 = none */
+    int64_t off_moe;              /* aux: [n, n_embd] x 3 (gather, expert out, sum), [n, n_expert], [n, K] x 2, [n] */
     q35_layer *layers;
 } q35_model;
 
 static void qwen35_free(ember_model *m)
 {
     q35_model *q = m->arch_priv;
+    if (q && q->layers)
+        for (int32_t il = 0; il < m->hp.n_layer; il++) {
+            free(q->layers[il].exp_gate);
+            free(q->layers[il].exp_up);
+            free(q->layers[il].exp_down);
+        }
     if (q) free(q->layers);
     free(q);
     m->arch_priv = NULL;
@@ -123,6 +151,90 @@ static ember_status bind_f32_2d(ember_model *m, const char *name, int64_t ne0, i
     return EMBER_OK;
 }
 
+/* Bind the stacked expert tensor `name` (GGUF ne = {n_in, n_out * n_split,
+ * n_expert}) as n_split weights per expert: outs[k][e] holds rows
+ * [k * n_out, (k + 1) * n_out) of expert e. Errors name the tensor. */
+static ember_status bind_experts(ember_model *m, const char *name, int64_t n_in, int64_t n_out, int32_t n_split,
+                                 int32_t n_expert, ember_weight **outs)
+{
+    const ember_gguf_tensor *t = ember_gguf_get_tensor(m->gguf, name);
+    if (!t) return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor '%s' (architecture %s)", m->path, name, m->arch_name);
+    if (t->ne[0] != n_in || t->ne[1] != n_out * n_split || t->ne[2] != n_expert || t->ne[3] != 1)
+        return ember_error(EMBER_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %d]", m->path, name,
+                           (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in,
+                           (long long)(n_out * n_split), n_expert);
+    const ember_quant_traits *tr = ember_quant_traits_get(t->type);
+    uint64_t rb;
+    if (!tr || !tr->vec_dot || !ember_type_row_bytes(t->type, (uint64_t)n_in, &rb) ||
+        rb * (uint64_t)(n_out * n_split) * (uint64_t)n_expert != t->nbytes)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' (%s) has no CPU kernels or rows of %lld are not whole blocks",
+                           m->path, name, ember_type_name(t->type), (long long)n_in);
+    for (int32_t k = 0; k < n_split; k++) {
+        outs[k] = calloc((size_t)n_expert, sizeof(ember_weight));
+        if (!outs[k]) return ember_error(EMBER_ERR_NOMEM, "qwen35moe: out of memory");
+        for (int32_t e = 0; e < n_expert; e++) {
+            ember_weight *w = &outs[k][e];
+            w->type = t->type;
+            w->n_in = n_in;
+            w->n_out = n_out;
+            w->row_bytes = (size_t)rb;
+            w->data = (const uint8_t *)t->data + ((size_t)e * (size_t)n_split + (size_t)k) * (size_t)n_out * (size_t)rb;
+            w->name = t->name;
+        }
+    }
+    return EMBER_OK;
+}
+
+/* qwen35moe: expert hyperparameters (sets hp.n_ff to the widest expert so
+ * that hb / hb2 and the matmul scratch fit them) and the layer's tensors. */
+static ember_status load_moe_hparams(ember_model *m, q35_model *q)
+{
+    ember_hparams *hp = &m->hp;
+    ember_status st;
+    if ((st = ember_model_get_u32(m, "expert_count", true, &q->n_expert))) return st;
+    if ((st = ember_model_get_u32(m, "expert_used_count", true, &q->n_expert_used))) return st;
+    if ((st = ember_model_get_u32(m, "expert_feed_forward_length", true, &q->n_ff_exp))) return st;
+    q->n_ff_shexp = hp->n_ff;   /* llama.cpp: n_ff when the key is absent */
+    if ((st = ember_model_get_u32(m, "expert_shared_feed_forward_length", false, &q->n_ff_shexp))) return st;
+    if ((st = ember_model_get_f32(m, "expert_weights_scale", false, &q->expert_weights_scale))) return st;
+    if (q->n_expert < 1 || q->n_expert > 1024 || q->n_expert_used < 1 || q->n_expert_used > q->n_expert ||
+        q->n_ff_exp < 1 || q->n_ff_shexp < 1)
+        return ember_error(EMBER_ERR_FORMAT, "%s: qwen35moe expert_count %d, expert_used_count %d, expert_feed_forward_length %d, "
+                           "expert_shared_feed_forward_length %d out of range",
+                           m->path, q->n_expert, q->n_expert_used, q->n_ff_exp, q->n_ff_shexp);
+    hp->n_ff = q->n_ff_exp > q->n_ff_shexp ? q->n_ff_exp : q->n_ff_shexp;
+    return EMBER_OK;
+}
+
+static ember_status load_moe_layer(ember_model *m, q35_model *q, int32_t il)
+{
+    q35_layer *Q = &q->layers[il];
+    const int64_t n_embd = m->hp.n_embd;
+    const int32_t E = q->n_expert;
+    ember_status st;
+    char name[96];
+    if ((st = ember_model_bind_layer_matrix(m, il, "ffn_gate_inp", n_embd, E, true, &Q->router)) ||
+        (st = ember_model_bind_layer_matrix(m, il, "ffn_gate_inp_shexp", n_embd, 1, true, &Q->sh_gate_inp)) ||
+        (st = ember_model_bind_layer_matrix(m, il, "ffn_gate_shexp", n_embd, q->n_ff_shexp, true, &Q->sh_gate)) ||
+        (st = ember_model_bind_layer_matrix(m, il, "ffn_up_shexp", n_embd, q->n_ff_shexp, true, &Q->sh_up)) ||
+        (st = ember_model_bind_layer_matrix(m, il, "ffn_down_shexp", q->n_ff_shexp, n_embd, true, &Q->sh_down)))
+        return st;
+    ember_weight *gu[2] = {NULL, NULL};
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", il);
+    if (ember_gguf_get_tensor(m->gguf, name)) {
+        if ((st = bind_experts(m, name, n_embd, q->n_ff_exp, 2, E, gu))) { free(gu[0]); return st; }
+    } else {
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", il);
+        if ((st = bind_experts(m, name, n_embd, q->n_ff_exp, 1, E, &gu[0]))) return st;
+        snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
+        if ((st = bind_experts(m, name, n_embd, q->n_ff_exp, 1, E, &gu[1]))) { free(gu[0]); return st; }
+    }
+    Q->exp_gate = gu[0];
+    Q->exp_up = gu[1];
+    snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
+    return bind_experts(m, name, q->n_ff_exp, n_embd, 1, E, &Q->exp_down);
+}
+
 static ember_status qwen35_load(ember_model *m)
 {
     ember_hparams *hp = &m->hp;
@@ -161,6 +273,11 @@ static ember_status qwen35_load(ember_model *m)
         if (ember_gguf_get_arr(m->gguf, key, &a) != EMBER_OK)
             return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing metadata array '%s'", m->path, key);
     }
+    const bool moe = !strcmp(m->arch_name, "qwen35moe");
+    if (moe) {
+        if ((st = load_moe_hparams(m, q))) return st;
+        m->host_scratch = true;   /* routing reads the router's output on the host */
+    }
     bool rec[EMBER_MAX_LAYERS];
     if ((st = get_recurrent_layers(m, rec))) return st;
     /* the context sizes matmul scratch by max(n_embd, n_ff, n_head * head_dim_v);
@@ -184,6 +301,10 @@ static ember_status qwen35_load(ember_model *m)
     q->off_gate = 2 * n_q;
     const int64_t aux_att = 3 * n_q;
     hp->n_aux = aux_rec > aux_att ? aux_rec : aux_att;
+    if (moe) {   /* the MoE block runs after the mixer: its scratch follows both */
+        q->off_moe = hp->n_aux;
+        hp->n_aux += 3 * (int64_t)hp->n_embd + q->n_expert + 2 * (int64_t)q->n_expert_used + 1;
+    }
 
     int32_t n_full = 0;
     for (int32_t il = 0; il < n_layer; il++) {
@@ -205,11 +326,15 @@ static ember_status qwen35_load(ember_model *m)
         ember_layer *L = &m->layers[il];
         q35_layer *Q = &q->layers[il];
         if ((st = ember_model_bind_layer_vector(m, il, "attn_norm", n_embd, &L->attn_norm)) ||
-            (st = ember_model_bind_layer_vector(m, il, "post_attention_norm", n_embd, &L->ffn_norm)) ||
-            (st = ember_model_bind_layer_matrix(m, il, "ffn_gate", n_embd, n_ff, true, &L->ffn_gate)) ||
-            (st = ember_model_bind_layer_matrix(m, il, "ffn_up", n_embd, n_ff, true, &L->ffn_up)) ||
-            (st = ember_model_bind_layer_matrix(m, il, "ffn_down", n_ff, n_embd, true, &L->ffn_down)))
+            (st = ember_model_bind_layer_vector(m, il, "post_attention_norm", n_embd, &L->ffn_norm)))
             return st;
+        if (moe) {
+            if ((st = load_moe_layer(m, q, il))) return st;
+        } else if ((st = ember_model_bind_layer_matrix(m, il, "ffn_gate", n_embd, n_ff, true, &L->ffn_gate)) ||
+                   (st = ember_model_bind_layer_matrix(m, il, "ffn_up", n_embd, n_ff, true, &L->ffn_up)) ||
+                   (st = ember_model_bind_layer_matrix(m, il, "ffn_down", n_ff, n_embd, true, &L->ffn_down))) {
+            return st;
+        }
         if (!Q->recurrent) {
             const int64_t n_kv = (int64_t)hp->n_head_kv * hp->head_dim_k;
             if ((st = ember_model_bind_layer_matrix(m, il, "attn_q", n_embd, 2 * n_q, true, &L->wq)) ||
@@ -295,6 +420,82 @@ static void qwen35_attn(const ember_run *r, const ember_ubatch *ub, int32_t il)
     ember_project(r, s->att, n, &L->wo, s->xb, NULL, NULL, NULL, NULL);
 }
 
+/* Mixture-of-experts block of layer il (qwen35moe): s->xb [n, n_embd]
+ * (normed input) -> s->xb. Routing runs on the host (host scratch); tokens
+ * are grouped by expert so each expert's weights are read once per ubatch. */
+static void qwen35_moe(const ember_run *r, int32_t il, int32_t n)
+{
+    const ember_model *m = r->m;
+    const q35_model *q = m->arch_priv;
+    const q35_layer *Q = &q->layers[il];
+    const ember_backend_ops *op = r->be->ops;
+    ember_backend *be = r->be;
+    ember_scratch *s = r->s;
+    const int64_t n_embd = m->hp.n_embd;
+    const int32_t E = q->n_expert, K = q->n_expert_used;
+    float *gat = s->aux + (int64_t)n * q->off_moe;   /* [n, n_embd] gathered rows */
+    float *eo = gat + (int64_t)n * n_embd;           /* [n, n_embd] expert outputs */
+    float *acc = eo + (int64_t)n * n_embd;           /* [n, n_embd] the block's output */
+    float *prob = acc + (int64_t)n * n_embd;         /* [n, E] */
+    float *sel = prob + (int64_t)n * E;              /* [n, K] chosen experts (as floats) */
+    float *wsel = sel + (int64_t)n * K;              /* [n, K] their weights */
+    float *shg = wsel + (int64_t)n * K;              /* [n] shared-expert gate */
+
+    /* shared expert, gated */
+    ember_project(r, s->xb, n, &Q->router, prob, &Q->sh_gate_inp, shg, NULL, NULL);
+    ember_project(r, s->xb, n, &Q->sh_gate, s->hb, &Q->sh_up, s->hb2, NULL, NULL);
+    op->swiglu(be, s->hb, s->hb2, (int64_t)n * q->n_ff_shexp);
+    ember_project(r, s->hb, n, &Q->sh_down, acc, NULL, NULL, NULL, NULL);
+    for (int32_t t = 0; t < n; t++) {
+        const float g = 1.0f / (1.0f + expf(-shg[t]));
+        for (int64_t i = 0; i < n_embd; i++) acc[(int64_t)t * n_embd + i] *= g;
+    }
+    /* router: softmax, top K, renormalized */
+    for (int32_t t = 0; t < n; t++) {
+        float *p = prob + (int64_t)t * E;
+        float mx = p[0], sum = 0.0f;
+        for (int32_t e = 1; e < E; e++) if (p[e] > mx) mx = p[e];
+        for (int32_t e = 0; e < E; e++) { p[e] = expf(p[e] - mx); sum += p[e]; }
+        for (int32_t e = 0; e < E; e++) p[e] /= sum;
+        float wsum = 0.0f;
+        for (int32_t k = 0; k < K; k++) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (int32_t j = 0; j < k; j++) taken |= (int32_t)sel[(int64_t)t * K + j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[(int64_t)t * K + k] = (float)best;
+            wsel[(int64_t)t * K + k] = p[best];
+            wsum += p[best];
+        }
+        const float sc = q->expert_weights_scale != 0.0f ? q->expert_weights_scale : 1.0f;
+        for (int32_t k = 0; k < K; k++) wsel[(int64_t)t * K + k] = wsel[(int64_t)t * K + k] / wsum * sc;
+    }
+    /* routed experts */
+    for (int32_t e = 0; e < E; e++) {
+        int32_t rows = 0;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t k = 0; k < K; k++)
+                if ((int32_t)sel[(int64_t)t * K + k] == e)
+                    memcpy(gat + (int64_t)rows++ * n_embd, s->xb + (int64_t)t * n_embd, (size_t)n_embd * sizeof(float));
+        if (rows == 0) continue;
+        ember_project(r, gat, rows, &Q->exp_gate[e], s->hb, &Q->exp_up[e], s->hb2, NULL, NULL);
+        op->swiglu(be, s->hb, s->hb2, (int64_t)rows * q->n_ff_exp);
+        ember_project(r, s->hb, rows, &Q->exp_down[e], eo, NULL, NULL, NULL, NULL);
+        int32_t row = 0;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t k = 0; k < K; k++)
+                if ((int32_t)sel[(int64_t)t * K + k] == e) {
+                    const float w = wsel[(int64_t)t * K + k];
+                    const float *src = eo + (int64_t)row++ * n_embd;
+                    float *dst = acc + (int64_t)t * n_embd;
+                    for (int64_t i = 0; i < n_embd; i++) dst[i] += w * src[i];
+                }
+    }
+    memcpy(s->xb, acc, (size_t)n * (size_t)n_embd * sizeof(float));
+}
+
 static void qwen35_forward(const ember_run *r, const ember_ubatch *ub)
 {
     const ember_model *m = r->m;
@@ -316,9 +517,13 @@ static void qwen35_forward(const ember_run *r, const ember_ubatch *ub)
         op->add(be, s->x, s->xb, n * n_embd);
 
         op->rms_norm(be, s->xb, s->x, L->ffn_norm, n, n_embd, eps);   /* post_attention_norm */
-        ember_project(r, s->xb, n, &L->ffn_gate, s->hb, &L->ffn_up, s->hb2, NULL, NULL);
-        op->swiglu(be, s->hb, s->hb2, (int64_t)n * hp->n_ff);
-        ember_project(r, s->hb, n, &L->ffn_down, s->xb, NULL, NULL, NULL, NULL);
+        if (q->n_expert > 0) {
+            qwen35_moe(r, il, n);
+        } else {
+            ember_project(r, s->xb, n, &L->ffn_gate, s->hb, &L->ffn_up, s->hb2, NULL, NULL);
+            op->swiglu(be, s->hb, s->hb2, (int64_t)n * hp->n_ff);
+            ember_project(r, s->hb, n, &L->ffn_down, s->xb, NULL, NULL, NULL, NULL);
+        }
         op->add(be, s->x, s->xb, n * n_embd);
     }
     ember_output(r, ub, s->x);
@@ -333,4 +538,16 @@ const ember_arch ember_arch_qwen35 = {
     /* no layer-skip / hidden-state export: a partial pass would advance the
      * recurrent state of some layers only */
     .partial = false,
+};
+
+/* qwen35moe: the same file, MoE blocks instead of dense MLPs (load reads
+ * general.architecture). No feed_forward_length in these files. */
+const ember_arch ember_arch_qwen35moe = {
+    .name = "qwen35moe",
+    .load = qwen35_load,
+    .forward = qwen35_forward,
+    .free = qwen35_free,
+    .device_scratch = true,   /* host_scratch is set by load: routing reads scratch on the host */
+    .partial = false,
+    .ffn_optional = true,
 };

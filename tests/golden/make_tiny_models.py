@@ -273,6 +273,25 @@ def qwen35_config(n_vocab):
     )
 
 
+def qwen35moe_config(n_vocab):
+    """Qwen3.5 MoE (35B-A3B-like): the same mixers as qwen35, every MLP a
+    mixture of 6 experts (top 2, softmax router, renormalized) plus a shared
+    expert behind a sigmoid gate."""
+    from transformers import Qwen3_5MoeTextConfig
+    return Qwen3_5MoeTextConfig(
+        vocab_size=n_vocab, hidden_size=64, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, hidden_act="silu",
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts_per_tok=2, num_experts=6,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=n_vocab - 1, pad_token_id=n_vocab - 3,
+    )
+
+
 MODELS = {
     # name: (arch dir, config fn, tokenizer fn, model class name)
     "tiny-gemma4-e": ("gemma4", gemma4_e_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
@@ -281,11 +300,12 @@ MODELS = {
     "tiny-gemma4-chat": ("gemma4", gemma4_chat_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
     "tiny-qwen3": ("qwen3", qwen3_config, qwen3_tokenizer, "Qwen3ForCausalLM"),
     "tiny-qwen35": ("qwen35", qwen35_config, qwen3_tokenizer, "Qwen3_5ForCausalLM"),
+    "tiny-qwen35moe": ("qwen35", qwen35moe_config, qwen3_tokenizer, "Qwen3_5MoeForCausalLM"),
 }
 
 
 # models that also get a <name>.long.logits.json: sequence length
-LONG = {"tiny-gemma4-e": 160, "tiny-gemma4-kv": 120, "tiny-qwen35": 320}
+LONG = {"tiny-gemma4-e": 160, "tiny-gemma4-kv": 120, "tiny-qwen35": 320, "tiny-qwen35moe": 320}
 
 # pre-tokenizer name written instead of the converter's hash lookup (which
 # does not know our handmade tokenizers)

@@ -19,7 +19,9 @@
  * - sequence edits: a fork at the full length continues exactly as the
  *   original; truncate / fork to a middle position is refused
  *   (EMBER_ERR_RANGE, nothing changed: the state cannot be cut back); remove,
- *   or truncate to 0, restarts from a zero state. */
+ *   or truncate to 0, restarts from a zero state.
+ * The MoE variant (tiny-qwen35moe) is checked the same way on its short and
+ * long sequences. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -31,14 +33,19 @@
 #define GGUF "tests/golden/qwen35/tiny-qwen35.gguf"
 #define LONG_JSON "tests/golden/qwen35/tiny-qwen35.long.logits.json"
 
-static ember_model *load(void)
+#define MOE_GGUF "tests/golden/qwen35/tiny-qwen35moe.gguf"
+#define MOE_LONG_JSON "tests/golden/qwen35/tiny-qwen35moe.long.logits.json"
+
+static ember_model *load_file(const char *path, const char *arch)
 {
     ember_model *m = NULL;
     ember_model_params mp = ember_model_default_params();
-    if (ember_model_load(GGUF, &mp, &m) != EMBER_OK) fail_msg("%s", ember_last_error());
-    assert_string_equal(ember_model_arch(m), "qwen35");
+    if (ember_model_load(path, &mp, &m) != EMBER_OK) fail_msg("%s", ember_last_error());
+    assert_string_equal(ember_model_arch(m), arch);
     return m;
 }
+
+static ember_model *load(void) { return load_file(GGUF, "qwen35"); }
 
 static ember_context *new_ctx(ember_model *m, uint32_t n_seq, uint32_t n_ubatch)
 {
@@ -95,12 +102,11 @@ static void test_qwen35_short_matches_transformers(void **st)
 
 /* The 320-token sequence: whole (ubatches of 64 and of 512), chunks of 5,
  * token by token. */
-static void test_qwen35_long_matches_transformers(void **st)
+static void run_long(const char *gguf, const char *json, const char *arch)
 {
-    (void)st;
-    ember_model *m = load();
+    ember_model *m = load_file(gguf, arch);
     oracle o;
-    oracle_load(LONG_JSON, &o);
+    oracle_load(json, &o);
     const int32_t n = (int32_t)json_array_size(json_array_get(o.seqs, 0));
     assert_true(n >= 300 && n <= 512);
     const struct { uint32_t ubatch; int32_t chunk; } modes[4] = {{512, n}, {64, n}, {16, 5}, {1, 1}};
@@ -111,13 +117,30 @@ static void test_qwen35_long_matches_transformers(void **st)
         double max_diff = 0.0, max_ref = 0.0;
         decode_range(c, &b, &o, 0, 0, n, modes[k].chunk, &max_diff, &max_ref);
         char what[128];
-        snprintf(what, sizeof what, "long n=%d, chunks of %d, n_ubatch %u", n, modes[k].chunk, modes[k].ubatch);
+        snprintf(what, sizeof what, "%s long n=%d, chunks of %d, n_ubatch %u", arch, n, modes[k].chunk, modes[k].ubatch);
         check(what, max_diff, max_ref);
         ember_batch_free(&b);
         ember_context_free(c);
     }
     json_decref(o.root);
     ember_model_free(m);
+}
+
+static void test_qwen35_long_matches_transformers(void **st)
+{
+    (void)st;
+    run_long(GGUF, LONG_JSON, "qwen35");
+}
+
+/* qwen35moe (35B-A3B-like): 4 layers (recurrent, full, recurrent, full),
+ * every MLP a mixture of 6 experts (top 2, renormalized softmax router) plus
+ * a shared expert behind a sigmoid gate; the converter writes separate
+ * gate / up expert tensors and no feed_forward_length. */
+static void test_qwen35moe_matches_transformers(void **st)
+{
+    (void)st;
+    run_oracle(MOE_GGUF, "tests/golden/qwen35/tiny-qwen35moe.logits.json", "qwen35moe");
+    run_long(MOE_GGUF, MOE_LONG_JSON, "qwen35moe");
 }
 
 /* Sequences 0 and 1 decode the same oracle sequence with an offset of 37
@@ -200,6 +223,7 @@ int main(void)
         cmocka_unit_test(test_qwen35_short_matches_transformers),
         cmocka_unit_test(test_qwen35_long_matches_transformers),
         cmocka_unit_test(test_qwen35_interleaved_sequences),
+        cmocka_unit_test(test_qwen35moe_matches_transformers),
         cmocka_unit_test(test_qwen35_sequence_edits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

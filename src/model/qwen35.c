@@ -18,6 +18,8 @@
  * zero-centred norm weights, ssm_a = -exp(A_log), V heads reordered from
  * grouped to tiled) and src/models/qwen35.cpp + delta-net-base.cpp (the same
  * graph over GGUF names). Gated DeltaNet: Yang, Kautz & Hatamizadeh, ICLR 2025.
+ * block_count counts the MTP blocks (nextn_predict_layers) after the trunk;
+ * only the trunk's block_count - nextn_predict_layers layers are run.
  *   x = embed(token)
  *   per layer: n = rms(x) * attn_norm            (weights already 1 + w)
  *     recurrent (attention.recurrent_layers[l], else (l + 1) % full_attention_interval != 0):
@@ -111,7 +113,9 @@ static void qwen35_free(ember_model *m)
     m->arch_priv = NULL;
 }
 
-static ember_status get_recurrent_layers(ember_model *m, bool *out)
+/* Layer types of the trunk's n_layer layers; the array may also cover the
+ * n_nextn MTP blocks after them. */
+static ember_status get_recurrent_layers(ember_model *m, int32_t n_nextn, bool *out)
 {
     const int32_t n_layer = m->hp.n_layer;
     char key[160];
@@ -119,9 +123,9 @@ static ember_status get_recurrent_layers(ember_model *m, bool *out)
     ember_gguf_arr a;
     ember_status st = ember_gguf_get_arr(m->gguf, key, &a);
     if (st == EMBER_OK) {
-        if (a.type != EMBER_GGUF_BOOL || a.n != (uint64_t)n_layer)
+        if (a.type != EMBER_GGUF_BOOL || a.n != (uint64_t)(n_layer + n_nextn))
             return ember_error(EMBER_ERR_FORMAT, "%s: metadata key '%s' must be %d bools (has %llu of type %s)", m->path, key,
-                               n_layer, (unsigned long long)a.n, ember_gguf_vtype_name(a.type));
+                               n_layer + n_nextn, (unsigned long long)a.n, ember_gguf_vtype_name(a.type));
         for (int32_t il = 0; il < n_layer; il++) out[il] = ember_gguf_arr_scalar(&a, (uint64_t)il).b;
         return EMBER_OK;
     }
@@ -238,8 +242,18 @@ static ember_status load_moe_layer(ember_model *m, q35_model *q, int32_t il)
 static ember_status qwen35_load(ember_model *m)
 {
     ember_hparams *hp = &m->hp;
-    const int32_t n_layer = hp->n_layer;
     ember_status st;
+    /* block_count includes the multi-token-prediction blocks published files
+     * carry (nextn_predict_layers, stored after the trunk as blk.<n_layer>...):
+     * the trunk is the first block_count - nextn layers; the MTP blocks are
+     * not loaded (a draft head for later) */
+    int32_t n_nextn = 0;
+    if ((st = ember_model_get_u32(m, "nextn_predict_layers", false, &n_nextn))) return st;
+    if (n_nextn < 0 || n_nextn >= hp->n_layer)
+        return ember_error(EMBER_ERR_FORMAT, "%s: %s.nextn_predict_layers %d must be below block_count %d", m->path, m->arch_name,
+                           n_nextn, hp->n_layer);
+    hp->n_layer -= n_nextn;
+    const int32_t n_layer = hp->n_layer;
     q35_model *q = calloc(1, sizeof *q);
     if (!q) return ember_error(EMBER_ERR_NOMEM, "qwen35: out of memory");
     m->arch_priv = q;
@@ -279,7 +293,7 @@ static ember_status qwen35_load(ember_model *m)
         m->host_scratch = true;   /* routing reads the router's output on the host */
     }
     bool rec[EMBER_MAX_LAYERS];
-    if ((st = get_recurrent_layers(m, rec))) return st;
+    if ((st = get_recurrent_layers(m, n_nextn, rec))) return st;
     /* the context sizes matmul scratch by max(n_embd, n_ff, n_head * head_dim_v);
      * ssm_out reads value_dim */
     int64_t max_in = hp->n_embd;

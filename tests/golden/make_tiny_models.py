@@ -357,6 +357,37 @@ def randomize_qwen35(model, gen):
                 raise ValueError(f"randomize_qwen35: no rule for {name} {tuple(p.shape)}")
 
 
+def add_mtp_head(td: Path, cfg, gen):
+    """Give the saved tiny-qwen35 checkpoint a random multi-token-prediction
+    head as Qwen3.5's published checkpoints carry one (mtp.* tensors,
+    mtp_num_hidden_layers 1), so the converter writes it as llama.cpp does for
+    real files: one extra block (blk.<n_layer>) with nextn tensors,
+    block_count = n_layer + 1, nextn_predict_layers = 1. transformers ignores
+    the head (its logits are the trunk's), and so must ember's trunk."""
+    from safetensors.torch import load_file, save_file
+    H, hd = cfg.hidden_size, cfg.head_dim
+    nq, nkv, ff = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size
+    shapes = {
+        "mtp.fc.weight": (H, 2 * H), "mtp.pre_fc_norm_embedding.weight": (H,),
+        "mtp.pre_fc_norm_hidden.weight": (H,), "mtp.norm.weight": (H,),
+        "mtp.layers.0.input_layernorm.weight": (H,), "mtp.layers.0.post_attention_layernorm.weight": (H,),
+        "mtp.layers.0.self_attn.q_proj.weight": (2 * nq, H), "mtp.layers.0.self_attn.k_proj.weight": (nkv, H),
+        "mtp.layers.0.self_attn.v_proj.weight": (nkv, H), "mtp.layers.0.self_attn.o_proj.weight": (H, nq),
+        "mtp.layers.0.self_attn.q_norm.weight": (hd,), "mtp.layers.0.self_attn.k_norm.weight": (hd,),
+        "mtp.layers.0.mlp.gate_proj.weight": (ff, H), "mtp.layers.0.mlp.up_proj.weight": (ff, H),
+        "mtp.layers.0.mlp.down_proj.weight": (H, ff),
+    }
+    path = td / "model.safetensors"
+    tensors = load_file(str(path))
+    for name, shape in shapes.items():
+        scale = 0.2 if len(shape) == 1 else 1.5 / shape[1] ** 0.5
+        tensors[name] = (torch.randn(shape, generator=gen) * scale).contiguous()
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    conf = json.loads((td / "config.json").read_text())
+    conf["mtp_num_hidden_layers"] = 1
+    (td / "config.json").write_text(json.dumps(conf, indent=2))
+
+
 def recurrent_logits(model, ids):
     """transformers' decode path: one token at a time with its cache (the
     recurrent gated delta rule and conv update), for comparison with the
@@ -443,9 +474,12 @@ def main():
             out_dir = HERE / arch
             out_dir.mkdir(exist_ok=True)
             gguf_path = out_dir / f"{name}.gguf"
-            # qwen35: the tiny model has no MTP head (mtp_num_hidden_layers 0),
-            # which the converter accepts only with --no-mtp
-            convert(args.llama, td, gguf_path, PATCH_PRE.get(arch), ["--no-mtp"] if arch == "qwen35" else [])
+            # qwen35: tiny-qwen35 gets an MTP head as real checkpoints have;
+            # the MoE one has none (mtp_num_hidden_layers 0), which the
+            # converter accepts only with --no-mtp
+            if name == "tiny-qwen35":
+                add_mtp_head(td, cfg, torch.Generator().manual_seed(35))
+            convert(args.llama, td, gguf_path, PATCH_PRE.get(arch), ["--no-mtp"] if name == "tiny-qwen35moe" else [])
             if script is not None:
                 write_chat_fixture(model, tok, script, out_dir / f"{name}.chat.json")
                 print(f"{name}: {gguf_path.stat().st_size} bytes, vocab {n_vocab}")

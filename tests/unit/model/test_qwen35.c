@@ -4,7 +4,9 @@
  * tests/golden/make_tiny_models.py and converted by llama.cpp's
  * convert_hf_to_gguf.py): 5 layers (recurrent, recurrent, full, recurrent,
  * full), 2 key / 4 value heads in the linear layers (the converter's tiled
- * V-head order), conv kernel 4, partial RoPE (4 of 16 dims), untied output.
+ * V-head order), conv kernel 4, partial RoPE (4 of 16 dims), untied output,
+ * and a multi-token-prediction block after the trunk as published Qwen3.5
+ * files carry (block_count 6, nextn_predict_layers 1): it must not run.
  *
  * The oracle's logits come from transformers' whole-sequence forward, which
  * for the 320-token sequence runs its chunked delta rule (chunks of 64); the

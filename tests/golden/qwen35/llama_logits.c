@@ -6,7 +6,8 @@
  *
  * usage: llama_logits MODEL.gguf N_UBATCH < ids  (whitespace-separated token ids)
  * Decodes the ids as one sequence from position 0 in one batch (micro-batches
- * of N_UBATCH) and prints, one line per position, the n_vocab logits.
+ * of N_UBATCH, F32 KV cache) and prints, one line per position, the n_vocab
+ * logits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ int main(int argc, char **argv)
     cp.n_ubatch = (uint32_t)atoi(argv[2]);
     cp.n_seq_max = 1;
     cp.n_threads = cp.n_threads_batch = 2;
+    cp.type_k = cp.type_v = GGML_TYPE_F32;   /* as ember's oracle tests run: the math, not f16 rounding */
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create a context\n"); return 1; }
     struct llama_batch b = llama_batch_init(n, 0, 1);

@@ -37,7 +37,7 @@ def main():
             ref = rec["logits"][0]
             d = max(abs(a - b) for ra, rb in zip(rows, ref) for a, b in zip(ra, rb))
             print(f"{name}: llama.cpp vs transformers max|diff| {d:.3g}")
-            res = {"model": name, "oracle": "llama.cpp (llama-cpp-python 0.3.36 sdist), CPU, n_ubatch %d" % N_UBATCH,
+            res = {"model": name, "oracle": "llama.cpp (llama-cpp-python 0.3.36 sdist), CPU, F32 KV cache, n_ubatch %d" % N_UBATCH,
                    "n_vocab": rec["n_vocab"], "sequences": [ids], "logits": [rows],
                    "vs_transformers_max_abs_diff": d}
             (HERE / f"{name}.llamacpp.long.logits.json").write_text(json.dumps(res, separators=(",", ":")))

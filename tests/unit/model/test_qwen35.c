@@ -134,6 +134,18 @@ static void test_qwen35_long_matches_transformers(void **st)
     run_long(GGUF, LONG_JSON, "qwen35");
 }
 
+/* The second oracle: llama.cpp's own forward over the same files
+ * (tests/golden/qwen35/make_llamacpp_logits.py; F32 KV cache, ubatches of
+ * 64). It sits 1.0e-3 / 1.3e-3 (absolute) from transformers itself, so this
+ * checks the reading of the GGUF (names, layouts, MTP block, V-head order)
+ * rather than the last digits. */
+static void test_qwen35_long_matches_llama_cpp(void **st)
+{
+    (void)st;
+    run_long(GGUF, "tests/golden/qwen35/tiny-qwen35.llamacpp.long.logits.json", "qwen35");
+    run_long(MOE_GGUF, "tests/golden/qwen35/tiny-qwen35moe.llamacpp.long.logits.json", "qwen35moe");
+}
+
 /* qwen35moe (35B-A3B-like): 4 layers (recurrent, full, recurrent, full),
  * every MLP a mixture of 6 experts (top 2, renormalized softmax router) plus
  * a shared expert behind a sigmoid gate; the converter writes separate
@@ -224,6 +236,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen35_short_matches_transformers),
         cmocka_unit_test(test_qwen35_long_matches_transformers),
+        cmocka_unit_test(test_qwen35_long_matches_llama_cpp),
         cmocka_unit_test(test_qwen35_interleaved_sequences),
         cmocka_unit_test(test_qwen35moe_matches_transformers),
         cmocka_unit_test(test_qwen35_sequence_edits),

@@ -189,5 +189,10 @@ void ember_cpu_gated_delta_rule(ember_backend *be, const ember_gdr_params *p, co
 void ember_cpu_sigmoid_mul(ember_backend *be, float *x, const float *g, int64_t n);
 void ember_cpu_copy_strided(ember_backend *be, float *dst, int64_t ld_dst, const float *src, int64_t ld_src,
                             int64_t n_rows, int64_t n_cols);
+/* AVX2 + FMA kernels they use (recurrent_avx2.c): one value row of the
+ * recurrent delta rule (S = decay S; S += beta (v - S.k) k; returns S.q) and
+ * y += a x. */
+float ember_cpu_gdr_row_avx2(int32_t n, float *S, const float *k, const float *q, float decay, float beta, float v);
+void ember_cpu_axpy_f32_avx2(int32_t n, float a, const float *x, float *y);
 
 #endif

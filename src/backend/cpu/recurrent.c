@@ -108,14 +108,26 @@ typedef struct gdr_task {
     float *out;
     int32_t rows;         /* value rows per unit: GDR_ROWS, or d_v when chunking */
     bool chunked;
+    bool avx2;            /* AVX2 + FMA kernels (recurrent_avx2.c) */
     int64_t n_units;      /* n_head_v * ceil(d_v / rows) */
 } gdr_task;
 
-static inline float dot(const float *a, const float *b, int32_t n)
+static inline float dot_scalar(const float *a, const float *b, int32_t n)
 {
     float s = 0.0f;
     for (int32_t i = 0; i < n; i++) s += a[i] * b[i];
     return s;
+}
+
+static inline float dot(const gdr_task *a, const float *x, const float *y, int32_t n)
+{
+    return a->avx2 ? ember_cpu_dot_f32_avx2(n, x, y) : dot_scalar(x, y, n);
+}
+
+static inline void axpy(const gdr_task *a, int32_t n, float c, const float *x, float *y)
+{
+    if (a->avx2) ember_cpu_axpy_f32_avx2(n, c, x, y);
+    else for (int32_t i = 0; i < n; i++) y[i] += c * x[i];
 }
 
 /* Normalized q (times 1/sqrt(d_k)) and k of entry t, value head h; its
@@ -127,8 +139,8 @@ static void gdr_inputs(const gdr_task *a, int32_t t, int32_t h, float *qn, float
     const float *row = a->qkv + (int64_t)t * a->ld;
     const float *q = row + (int64_t)kh * dk;
     const float *k = row + (int64_t)Hk * dk + (int64_t)kh * dk;
-    const float qi = 1.0f / sqrtf(dot(q, q, dk) + p->eps) / sqrtf((float)dk);
-    const float ki = 1.0f / sqrtf(dot(k, k, dk) + p->eps);
+    const float qi = 1.0f / sqrtf(dot(a, q, q, dk) + p->eps) / sqrtf((float)dk);
+    const float ki = 1.0f / sqrtf(dot(a, k, k, dk) + p->eps);
     for (int32_t i = 0; i < dk; i++) { qn[i] = q[i] * qi; kn[i] = k[i] * ki; }
     const float x = a->alpha[(int64_t)t * Hv + h] + p->dt_bias[h];
     *g = p->A[h] * (x > 20.0f ? x : log1pf(expf(x)));
@@ -152,12 +164,16 @@ static void gdr_step(const gdr_task *a, int32_t t, int32_t h, int32_t r0, int32_
     const float *v = gdr_v(a, t, h);
     float *S = a->state[t] + (int64_t)h * dv * dk;
     float *o = a->out + (int64_t)t * p->n_head_v * dv + (int64_t)h * dv;
+    if (a->avx2) {
+        for (int32_t i = r0; i < r1; i++) o[i] = ember_cpu_gdr_row_avx2(dk, S + (int64_t)i * dk, kn, qn, decay, beta, v[i]);
+        return;
+    }
     for (int32_t i = r0; i < r1; i++) {
         float *Si = S + (int64_t)i * dk;
         for (int32_t j = 0; j < dk; j++) Si[j] *= decay;
-        const float d = beta * (v[i] - dot(Si, kn, dk));
+        const float d = beta * (v[i] - dot_scalar(Si, kn, dk));
         for (int32_t j = 0; j < dk; j++) Si[j] += d * kn[j];
-        o[i] = dot(Si, qn, dk);
+        o[i] = dot_scalar(Si, qn, dk);
     }
 }
 
@@ -181,8 +197,8 @@ static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
     for (int32_t i = 0; i < dv; i++) {
         const float *Si = S + (int64_t)i * dk;
         for (int32_t j = 0; j < m; j++) {
-            u[j][i] = dot(Si, kn[j], dk);
-            sq[j][i] = dot(Si, qn[j], dk);
+            u[j][i] = dot(a, Si, kn[j], dk);
+            sq[j][i] = dot(a, Si, qn[j], dk);
         }
     }
     for (int32_t j = 0; j < m; j++) {
@@ -191,14 +207,14 @@ static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
         float *uj = u[j];
         for (int32_t i = 0; i < dv; i++) uj[i] = beta[j] * (v[i] - eg * uj[i]);
         for (int32_t s = 0; s < j; s++) {
-            const float c = beta[j] * expf(G[j] - G[s]) * dot(kn[j], kn[s], dk);
-            for (int32_t i = 0; i < dv; i++) uj[i] -= c * u[s][i];
+            const float c = beta[j] * expf(G[j] - G[s]) * dot(a, kn[j], kn[s], dk);
+            axpy(a, dv, -c, u[s], uj);
         }
         float *o = a->out + (int64_t)(t0 + j) * p->n_head_v * dv + (int64_t)h * dv;
         for (int32_t i = 0; i < dv; i++) o[i] = eg * sq[j][i];
         for (int32_t s = 0; s <= j; s++) {
-            const float c = expf(G[j] - G[s]) * dot(qn[j], kn[s], dk);
-            for (int32_t i = 0; i < dv; i++) o[i] += c * u[s][i];
+            const float c = expf(G[j] - G[s]) * dot(a, qn[j], kn[s], dk);
+            axpy(a, dv, c, u[s], o);
         }
     }
     const float el = expf(G[m - 1]);
@@ -207,10 +223,7 @@ static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
     for (int32_t i = 0; i < dv; i++) {
         float *Si = S + (int64_t)i * dk;
         for (int32_t j = 0; j < dk; j++) Si[j] *= el;
-        for (int32_t s = 0; s < m; s++) {
-            const float c = w[s] * u[s][i];
-            for (int32_t j = 0; j < dk; j++) Si[j] += c * kn[s][j];
-        }
+        for (int32_t s = 0; s < m; s++) axpy(a, dk, w[s] * u[s][i], kn[s], Si);
     }
 }
 
@@ -243,7 +256,7 @@ static void gdr_run(void *arg, int ith, int nth)
 void ember_cpu_gated_delta_rule(ember_backend *be, const ember_gdr_params *p, const float *qkv, int64_t ld,
                                 const float *alpha, const float *b, float *const *state, int32_t n, float *out)
 {
-    gdr_task a = {p, qkv, ld, alpha, b, state, n, out, GDR_ROWS, false, 0};
+    gdr_task a = {p, qkv, ld, alpha, b, state, n, out, GDR_ROWS, false, ember_cpu_variant_active() >= EMBER_CPU_AVX2, 0};
     /* chunk when some sequence has a run of GDR_RUN_MIN entries and the
      * chunk buffers fit */
     if (p->d_k <= GDR_CHUNK_DMAX && p->d_v <= GDR_CHUNK_DMAX)

@@ -12,7 +12,8 @@
  * Entries of two sequences are interleaved in one call (the recurrent form)
  * or come in long runs (the chunked form), and are split over two calls, so
  * the per-entry state pointers, both forms and the state carried between
- * calls are exercised. */
+ * calls are exercised, with the SIMD kernels this CPU picks and with the
+ * scalar ones. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -23,6 +24,10 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "quant/quant.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void)   /* xorshift64, uniform in [-1, 1) */
@@ -209,13 +214,30 @@ static void test_sigmoid_mul_and_copy_strided(void **st)
     ember_backend_free(be);
 }
 
-int main(void)
+/* Runs the tests with the kernels this CPU picks (AVX2 / AVX-512 machines:
+ * recurrent_avx2.c), then once more in a child with EMBER_CPU_VARIANT=scalar
+ * so the scalar code is checked too. */
+int main(int argc, char **argv)
 {
+    (void)argc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv1d_silu_matches_causal_conv),
         cmocka_unit_test(test_gated_delta_rule_matches_recurrence),
         cmocka_unit_test(test_gated_delta_rule_chunked_matches_recurrence),
         cmocka_unit_test(test_sigmoid_mul_and_copy_strided),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (getenv("EMBER_CPU_VARIANT") || ember_cpu_variant_active() == EMBER_CPU_SCALAR) return rc;
+    fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("EMBER_CPU_VARIANT", "scalar", 1);
+        printf("# again with EMBER_CPU_VARIANT=scalar\n");
+        fflush(stdout);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+    return rc;
 }

@@ -157,6 +157,30 @@ ember_status ember_decode(ember_context *ctx, const ember_batch *batch);
  * Valid until the next ember_decode (a failed decode leaves none). */
 const float *ember_get_logits(ember_context *ctx, int32_t i);
 
+/* The head of the logits of batch entries, reduced where the logits live
+ * (on the device for a GPU backend), so that a sampler needs no full row on
+ * the host (the served path: greedy, top-k, top-p, min-p, temperature).
+ * For each entries[r], r < n: out[r].id/.logit hold the k largest logits
+ * of that entry's row in descending order (ties: the lower id first; NaN
+ * counts as -inf), out[r].max the largest logit and out[r].lse the log of
+ * the row's partition function, log(sum_i exp(logit_i)), summed in double
+ * from per-chunk partial sums. k in [1, EMBER_LOGITS_TOP_MAX]; k = 1 is
+ * the argmax. entries[r] = -1: the last entry that asked for logits.
+ * Rows stay valid on the backend until the next ember_decode;
+ * ember_get_logits may still be called for the full rows afterwards.
+ * Errors: EMBER_ERR_INVALID_ARG (NULL, k out of range, an entry without
+ * logits), EMBER_ERR_NOMEM. */
+#define EMBER_LOGITS_TOP_MAX 128
+typedef struct ember_logits_top {
+    float max;        /* largest logit of the row */
+    float lse;        /* log(sum_i exp(logit_i)) over all n_vocab logits */
+    int32_t n;        /* candidates held (k) */
+    ember_token id[EMBER_LOGITS_TOP_MAX];
+    float logit[EMBER_LOGITS_TOP_MAX];
+} ember_logits_top;
+ember_status ember_get_logits_top(ember_context *ctx, int32_t n, const int32_t *entries, int32_t k,
+                                  ember_logits_top *out);
+
 /* Sequences. A sequence exists once it holds a token; these edit it:
  * - remove: drop all of its positions and free its KV blocks;
  * - truncate: keep positions [0, n_keep), drop the rest (KV rollback, no copy;
@@ -233,6 +257,22 @@ ember_status ember_sampler_new(const ember_sampler_params *p, int32_t n_vocab, e
 void ember_sampler_free(ember_sampler *s);
 /* Pick a token from logits [n_vocab] (not modified). */
 ember_token ember_sampler_sample(ember_sampler *s, const float *logits);
+/* Sampling from a row's head (ember_get_logits_top) instead of its full
+ * logits, so the row never comes to the host:
+ * - ember_sampler_top_k: the k this sampler needs from ember_get_logits_top
+ *   (1 when greedy; top_k when top-k is on; EMBER_LOGITS_TOP_MAX for top-p
+ *   or min-p without top-k), or 0 when no head can stand for the row:
+ *   logit bias or penalties on, top_k > EMBER_LOGITS_TOP_MAX, or a draw
+ *   over the whole vocabulary (temperature alone).
+ * - ember_sampler_sample_top: the token ember_sampler_sample would draw
+ *   from the full row, computed from the head: the same chain over the
+ *   same survivors (top-k, then top-p with probabilities exp(l - lse) of
+ *   the whole row, min-p, temperature) and one uniform draw. Errors:
+ *   EMBER_ERR_RANGE when the head is too short to decide (the top-p mass or
+ *   the min-p survivors reach past it; the generator is then not advanced,
+ *   so the caller may draw from the full row instead), EMBER_ERR_INVALID_ARG. */
+int32_t ember_sampler_top_k(const ember_sampler *s);
+ember_status ember_sampler_sample_top(ember_sampler *s, const ember_logits_top *top, ember_token *out);
 /* Record a token into the penalty history (prompt tokens and generated ones). */
 void ember_sampler_accept(ember_sampler *s, ember_token t);
 void ember_sampler_reset(ember_sampler *s);

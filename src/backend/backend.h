@@ -176,6 +176,20 @@ typedef struct ember_backend_ops {
     bool (*step_begin)(ember_backend *be, const struct ember_backend_step *st);
     bool (*step_end)(ember_backend *be);
 
+    /* --- logits: every backend fills these --- */
+
+    /* out[r] = the head of the logits row at host address rows[r] [n_vocab]
+     * (ember_get_logits_top: the k largest with ids, the maximum, the
+     * log-partition function), for rows a step wrote or any host rows. A
+     * backend that kept a step's logits on the device (logits_defer)
+     * reduces them there; the host rows need not be valid. */
+    void (*logits_top)(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                       ember_logits_top *out);
+    /* Make the host logits [host, host + bytes) valid: completes a download
+     * that a step with logits_defer left pending (waits for the device).
+     * A no-op for rows already on the host. */
+    void (*logits_sync)(ember_backend *be, float *host, size_t bytes);
+
     /* ===== recurrent (linear-attention) ops: Qwen3.5's Gated DeltaNet =====
      * Optional: NULL in a backend that lacks them (CUDA for now); a context
      * for a model with recurrent layers refuses such a backend
@@ -198,9 +212,12 @@ typedef struct ember_backend_ops {
     void (*conv1d_silu)(ember_backend *be, float *y, const float *x, const float *w, int64_t n_ch,
                         int32_t d_conv, float *const *state, int32_t n);
 
-    /* The gated delta rule, recurrent form (Yang, Kautz & Hatamizadeh,
-     * "Gated Delta Networks", ICLR 2025; transformers qwen3_5
-     * torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel). Per
+    /* The gated delta rule (Yang, Kautz & Hatamizadeh, "Gated Delta
+     * Networks", ICLR 2025; transformers qwen3_5
+     * torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel),
+     * defined by its recurrent form below; a backend may compute a run of
+     * consecutive entries of one sequence in an equivalent chunked form
+     * (the CPU does for prefills: recurrent.c). Per
      * entry t and value head h (key head kh = h % n_head_k: the tiled order
      * llama.cpp's converter writes V heads in), with S = state[t] + h * d_v *
      * d_k as d_v rows of d_k:
@@ -250,6 +267,8 @@ typedef struct ember_backend_step {
     int32_t n_out;                   /* rows that want logits */
     const int32_t *out_idx;          /* [n_out] */
     float *logits;                   /* host [n_out, n_vocab]: where the pass writes its logits */
+    bool logits_defer;               /* the logits may stay on the device until logits_sync / logits_top
+                                      * (the context sets it on the last micro-batch of a decode) */
     int32_t block_tokens;            /* KV cells per block */
 } ember_backend_step;
 

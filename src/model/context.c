@@ -58,6 +58,7 @@ struct ember_context {
     ember_seq_id *seq_list;
     float *logits;
     int64_t logits_rows;  /* capacity in rows of n_vocab */
+    bool logits_pending;  /* the backend may still hold the last decode's logits (logits_sync) */
     /* layer-skip drafts and draft heads (ember_set_layer_limit / _hidden_layers) */
     int32_t n_layer_run;  /* layers the next decodes run (hp.n_layer unless limited) */
     int32_t n_layer_last; /* layers the last decode ran */
@@ -391,6 +392,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
     const ember_hparams *hp = &c->m->hp;
     c->n_last = 0;
     c->n_out_last = 0;
+    c->logits_pending = false;
     if (n < 1 || (uint32_t)n > c->p.n_batch)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: n_tokens %d not in [1, n_batch %u]", n, c->p.n_batch);
     if (!b->token || !b->pos || !b->seq_id || !b->logits)
@@ -497,7 +499,10 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
                 .n = ubatch.n, .token = ubatch.token, .pos = ubatch.pos, .kv_row = ubatch.kv_row,
                 .query = ubatch.query, .kv_row_swa = ubatch.kv_row_swa, .query_swa = ubatch.query_swa, .n_out = n_uo, .out_idx = c->out_idx,
                 .block_tokens = (int32_t)ember_kv_block_tokens(c->kv), .logits = ubatch.logits,
+                /* only the last micro-batch: its rows stay in the backend's output buffer */
+                .logits_defer = u1 == n && n_uo > 0,
             };
+            if (bs.logits_defer) c->logits_pending = true;
             if (!c->be->ops->step_begin(c->be, &bs))   /* true: the backend replays the whole step */
                 c->m->arch->forward(&run, &ubatch);
             if (!c->be->ops->step_end(c->be)) {   /* a graph replay that did not match: run op by op */
@@ -514,15 +519,52 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
     return EMBER_OK;
 }
 
-const float *ember_get_logits(ember_context *c, int32_t i)
+/* The host rows of the last decode, completing a deferred download. */
+static void logits_sync(ember_context *c)
 {
-    if (!c) return NULL;
+    if (!c->logits_pending) return;
+    c->logits_pending = false;
+    c->be->ops->logits_sync(c->be, c->logits, (size_t)c->n_out_last * (size_t)c->m->hp.n_vocab * sizeof(float));
+}
+
+/* Logits row of entry i (ember_get_logits's indexing), without syncing. */
+static const float *logits_row(const ember_context *c, int32_t i)
+{
     if (i < 0) {
         if (c->n_out_last == 0) return NULL;
         return c->logits + (size_t)(c->n_out_last - 1) * (size_t)c->m->hp.n_vocab;
     }
     if (i >= c->n_last || c->out_map[i] < 0) return NULL;
     return c->logits + (size_t)c->out_map[i] * (size_t)c->m->hp.n_vocab;
+}
+
+ember_status ember_get_logits_top(ember_context *c, int32_t n, const int32_t *entries, int32_t k,
+                                  ember_logits_top *out)
+{
+    if (!c || (n > 0 && (!entries || !out)) || n < 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: NULL context, entries or out (n %d)", n);
+    if (k < 1 || k > EMBER_LOGITS_TOP_MAX || k > c->m->hp.n_vocab)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: k %d not in [1, %d]", k,
+                           EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);
+    if (n == 0) return EMBER_OK;
+    const float *rows_small[16];
+    const float **rows = n <= 16 ? rows_small : malloc(sizeof *rows * (size_t)n);
+    if (!rows) return ember_error(EMBER_ERR_NOMEM, "ember_get_logits_top: %d rows", n);
+    ember_status st = EMBER_OK;
+    for (int32_t r = 0; r < n && st == EMBER_OK; r++)
+        if (!(rows[r] = logits_row(c, entries[r])))
+            st = ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: entry %d of the last decode has no logits",
+                             entries[r]);
+    if (st == EMBER_OK) c->be->ops->logits_top(c->be, rows, n, c->m->hp.n_vocab, k, out);
+    if (rows != rows_small) free(rows);
+    return st;
+}
+
+const float *ember_get_logits(ember_context *c, int32_t i)
+{
+    if (!c) return NULL;
+    logits_sync(c);
+    return logits_row(c, i);
 }
 
 ember_status ember_seq_remove(ember_context *c, ember_seq_id seq)

@@ -23,6 +23,7 @@
  * exp; GELU from an f16 table. (Every variant — scalar aside for the quant
  * dots — gives the same bits; the helpers say which ggml code they follow.)
  */
+#include "backend/logits_top.h"
 #include "backend/cpu/cpu.h"
 #include "base/status.h"
 
@@ -902,6 +903,15 @@ static void op_free(ember_backend *be)
     free(cb);
 }
 
+/* Logits are host memory here: the head is a host pass, sync is nothing. */
+static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                          ember_logits_top *out)
+{
+    ember_logits_top_host(rows, n_rows, n_vocab, k, out);
+}
+
+static void op_logits_sync(ember_backend *be, float *host, size_t bytes) {}
+
 static const ember_backend_ops cpu_ops = {
     .name = "cpu",
     .free = op_free,
@@ -916,6 +926,8 @@ static const ember_backend_ops cpu_ops = {
     .rope_ext = op_rope_ext,
     .kv_store = op_kv_store,
     .attention = op_attention,
+    .logits_top = op_logits_top,
+    .logits_sync = op_logits_sync,
     /* recurrent (linear-attention) ops: recurrent.c */
     .conv1d_silu = ember_cpu_conv1d_silu,
     .gated_delta_rule = ember_cpu_gated_delta_rule,

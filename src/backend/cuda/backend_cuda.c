@@ -30,6 +30,7 @@
  */
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/logits_top.h"
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -67,7 +68,7 @@ typedef struct arena_chunk {
  * per weight of a matmul; preallocated for the limits), 5-7 outputs to host
  * memory (one per weight). */
 enum { STAGE_SLOTS = 8, SLOT_ROUND = 2, SLOT_OUT = 5 };
-enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32 };
+enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32, ATTN_TC_MIN_RUN = 64 };
 
 typedef enum step_mode { M_EAGER = 0, M_CAPTURE, M_REPLAY } step_mode;
 
@@ -158,6 +159,7 @@ typedef struct cuda_backend {
      * rounding of q) */
     bool fuse_on;
     bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
+    bool attn_tc;            /* prompt runs of >= ATTN_TC_MIN_RUN queries on the tensor cores (EMBER_CUDA_ATTN_TC=0: off) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
@@ -165,6 +167,19 @@ typedef struct cuda_backend {
     bool host_in;            /* this step called cu_upload */
     void *up_pin;            /* pinned copy the captured memcpy reads; refilled each time the step runs */
     size_t up_pin_bytes, up_off;
+    /* logits left on the device by a step with logits_defer (op_logits_top
+     * reduces them there; op_logits_sync downloads them): the host block
+     * [lg_host, + lg_bytes) stands for the device block lg_dev until then.
+     * lg_dev is a staging slot, valid until the next step. */
+    bool defer_logits;       /* this step may leave its logits */
+    bool lg_pending;
+    float *lg_host;
+    const float *lg_dev;
+    size_t lg_bytes;
+    void *top_work, *top_res_dev, *top_res_host;   /* ember_cuda_logits_top buffers */
+    size_t top_work_bytes, top_res_bytes, top_res_host_bytes;
+    int64_t *top_off;
+    int32_t top_off_n;
 } cuda_backend;
 
 /* ---- verify mode --------------------------------------------------------- *
@@ -473,6 +488,7 @@ static const float *in_f(cuda_backend *b, int slot, const float *p, size_t n)
         if (!d) b->failed = true;
         return d;
     }
+    if (b->lg_pending && p == b->lg_host && n * sizeof(float) <= b->lg_bytes) return b->lg_dev;
     float *d = stage(b, slot, n * sizeof(float));
     CK("upload", ember_cuda_upload(b->cu, d, p, n * sizeof(float)));
     return d;
@@ -511,9 +527,20 @@ static float *out_f(cuda_backend *b, int slot, float *p, size_t n)
     return (float *)d;
 }
 
+/* A step's logits stay on the device when it allows it (logits_defer). */
+static bool defer_output(cuda_backend *b, float *p, const void *d, size_t bytes)
+{
+    if (!b->in_step || !b->defer_logits || p != b->s_logits) return false;
+    b->lg_pending = true;
+    b->lg_host = p;
+    b->lg_dev = d;
+    b->lg_bytes = bytes;
+    return true;
+}
+
 static void out_done(cuda_backend *b, float *p, const float *d, size_t n)
 {
-    if (b->mode == M_EAGER && !is_act(b, p))
+    if (b->mode == M_EAGER && !is_act(b, p) && !defer_output(b, p, d, n * sizeof(float)))
         CK("download", ember_cuda_download(b->cu, p, d, n * sizeof(float)));
 }
 
@@ -667,6 +694,9 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
     b->s_kv_row_swa = swa ? st->kv_row_swa : NULL;
     b->s_query_swa = swa ? st->query_swa : NULL;
     b->s_logits = st->logits;
+    b->defer_logits = st->logits_defer && st->logits;
+    b->lg_pending = false;   /* the last step's logits are gone with it */
+    b->lg_host = NULL;
     b->s_n = n;
     int32_t max_ctx = (int32_t)b->lim.max_kv_tokens;
     for (int32_t i = 0; i < n; i++)
@@ -762,7 +792,8 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
 static void flush_pending(cuda_backend *b)
 {
     for (int32_t i = 0; i < b->n_pend; i++)
-        CK("download", ember_cuda_download(b->cu, b->pend_host[i], b->pend_dev[i], b->pend_bytes[i]));
+        if (!defer_output(b, b->pend_host[i], b->pend_dev[i], b->pend_bytes[i]))
+            CK("download", ember_cuda_download(b->cu, b->pend_host[i], b->pend_dev[i], b->pend_bytes[i]));
     b->n_pend = 0;
 }
 
@@ -821,7 +852,65 @@ static bool op_step_end(ember_backend *be)
     }
     b->mode = M_EAGER;
     b->in_step = false;
+    b->defer_logits = false;
     return true;
+}
+
+/* ---- logits left on the device ------------------------------------------- */
+
+static void op_logits_sync(ember_backend *be, float *host, size_t bytes)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    if (!b->lg_pending) return;
+    const char *h = (const char *)host, *lh = (const char *)b->lg_host;
+    if (h + bytes <= lh || h >= lh + b->lg_bytes) return;
+    b->lg_pending = false;
+    CK("logits download", ember_cuda_download(b->cu, b->lg_host, b->lg_dev, b->lg_bytes));
+}
+
+/* Grow a device (or pinned host) buffer outside any step. */
+static void grow_dev(cuda_backend *b, void **p, size_t *have, size_t want, bool host)
+{
+    if (want <= *have) return;
+    CK("logits_top buffers", ember_cuda_synchronize(b->cu));
+    if (host) ember_cuda_host_free(b->cu, *p, *have);
+    else ember_cuda_mfree(b->cu, *p, *have);
+    *p = NULL;
+    *have = 0;
+    want += want / 2;
+    CK("logits_top buffers", host ? ember_cuda_host_alloc(b->cu, want, p) : ember_cuda_malloc(b->cu, want, p));
+    *have = want;
+}
+
+static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                          ember_logits_top *out)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    bool on_device = b->lg_pending && n_rows > 0;
+    const float *lh = b->lg_host;
+    for (int32_t r = 0; on_device && r < n_rows; r++)
+        on_device = rows[r] >= lh && (size_t)(rows[r] + n_vocab - lh) * sizeof(float) <= b->lg_bytes;
+    if (!on_device) {   /* rows on the host (or some of them): read them there */
+        if (b->lg_pending) op_logits_sync(be, b->lg_host, b->lg_bytes);
+        ember_logits_top_host(rows, n_rows, n_vocab, k, out);
+        return;
+    }
+    if (n_rows > b->top_off_n) {
+        int64_t *o = realloc(b->top_off, sizeof *o * (size_t)n_rows);
+        if (!o) {
+            ember_error(EMBER_ERR_NOMEM, "logits_top: %d row offsets", n_rows);
+            die("logits_top");
+        }
+        b->top_off = o;
+        b->top_off_n = n_rows;
+    }
+    for (int32_t r = 0; r < n_rows; r++) b->top_off[r] = rows[r] - lh;
+    grow_dev(b, &b->top_work, &b->top_work_bytes, ember_cuda_logits_top_work_bytes(n_rows, n_vocab, k), false);
+    const size_t rb = ember_cuda_logits_top_result_bytes(n_rows, k);
+    grow_dev(b, &b->top_res_dev, &b->top_res_bytes, rb, false);
+    grow_dev(b, &b->top_res_host, &b->top_res_host_bytes, rb, true);
+    CK("logits_top", ember_cuda_logits_top(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work,
+                                           b->top_work_bytes, b->top_res_dev, b->top_res_host, out));
 }
 
 /* ---- ops ----------------------------------------------------------------- */
@@ -850,6 +939,10 @@ static void op_free(ember_backend *be)
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_host_free(b->cu, b->pinned[i], b->pinned_bytes[i]);
     ember_cuda_mfree(b->cu, b->d_step, b->d_step_n * sizeof(int32_t));
     ember_cuda_host_free(b->cu, b->up_pin, b->up_pin_bytes);
+    ember_cuda_mfree(b->cu, b->top_work, b->top_work_bytes);
+    ember_cuda_mfree(b->cu, b->top_res_dev, b->top_res_bytes);
+    ember_cuda_host_free(b->cu, b->top_res_host, b->top_res_host_bytes);
+    free(b->top_off);
     ember_cuda_free(b->cu);
     free(b->copies);
     free(b->index);
@@ -1433,6 +1526,25 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
         .exact = b->exact_attn, .exact_tiled = n >= 64,   /* the CPU's split (FA_TILE_Q) */
     };
+    if (b->attn_tc && !b->exact_attn && b->mode == M_EAGER && n >= ATTN_TC_MIN_RUN && p->head_dim_k % 8 == 0) {
+        /* prompt runs on the tensor cores (cuda_attn_prefill.cu): a run is
+         * consecutive entries of one sequence at consecutive positions;
+         * short runs (decode tokens batched with a prompt) keep the kernel */
+        const size_t row = (size_t)p->n_head * p->head_dim_k;
+        for (int32_t i0 = 0; i0 < n;) {
+            int32_t i1 = i0 + 1;
+            while (i1 < n && queries[i1].blocks == queries[i0].blocks && queries[i1].pos == queries[i1 - 1].pos + 1) i1++;
+            if (i1 - i0 >= ATTN_TC_MIN_RUN)
+                CK("attention (prompt run)", ember_cuda_attn_prefill(b->cu, &ap, dq + (size_t)i0 * row, i1 - i0, queries[i0].pos,
+                                                                     queries[i0].blocks, dk, dv, dout + (size_t)i0 * row));
+            else
+                CK("attention", ember_cuda_attn(b->cu, &ap, dq + (size_t)i0 * row, i1 - i0, dpos + i0, dseq + i0, dtab, dk, dv,
+                                                dout + (size_t)i0 * row));
+            i0 = i1;
+        }
+        out_done(b, out, dout, nq);
+        return;
+    }
     CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, dpos, dseq, dtab, dk, dv, dout));
     out_done(b, out, dout, nq);
 }
@@ -1605,7 +1717,8 @@ static const ember_backend_ops cuda_ops_verify = {
     .add = op_add,
     .scale = op_scale,
     .kv_store = op_kv_store,
-    .attention = op_attention,
+    .attention = op_attention,    .logits_top = op_logits_top,
+    .logits_sync = op_logits_sync,
 };
 
 static const ember_backend_ops cuda_ops = {
@@ -1631,7 +1744,8 @@ static const ember_backend_ops cuda_ops = {
     .upload = cu_upload,
     .softcap = cu_softcap,
     .step_begin = op_step_begin,
-    .step_end = op_step_end,
+    .step_end = op_step_end,    .logits_top = op_logits_top,
+    .logits_sync = op_logits_sync,
 };
 
 ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *lim, ember_backend **out)
@@ -1660,6 +1774,8 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->fuse_on = !(fu && !strcmp(fu, "0"));
     const char *ex = getenv("EMBER_CUDA_EXACT");
     b->exact_attn = ex && *ex && strcmp(ex, "0") != 0;
+    const char *atc = getenv("EMBER_CUDA_ATTN_TC");
+    b->attn_tc = !(atc && strcmp(atc, "0") == 0);
     const char *vfy = getenv("EMBER_CUDA_VERIFY");
     if (vfy && *vfy && strcmp(vfy, "0") != 0) {
         b->base.ops = &cuda_ops_verify;

@@ -11,6 +11,10 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
+#include <cuda_fp16.h>
+#include <stdlib.h>
+#include <string.h>
+
 using namespace ember_cu;
 
 namespace {
@@ -108,25 +112,36 @@ __global__ void k_get_rows(const uint8_t *__restrict__ W, size_t row_bytes, int 
     }
 }
 
-/* out[r][k] = W[r0 + r][k] for r < n_rows (one CTA per row). */
-template <class T>
+__device__ __forceinline__ void store_as(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_as(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* out[r][k] = W[r0 + r][k] for r < n_rows (one CTA per row), as F32 or f16. */
+template <class T, class O = float>
 __global__ void k_dequant_rows(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, int64_t r0,
-                               int64_t ne0, float *__restrict__ out)
+                               int64_t ne0, O *__restrict__ out)
 {
     ember_pdl_wait();
     const uint8_t *wr = W + (r0 + blockIdx.x) * row_bytes;
-    float *o = out + (int64_t)blockIdx.x * ne0;
+    O *o = out + (int64_t)blockIdx.x * ne0;
     for (int u = threadIdx.x; u < units_per_row; u += blockDim.x) {
         const int blk = u / T::UNITS, iu = u % T::UNITS;
         float w[T::NRUN * T::RUN];
         int off[T::NRUN];
         T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
-        float *ob = o + (int64_t)blk * T::QK;
+        O *ob = o + (int64_t)blk * T::QK;
 #pragma unroll
         for (int r = 0; r < T::NRUN; r++)
 #pragma unroll
-            for (int i = 0; i < T::RUN; i++) ob[off[r] + i] = w[r * T::RUN + i];
+            for (int i = 0; i < T::RUN; i++) store_as(&ob[off[r] + i], w[r * T::RUN + i]);
     }
+}
+
+/* xh[i] = f16(x[i]), i < n */
+__global__ void k_to_half(const float *__restrict__ x, int64_t n, __half *__restrict__ xh)
+{
+    ember_pdl_wait();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        xh[i] = __float2half_rn(x[i]);
 }
 
 template <class T, int NC>
@@ -161,9 +176,60 @@ void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, in
  * by default (the handle's math mode, cuda_core.cu), exact F32 products with
  * EMBER_CUDA_TF32=0 (then results match the mat-vec kernels up to
  * summation order). */
+/* The f16 form (default; EMBER_CUDA_GEMM_F16=0: the TF32 form below):
+ * weights dequantized to f16 (the values of Q4_K/Q6_K/Q5_0/Q8_0 blocks are
+ * small integers times an f16 scale product, so f16 holds them to 11
+ * bits), activations rounded to f16 once per matmul, products on the f16
+ * tensor cores with F32 accumulation and output (cublasGemmEx), as
+ * llama.cpp's cuBLAS path does for quantized weights. Half the dequantized
+ * bytes of the TF32 form and twice its tensor rate. */
+bool gemm_f16_on()
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("EMBER_CUDA_GEMM_F16");
+        on = !(e && strcmp(e, "0") == 0);
+    }
+    return on != 0;
+}
+
+template <class T>
+ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+{
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    int64_t chunk = 2 * kGemmScratchFloats / w->ne0;   /* the same bytes as the F32 form: twice the rows */
+    if (chunk < 1) chunk = 1;
+    if (chunk > w->ne1) chunk = w->ne1;
+    const size_t b_w = ((size_t)(chunk * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
+    const size_t b_x = (size_t)(n_cols * w->ne0) * sizeof(__half);
+    void *scr = NULL;
+    ember_status s = ember_cuda_scratch(cu, b_w + b_x, &scr);
+    if (s != EMBER_OK) return s;
+    __half *wh = (__half *)scr, *xh = (__half *)((char *)scr + b_w);
+    const int64_t nx = n_cols * w->ne0;
+    ember_launch(k_to_half, (unsigned)((nx + 255) / 256 < 65535 ? (nx + 255) / 256 : 65535), 256, 0, cu->stream, x, nx, xh);
+    if ((s = ember_cuda_launched("matmul (f16 activations)")) != EMBER_OK) return s;
+    const float one = 1.0f, zero = 0.0f;
+    for (int64_t r0 = 0; r0 < w->ne1; r0 += chunk) {
+        const int64_t nr = w->ne1 - r0 < chunk ? w->ne1 - r0 : chunk;
+        ember_launch(k_dequant_rows<T, __half>, (unsigned)nr, 128, 0, cu->stream, (const uint8_t *)w->data, w->row_bytes,
+                     units, r0, w->ne0, wh);
+        if ((s = ember_cuda_launched("matmul (dequantize rows to f16)")) != EMBER_OK) return s;
+        /* column-major view: Y[r][c] at y[c*ne1 + r] = sum_k Wh[r][k] Xh[c][k] */
+        const cublasStatus_t cs =
+            cublasGemmEx(cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n_cols, (int)w->ne0, &one, wh, CUDA_R_16F,
+                         (int)w->ne0, xh, CUDA_R_16F, (int)w->ne0, &zero, y + r0, CUDA_R_32F, (int)w->ne1, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
+        if (cs != CUBLAS_STATUS_SUCCESS)
+            return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasGemmEx (f16) failed (status %d)", (int)cs);
+    }
+    return EMBER_OK;
+}
+
 template <class T>
 ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
 {
+    if (gemm_f16_on() && w->type != EMBER_TYPE_F32) return matmul_gemm_f16<T>(cu, w, x, n_cols, y);
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
     int64_t chunk = kGemmScratchFloats / w->ne0;
     if (chunk < 1) chunk = 1;

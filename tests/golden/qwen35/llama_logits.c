@@ -5,12 +5,14 @@
  * (the llama-cpp-python sdist's vendor/llama.cpp) and its libllama.so.
  *
  * usage: llama_logits MODEL.gguf N_UBATCH < ids  (whitespace-separated token ids)
+ *        llama_logits --quantize-q8_0 IN.gguf OUT.gguf  (llama_model_quantize, as llama-quantize)
  * Decodes the ids as one sequence from position 0 in one batch (micro-batches
  * of N_UBATCH, F32 KV cache) and prints, one line per position, the n_vocab
  * logits.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "llama.h"
 
@@ -24,8 +26,17 @@ int main(int argc, char **argv)
     if (argc < 3) { fprintf(stderr, "usage: llama_logits MODEL.gguf N_UBATCH < ids\n"); return 2; }
     llama_log_set(quiet, NULL);
     llama_backend_init();
+    if (argc == 4 && !strcmp(argv[1], "--quantize-q8_0")) {
+        struct llama_model_quantize_params qp = llama_model_quantize_default_params();
+        qp.ftype = LLAMA_FTYPE_MOSTLY_Q8_0;
+        qp.nthread = 2;
+        return llama_model_quantize(argv[2], argv[3], &qp) == 0 ? 0 : 1;
+    }
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    /* no repacked / AMX weight buffers: the plain ggml CPU kernels (this
+     * machine's AMX tiles raise SIGILL in a VM) */
+    mp.use_extra_bufts = false;
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) { fprintf(stderr, "cannot load %s\n", argv[1]); return 1; }
     int32_t cap = 4096, n = 0, *ids = malloc(sizeof(int32_t) * (size_t)cap);

@@ -4,6 +4,10 @@ same GGUF files (transformers' logits, from ../make_tiny_models.py, are the
 first). For each model, runs the long sequence of <name>.long.logits.json
 through llama.cpp in one batch and writes <name>.llamacpp.long.logits.json
 (same layout: {"sequences": [[ids]], "logits": [[[n_vocab] per position]]}).
+Also quantizes tiny-qwen35.gguf to Q8_0 with llama.cpp's own quantizer
+(tiny-qwen35-q8_0.gguf: every matrix that llama-quantize converts, the
+linear-attention projections included; ssm_conv1d stays F32 as there) and
+records llama.cpp's logits for it: there the oracle is llama.cpp alone.
 
 usage: make_llamacpp_logits.py [LLAMA_CPP_DIR]
 LLAMA_CPP_DIR: the llama-cpp-python 0.3.36 sdist's vendor/llama.cpp, built
@@ -16,7 +20,7 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
-MODELS = ["tiny-qwen35", "tiny-qwen35moe"]
+MODELS = ["tiny-qwen35", "tiny-qwen35moe", "tiny-qwen35-q8_0"]
 N_UBATCH = 64   # several micro-batches: the recurrent state carries across them
 
 
@@ -27,8 +31,9 @@ def main():
         subprocess.check_call(["gcc", "-O2", "-o", str(exe), str(HERE / "llama_logits.c"),
                                f"-I{llama}/include", f"-I{llama}/ggml/include", f"-L{llama}/build/bin",
                                "-lllama", f"-Wl,-rpath,{llama}/build/bin"])
+        subprocess.check_call([str(exe), "--quantize-q8_0", str(HERE / "tiny-qwen35.gguf"), str(HERE / "tiny-qwen35-q8_0.gguf")])
         for name in MODELS:
-            rec = json.loads((HERE / f"{name}.long.logits.json").read_text())
+            rec = json.loads((HERE / f"{name.replace('-q8_0', '')}.long.logits.json").read_text())
             ids = rec["sequences"][0]
             out = subprocess.run([str(exe), str(HERE / f"{name}.gguf"), str(N_UBATCH)],
                                  input=" ".join(map(str, ids)), capture_output=True, text=True, check=True).stdout
@@ -36,10 +41,10 @@ def main():
             assert len(rows) == len(ids) and all(len(r) == rec["n_vocab"] for r in rows)
             ref = rec["logits"][0]
             d = max(abs(a - b) for ra, rb in zip(rows, ref) for a, b in zip(ra, rb))
-            print(f"{name}: llama.cpp vs transformers max|diff| {d:.3g}")
+            print(f"{name}: llama.cpp vs transformers (F32 weights) max|diff| {d:.3g}")
             res = {"model": name, "oracle": "llama.cpp (llama-cpp-python 0.3.36 sdist), CPU, F32 KV cache, n_ubatch %d" % N_UBATCH,
                    "n_vocab": rec["n_vocab"], "sequences": [ids], "logits": [rows],
-                   "vs_transformers_max_abs_diff": d}
+                   "vs_transformers_f32_max_abs_diff": d}
             (HERE / f"{name}.llamacpp.long.logits.json").write_text(json.dumps(res, separators=(",", ":")))
 
 

@@ -146,6 +146,46 @@ static void test_qwen35_long_matches_llama_cpp(void **st)
     run_long(MOE_GGUF, "tests/golden/qwen35/tiny-qwen35moe.llamacpp.long.logits.json", "qwen35moe");
 }
 
+/* tiny-qwen35 quantized to Q8_0 by llama.cpp's own quantizer (every matrix
+ * but ssm_conv1d), against llama.cpp's logits for that file: the quantized
+ * linear-attention projections (attn_qkv, attn_gate, ssm_alpha, ssm_beta,
+ * ssm_out) bind and multiply as llama.cpp's do. Position 0 has no mixing
+ * across tokens, so both compute the same sums: within TOL_REL. Later
+ * positions add the attention and delta-rule sums, which ember and llama.cpp
+ * compute in different float orders (and llama.cpp's attention rounds through
+ * f16, which costs it 1e-3 against transformers even with F32 weights); with
+ * activations rounded to Q8_0 before each matmul, a last-bit difference can
+ * move a value across a rounding boundary (one step is 1/127 of its block's
+ * maximum), so they differ by a few quantization steps: measured 0.21 of max
+ * |logit| 7.64 (2.8%); ember's own scalar and AVX2 kernels (which only sum in
+ * another order) move it by as much, while Q8_0 itself moves llama.cpp's
+ * logits by 1.94 from the F32 model's. Bound: 5%. */
+static void test_qwen35_q8_0_matches_llama_cpp(void **st)
+{
+    (void)st;
+    ember_model *m = load_file("tests/golden/qwen35/tiny-qwen35-q8_0.gguf", "qwen35");
+    oracle o;
+    oracle_load("tests/golden/qwen35/tiny-qwen35-q8_0.llamacpp.long.logits.json", &o);
+    const int32_t n = (int32_t)json_array_size(json_array_get(o.seqs, 0));
+    for (int k = 0; k < 2; k++) {
+        ember_context *c = new_ctx(m, 1, k == 0 ? 512 : 1);
+        ember_batch b;
+        assert_int_equal(ember_batch_init(512, &b), EMBER_OK);
+        double d0 = 0.0, r0 = 0.0, max_diff = 0.0, max_ref = 0.0;
+        decode_range(c, &b, &o, 0, 0, 1, 1, &d0, &r0);
+        assert_int_equal(ember_seq_remove(c, 0), EMBER_OK);
+        decode_range(c, &b, &o, 0, 0, n, k == 0 ? n : 1, &max_diff, &max_ref);
+        printf("# q8_0 (n_ubatch %d): position 0 max|diff| %.3g (max|logit| %.3g); all %d positions max|diff| %.3g, rel %.3g\n",
+               k == 0 ? 512 : 1, d0, r0, n, max_diff, max_diff / max_ref);
+        assert_true(d0 <= TOL_REL * r0);
+        assert_true(max_ref > 0.5 && max_diff <= 0.05 * max_ref);
+        ember_batch_free(&b);
+        ember_context_free(c);
+    }
+    json_decref(o.root);
+    ember_model_free(m);
+}
+
 /* qwen35moe (35B-A3B-like): 4 layers (recurrent, full, recurrent, full),
  * every MLP a mixture of 6 experts (top 2, renormalized softmax router) plus
  * a shared expert behind a sigmoid gate; the converter writes separate
@@ -237,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_qwen35_short_matches_transformers),
         cmocka_unit_test(test_qwen35_long_matches_transformers),
         cmocka_unit_test(test_qwen35_long_matches_llama_cpp),
+        cmocka_unit_test(test_qwen35_q8_0_matches_llama_cpp),
         cmocka_unit_test(test_qwen35_interleaved_sequences),
         cmocka_unit_test(test_qwen35moe_matches_transformers),
         cmocka_unit_test(test_qwen35_sequence_edits),

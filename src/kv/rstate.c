@@ -17,6 +17,8 @@ struct ember_rs {
     float *mem;              /* [n_seq_max][cell] */
     float **ptr_conv;        /* [n_ubatch] */
     float **ptr_ssm;
+    float *snap;             /* [n_seq_max][cell] snapshots, NULL until the first save */
+    ember_pos *snap_pos;     /* [n_seq_max], -1 = none */
 };
 
 ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
@@ -33,7 +35,8 @@ ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
     rs->off_ssm = calloc((size_t)p->n_layer, sizeof *rs->off_ssm);
     rs->ptr_conv = calloc((size_t)p->n_ubatch, sizeof *rs->ptr_conv);
     rs->ptr_ssm = calloc((size_t)p->n_ubatch, sizeof *rs->ptr_ssm);
-    if (!rs->off_conv || !rs->off_ssm || !rs->ptr_conv || !rs->ptr_ssm) {
+    rs->snap_pos = malloc((size_t)p->n_seq_max * sizeof *rs->snap_pos);
+    if (!rs->off_conv || !rs->off_ssm || !rs->ptr_conv || !rs->ptr_ssm || !rs->snap_pos) {
         ember_rs_free(rs);
         return ember_error(EMBER_ERR_NOMEM, "ember_rs_new: out of memory");
     }
@@ -59,6 +62,7 @@ ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
         return ember_error(EMBER_ERR_NOMEM, "ember_rs_new: cannot allocate %zu bytes of recurrent state", bytes);
     }
     memset(rs->mem, 0, bytes);
+    for (int32_t s = 0; s < p->n_seq_max; s++) rs->snap_pos[s] = -1;
     *out = rs;
     return EMBER_OK;
 }
@@ -70,6 +74,8 @@ void ember_rs_free(ember_rs *rs)
     free(rs->off_ssm);
     free(rs->ptr_conv);
     free(rs->ptr_ssm);
+    free(rs->snap_pos);
+    free(rs->snap);
     free(rs->mem);
     free(rs);
 }
@@ -103,4 +109,37 @@ float *const *ember_rs_ssm_ptrs(ember_rs *rs, int32_t il, const ember_seq_id *se
 {
     for (int32_t t = 0; t < n && t < rs->n_ubatch; t++) rs->ptr_ssm[t] = cell_of(rs, seq[t]) + rs->off_ssm[il];
     return rs->ptr_ssm;
+}
+
+ember_status ember_rs_snap_save(ember_rs *rs, ember_seq_id seq, ember_pos pos)
+{
+    if (!rs->snap) {
+        const size_t bytes = (size_t)rs->cell * (size_t)rs->n_seq_max * sizeof(float);
+        rs->snap = aligned_alloc(64, bytes);
+        if (!rs->snap) return ember_error(EMBER_ERR_NOMEM, "ember_rs_snap_save: cannot allocate %zu bytes of state snapshots", bytes);
+    }
+    memcpy(rs->snap + (size_t)seq * (size_t)rs->cell, cell_of(rs, seq), (size_t)rs->cell * sizeof(float));
+    rs->snap_pos[seq] = pos;
+    return EMBER_OK;
+}
+
+ember_pos ember_rs_snap_pos(const ember_rs *rs, ember_seq_id seq)
+{
+    return rs && seq >= 0 && seq < rs->n_seq_max ? rs->snap_pos[seq] : -1;
+}
+
+void ember_rs_snap_restore(ember_rs *rs, ember_seq_id src, ember_seq_id dst)
+{
+    memcpy(cell_of(rs, dst), rs->snap + (size_t)src * (size_t)rs->cell, (size_t)rs->cell * sizeof(float));
+    if (dst != src) rs->snap_pos[dst] = -1;
+}
+
+void ember_rs_snap_drop(ember_rs *rs, ember_seq_id seq)
+{
+    if (rs && seq >= 0 && seq < rs->n_seq_max) rs->snap_pos[seq] = -1;
+}
+
+uint64_t ember_rs_snap_bytes(const ember_rs *rs)
+{
+    return rs && rs->snap ? (uint64_t)rs->cell * (uint64_t)rs->n_seq_max * sizeof(float) : 0;
 }

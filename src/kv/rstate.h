@@ -16,13 +16,13 @@
  * when a sequence (re)starts at position 0 and refuses a truncate or fork
  * to any other position (EMBER_ERR_RANGE; the engine then recomputes).
  *
- * Checkpoints (designed for, not built yet: issue 17 item 2): the pool gets
- * n_snap extra cells beyond n_seq_max; a snapshot is (seq, pos, cell) taken by
- * copying the live cell after a decode step that ends at pos (a prefix-cache
- * block boundary, or each drafted position of a speculative step: the ops
- * would write the per-token states straight into snapshot cells). Rollback to
- * pos copies the snapshot cell back into the live cell and truncates the KV
- * cache to pos; fork at pos copies it into dst's live cell.
+ * Checkpoints: one snapshot cell per sequence (allocated on first use) holds
+ * a copy of the live cell taken at a position (ember_rs_snap_save); the
+ * context rolls a sequence back to any position p at or after it by restoring
+ * the snapshot (ember_rs_snap_restore) and decoding the tokens in between
+ * again (recompute from a checkpoint, e.g. after a speculative verify step).
+ * Later: several snapshots per sequence at prefix-cache block boundaries, or
+ * one per drafted position written by the ops themselves, in the same pool.
  */
 #ifndef EMBER_KV_RSTATE_H
 #define EMBER_KV_RSTATE_H
@@ -57,5 +57,19 @@ void ember_rs_seq_copy(ember_rs *rs, ember_seq_id src, ember_seq_id dst);
  * until the next call of the same function. */
 float *const *ember_rs_conv_ptrs(ember_rs *rs, int32_t il, const ember_seq_id *seq, int32_t n);
 float *const *ember_rs_ssm_ptrs(ember_rs *rs, int32_t il, const ember_seq_id *seq, int32_t n);
+
+/* Snapshot seq's live state as standing for positions [0, pos) (replacing
+ * its previous snapshot). The snapshot cells (n_seq_max * cell floats) are
+ * allocated on the first call. Errors: EMBER_ERR_NOMEM. */
+ember_status ember_rs_snap_save(ember_rs *rs, ember_seq_id seq, ember_pos pos);
+/* Position of seq's snapshot, or -1 when it has none. */
+ember_pos ember_rs_snap_pos(const ember_rs *rs, ember_seq_id seq);
+/* Live state of dst = snapshot of src (src == dst: roll back); dst's own
+ * snapshot is dropped unless dst == src. Requires a snapshot (pos >= 0). */
+void ember_rs_snap_restore(ember_rs *rs, ember_seq_id src, ember_seq_id dst);
+/* Forget seq's snapshot (its sequence was cut below it, or removed). */
+void ember_rs_snap_drop(ember_rs *rs, ember_seq_id seq);
+/* Bytes of snapshot cells allocated so far. */
+uint64_t ember_rs_snap_bytes(const ember_rs *rs);
 
 #endif

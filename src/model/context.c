@@ -12,9 +12,12 @@
  * n_embd_s) also get one recurrent-state cell per sequence (kv/rstate.h): it
  * is zeroed when a sequence starts at position 0 and when it is removed, copied
  * by a fork at the source's full length, and, having absorbed every position,
- * cannot be cut back: truncate / fork to any other position than 0 or the
- * length fail with EMBER_ERR_RANGE and change nothing (the engine's prefix
- * cache then recomputes). All memory (KV pool, scratch, index arrays) is
+ * cannot be cut back directly: truncate / fork to a middle position p restore
+ * the sequence's checkpoint (ember_seq_checkpoint, one per sequence) when it
+ * was taken at or before p and decode the tokens in between again (the
+ * context keeps each such sequence's tokens); without one they fail with
+ * EMBER_ERR_RANGE and change nothing (the engine's prefix cache then
+ * recomputes). All memory (KV pool, scratch, index arrays) is
  * allocated by ember_context_new; the logits buffer grows only when a batch
  * asks for more logits rows than any before it.
  * Must not: know an architecture's math (model files), or KV block internals
@@ -38,6 +41,8 @@ struct ember_context {
     ember_backend *be;
     ember_kv *kv;
     ember_rs *rs;              /* recurrent state per sequence, NULL without recurrent layers */
+    ember_token *hist;         /* with rs: [n_seq_max][n_ctx] each sequence's tokens (replays after a rollback) */
+    ember_batch replay;        /* with rs: [n_batch] entries for those replays */
     ember_scratch s;
     void *scratch_mem;
     float *aux_host;           /* s.aux_host: host memory always */
@@ -189,6 +194,12 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         const ember_rs_params rp = {.n_layer = hp->n_layer, .n_conv = hp->n_embd_r, .n_ssm = hp->n_embd_s,
                                     .n_seq_max = (int32_t)p.n_seq_max, .n_ubatch = (int32_t)p.n_ubatch};
         if ((st = ember_rs_new(&rp, &c->rs))) goto fail;
+        c->hist = calloc((size_t)p.n_seq_max * (size_t)p.n_ctx, sizeof *c->hist);
+        if (!c->hist) {
+            st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: cannot allocate the token history of %u sequences", p.n_seq_max);
+            goto fail;
+        }
+        if ((st = ember_batch_init((int32_t)p.n_batch, &c->replay))) goto fail;
     }
     if (c->be->ops->kv_copy) ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
 
@@ -252,6 +263,8 @@ void ember_context_free(ember_context *c)
     ember_backend_free(c->be);
     ember_kv_free(c->kv);
     ember_rs_free(c->rs);
+    free(c->hist);
+    ember_batch_free(&c->replay);
     free(c->kv_row);
     free(c->query);
     free(c->kv_row_swa);
@@ -265,7 +278,10 @@ void ember_context_free(ember_context *c)
     free(c);
 }
 
-uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv) + ember_rs_bytes(c->rs); }
+uint64_t ember_context_kv_bytes(const ember_context *c)
+{
+    return ember_kv_bytes(c->kv) + ember_rs_bytes(c->rs) + ember_rs_snap_bytes(c->rs);
+}
 ember_backend *ember_context_backend(const ember_context *c) { return c ? c->be : NULL; }
 uint64_t ember_context_scratch_bytes(const ember_context *c)
 {
@@ -435,6 +451,8 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
     }
     for (int32_t k = 0; k < n_seqs; k++) c->seq_count[c->seq_list[k]] = 0;
     if (st != EMBER_OK) return st;
+    if (c->hist)
+        for (int32_t i = 0; i < n; i++) c->hist[(size_t)b->seq_id[i] * c->p.n_ctx + (size_t)b->pos[i]] = b->token[i];
 
     /* grow the logits buffer if this batch wants more rows than ever before */
     if (n_out > c->logits_rows) {
@@ -571,19 +589,59 @@ ember_status ember_seq_remove(ember_context *c, ember_seq_id seq)
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_remove: context is NULL");
     const ember_status st = ember_kv_seq_remove(c->kv, seq);
-    if (st == EMBER_OK) ember_rs_seq_reset(c->rs, seq);
+    if (st == EMBER_OK) {
+        ember_rs_seq_reset(c->rs, seq);
+        ember_rs_snap_drop(c->rs, seq);
+    }
     return st;
+}
+
+ember_status ember_seq_checkpoint(ember_context *c, ember_seq_id seq)
+{
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_checkpoint: context is NULL");
+    if (seq < 0 || (uint32_t)seq >= c->p.n_seq_max)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_checkpoint: seq_id %d not in [0, n_seq_max %u)", seq, c->p.n_seq_max);
+    if (!c->rs) return EMBER_OK;
+    return ember_rs_snap_save(c->rs, seq, ember_kv_seq_len(c->kv, seq));
+}
+
+/* Decode seq's recorded tokens [from, to) again (no logits), after its KV
+ * cache was cut to `from` and its state set to stand for [0, from). */
+static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, ember_pos to)
+{
+    ember_batch *b = &c->replay;
+    for (ember_pos p0 = from; p0 < to; p0 += (ember_pos)c->p.n_batch) {
+        const int32_t k = to - p0 < (ember_pos)c->p.n_batch ? to - p0 : (int32_t)c->p.n_batch;
+        b->n_tokens = k;
+        for (int32_t i = 0; i < k; i++) {
+            b->token[i] = c->hist[(size_t)seq * c->p.n_ctx + (size_t)(p0 + i)];
+            b->pos[i] = p0 + i;
+            b->seq_id[i] = seq;
+            b->logits[i] = 0;
+        }
+        const ember_status st = ember_decode(c, b);
+        if (st != EMBER_OK) return st;
+    }
+    return EMBER_OK;
 }
 
 ember_status ember_seq_truncate(ember_context *c, ember_seq_id seq, ember_pos n_keep)
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_truncate: context is NULL");
     const ember_pos len = ember_kv_seq_len(c->kv, seq);
-    if (c->rs && n_keep > 0 && n_keep < len)
-        return ember_error(EMBER_ERR_RANGE, "ember_seq_truncate: sequence %d of a model with recurrent layers cannot be cut back "
-                           "from %d to %d positions (its state has absorbed them; no checkpoint kept)", seq, len, n_keep);
+    if (c->rs && n_keep > 0 && n_keep < len) {
+        const ember_pos ck = ember_rs_snap_pos(c->rs, seq);
+        if (ck < 0 || ck > n_keep)
+            return ember_error(EMBER_ERR_RANGE, "ember_seq_truncate: sequence %d of a model with recurrent layers cannot be cut back "
+                               "from %d to %d positions (its state has absorbed them; checkpoint: %d)", seq, len, n_keep, ck);
+        ember_status st = ember_kv_seq_truncate(c->kv, seq, ck);
+        if (st != EMBER_OK) return st;
+        ember_rs_snap_restore(c->rs, seq, seq);
+        return replay(c, seq, ck, n_keep);
+    }
     const ember_status st = ember_kv_seq_truncate(c->kv, seq, n_keep);
     if (st == EMBER_OK && n_keep == 0) ember_rs_seq_reset(c->rs, seq);
+    if (st == EMBER_OK && ember_rs_snap_pos(c->rs, seq) > n_keep) ember_rs_snap_drop(c->rs, seq);
     return st;
 }
 
@@ -591,13 +649,24 @@ ember_status ember_seq_fork(ember_context *c, ember_seq_id src, ember_seq_id dst
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_fork: context is NULL");
     const ember_pos len = ember_kv_seq_len(c->kv, src);
-    if (c->rs && n > 0 && n != len)
-        return ember_error(EMBER_ERR_RANGE, "ember_seq_fork: sequence %d of a model with recurrent layers can be forked at its "
-                           "length %d only, not at %d (no state checkpoint kept)", src, len, n);
-    const ember_status st = ember_kv_seq_fork(c->kv, src, dst, n);
-    if (st == EMBER_OK) {
-        if (n > 0) ember_rs_seq_copy(c->rs, src, dst);
-        else ember_rs_seq_reset(c->rs, dst);
+    ember_pos at = n;   /* where the KV fork happens; a replay on dst covers [at, n) */
+    if (c->rs && n > 0 && n != len) {
+        at = ember_rs_snap_pos(c->rs, src);
+        if (at < 0 || at > n || n > len)
+            return ember_error(EMBER_ERR_RANGE, "ember_seq_fork: sequence %d of a model with recurrent layers can be forked at its "
+                               "length %d, or at or after its checkpoint (%d), not at %d", src, len, at, n);
+    }
+    ember_status st = ember_kv_seq_fork(c->kv, src, dst, at);
+    if (st != EMBER_OK || !c->rs) return st;
+    memcpy(c->hist + (size_t)dst * c->p.n_ctx, c->hist + (size_t)src * c->p.n_ctx, (size_t)n * sizeof *c->hist);
+    ember_rs_snap_drop(c->rs, dst);
+    if (n == 0) {
+        ember_rs_seq_reset(c->rs, dst);
+    } else if (at == n) {
+        ember_rs_seq_copy(c->rs, src, dst);
+    } else {
+        ember_rs_snap_restore(c->rs, src, dst);
+        st = replay(c, dst, at, n);
     }
     return st;
 }

@@ -19,9 +19,10 @@
  * - two sequences interleaved entry by entry in the same batches (each entry
  *   updates its own sequence's state);
  * - sequence edits: a fork at the full length continues exactly as the
- *   original; truncate / fork to a middle position is refused
- *   (EMBER_ERR_RANGE, nothing changed: the state cannot be cut back); remove,
- *   or truncate to 0, restarts from a zero state.
+ *   original; truncate / fork to a middle position is refused without a
+ *   checkpoint (EMBER_ERR_RANGE, nothing changed: the state cannot be cut
+ *   back); remove, or truncate to 0, restarts from a zero state; with a
+ *   checkpoint, truncate / fork after it roll back and recompute.
  * The MoE variant (tiny-qwen35moe) is checked the same way on its short and
  * long sequences. */
 #include <stdarg.h>
@@ -271,6 +272,49 @@ static void test_qwen35_sequence_edits(void **st)
     ember_model_free(m);
 }
 
+/* Rollback through a checkpoint (ember_seq_checkpoint): a speculative-style
+ * step decodes past the checkpoint, then the sequence is cut back to a
+ * position after it (the context restores the state and decodes the tokens
+ * in between again) and continues; a fork at a position after the
+ * checkpoint does the same on the new sequence. Below the checkpoint the
+ * edit is still refused. */
+static void test_qwen35_checkpoint_rollback(void **st)
+{
+    (void)st;
+    ember_model *m = load();
+    oracle o;
+    oracle_load(LONG_JSON, &o);
+    ember_context *c = new_ctx(m, 2, 16);
+    ember_batch b;
+    assert_int_equal(ember_batch_init(512, &b), EMBER_OK);
+    double max_diff = 0.0, max_ref = 0.0;
+    const uint64_t kv0 = ember_context_kv_bytes(c);
+
+    decode_range(c, &b, &o, 0, 0, 50, 50, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_checkpoint(c, 0), EMBER_OK);
+    assert_true(ember_context_kv_bytes(c) > kv0);   /* the checkpoint states, allocated now */
+    decode_range(c, &b, &o, 0, 50, 70, 5, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_truncate(c, 0, 60), EMBER_OK);   /* restore at 50, decode 50..59 again */
+    assert_int_equal(ember_seq_len(c, 0), 60);
+    decode_range(c, &b, &o, 0, 60, 90, 1, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_truncate(c, 0, 40), EMBER_ERR_RANGE);   /* below the checkpoint */
+    assert_int_equal(ember_seq_len(c, 0), 90);
+    assert_int_equal(ember_seq_fork(c, 0, 1, 75), EMBER_OK);   /* KV fork at 50, state from it, 50..74 again */
+    assert_int_equal(ember_seq_len(c, 1), 75);
+    decode_range(c, &b, &o, 1, 75, 110, 7, &max_diff, &max_ref);
+    decode_range(c, &b, &o, 0, 90, 100, 3, &max_diff, &max_ref);
+    /* a new checkpoint replaces the old one; cutting below it drops it */
+    assert_int_equal(ember_seq_checkpoint(c, 0), EMBER_OK);
+    assert_int_equal(ember_seq_truncate(c, 0, 95), EMBER_ERR_RANGE);
+    assert_int_equal(ember_seq_checkpoint(c, 7), EMBER_ERR_INVALID_ARG);
+    check("checkpoint rollback and fork", max_diff, max_ref);
+
+    ember_batch_free(&b);
+    ember_context_free(c);
+    json_decref(o.root);
+    ember_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_qwen35_interleaved_sequences),
         cmocka_unit_test(test_qwen35moe_matches_transformers),
         cmocka_unit_test(test_qwen35_sequence_edits),
+        cmocka_unit_test(test_qwen35_checkpoint_rollback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

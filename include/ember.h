@@ -193,8 +193,8 @@ ember_status ember_get_logits_top(ember_context *ctx, int32_t n, const int32_t *
  * directly: truncate to 0 < n_keep < length, or fork at 0 < n < src's
  * length, need a checkpoint of that sequence (ember_seq_checkpoint) taken at
  * or before the position: the context restores it and decodes the tokens
- * from there to the position again (a forward pass inside the call, which
- * also ends the last decode's logits). Without one they are EMBER_ERR_RANGE
+ * from there to the position again (a forward pass inside the call; the
+ * last decode's logits stay readable). Without one they are EMBER_ERR_RANGE
  * and change nothing (the caller recomputes from position 0). A fork at src's
  * length copies src's state.
  * Errors: EMBER_ERR_INVALID_ARG (seq id not in [0, n_seq_max), src == dst,

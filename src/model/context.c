@@ -43,6 +43,7 @@ struct ember_context {
     ember_rs *rs;              /* recurrent state per sequence, NULL without recurrent layers */
     ember_token *hist;         /* with rs: [n_seq_max][n_ctx] each sequence's tokens (replays after a rollback) */
     ember_batch replay;        /* with rs: [n_batch] entries for those replays */
+    int32_t *out_map_save;     /* with rs: [n_batch] the last decode's out_map, kept across a replay */
     ember_scratch s;
     void *scratch_mem;
     float *aux_host;           /* s.aux_host: host memory always */
@@ -200,6 +201,10 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
             goto fail;
         }
         if ((st = ember_batch_init((int32_t)p.n_batch, &c->replay))) goto fail;
+        if (!(c->out_map_save = malloc(p.n_batch * sizeof *c->out_map_save))) {
+            st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: out of memory");
+            goto fail;
+        }
     }
     if (c->be->ops->kv_copy) ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
 
@@ -265,6 +270,7 @@ void ember_context_free(ember_context *c)
     ember_rs_free(c->rs);
     free(c->hist);
     ember_batch_free(&c->replay);
+    free(c->out_map_save);
     free(c->kv_row);
     free(c->query);
     free(c->kv_row_swa);
@@ -606,9 +612,17 @@ ember_status ember_seq_checkpoint(ember_context *c, ember_seq_id seq)
 }
 
 /* Decode seq's recorded tokens [from, to) again (no logits), after its KV
- * cache was cut to `from` and its state set to stand for [0, from). */
+ * cache was cut to `from` and its state set to stand for [0, from). The
+ * last decode's logits (and hidden states) stay readable: the replay asks for
+ * no rows, so their buffers are not written, and its bookkeeping is put back
+ * (an engine rolls back one slot's drafts before it reads the next slot's
+ * logits of the same step). */
 static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, ember_pos to)
 {
+    const int32_t n_last = c->n_last, n_out_last = c->n_out_last, n_layer_last = c->n_layer_last;
+    const bool pending = c->logits_pending;
+    memcpy(c->out_map_save, c->out_map, (size_t)n_last * sizeof *c->out_map);
+    ember_status st = EMBER_OK;
     ember_batch *b = &c->replay;
     for (ember_pos p0 = from; p0 < to; p0 += (ember_pos)c->p.n_batch) {
         const int32_t k = to - p0 < (ember_pos)c->p.n_batch ? to - p0 : (int32_t)c->p.n_batch;
@@ -619,10 +633,14 @@ static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, e
             b->seq_id[i] = seq;
             b->logits[i] = 0;
         }
-        const ember_status st = ember_decode(c, b);
-        if (st != EMBER_OK) return st;
+        if ((st = ember_decode(c, b)) != EMBER_OK) break;
     }
-    return EMBER_OK;
+    memcpy(c->out_map, c->out_map_save, (size_t)n_last * sizeof *c->out_map);
+    c->n_last = n_last;
+    c->n_out_last = n_out_last;
+    c->n_layer_last = n_layer_last;
+    c->logits_pending = pending;
+    return st;
 }
 
 ember_status ember_seq_truncate(ember_context *c, ember_seq_id seq, ember_pos n_keep)

@@ -121,7 +121,8 @@ ember_context_params ember_context_default_params(void);
  * scratch does not fit). */
 ember_status ember_context_new(ember_model *m, const ember_context_params *params, ember_context **out);
 void ember_context_free(ember_context *ctx);
-/* Bytes of KV cache and scratch the context allocated. */
+/* Bytes of KV cache the context allocated, plus the per-sequence recurrent
+ * state of a model with linear-attention layers (qwen35). */
 uint64_t ember_context_kv_bytes(const ember_context *ctx);
 uint64_t ember_context_scratch_bytes(const ember_context *ctx);
 /* Place what a backend places lazily (a GPU uploads weights and allocates
@@ -217,11 +218,30 @@ ember_status ember_get_logits_top(ember_context *ctx, int32_t n, const int32_t *
  * - fork: make dst share src's positions [0, n) (prefix sharing; blocks are
  *   reference-counted; a shared partly filled block is copied when either
  *   sequence first writes into it). dst must be empty.
+ * Models with recurrent (linear-attention) layers (qwen35) keep a state per
+ * sequence that has absorbed all of its positions and cannot be cut back
+ * directly: truncate to 0 < n_keep < length, or fork at 0 < n < src's
+ * length, need a checkpoint of that sequence (ember_seq_checkpoint) taken at
+ * or before the position: the context restores it and decodes the tokens
+ * from there to the position again (a forward pass inside the call; the
+ * last decode's logits stay readable). Without one they are EMBER_ERR_RANGE
+ * and change nothing (the caller recomputes from position 0). A fork at src's
+ * length copies src's state.
  * Errors: EMBER_ERR_INVALID_ARG (seq id not in [0, n_seq_max), src == dst,
- * dst not empty), EMBER_ERR_RANGE (n_keep or n past the sequence's length). */
+ * dst not empty), EMBER_ERR_RANGE (n_keep or n past the sequence's length;
+ * a middle position of a model with recurrent layers). */
 ember_status ember_seq_remove(ember_context *ctx, ember_seq_id seq);
 ember_status ember_seq_truncate(ember_context *ctx, ember_seq_id seq, ember_pos n_keep);
 ember_status ember_seq_fork(ember_context *ctx, ember_seq_id src, ember_seq_id dst, ember_pos n);
+/* Models with recurrent layers: keep a copy of sequence seq's recurrent state
+ * at its current length, so that a later truncate or fork to any position at
+ * or after it can roll back to it (see above); replaces seq's previous
+ * checkpoint (one per sequence; truncating below it or removing the
+ * sequence drops it). Costs one copy of the sequence's state (the first call
+ * allocates n_seq_max states, counted in ember_context_kv_bytes). OK and
+ * nothing done for other models. Errors: EMBER_ERR_INVALID_ARG (seq not in
+ * [0, n_seq_max)), EMBER_ERR_NOMEM. */
+ember_status ember_seq_checkpoint(ember_context *ctx, ember_seq_id seq);
 /* Number of positions sequence `seq` holds (its next position). */
 ember_pos ember_seq_len(const ember_context *ctx, ember_seq_id seq);
 /* Free KV tokens left in the pool (free blocks x 32). */

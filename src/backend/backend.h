@@ -71,6 +71,7 @@ typedef struct ember_attn_params {
 
 typedef struct ember_backend ember_backend;
 struct ember_backend_step;
+struct ember_gdr_params;
 
 typedef struct ember_backend_ops {
     const char *name;
@@ -211,7 +212,71 @@ typedef struct ember_backend_ops {
      * that a step with logits_defer left pending (waits for the device).
      * A no-op for rows already on the host. */
     void (*logits_sync)(ember_backend *be, float *host, size_t bytes);
+
+    /* ===== recurrent (linear-attention) ops: Qwen3.5's Gated DeltaNet =====
+     * Optional: NULL in a backend that lacks them (CUDA for now); a context
+     * for a model with recurrent layers refuses such a backend
+     * (ember_context_new). Kept together at the end of the table. The
+     * per-sequence states they update live in the context (kv/rstate.h); each
+     * takes one state pointer per entry (`state[t]`: the state of entry t's
+     * sequence), and processes entries in order, so a micro-batch may mix
+     * sequences and hold several consecutive tokens of one. */
+
+    /* Causal depthwise convolution of width d_conv, then SiLU (Mamba's
+     * short conv; transformers causal_conv1d_fn / _update, llama.cpp
+     * ggml_ssm_conv + ggml_silu):
+     *   y[t][c] = silu(sum_{j < d_conv} w[c][j] * u_t[j][c]),
+     * where u_t is the last d_conv inputs of t's sequence, oldest first:
+     * u_t[j] = state[t][j] for j < d_conv - 1 and u_t[d_conv-1] = x[t].
+     * Afterwards state[t] holds the last d_conv - 1 inputs (rows shift up,
+     * x[t] enters last). Shapes: x, y [n, n_ch]; w [n_ch][d_conv] (GGUF
+     * ssm_conv1d ne = {d_conv, n_ch}); state[t] [d_conv - 1][n_ch], zero for
+     * a new sequence. silu(v) = v / (1 + e^-v). y must not alias x. */
+    void (*conv1d_silu)(ember_backend *be, float *y, const float *x, const float *w, int64_t n_ch,
+                        int32_t d_conv, float *const *state, int32_t n);
+
+    /* The gated delta rule (Yang, Kautz & Hatamizadeh, "Gated Delta
+     * Networks", ICLR 2025; transformers qwen3_5
+     * torch_recurrent_gated_delta_rule with use_qk_l2norm_in_kernel),
+     * defined by its recurrent form below; a backend may compute a run of
+     * consecutive entries of one sequence in an equivalent chunked form
+     * (the CPU does for prefills: recurrent.c). Per
+     * entry t and value head h (key head kh = h % n_head_k: the tiled order
+     * llama.cpp's converter writes V heads in), with S = state[t] + h * d_v *
+     * d_k as d_v rows of d_k:
+     *   g    = A[h] * softplus(alpha[t][h] + dt_bias[h])   (A = -exp(A_log) < 0)
+     *   beta = sigmoid(b[t][h])
+     *   k^   = k / sqrt(|k|^2 + eps),  q^ = q / sqrt(|q|^2 + eps) / sqrt(d_k)
+     *   S    = exp(g) * S
+     *   S_i += beta * (v_i - S_i . k^) * k^        for each row i < d_v
+     *   out[t][h * d_v + i] = S_i . q^
+     * softplus(x) = log(1 + e^x), x for x > 20 (torch's threshold). q, k, v
+     * of entry t are read from qkv + t * ld: q heads at 0, k heads at
+     * n_head_k * d_k, v heads at 2 * n_head_k * d_k (d_k / d_v floats each).
+     * alpha, b [n, n_head_v]; out [n, n_head_v * d_v]; state[t] [n_head_v][d_v][d_k],
+     * zero for a new sequence. d_k <= 1024. */
+    void (*gated_delta_rule)(ember_backend *be, const struct ember_gdr_params *p, const float *qkv, int64_t ld,
+                             const float *alpha, const float *b, float *const *state, int32_t n, float *out);
+
+    /* x[i] *= sigmoid(g[i]) = 1 / (1 + e^-g[i]), i < n (output gate of
+     * Qwen3.5's full-attention layers). */
+    void (*sigmoid_mul)(ember_backend *be, float *x, const float *g, int64_t n);
+
+    /* dst[r * ld_dst + c] = src[r * ld_src + c], r < n_rows, c < n_cols
+     * (a column block of a row-major matrix, e.g. the query half of
+     * [q | gate] per head). dst must not overlap src. */
+    void (*copy_strided)(ember_backend *be, float *dst, int64_t ld_dst, const float *src, int64_t ld_src,
+                         int64_t n_rows, int64_t n_cols);
 } ember_backend_ops;
+
+/* Shapes and weights of one gated-delta-rule layer (ops.gated_delta_rule). */
+typedef struct ember_gdr_params {
+    int32_t n_head_k, n_head_v;   /* n_head_v a multiple of n_head_k */
+    int32_t d_k, d_v;             /* per-head key / value sizes */
+    const float *A;               /* [n_head_v] -exp(A_log) (GGUF ssm_a) */
+    const float *dt_bias;         /* [n_head_v] (GGUF ssm_dt.bias) */
+    float eps;                    /* L2-norm epsilon (1e-6 in transformers' l2norm) */
+} ember_gdr_params;
 
 /* One micro-batch as step_begin sees it (model.h ember_ubatch's arrays). */
 typedef struct ember_backend_step {

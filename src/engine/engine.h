@@ -37,6 +37,10 @@ typedef struct engine_runtime {
     ember_status (*seq_remove)(void *ctx, ember_seq_id seq);
     ember_status (*seq_truncate)(void *ctx, ember_seq_id seq, ember_pos n_keep);
     ember_status (*seq_fork)(void *ctx, ember_seq_id src, ember_seq_id dst, ember_pos n);
+    /* optional (NULL: none): ember_seq_checkpoint, called before a step that
+     * verifies drafts so that their rollback works for models with recurrent
+     * layers (a no-op for the others) */
+    ember_status (*seq_checkpoint)(void *ctx, ember_seq_id seq);
     ember_pos (*seq_len)(void *ctx, ember_seq_id seq);
     uint32_t (*kv_free_tokens)(void *ctx);
     ember_status (*sampler_new)(void *ctx, const ember_sampler_params *p, int32_t n_vocab, ember_sampler **out);

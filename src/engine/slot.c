@@ -66,6 +66,9 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
         batch_add(b, s->tokens[s->n_tokens - 1], s->n_past, s->id, true);
         s->n_batch_entries = 1;
         s->n_draft = e->cfg.spec ? spec_slot_draft(e, s, budget - 1) : 0;
+        /* a recurrent state cannot be cut back: keep it as of n_past, so the
+         * rollback of rejected drafts restores it and recomputes the kept ones */
+        if (s->n_draft > 0 && e->rt.seq_checkpoint) e->rt.seq_checkpoint(e->rt.ctx, s->id);
         for (int32_t k = 0; k < s->n_draft; k++) batch_add(b, s->draft[k], s->n_past + 1 + k, s->id, true);
         s->n_batch_entries += s->n_draft;
     } else if (s->state == SLOT_PREFILL) {

@@ -8,7 +8,16 @@
  * logits of the last decode. The KV cache is sized per layer from the
  * model's n_embd_k_gqa / n_embd_v_gqa (nothing for KV-shared layers);
  * sliding-window layers get the kv module's windowed group, whose rows are
- * taken one micro-batch at a time (ember_kv_swa_advance). All memory (KV pool, scratch, index arrays) is
+ * taken one micro-batch at a time (ember_kv_swa_advance). Models with recurrent layers (hp.n_embd_r /
+ * n_embd_s) also get one recurrent-state cell per sequence (kv/rstate.h): it
+ * is zeroed when a sequence starts at position 0 and when it is removed, copied
+ * by a fork at the source's full length, and, having absorbed every position,
+ * cannot be cut back directly: truncate / fork to a middle position p restore
+ * the sequence's checkpoint (ember_seq_checkpoint, one per sequence) when it
+ * was taken at or before p and decode the tokens in between again (the
+ * context keeps each such sequence's tokens); without one they fail with
+ * EMBER_ERR_RANGE and change nothing (the engine's prefix cache then
+ * recomputes). All memory (KV pool, scratch, index arrays) is
  * allocated by ember_context_new; the logits buffer grows only when a batch
  * asks for more logits rows than any before it. The backend comes from
  * ember_backend_new; what it can do is read from its caps.
@@ -28,6 +37,10 @@ struct ember_context {
     ember_context_params p;
     ember_backend *be;
     ember_kv *kv;
+    ember_rs *rs;              /* recurrent state per sequence, NULL without recurrent layers */
+    ember_token *hist;         /* with rs: [n_seq_max][n_ctx] each sequence's tokens (replays after a rollback) */
+    ember_batch replay;        /* with rs: [n_batch] entries for those replays */
+    int32_t *out_map_save;     /* with rs: [n_batch] the last decode's out_map, kept across a replay */
     ember_scratch s;
     void *scratch_mem;
     float *aux_host;           /* s.aux_host: host memory always */
@@ -160,6 +173,30 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .n_seq_max = (int32_t)p.n_seq_max, .n_ctx = (int32_t)p.n_ctx,
     };
     if ((st = ember_kv_new(&kp, &c->kv))) goto fail;
+    bool recurrent = false;
+    for (int32_t il = 0; il < hp->n_layer; il++) recurrent |= hp->n_embd_r[il] > 0 || hp->n_embd_s[il] > 0;
+    if (recurrent) {
+        const ember_backend_ops *o = c->be->ops;
+        if (!o->conv1d_silu || !o->gated_delta_rule || !o->sigmoid_mul || !o->copy_strided) {
+            st = ember_error(EMBER_ERR_UNSUPPORTED, "ember_context_new: architecture %s has recurrent (linear-attention) layers, "
+                             "whose ops backend %s does not have yet (use -ngl 0 for the CPU)", m->arch_name,
+                             o->name ? o->name : "?");
+            goto fail;
+        }
+        const ember_rs_params rp = {.n_layer = hp->n_layer, .n_conv = hp->n_embd_r, .n_ssm = hp->n_embd_s,
+                                    .n_seq_max = (int32_t)p.n_seq_max, .n_ubatch = (int32_t)p.n_ubatch};
+        if ((st = ember_rs_new(&rp, &c->rs))) goto fail;
+        c->hist = calloc((size_t)p.n_seq_max * (size_t)p.n_ctx, sizeof *c->hist);
+        if (!c->hist) {
+            st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: cannot allocate the token history of %u sequences", p.n_seq_max);
+            goto fail;
+        }
+        if ((st = ember_batch_init((int32_t)p.n_batch, &c->replay))) goto fail;
+        if (!(c->out_map_save = malloc(p.n_batch * sizeof *c->out_map_save))) {
+            st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: out of memory");
+            goto fail;
+        }
+    }
     ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
 
     const int64_t sizes[9] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff, ub * hp->n_aux};
@@ -218,6 +255,10 @@ void ember_context_free(ember_context *c)
     free(c->aux_host);
     ember_backend_free(c->be);
     ember_kv_free(c->kv);
+    ember_rs_free(c->rs);
+    free(c->hist);
+    ember_batch_free(&c->replay);
+    free(c->out_map_save);
     free(c->kv_row);
     free(c->query);
     free(c->kv_row_swa);
@@ -231,7 +272,10 @@ void ember_context_free(ember_context *c)
     free(c);
 }
 
-uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv); }
+uint64_t ember_context_kv_bytes(const ember_context *c)
+{
+    return ember_kv_bytes(c->kv) + ember_rs_bytes(c->rs) + ember_rs_snap_bytes(c->rs);
+}
 
 ember_status ember_context_warmup(ember_context *c, bool *ran)
 {
@@ -422,9 +466,14 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         int32_t *cnt = (int32_t *)c->out_idx;   /* reused as scratch: n_seqs <= n_batch */
         for (int32_t k = 0; k < n_seqs; k++) cnt[k] = c->seq_count[ids[k]];
         st = ember_kv_append(c->kv, ids, cnt, n_seqs);
+        /* a sequence that starts over (position 0) starts from a zero state */
+        for (int32_t k = 0; st == EMBER_OK && c->rs && k < n_seqs; k++)
+            if (c->seq_next[ids[k]] == cnt[k]) ember_rs_seq_reset(c->rs, ids[k]);
     }
     for (int32_t k = 0; k < n_seqs; k++) c->seq_count[c->seq_list[k]] = 0;
     if (st != EMBER_OK) return st;
+    if (c->hist)
+        for (int32_t i = 0; i < n; i++) c->hist[(size_t)b->seq_id[i] * c->p.n_ctx + (size_t)b->pos[i]] = b->token[i];
 
     /* grow the logits buffer if this batch wants more rows than ever before */
     if (n_out > c->logits_rows) {
@@ -456,7 +505,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         c->out_map[i] = b->logits[i] ? o++ : -1;
     }
 
-    ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .s = &c->s, .n_layer = c->n_layer_run,
+    ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .rs = c->rs, .s = &c->s, .n_layer = c->n_layer_run,
                      .n_capture = c->n_capture, .capture_layer = c->capture_layer};
     const bool swa = ember_kv_has_swa_group(c->kv);
     for (int32_t u0 = 0; u0 < n; u0 += (int32_t)c->p.n_ubatch) {
@@ -482,6 +531,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
             .hidden = c->n_capture == 0 ? NULL
                       : c->hidden + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)c->n_capture * (size_t)hp->n_embd,
+            .seq = b->seq_id + u0,
         };
         const ember_backend_step bs = {
             .n = ubatch.n, .token = ubatch.token, .pos = ubatch.pos, .kv_row = ubatch.kv_row,
@@ -555,19 +605,99 @@ const float *ember_get_logits(ember_context *c, int32_t i)
 ember_status ember_seq_remove(ember_context *c, ember_seq_id seq)
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_remove: context is NULL");
-    return ember_kv_seq_remove(c->kv, seq);
+    const ember_status st = ember_kv_seq_remove(c->kv, seq);
+    if (st == EMBER_OK) {
+        ember_rs_seq_reset(c->rs, seq);
+        ember_rs_snap_drop(c->rs, seq);
+    }
+    return st;
+}
+
+ember_status ember_seq_checkpoint(ember_context *c, ember_seq_id seq)
+{
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_checkpoint: context is NULL");
+    if (seq < 0 || (uint32_t)seq >= c->p.n_seq_max)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_checkpoint: seq_id %d not in [0, n_seq_max %u)", seq, c->p.n_seq_max);
+    if (!c->rs) return EMBER_OK;
+    return ember_rs_snap_save(c->rs, seq, ember_kv_seq_len(c->kv, seq));
+}
+
+/* Decode seq's recorded tokens [from, to) again (no logits), after its KV
+ * cache was cut to `from` and its state set to stand for [0, from). The
+ * last decode's logits (and hidden states) stay readable: the replay asks for
+ * no rows, so their buffers are not written, and its bookkeeping is put back
+ * (an engine rolls back one slot's drafts before it reads the next slot's
+ * logits of the same step). */
+static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, ember_pos to)
+{
+    const int32_t n_last = c->n_last, n_out_last = c->n_out_last, n_layer_last = c->n_layer_last;
+    const bool pending = c->logits_pending;
+    memcpy(c->out_map_save, c->out_map, (size_t)n_last * sizeof *c->out_map);
+    ember_status st = EMBER_OK;
+    ember_batch *b = &c->replay;
+    for (ember_pos p0 = from; p0 < to; p0 += (ember_pos)c->p.n_batch) {
+        const int32_t k = to - p0 < (ember_pos)c->p.n_batch ? to - p0 : (int32_t)c->p.n_batch;
+        b->n_tokens = k;
+        for (int32_t i = 0; i < k; i++) {
+            b->token[i] = c->hist[(size_t)seq * c->p.n_ctx + (size_t)(p0 + i)];
+            b->pos[i] = p0 + i;
+            b->seq_id[i] = seq;
+            b->logits[i] = 0;
+        }
+        if ((st = ember_decode(c, b)) != EMBER_OK) break;
+    }
+    memcpy(c->out_map, c->out_map_save, (size_t)n_last * sizeof *c->out_map);
+    c->n_last = n_last;
+    c->n_out_last = n_out_last;
+    c->n_layer_last = n_layer_last;
+    c->logits_pending = pending;
+    return st;
 }
 
 ember_status ember_seq_truncate(ember_context *c, ember_seq_id seq, ember_pos n_keep)
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_truncate: context is NULL");
-    return ember_kv_seq_truncate(c->kv, seq, n_keep);
+    const ember_pos len = ember_kv_seq_len(c->kv, seq);
+    if (c->rs && n_keep > 0 && n_keep < len) {
+        const ember_pos ck = ember_rs_snap_pos(c->rs, seq);
+        if (ck < 0 || ck > n_keep)
+            return ember_error(EMBER_ERR_RANGE, "ember_seq_truncate: sequence %d of a model with recurrent layers cannot be cut back "
+                               "from %d to %d positions (its state has absorbed them; checkpoint: %d)", seq, len, n_keep, ck);
+        ember_status st = ember_kv_seq_truncate(c->kv, seq, ck);
+        if (st != EMBER_OK) return st;
+        ember_rs_snap_restore(c->rs, seq, seq);
+        return replay(c, seq, ck, n_keep);
+    }
+    const ember_status st = ember_kv_seq_truncate(c->kv, seq, n_keep);
+    if (st == EMBER_OK && n_keep == 0) ember_rs_seq_reset(c->rs, seq);
+    if (st == EMBER_OK && ember_rs_snap_pos(c->rs, seq) > n_keep) ember_rs_snap_drop(c->rs, seq);
+    return st;
 }
 
 ember_status ember_seq_fork(ember_context *c, ember_seq_id src, ember_seq_id dst, ember_pos n)
 {
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_fork: context is NULL");
-    return ember_kv_seq_fork(c->kv, src, dst, n);
+    const ember_pos len = ember_kv_seq_len(c->kv, src);
+    ember_pos at = n;   /* where the KV fork happens; a replay on dst covers [at, n) */
+    if (c->rs && n > 0 && n != len) {
+        at = ember_rs_snap_pos(c->rs, src);
+        if (at < 0 || at > n || n > len)
+            return ember_error(EMBER_ERR_RANGE, "ember_seq_fork: sequence %d of a model with recurrent layers can be forked at its "
+                               "length %d, or at or after its checkpoint (%d), not at %d", src, len, at, n);
+    }
+    ember_status st = ember_kv_seq_fork(c->kv, src, dst, at);
+    if (st != EMBER_OK || !c->rs) return st;
+    memcpy(c->hist + (size_t)dst * c->p.n_ctx, c->hist + (size_t)src * c->p.n_ctx, (size_t)n * sizeof *c->hist);
+    ember_rs_snap_drop(c->rs, dst);
+    if (n == 0) {
+        ember_rs_seq_reset(c->rs, dst);
+    } else if (at == n) {
+        ember_rs_seq_copy(c->rs, src, dst);
+    } else {
+        ember_rs_snap_restore(c->rs, src, dst);
+        st = replay(c, dst, at, n);
+    }
+    return st;
 }
 
 ember_pos ember_seq_len(const ember_context *c, ember_seq_id seq) { return c ? ember_kv_seq_len(c->kv, seq) : 0; }

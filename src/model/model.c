@@ -24,6 +24,8 @@ static const ember_arch *const registry[] = {
     &ember_arch_gemma4,
     &ember_arch_llama,
     &ember_arch_qwen3,
+    &ember_arch_qwen35,
+    &ember_arch_qwen35moe,
 };
 
 ember_model_params ember_model_default_params(void)
@@ -215,10 +217,10 @@ static ember_status load_common_hparams(ember_model *m)
     if (hp->n_layer < 1 || hp->n_layer > EMBER_MAX_LAYERS)
         return ember_error(EMBER_ERR_UNSUPPORTED, "%s: %s.block_count %d not in [1, %d]", m->path, m->arch_name, hp->n_layer, EMBER_MAX_LAYERS);
     /* per-layer arrays (gemma4): the largest value sizes scratch and KV rows */
-    if ((st = get_u32_max(m, "feed_forward_length", true, hp->n_layer, &hp->n_ff))) return st;
+    if ((st = get_u32_max(m, "feed_forward_length", !m->arch->ffn_optional, hp->n_layer, &hp->n_ff))) return st;
     hp->n_head_kv = hp->n_head;
     if ((st = get_u32_max(m, "attention.head_count_kv", false, hp->n_layer, &hp->n_head_kv))) return st;
-    if (hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 || hp->n_head_kv < 1 ||
+    if (hp->n_embd < 1 || hp->n_layer < 1 || (hp->n_ff < 1 && !m->arch->ffn_optional) || hp->n_head < 1 || hp->n_head_kv < 1 ||
         hp->n_ctx_train < 1)
         return ember_error(EMBER_ERR_FORMAT, "%s: hyperparameters must be positive (n_embd %d, n_layer %d, n_ff %d, n_head %d, n_head_kv %d, context_length %d)",
                            m->path, hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv, hp->n_ctx_train);
@@ -294,7 +296,7 @@ ember_status ember_model_load(const char *path, const ember_model_params *params
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
         if (!strcmp(registry[i]->name, arch)) m->arch = registry[i];
     if (!m->arch) {
-        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3)", path, arch);
+        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3, qwen35, qwen35moe)", path, arch);
         goto fail;
     }
     if ((st = load_common_hparams(m))) goto fail;

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "kv/kv.h"
+#include "kv/rstate.h"
 
 #define EMBER_MAX_LAYERS 256
 
@@ -45,6 +46,13 @@ typedef struct ember_hparams {
      * head_dim_k / head_dim_v for every layer (model.c). */
     int64_t n_embd_k_gqa[EMBER_MAX_LAYERS];
     int64_t n_embd_v_gqa[EMBER_MAX_LAYERS];
+    /* Recurrent (linear-attention) layers: floats of per-sequence state
+     * each layer keeps beside the KV cache (llama.cpp's n_embd_r: the short
+     * convolution's last inputs; n_embd_s: the delta rule's matrix state).
+     * 0 in both: not a recurrent layer. Any non-zero entry makes the context
+     * allocate kv/rstate.h cells and need the backend's recurrent ops. */
+    int64_t n_embd_r[EMBER_MAX_LAYERS];
+    int64_t n_embd_s[EMBER_MAX_LAYERS];
 } ember_hparams;
 
 typedef struct ember_layer {
@@ -96,6 +104,7 @@ typedef struct ember_ubatch {
     const int32_t *out_idx;
     float *logits;
     float *hidden;       /* [n_out][r->n_capture][n_embd]: states kept by ember_layer_end, or NULL */
+    const ember_seq_id *seq;   /* [n] each entry's sequence (recurrent state lookup, ember_run.rs) */
 } ember_ubatch;
 
 /* Scratch of one context, each sized for n_ubatch rows. */
@@ -120,6 +129,7 @@ typedef struct ember_run {
     const ember_model *m;
     ember_backend *be;
     ember_kv *kv;
+    ember_rs *rs;                  /* per-sequence recurrent state, NULL for a model without recurrent layers */
     ember_scratch *s;
     int32_t n_layer;               /* layers to run before the output head */
     int32_t n_capture;             /* hidden states kept per logits row (ember_set_hidden_layers) */
@@ -143,12 +153,17 @@ struct ember_arch {
      * drafts, hidden states for draft heads); false: it always runs every
      * layer and keeps no hidden state. */
     bool partial;
+    /* "<arch>.feed_forward_length" may be absent (MoE-only files such as
+     * qwen35moe); load then sets hp.n_ff (it sizes hb / hb2 scratch). */
+    bool ffn_optional;
 };
 
 extern const ember_arch ember_arch_gemma3;
 extern const ember_arch ember_arch_gemma4;
 extern const ember_arch ember_arch_llama;
 extern const ember_arch ember_arch_qwen3;
+extern const ember_arch ember_arch_qwen35;
+extern const ember_arch ember_arch_qwen35moe;
 
 /* KV rows and attention queries of ub for layer il's cache (its KV group). */
 static inline const int64_t *ember_ubatch_rows(const ember_kv *kv, const ember_ubatch *ub, int32_t il)

@@ -39,6 +39,12 @@ static const char RE_LLAMA3[] =
 static const char RE_QWEN2[] =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
     "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|" S_ "*[\\r\\n]+|" S_ "+(?!" NS ")|" S_ "+";
+/* qwen35 (llama.cpp llama-vocab.cpp LLAMA_VOCAB_PRE_TYPE_QWEN35, from
+ * Qwen3.5's tokenizer.json): qwen2 with combining marks (\p{M}) inside words:
+ * (?:'[sS]|...)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static const char RE_QWEN35[] =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
+    "| ?[^" WS "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|" S_ "*[\\r\\n]+|" S_ "+(?!" NS ")|" S_ "+";
 static const char RE_DIGIT[] = "\\p{N}";
 static const char RE_DEFAULT_PUNCT[] = "[\\p{P}\\$\\+<=>\\^~\\|]+";
 static const char RE_DIGITS[] = "\\p{N}+";
@@ -71,6 +77,7 @@ ember_status pretok_init(ember_vocab *v)
         break;
     case PRE_LLAMA3: st = compile(v, RE_LLAMA3); break;
     case PRE_QWEN2: st = compile(v, RE_QWEN2); break;
+    case PRE_QWEN35: st = compile(v, RE_QWEN35); break;
     case PRE_DEFAULT:
         if (!(st = compile(v, RE_DEFAULT_PUNCT)) && !(st = compile(v, RE_GPT2)) && !(st = compile(v, RE_DIGITS)))
             st = compile(v, RE_DIGITS3);

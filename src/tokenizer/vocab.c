@@ -376,7 +376,7 @@ static ember_status set_pre(ember_vocab *v, const char *pre)
         {"olmo", PRE_GPT2, false},
         {"llama-bpe", PRE_LLAMA3, true}, {"llama3", PRE_LLAMA3, true}, {"llama-v3", PRE_LLAMA3, true},
         {"qwen2", PRE_QWEN2, false}, {"stablelm2", PRE_QWEN2, false},
-        {"deepseek-r1-qwen", PRE_QWEN2, false},
+        {"deepseek-r1-qwen", PRE_QWEN2, false}, {"qwen35", PRE_QWEN35, false},
         {"default", PRE_DEFAULT, false},
         {"gemma4", PRE_GEMMA4, false},
     };
@@ -389,7 +389,7 @@ static ember_status set_pre(ember_vocab *v, const char *pre)
         }
     }
     return ember_error(EMBER_ERR_UNSUPPORTED,
-                       "tokenizer: tokenizer.ggml.pre '%s' is not supported (smollm, gpt2, llama-bpe, qwen2, default, gemma4)", pre);
+                       "tokenizer: tokenizer.ggml.pre '%s' is not supported (smollm, gpt2, llama-bpe, qwen2, qwen35, default, gemma4)", pre);
 }
 
 static ember_status load_merges(ember_vocab *v, const ember_gguf *g)

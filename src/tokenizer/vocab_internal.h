@@ -41,6 +41,7 @@ enum pre_kind {
     PRE_SMOLLM,        /* \p{N} then GPT-2 */
     PRE_LLAMA3,        /* llama-bpe; ignore_merges */
     PRE_QWEN2,         /* qwen2 */
+    PRE_QWEN35,        /* qwen35: qwen2 with \p{M} in words */
     PRE_DEFAULT,       /* default (4 regexes) */
     PRE_GEMMA4,        /* runs of non-newlines / newlines */
 };

@@ -4,7 +4,7 @@ The goldens were made by tests/golden/tokenizer/make_goldens.py, which runs
 llama.cpp's llama_tokenize / llama_token_to_piece (oracle_llama.c) on the
 corpus of make_corpus.py (2,691 strings + a 1 MiB mixed text) for Gemma 3
 (SentencePiece), SmolLM2 (BPE, pre smollm), SmolLM2's vocabulary with the
-pre-tokenizers llama-bpe, qwen2 and default, and a tiny handmade gemma4 BPE
+pre-tokenizers llama-bpe, qwen2, default and qwen35, and a tiny handmade gemma4 BPE
 vocabulary and a tiny SentencePiece one with add_space_prefix/add_eos
 (variants.py rebuilds those vocab-only GGUFs here with gguf-py, exactly as for
 the goldens).
@@ -200,3 +200,21 @@ def test_special_ids_and_eog_match_llama_cpp(ember_bin, corpus, model_paths, nam
         assert got["eot"] == 2 and want["eot"] in want["eog"]   # <|im_end|>
     else:
         assert got["eot"] == want["eot"]
+
+
+@pytest.mark.parametrize("pre", ["qwen2", "qwen35"])
+def test_combining_marks_match_llama_cpp(ember_bin, tmp_path, pre):
+    """qwen35's pre-tokenizer keeps combining marks (\\p{M}) inside words,
+    qwen2's splits them off: on a tiny vocabulary whose merges span letters
+    and marks (variants.make_tiny_bpe_marks) the two give different ids, and
+    ember matches llama.cpp on both (golden_marks.json, make_marks_golden.py)."""
+    gold = json.loads((GOLD / "golden_marks.json").read_text(encoding="utf-8"))
+    model = tmp_path / f"tiny-marks-{pre}.gguf"
+    variants.make_tiny_bpe_marks(model, pre)
+    q = tmp_path / "marks.jsonl"
+    q.write_text("".join(json.dumps({"t": s}, ensure_ascii=False) + "\n" for s in gold["strings"]), encoding="utf-8")
+    out = subprocess.run([ember_bin, "tokenize", "-m", str(model), "--batch", str(q)],
+                         capture_output=True, check=True, timeout=60).stdout
+    ours = [json.loads(l)["ids"] for l in out.decode().splitlines()]
+    assert ours == gold[pre]
+    assert sum(a != b for a, b in zip(gold["qwen2"], gold["qwen35"])) >= 10

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Make the tiny random gemma4 / qwen3 models and their reference logits.
+"""Make the tiny random gemma4 / qwen3 / qwen35 models and their reference logits.
 
 Oracle: Hugging Face transformers (random weights, small vocab, few layers).
 Conversion: llama.cpp's own convert_hf_to_gguf.py with its gguf-py, F32 output,
@@ -27,6 +27,18 @@ Notes:
   (std 0.02 would give near-zero logits and a test that cannot fail): matrices
   N(0, 1/fan_in) * 1.5, norm weights 1 + N(0, 0.2), embeddings N(0, 1),
   layer scalars and per-expert scales U(0.5, 1.5), router scale 1 + N(0, 0.2).
+- qwen35 (Qwen3.5: Gated DeltaNet + gated attention): its RMSNorms are
+  zero-centred (x * (1 + w), the converter writes 1 + w), so they get
+  w = N(0, 0.2); the gated norm of the linear-attention layers is plain
+  (x * w): 1 + N(0, 0.2). Decay parameters A = exp(A_log) ~ U(0.002, 0.8) and
+  dt_bias ~ N(0, 0.5), so some heads keep a long memory (decay per token
+  exp(-A softplus(a + dt_bias)) near 1) and the long sequence tests it. The
+  conv kernel [C, 1, K] is N(0, 1/K) * 1.5. Linear attention has 2 key heads
+  and 4 value heads, so the converter's V-head reorder (grouped -> tiled) is
+  exercised. The pre-tokenizer is patched to "qwen35" (what real Qwen3.5 files
+  carry). The long sequence (320 tokens) runs transformers' chunked form
+  (chunks of 64); the script checks it against transformers' own recurrent
+  form (token-by-token with a cache) before writing.
 """
 import argparse
 import json
@@ -243,6 +255,43 @@ def qwen3_config(n_vocab):
     )
 
 
+def qwen35_config(n_vocab):
+    """Qwen3.5 dense: linear (Gated DeltaNet) and gated full-attention layers,
+    partial RoPE 0.25 (4 of 16 dims), 2 key / 4 value heads in the linear
+    layers."""
+    from transformers import Qwen3_5TextConfig
+    return Qwen3_5TextConfig(
+        vocab_size=n_vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=5,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, hidden_act="silu",
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"],
+        linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=n_vocab - 1, pad_token_id=n_vocab - 3,
+    )
+
+
+def qwen35moe_config(n_vocab):
+    """Qwen3.5 MoE (35B-A3B-like): the same mixers as qwen35, every MLP a
+    mixture of 6 experts (top 2, softmax router, renormalized) plus a shared
+    expert behind a sigmoid gate."""
+    from transformers import Qwen3_5MoeTextConfig
+    return Qwen3_5MoeTextConfig(
+        vocab_size=n_vocab, hidden_size=64, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, hidden_act="silu",
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts_per_tok=2, num_experts=6,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=n_vocab - 1, pad_token_id=n_vocab - 3,
+    )
+
+
 MODELS = {
     # name: (arch dir, config fn, tokenizer fn, model class name)
     "tiny-gemma4-e": ("gemma4", gemma4_e_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
@@ -250,14 +299,22 @@ MODELS = {
     "tiny-gemma4-moe": ("gemma4", gemma4_moe_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
     "tiny-gemma4-chat": ("gemma4", gemma4_chat_config, gemma4_tokenizer, "Gemma4ForCausalLM"),
     "tiny-qwen3": ("qwen3", qwen3_config, qwen3_tokenizer, "Qwen3ForCausalLM"),
+    "tiny-qwen35": ("qwen35", qwen35_config, qwen3_tokenizer, "Qwen3_5ForCausalLM"),
+    "tiny-qwen35moe": ("qwen35", qwen35moe_config, qwen3_tokenizer, "Qwen3_5MoeForCausalLM"),
 }
 
 
 # models that also get a <name>.long.logits.json: sequence length
-LONG = {"tiny-gemma4-e": 160, "tiny-gemma4-kv": 120}
+LONG = {"tiny-gemma4-e": 160, "tiny-gemma4-kv": 120, "tiny-qwen35": 320, "tiny-qwen35moe": 320}
+
+# pre-tokenizer name written instead of the converter's hash lookup (which
+# does not know our handmade tokenizers)
+PATCH_PRE = {"qwen3": "qwen2", "qwen35": "qwen35"}
 
 
 def randomize(model, gen):
+    if model.config.model_type.startswith("qwen3_5"):
+        return randomize_qwen35(model, gen)
     with torch.no_grad():
         # parameters, plus the one persistent buffer that is a weight (layer_scalar);
         # other buffers (embed_scale, RoPE inv_freq) are constants of the model
@@ -279,6 +336,71 @@ def randomize(model, gen):
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.5 / p.shape[1] ** 0.5))
 
 
+def randomize_qwen35(model, gen):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.norm.weight"):       # gated RMSNorm: x * w
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif "norm" in name and p.dim() == 1:             # zero-centred: x * (1 + w)
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("A_log"):
+                p.copy_(torch.log(0.002 + 0.798 * torch.rand(p.shape, generator=gen)))
+            elif name.endswith("dt_bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 3:   # conv1d [C, 1, K]
+                p.copy_(torch.randn(p.shape, generator=gen) * (1.5 / p.shape[2] ** 0.5))
+            elif "embed" in name:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            elif p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=gen) * (1.5 / p.shape[1] ** 0.5))
+            else:
+                raise ValueError(f"randomize_qwen35: no rule for {name} {tuple(p.shape)}")
+
+
+def add_mtp_head(td: Path, cfg, gen):
+    """Give the saved tiny-qwen35 checkpoint a random multi-token-prediction
+    head as Qwen3.5's published checkpoints carry one (mtp.* tensors,
+    mtp_num_hidden_layers 1), so the converter writes it as llama.cpp does for
+    real files: one extra block (blk.<n_layer>) with nextn tensors,
+    block_count = n_layer + 1, nextn_predict_layers = 1. transformers ignores
+    the head (its logits are the trunk's), and so must ember's trunk."""
+    from safetensors.torch import load_file, save_file
+    H, hd = cfg.hidden_size, cfg.head_dim
+    nq, nkv, ff = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size
+    shapes = {
+        "mtp.fc.weight": (H, 2 * H), "mtp.pre_fc_norm_embedding.weight": (H,),
+        "mtp.pre_fc_norm_hidden.weight": (H,), "mtp.norm.weight": (H,),
+        "mtp.layers.0.input_layernorm.weight": (H,), "mtp.layers.0.post_attention_layernorm.weight": (H,),
+        "mtp.layers.0.self_attn.q_proj.weight": (2 * nq, H), "mtp.layers.0.self_attn.k_proj.weight": (nkv, H),
+        "mtp.layers.0.self_attn.v_proj.weight": (nkv, H), "mtp.layers.0.self_attn.o_proj.weight": (H, nq),
+        "mtp.layers.0.self_attn.q_norm.weight": (hd,), "mtp.layers.0.self_attn.k_norm.weight": (hd,),
+        "mtp.layers.0.mlp.gate_proj.weight": (ff, H), "mtp.layers.0.mlp.up_proj.weight": (ff, H),
+        "mtp.layers.0.mlp.down_proj.weight": (H, ff),
+    }
+    path = td / "model.safetensors"
+    tensors = load_file(str(path))
+    for name, shape in shapes.items():
+        scale = 0.2 if len(shape) == 1 else 1.5 / shape[1] ** 0.5
+        tensors[name] = (torch.randn(shape, generator=gen) * scale).contiguous()
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    conf = json.loads((td / "config.json").read_text())
+    conf["mtp_num_hidden_layers"] = 1
+    (td / "config.json").write_text(json.dumps(conf, indent=2))
+
+
+def recurrent_logits(model, ids):
+    """transformers' decode path: one token at a time with its cache (the
+    recurrent gated delta rule and conv update), for comparison with the
+    chunked whole-sequence forward."""
+    out, cache = [], None
+    with torch.no_grad():
+        for i, t in enumerate(ids):
+            r = model(input_ids=torch.tensor([[t]]), past_key_values=cache, use_cache=True)
+            cache = r.past_key_values
+            out.append(r.logits[0, -1].float())
+    return torch.stack(out)
+
+
 def sequences(n_vocab, gen, bos):
     seqs = []
     for length in (1, 7, 16):
@@ -289,12 +411,12 @@ def sequences(n_vocab, gen, bos):
     return seqs
 
 
-def convert(llama: Path, src: Path, dst: Path, patch_pre: str | None):
+def convert(llama: Path, src: Path, dst: Path, patch_pre: str | None, extra=()):
     env = dict(os.environ, PYTHONPATH=f"{llama / 'gguf-py'}{os.pathsep}{llama}")
     code = (
         "import sys, runpy\n"
         f"sys.path[:0] = [{str(llama / 'gguf-py')!r}, {str(llama)!r}]\n"
-        f"sys.argv = ['convert_hf_to_gguf.py', {str(src)!r}, '--outtype', 'f32', '--outfile', {str(dst)!r}]\n"
+        f"sys.argv = ['convert_hf_to_gguf.py', {str(src)!r}, '--outtype', 'f32', '--outfile', {str(dst)!r}, *{list(extra)!r}]\n"
     )
     if patch_pre:
         code += ("import conversion.base as b\n"
@@ -352,7 +474,12 @@ def main():
             out_dir = HERE / arch
             out_dir.mkdir(exist_ok=True)
             gguf_path = out_dir / f"{name}.gguf"
-            convert(args.llama, td, gguf_path, "qwen2" if arch == "qwen3" else None)
+            # qwen35: tiny-qwen35 gets an MTP head as real checkpoints have;
+            # the MoE one has none (mtp_num_hidden_layers 0), which the
+            # converter accepts only with --no-mtp
+            if name == "tiny-qwen35":
+                add_mtp_head(td, cfg, torch.Generator().manual_seed(35))
+            convert(args.llama, td, gguf_path, PATCH_PRE.get(arch), ["--no-mtp"] if name == "tiny-qwen35moe" else [])
             if script is not None:
                 write_chat_fixture(model, tok, script, out_dir / f"{name}.chat.json")
                 print(f"{name}: {gguf_path.stat().st_size} bytes, vocab {n_vocab}")
@@ -375,9 +502,18 @@ def main():
                 # they were): long enough that a KV cache of 32-token blocks
                 # releases blocks behind the sliding window several times
                 ids = torch.randint(0, n_vocab, (LONG[name],), generator=gen).tolist()
-                ids[0] = cfg.bos_token_id
+                if cfg.bos_token_id is not None:
+                    ids[0] = cfg.bos_token_id
                 with torch.no_grad():
                     lg = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float().tolist()
+                if arch == "qwen35":
+                    # the oracle's own two forms must meet before we trust it
+                    rl = recurrent_logits(model, ids)
+                    d = (rl - torch.tensor(lg)).abs().max().item()
+                    scale = rl.abs().max().item()
+                    print(f"{name}: transformers chunked vs recurrent max|diff| {d:.3g} (max|logit| {scale:.3g})")
+                    assert d <= 1e-4 * scale, d
+                    rec["chunked_vs_recurrent_max_abs_diff"] = d
                 rec_long = dict(rec, sequences=[ids], logits=[[[round(v, 4) for v in row] for row in lg]])
                 (out_dir / f"{name}.long.logits.json").write_text(json.dumps(rec_long, separators=(",", ":")))
             print(f"{name}: {gguf_path.stat().st_size} bytes, vocab {n_vocab}, "

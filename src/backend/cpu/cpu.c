@@ -1017,6 +1017,11 @@ static const ember_backend_ops cpu_ops = {
     .print_memory = op_print_memory,
     .logits_top = op_logits_top,
     .logits_sync = op_logits_sync,
+    /* recurrent (linear-attention) ops: recurrent.c */
+    .conv1d_silu = ember_cpu_conv1d_silu,
+    .gated_delta_rule = ember_cpu_gated_delta_rule,
+    .sigmoid_mul = ember_cpu_sigmoid_mul,
+    .copy_strided = ember_cpu_copy_strided,
 };
 
 static pthread_mutex_t first_opt_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -186,4 +186,19 @@ void ember_cpu_small_pack(uint32_t vdt, int64_t n_in, int64_t n_tokens, int64_t 
 void ember_cpu_gemm_small_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const void *pk,
                                  int64_t n_tokens, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Recurrent (linear-attention) ops, recurrent.c: formulas, shapes and
+ * sources at their entries in ember_backend_ops (backend.h). */
+void ember_cpu_conv1d_silu(ember_backend *be, float *y, const float *x, const float *w, int64_t n_ch, int32_t d_conv,
+                           float *const *state, int32_t n);
+void ember_cpu_gated_delta_rule(ember_backend *be, const ember_gdr_params *p, const float *qkv, int64_t ld,
+                                const float *alpha, const float *b, float *const *state, int32_t n, float *out);
+void ember_cpu_sigmoid_mul(ember_backend *be, float *x, const float *g, int64_t n);
+void ember_cpu_copy_strided(ember_backend *be, float *dst, int64_t ld_dst, const float *src, int64_t ld_src,
+                            int64_t n_rows, int64_t n_cols);
+/* AVX2 + FMA kernels they use (recurrent_avx2.c): one value row of the
+ * recurrent delta rule (S = decay S; S += beta (v - S.k) k; returns S.q) and
+ * y += a x. */
+float ember_cpu_gdr_row_avx2(int32_t n, float *S, const float *k, const float *q, float decay, float beta, float v);
+void ember_cpu_axpy_f32_avx2(int32_t n, float a, const float *x, float *y);
+
 #endif

@@ -8,7 +8,7 @@ qwen2 and default pre-tokenizers on a real 49,152-token BPE vocabulary.
 """
 import gguf
 
-VARIANT_PRES = ["llama-bpe", "qwen2", "default"]
+VARIANT_PRES = ["llama-bpe", "qwen2", "default", "qwen35"]
 
 
 def make_variants(src, dst_pre):
@@ -124,6 +124,66 @@ def make_tiny_spm(dst):
     w.add_bool("tokenizer.ggml.add_space_prefix", True)
     w.add_bool("tokenizer.ggml.add_bos_token", True)
     w.add_bool("tokenizer.ggml.add_eos_token", True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# A tiny byte-level BPE vocabulary (tokenizer.ggml.model = "gpt2") whose merges
+# spell whole words that mix letters and combining marks (\p{M}), so the
+# qwen35 pre-tokenizer (marks stay inside words) and qwen2 (marks split off)
+# give different tokens. Used by make_marks_golden.py and test_tokenizer.py.
+MARK_WORDS = ["नमस्ते", "दुनिया", "हिन्दी", "สวัสดี", "ครับ", "שָׁלוֹם", "مَرْحَبًا", "e\u0301te\u0301",
+              "Cafe\u0301", "Tie\u0302\u0301ng", "Vie\u0323\u0302t", "a\u0308b\u0308c\u0308", "na\u0303o",
+              "A\u030a", "ngstro\u0308m", "தமிழ்", "ಕನ್ನಡ"]
+
+
+def _byte_chars():
+    """GPT-2's byte -> printable character table (bytes_to_unicode)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def make_tiny_bpe_marks(dst, pre):
+    bc = _byte_chars()
+    toks = [bc[b] for b in range(256)]
+    index = {t: i for i, t in enumerate(toks)}
+    merges = []
+    for w in MARK_WORDS:
+        for word in (w, " " + w):
+            chars = [bc[b] for b in word.encode()]
+            cur = chars[0]
+            for ch in chars[1:]:
+                new = cur + ch
+                if new not in index:
+                    index[new] = len(toks)
+                    toks.append(new)
+                    merges.append(cur + " " + ch)
+                cur = new
+    toks.append("<|endoftext|>")
+    types = [1] * (len(toks) - 1) + [3]
+    w = gguf.GGUFWriter(str(dst), "gemma3")
+    w.add_uint32("gemma3.context_length", 128)
+    w.add_uint32("gemma3.embedding_length", 8)
+    w.add_uint32("gemma3.block_count", 1)
+    w.add_uint32("gemma3.feed_forward_length", 16)
+    w.add_uint32("gemma3.attention.head_count", 1)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", pre)
+    w.add_array("tokenizer.ggml.tokens", toks)
+    w.add_array("tokenizer.ggml.token_type", types)
+    w.add_array("tokenizer.ggml.merges", merges)
+    w.add_uint32("tokenizer.ggml.bos_token_id", len(toks) - 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", len(toks) - 1)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

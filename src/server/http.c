@@ -512,9 +512,15 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
     free(toks);
     if (st != EMBER_OK) {
         const char *param = kind == OAI_CHAT ? "messages" : "prompt";
-        if (st == EMBER_ERR_RANGE)
-            oai_error_set(&err, 400, "invalid_request_error", param, "context_length_exceeded", "%s", ember_last_error());
-        else if (st == EMBER_ERR_NOMEM || st == EMBER_ERR_IO)
+        if (st == EMBER_ERR_RANGE) {
+            /* OpenAI's code, llama-server's type and numbers (its clients key on either) */
+            engine_stats es;
+            engine_get_stats(s->e, &es, NULL);
+            oai_error_set(&err, 400, OAI_ERR_EXCEED_CONTEXT, param, "context_length_exceeded", "%s",
+                          ember_last_error());
+            err.n_prompt_tokens = n_toks;
+            err.n_ctx = es.n_ctx;
+        } else if (st == EMBER_ERR_NOMEM || st == EMBER_ERR_IO)
             oai_error_set(&err, 503, "server_error", NULL, NULL, "%s", ember_last_error());
         else
             oai_error_set(&err, 400, "invalid_request_error", param, NULL, "%s", ember_last_error());
@@ -797,8 +803,9 @@ static const char *too_large_message(const server *s, char *buf, size_t cap)
 #define ALLOW_POST "POST, OPTIONS"
 
 /* OPTIONS on any path (before authentication: browsers send CORS preflights
- * without credentials): 204 with Allow, plus the preflight answer when the
- * Origin may use this server (--cors-origin). */
+ * without credentials): 200 with an empty body and Allow, as llama-server
+ * answers (some clients take only 200 as a passed preflight), plus the
+ * preflight headers when the Origin may use this server (--cors-origin). */
 static enum MHD_Result send_options(server *s, struct MHD_Connection *mc)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
@@ -810,7 +817,7 @@ static enum MHD_Result send_options(server *s, struct MHD_Connection *mc)
         MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
-    enum MHD_Result ret = MHD_queue_response(mc, 204, r);
+    enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;
 }
@@ -827,7 +834,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         return send_json(s, mc, 200, json_pack("{s:s}", "status", "ok"));
     }
     if (!authorized(s, mc))
-        return fail(s, mc, 401, "invalid_request_error", NULL, "invalid_api_key",
+        return fail(s, mc, 401, OAI_ERR_AUTH, NULL, "invalid_api_key",
                     "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
     if (c->too_large) {
         char msg[160];

@@ -23,6 +23,7 @@ void oai_error_set(oai_error *err, int status, const char *type, const char *par
     err->http_status = status;
     err->type = type;
     err->code = code;
+    err->n_prompt_tokens = err->n_ctx = 0;
     snprintf(err->param, sizeof err->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
@@ -70,10 +71,16 @@ json_t *oai_json_string(const char *s, size_t n)
 
 json_t *oai_error_json(const oai_error *err)
 {
-    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type",
-                     err->type ? err->type : "invalid_request_error", "param",
-                     err->param[0] ? json_string(err->param) : json_null(), "code",
-                     err->code ? json_string(err->code) : json_null());
+    json_t *j = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type",
+                          err->type ? err->type : "invalid_request_error", "param",
+                          err->param[0] ? json_string(err->param) : json_null(), "code",
+                          err->code ? json_string(err->code) : json_null());
+    if (j && err->type && !strcmp(err->type, OAI_ERR_EXCEED_CONTEXT)) {
+        json_t *e = json_object_get(j, "error");
+        json_object_set_new(e, "n_prompt_tokens", json_integer(err->n_prompt_tokens));
+        json_object_set_new(e, "n_ctx", json_integer(err->n_ctx));
+    }
+    return j;
 }
 
 static bool bad(oai_error *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

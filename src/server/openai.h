@@ -54,14 +54,22 @@ typedef struct oai_req {
 } oai_req;
 
 /* A 4xx/5xx answer in OpenAI's shape:
- * {"error": {"message", "type", "param", "code"}}. */
+ * {"error": {"message", "type", "param", "code"}}, with llama-server's
+ * "n_prompt_tokens" and "n_ctx" beside them when type is
+ * "exceed_context_size_error" (tools/server/server-task.cpp,
+ * server_task_result_error::to_json). */
 typedef struct oai_error {
     int http_status;             /* 400, 401, 404, 500, 503 */
     char message[512];
     const char *type;            /* "invalid_request_error", "server_error", ... */
     char param[64];              /* "" -> null */
     const char *code;            /* NULL -> null */
+    int32_t n_prompt_tokens;     /* exceed_context_size_error: the prompt's length, tokens */
+    int32_t n_ctx;               /* exceed_context_size_error: the context it did not fit, tokens */
 } oai_error;
+
+#define OAI_ERR_EXCEED_CONTEXT "exceed_context_size_error"   /* llama-server's type for a prompt too long */
+#define OAI_ERR_AUTH "authentication_error"   /* llama-server's type for a bad key (OpenAI: code invalid_api_key, kept) */
 
 void oai_error_set(oai_error *err, int status, const char *type, const char *param, const char *code,
                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));

@@ -207,6 +207,42 @@ def test_over_long_prompt_is_400(client):
     assert "256" in err["message"] and "context" in err["message"]
 
 
+def test_over_long_prompt_has_llama_server_shape(server):
+    """llama-server's documented error (tools/server/server-task.cpp,
+    server_task_result_error::to_json): type exceed_context_size_error with
+    the prompt's length and the context beside OpenAI's message/code. The
+    prompt's length is the toy tokenizer's: BOS + one token per byte."""
+    msgs = [{"role": "user", "content": "x" * 400}]
+    for path, body, n_prompt in (
+            ("/v1/chat/completions", {"messages": msgs}, 1 + len(chat_prompt(msgs))),
+            ("/v1/completions", {"prompt": "y" * 300}, 1 + 300)):
+        for stream in (False, True):
+            r = requests.post(server.base + path, json=dict(body, max_tokens=4, stream=stream), headers=HDR)
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["type"] == "exceed_context_size_error", err
+            assert err["n_prompt_tokens"] == n_prompt and err["n_ctx"] == 256, err
+            assert err["code"] == "context_length_exceeded" and err["message"]
+
+
+def test_bad_api_key_is_authentication_error(server):
+    """llama-server's 401 (tools/server/README.md, "API errors"): type
+    authentication_error; OpenAI's code invalid_api_key stays."""
+    for h in ({}, {"Authorization": "Bearer nope"}):
+        r = requests.post(server.base + "/v1/chat/completions", json={"messages": MSGS}, headers=h)
+        assert r.status_code == 401
+        err = r.json()["error"]
+        assert err["type"] == "authentication_error" and err["code"] == "invalid_api_key" and err["message"]
+
+
+def test_cors_preflight_is_200(server):
+    """llama-server answers OPTIONS (a browser's preflight, sent without
+    credentials) with 200 and an empty body."""
+    r = requests.options(server.base + "/v1/chat/completions", headers={
+        "Origin": "http://app.example", "Access-Control-Request-Method": "POST"})
+    assert r.status_code == 200 and r.content == b""
+
+
 @pytest.mark.parametrize("body,param", [
     ({"messages": "hi"}, "messages"),
     ({"messages": []}, "messages"),

@@ -274,6 +274,8 @@ static void on_chat_event(void *user, const ember_chat_event *ev)
 {
     stream *st = user;
     if (ev->kind == EMBER_CHAT_EV_TOOL_START) st->saw_tool_call = true;
+    /* no empty content / reasoning delta is ever sent */
+    if ((ev->kind == EMBER_CHAT_EV_CONTENT || ev->kind == EMBER_CHAT_EV_REASONING) && ev->len == 0) return;
     json_t *d = NULL;
     if (ember_chat_event_delta(ev, &d) == EMBER_OK && d) json_array_append_new(st->deltas, d);
 }
@@ -283,12 +285,10 @@ static void on_chat_event(void *user, const ember_chat_event *ev)
 static void stream_parsed(stream *st, const oai_result *res, const char *delta, size_t n_delta, int32_t tok_from,
                           int32_t tok_to, bool fin)
 {
-    if (!st->first_sent)
-        out_event(st, oai_chat_delta_chunk(&st->rq, res, json_pack("{s:s, s:n}", "role", "assistant", "content"),
-                                           NULL, 0, 0, piece_fn, st->s));
+    if (!st->first_sent) out_event(st, oai_chat_role_chunk(&st->rq, res));
     if (n_delta) ember_chat_parser_feed(st->parser, delta, n_delta);
     if (fin) ember_chat_parser_finish(st->parser);
-    bool lp_sent = tok_to <= tok_from;
+    bool lp_sent = tok_to <= tok_from || !st->rq.logprobs;   /* a chunk with neither delta nor logprobs is not sent */
     for (size_t i = 0; i < json_array_size(st->deltas); i++) {
         out_event(st, oai_chat_delta_chunk(&st->rq, res, json_incref(json_array_get(st->deltas, i)), NULL,
                                            lp_sent ? 0 : tok_from, lp_sent ? 0 : tok_to, piece_fn, st->s));
@@ -342,29 +342,15 @@ static bool stream_produce(stream *st)
         out_event(st, oai_error_json(&err));
     } else if (st->parser) {
         stream_parsed(st, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from, fin);
-        if (fin && st->rq.include_usage) {
-            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o}", "id", st->id, "object",
-                                  "chat.completion.chunk", "created", (json_int_t)st->created, "model",
-                                  st->s->cfg.alias, "system_fingerprint", "ember-" EMBER_VERSION, "choices", "usage",
-                                  oai_usage_json(&res), "timings", oai_timings_json(&res));
-            out_event(st, u);
-        }
     } else {
-        if (n_delta > 0 || tok_to > tok_from || !st->first_sent)
+        if (st->rq.kind == OAI_CHAT && !st->first_sent) out_event(st, oai_chat_role_chunk(&st->rq, &res));
+        if (n_delta > 0 || (toks && tok_to > tok_from && st->rq.logprobs))
             out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from,
-                                         !st->first_sent, false, piece_fn, st->s));
-        if (fin) {
-            out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, "", 0, 0, 0, false, true, piece_fn, st->s));
-            if (st->rq.include_usage) {
-                json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o}", "id", st->id, "object",
-                                      st->rq.kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion",
-                                      "created", (json_int_t)st->created, "model", st->s->cfg.alias,
-                                      "system_fingerprint", "ember-" EMBER_VERSION, "choices", "usage",
-                                      oai_usage_json(&res), "timings", oai_timings_json(&res));
-                out_event(st, u);
-            }
-        }
+                                         false, piece_fn, st->s));
+        if (fin) out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, "", 0, 0, 0, true, piece_fn, st->s));
     }
+    if (fin && st->rq.include_usage && res.finish != ENGINE_FINISH_ERROR && res.finish != ENGINE_FINISH_CANCELLED)
+        out_event(st, oai_usage_chunk(&st->rq, &res));
     if (fin) {
         out_append(st, "data: [DONE]\n\n", 14);
         st->done = true;

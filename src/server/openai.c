@@ -637,7 +637,7 @@ json_t *oai_result_json(oai_kind kind, const oai_req *req, const oai_result *res
 }
 
 json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res, const char *delta, size_t delta_len,
-                       int32_t tok_from, int32_t tok_to, bool first, bool final, oai_piece_fn piece, void *ud)
+                       int32_t tok_from, int32_t tok_to, bool final, oai_piece_fn piece, void *ud)
 {
     json_t *lp = json_null();
     if (req->logprobs && res->toks && tok_to > tok_from)
@@ -647,8 +647,7 @@ json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res,
     json_t *choice;
     if (kind == OAI_CHAT) {
         json_t *d = json_object();
-        if (first) json_object_set_new(d, "role", json_string("assistant"));
-        if (delta_len > 0 || first) json_object_set_new(d, "content", oai_json_string(delta, delta_len));
+        if (delta_len > 0) json_object_set_new(d, "content", oai_json_string(delta, delta_len));
         choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", d, "logprobs", lp, "finish_reason",
                            fr ? json_string(fr) : json_null());
     } else {
@@ -659,7 +658,7 @@ json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res,
                               kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
                               (json_int_t)res->created, "model", res->model, "system_fingerprint",
                               "ember-" EMBER_VERSION, "choices", choice);
-    if (final) json_object_set_new(chunk, "timings", oai_timings_json(res));
+    if (final && !req->include_usage) json_object_set_new(chunk, "timings", oai_timings_json(res));
     if (req->include_usage) json_object_set_new(chunk, "usage", json_null());
     return chunk;
 }
@@ -674,7 +673,21 @@ json_t *oai_chat_delta_chunk(const oai_req *req, const oai_result *res, json_t *
     json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", res->id, "object", "chat.completion.chunk",
                               "created", (json_int_t)res->created, "model", res->model, "system_fingerprint",
                               "ember-" EMBER_VERSION, "choices", choice);
-    if (fr) json_object_set_new(chunk, "timings", oai_timings_json(res));
+    if (fr && !req->include_usage) json_object_set_new(chunk, "timings", oai_timings_json(res));
     if (req->include_usage) json_object_set_new(chunk, "usage", json_null());
     return chunk;
+}
+
+json_t *oai_chat_role_chunk(const oai_req *req, const oai_result *res)
+{
+    return oai_chat_delta_chunk(req, res, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, 0, 0, NULL,
+                                NULL);
+}
+
+json_t *oai_usage_chunk(const oai_req *req, const oai_result *res)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o}", "id", res->id, "object",
+                     req->kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)res->created, "model", res->model, "system_fingerprint", "ember-" EMBER_VERSION,
+                     "choices", "usage", oai_usage_json(res), "timings", oai_timings_json(res));
 }

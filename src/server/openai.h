@@ -119,10 +119,20 @@ json_t *oai_chat_delta_chunk(const oai_req *req, const oai_result *res, json_t *
 json_t *oai_result_json(oai_kind kind, const oai_req *req, const oai_result *res, oai_piece_fn piece,
                         void *piece_ud);
 /* One stream chunk carrying text[delta] and toks[tok_from, tok_to) (new
- * reference). finish_reason is added when `final`. For chat, `first` adds
- * the "role": "assistant" delta. */
+ * reference). finish_reason is added when `final`. A chat delta gets
+ * "content" only when delta_len > 0 (no empty content delta is sent).
+ *
+ * A stream's chunks, as llama-server sends them (tools/server/server-task.cpp,
+ * to_json_oaicompat_chat_stream): a chat stream opens with
+ * oai_chat_role_chunk; "timings" ride on the stream's last chunk only, the
+ * finish chunk or, with stream_options.include_usage, oai_usage_chunk. */
 json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res, const char *delta, size_t delta_len,
-                       int32_t tok_from, int32_t tok_to, bool first, bool final, oai_piece_fn piece, void *piece_ud);
+                       int32_t tok_from, int32_t tok_to, bool final, oai_piece_fn piece, void *piece_ud);
+/* The first chunk of a chat stream: delta {"role": "assistant", "content": null}. */
+json_t *oai_chat_role_chunk(const oai_req *req, const oai_result *res);
+/* The usage chunk that ends a stream with include_usage: "choices": [],
+ * usage and timings. */
+json_t *oai_usage_chunk(const oai_req *req, const oai_result *res);
 /* The usage object (and timings as llama-server reports them). */
 json_t *oai_usage_json(const oai_result *res);
 json_t *oai_timings_json(const oai_result *res);

@@ -97,6 +97,54 @@ def test_chat_stream_equals_non_stream(client):
     assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0   # same prompt as `whole`
 
 
+def sse_events(server, path, body):
+    """The JSON events of one raw SSE answer (the bytes as sent, no client in between)."""
+    with requests.post(server.base + path, json=dict(body, stream=True), headers=HDR, stream=True, timeout=60) as r:
+        assert r.status_code == 200, r.text
+        lines = [l for l in r.iter_lines() if l]
+    assert lines[-1] == b"data: [DONE]"
+    assert all(l.startswith(b"data: ") for l in lines)
+    return [json.loads(l[6:]) for l in lines[:-1]]
+
+
+@pytest.mark.parametrize("usage", [False, True])
+@pytest.mark.parametrize("logprobs", [False, True])
+def test_stream_chunks_have_llama_server_shape(server, usage, logprobs):
+    """llama-server's stream (tools/server/server-task.cpp,
+    to_json_oaicompat_chat_stream, and OpenAI's streaming reference): the
+    first chunk's delta is exactly {"role": "assistant", "content": null};
+    no delta has an empty "content"; the last chunk carries "timings" whose
+    counts are the usage's."""
+    body = {"messages": MSGS, "max_tokens": 16, "temperature": 0, "logprobs": logprobs}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    ev = sse_events(server, "/v1/chat/completions", body)
+    assert ev[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}, ev[0]
+    assert ev[0]["choices"][0]["finish_reason"] is None
+    deltas = [e["choices"][0]["delta"] for e in ev if e["choices"]]
+    assert all(d.get("content") != "" for d in deltas), deltas
+    assert all("role" not in d for d in deltas[1:])
+    assert "".join(d.get("content") or "" for d in deltas) == fake_greedy(chat_prompt(MSGS), 16)
+    last = ev[-1]
+    assert last["timings"]["predicted_n"] == 16, last
+    assert last["timings"]["prompt_n"] + last["timings"]["cache_n"] == 1 + len(chat_prompt(MSGS))
+    if usage:
+        assert last["choices"] == [] and last["usage"]["completion_tokens"] == 16
+    else:
+        assert last["choices"][0]["finish_reason"] == "length"
+    if logprobs:   # every token's logprob is sent, once
+        assert sum(len(e["choices"][0]["logprobs"]["content"]) for e in ev
+                   if e["choices"] and e["choices"][0].get("logprobs")) == 16
+
+
+def test_completion_stream_sends_no_empty_text(server):
+    ev = sse_events(server, "/v1/completions", {"prompt": "count", "max_tokens": 10, "temperature": 0,
+                                                "stream_options": {"include_usage": True}})
+    texts = [e["choices"][0]["text"] for e in ev if e["choices"] and e["choices"][0]["finish_reason"] is None]
+    assert texts and all(texts) and "".join(texts) == fake_greedy("count", 10)
+    assert ev[-1]["choices"] == [] and ev[-1]["timings"]["predicted_n"] == 10
+
+
 def test_content_parts_and_roles(client):
     msgs = [{"role": "system", "content": [{"type": "text", "text": "sys"}]},
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},

@@ -320,3 +320,41 @@ def test_reasoning_format_none_and_budget_flag(ember_bin, smollm2_path):
         assert n_tokens(s, m.content.split("\n</think>")[0]) <= 2
     finally:
         assert s.stop() == 0
+
+
+# ---- stream shape through the chat parser (llama-server's and OpenAI's) ----
+
+def sse_events(srv, body):
+    with requests.post(srv.base + "/v1/chat/completions", json=dict(body, stream=True), stream=True,
+                       timeout=CLIENT_TIMEOUT) as r:
+        assert r.status_code == 200, r.text
+        lines = [l for l in r.iter_lines() if l]
+    assert lines[-1] == b"data: [DONE]"
+    return [json.loads(l[6:]) for l in lines[:-1]]
+
+
+def check_stream_shape(ev, n_generated=None):
+    """The first delta is exactly {"role": "assistant", "content": null}
+    (tools/server/server-task.cpp, to_json_oaicompat_chat: "initial update to
+    conform to openai behavior"); no delta has an empty content or
+    reasoning_content; the last chunk carries timings."""
+    assert ev[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}, ev[0]
+    for e in ev[1:]:
+        for ch in e["choices"]:
+            d = ch["delta"]
+            assert "role" not in d and d.get("content") != "" and d.get("reasoning_content") != "", e
+    assert "timings" in ev[-1], ev[-1]
+    if n_generated is not None:
+        assert ev[-1]["timings"]["predicted_n"] == n_generated
+
+
+@pytest.mark.parametrize("usage", [False, True])
+def test_parsed_stream_shape(think_srv, tools_srv, usage):
+    extra = {"stream_options": {"include_usage": True}} if usage else {}
+    ev = sse_events(think_srv, {"messages": HI, "max_tokens": 40, "grammar": THINK_GRAMMAR, **extra})
+    check_stream_shape(ev)
+    ev = sse_events(tools_srv, {"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 48,
+                                "temperature": 0, "parallel_tool_calls": False, **extra})
+    check_stream_shape(ev)
+    if usage:
+        assert ev[-1]["choices"] == [] and ev[-1]["timings"]["predicted_n"] == ev[-1]["usage"]["completion_tokens"]

@@ -25,6 +25,11 @@ typedef struct ember_chat_inputs {
     const json_t *messages;       /* JSON array of message objects; required */
     const json_t *tools;          /* JSON array of tool schemas, or NULL (template sees None) */
     bool add_generation_prompt;
+    /* transformers' continue_final_message: render without a generation
+     * prompt and cut the text right after the final message's content
+     * (ember_chat_continue_point), so the model goes on with that message.
+     * Not with add_generation_prompt. */
+    bool continue_final_message;
     const char *bos_token;        /* NULL: not defined in the template (as a tokenizer without one) */
     const char *eos_token;        /* NULL: not defined */
     const json_t *kwargs;         /* JSON object of extra variables (chat_template_kwargs), or NULL */
@@ -39,6 +44,10 @@ typedef struct ember_chat_inputs {
  * EMBER_ERR_NOMEM. */
 ember_status ember_chat_build_context(const ember_chat_inputs *in, json_t **out);
 
+/* Whether chat_template_kwargs may not set `name` (messages, tools,
+ * documents, add_generation_prompt: the variables the context itself sets). */
+bool ember_chat_kwarg_reserved(const char *name);
+
 /* Render `t` for `in`. `opts` may be NULL; when it does not pin the clock and
  * the environment variable EMBER_FIXED_NOW holds a Unix time in seconds,
  * strftime_now() uses that instant (UTC), so tests get stable prompts.
@@ -50,5 +59,15 @@ ember_status ember_chat_build_context(const ember_chat_inputs *in, json_t **out)
 ember_status ember_chat_render(const ember_jinja_template *t, const ember_chat_inputs *in,
                                const ember_jinja_render_opts *opts, char **out, size_t *out_len,
                                ember_jinja_error *err);
+
+/* Where a render of a conversation ending in `final_msg` (rendered without a
+ * generation prompt) is cut for continue_final_message, as transformers does
+ * (chat_template_utils.py, render_jinja_template): at the last occurrence of
+ * the message's text stripped of whitespace (Python str.strip()), plus its
+ * trailing whitespace when the template kept that. The text is the content
+ * string, or the last content part's "text".
+ * Errors: EMBER_ERR_FORMAT (no text to continue, or the text does not appear
+ * in the render: the template changed it). */
+ember_status ember_chat_continue_point(const char *rendered, size_t len, const json_t *final_msg, size_t *cut);
 
 #endif

@@ -185,22 +185,44 @@ static int32_t piece_fn(void *ud, ember_token t, char *buf, int32_t cap)
     return s->text.token_piece(s->text.ud, t, buf, cap);
 }
 
-/* Render messages with the chat template, merging --chat-template-kwargs
- * with the request's own. */
-static bool render_chat(server *s, oai_req *rq, bool add_gen, char **prompt, oai_error *err)
+/* --chat-template-kwargs merged with the request's own (new reference). */
+static json_t *template_kwargs(const server *s, const oai_req *rq)
 {
     json_t *kw = json_object();
     if (s->cfg.template_kwargs) json_object_update(kw, s->cfg.template_kwargs);
     if (rq->template_kwargs) json_object_update(kw, rq->template_kwargs);
-    ember_status st = s->text.apply_template(s->text.ud, rq->messages, rq->tools, kw, add_gen, prompt);
+    return kw;
+}
+
+/* A render that failed, as an answer: the template's own error, a message it
+ * cannot continue and a render limit hit by the messages are the request's
+ * (400); running out of memory or a broken context are the server's. */
+static bool render_failed(ember_status st, oai_error *err)
+{
+    bool client = st == EMBER_ERR_FORMAT || st == EMBER_ERR_RANGE;
+    oai_error_set(err, client ? 400 : 500, client ? "invalid_request_error" : "server_error", client ? "messages" : NULL,
+                  NULL, "The chat template failed on these messages: %s", ember_last_error());
+    return false;
+}
+
+/* Render the request's messages (with its add_generation_prompt /
+ * continue_final). */
+static bool render_chat(server *s, const oai_req *rq, char **prompt, oai_error *err)
+{
+    json_t *kw = template_kwargs(s, rq);
+    ember_status st = s->text.apply_template(s->text.ud, rq->messages, rq->tools, kw, rq->add_generation_prompt,
+                                             rq->continue_final, prompt);
     json_decref(kw);
-    if (st != EMBER_OK) {
-        oai_error_set(err, st == EMBER_ERR_FORMAT ? 400 : 500,
-                      st == EMBER_ERR_FORMAT ? "invalid_request_error" : "server_error", "messages", NULL,
-                      "The chat template failed on these messages: %s", ember_last_error());
-        return false;
+    return st == EMBER_OK || render_failed(st, err);
+}
+
+/* A template that writes bos_token itself plus add_bos: keep one. */
+static void drop_double_bos(const server *s, ember_token *toks, int32_t *n)
+{
+    if (s->text.bos >= 0 && *n >= 2 && toks[0] == s->text.bos && toks[1] == s->text.bos) {
+        memmove(toks, toks + 1, sizeof *toks * (size_t)(*n - 1));
+        (*n)--;
     }
-    return true;
 }
 
 static bool tokenize_prompt(server *s, const char *text, ember_token **toks, int32_t *n, oai_error *err)
@@ -210,11 +232,27 @@ static bool tokenize_prompt(server *s, const char *text, ember_token **toks, int
         oai_error_set(err, 500, "server_error", NULL, NULL, "tokenizer: %s", ember_last_error());
         return false;
     }
-    /* a template that writes bos_token itself plus add_bos: keep one */
-    if (s->text.bos >= 0 && *n >= 2 && (*toks)[0] == s->text.bos && (*toks)[1] == s->text.bos) {
-        memmove(*toks, *toks + 1, sizeof **toks * (size_t)(*n - 1));
-        (*n)--;
+    drop_double_bos(s, *toks, n);
+    return true;
+}
+
+/* The prompt tokens of a chat request: rendered and tokenized in one go when
+ * the text side can (control-token text in contents stays text), else
+ * rendered, then tokenized with parse_special. */
+static bool chat_prompt_tokens(server *s, const oai_req *rq, ember_token **toks, int32_t *n, oai_error *err)
+{
+    if (!s->text.render_tokens) {
+        char *prompt = NULL;
+        bool ok = render_chat(s, rq, &prompt, err) && tokenize_prompt(s, prompt, toks, n, err);
+        free(prompt);
+        return ok;
     }
+    json_t *kw = template_kwargs(s, rq);
+    ember_status st = s->text.render_tokens(s->text.ud, rq->messages, rq->tools, kw, rq->add_generation_prompt,
+                                            rq->continue_final, toks, n);
+    json_decref(kw);
+    if (st != EMBER_OK) return render_failed(st, err);
+    drop_double_bos(s, *toks, n);
     return true;
 }
 
@@ -455,24 +493,8 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
 
     ember_token *toks = NULL;
     int32_t n_toks = 0;
-    if (kind == OAI_CHAT && s->text.render_tokens) {
-        json_t *kw = json_object();
-        if (s->cfg.template_kwargs) json_object_update(kw, s->cfg.template_kwargs);
-        if (rq.template_kwargs) json_object_update(kw, rq.template_kwargs);
-        ember_status st = s->text.render_tokens(s->text.ud, rq.messages, rq.tools, kw, true, &toks, &n_toks);
-        json_decref(kw);
-        if (st != EMBER_OK) {
-            ok = false;
-            oai_error_set(&err, st == EMBER_ERR_FORMAT ? 400 : 500,
-                          st == EMBER_ERR_FORMAT ? "invalid_request_error" : "server_error", "messages", NULL,
-                          "The chat template failed on these messages: %s", ember_last_error());
-        } else if (s->text.bos >= 0 && n_toks >= 2 && toks[0] == s->text.bos && toks[1] == s->text.bos) {
-            memmove(toks, toks + 1, sizeof *toks * (size_t)--n_toks);
-        }
-    } else if (kind == OAI_CHAT) {
-        char *prompt = NULL;
-        ok = render_chat(s, &rq, true, &prompt, &err) && tokenize_prompt(s, prompt, &toks, &n_toks, &err);
-        free(prompt);
+    if (kind == OAI_CHAT) {
+        ok = chat_prompt_tokens(s, &rq, &toks, &n_toks, &err);
     } else if (rq.prompt) {
         ok = tokenize_prompt(s, rq.prompt, &toks, &n_toks, &err);
     } else {
@@ -692,10 +714,7 @@ static enum MHD_Result handle_apply_template(server *s, struct MHD_Connection *m
     if (!body) return send_error(s, mc, &err);
     oai_req rq = {0};
     char *prompt = NULL;
-    bool add_gen = true;
-    json_t *ag = json_object_get(body, "add_generation_prompt");
-    if (ag && json_is_boolean(ag)) add_gen = json_is_true(ag);
-    bool ok = oai_parse_messages(body, &rq, &err) && render_chat(s, &rq, add_gen, &prompt, &err);
+    bool ok = oai_parse_messages(body, &rq, &err) && render_chat(s, &rq, &prompt, &err);
     json_decref(body);
     oai_req_free(&rq);
     if (!ok) return send_error(s, mc, &err);

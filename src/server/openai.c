@@ -8,6 +8,7 @@
 #include "server/openai.h"
 
 #include "base/status.h"
+#include "chat/template.h"
 #include "sample/json_schema.h"
 
 #include <math.h>
@@ -194,6 +195,78 @@ static bool normalize_content(json_t *msg, size_t i, const char *role, oai_error
     return true;
 }
 
+/* Levels of arrays and objects in v (a scalar: 0); counting stops past `limit`. */
+static int nesting(const json_t *v, int limit)
+{
+    if (!json_is_array(v) && !json_is_object(v)) return 0;
+    if (limit <= 0) return 1;
+    int d = 0;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v) && d < limit; i++) {
+            int x = nesting(json_array_get(v, i), limit - 1);
+            if (x > d) d = x;
+        }
+    } else {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x) {
+            int n = nesting(x, limit - 1);
+            if (n > d) d = n;
+            if (d >= limit) break;
+        }
+    }
+    return d + 1;
+}
+
+/* A field the chat template reads must fit the renderer's nesting limit
+ * (chat/jinja: 200 levels from the render context). */
+static bool check_nesting(const json_t *v, const char *param, oai_error *err)
+{
+    if (nesting(v, OAI_MAX_NESTING) <= OAI_MAX_NESTING) return true;
+    return bad(err, param, "Invalid '%s': nested deeper than %d levels of arrays and objects.", param,
+               OAI_MAX_NESTING);
+}
+
+static const char *msg_role(json_t *msgs, size_t i)
+{
+    return json_string_value(json_object_get(json_array_get(msgs, i), "role"));
+}
+
+/* add_generation_prompt, continue_final_message and the assistant prefill
+ * (see oai_parse_messages). */
+static bool parse_continuation(json_t *body, oai_req *out, oai_error *err)
+{
+    out->add_generation_prompt = true;
+    if (!get_bool(body, "add_generation_prompt", &out->add_generation_prompt, err)) return false;
+    json_t *cfm = opt(body, "continue_final_message");
+    if (cfm && !json_is_boolean(cfm))
+        return bad(err, "continue_final_message", "Invalid type for 'continue_final_message': expected a boolean.");
+    json_t *msgs = out->messages;
+    size_t n = json_array_size(msgs);
+    bool cont = json_is_true(cfm);
+    if (!cfm && !strcmp(msg_role(msgs, n - 1), "assistant")) {
+        if (n >= 2 && !strcmp(msg_role(msgs, n - 2), "assistant"))
+            return bad(err, "messages", "Cannot have 2 or more assistant messages at the end of the list.");
+        cont = true;
+        out->add_generation_prompt = false;
+    }
+    if (!cont) return true;
+    if (out->add_generation_prompt)
+        return bad(err, "continue_final_message",
+                   "Cannot set both add_generation_prompt and continue_final_message to true.");
+    json_t *last = json_array_get(msgs, n - 1);
+    if (json_array_size(json_object_get(last, "tool_calls")) > 0)
+        return bad(err, "messages", "Cannot continue an assistant message that contains tool calls.");
+    json_t *c = json_object_get(last, "content");
+    if (json_is_string(c) && json_string_length(c) == 0 && n >= 2) {
+        json_array_remove(msgs, n - 1);   /* nothing to continue: the reply starts afresh */
+        out->add_generation_prompt = true;
+        return true;
+    }
+    out->continue_final = true;
+    return true;
+}
+
 bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
 {
     json_t *msgs = json_object_get(body, "messages");
@@ -243,9 +316,11 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
         snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
         if (tcid && !json_is_string(tcid)) return bad(err, param, "Invalid type for '%s': expected a string.", param);
     }
+    if (!check_nesting(copy, "messages", err)) return false;   /* after tool_calls arguments became objects */
     json_t *tools = opt(body, "tools");
     if (tools) {
         if (!json_is_array(tools)) return bad(err, "tools", "Invalid type for 'tools': expected an array.");
+        if (!check_nesting(tools, "tools", err)) return false;
         for (size_t i = 0; i < json_array_size(tools); i++)
             if (!json_is_object(json_array_get(tools, i)))
                 return bad(err, "tools", "Invalid type for 'tools[%zu]': expected an object.", i);
@@ -255,9 +330,15 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
     if (kw) {
         if (!json_is_object(kw))
             return bad(err, "chat_template_kwargs", "Invalid type for 'chat_template_kwargs': expected an object.");
+        if (!check_nesting(kw, "chat_template_kwargs", err)) return false;
+        const char *k;
+        json_t *v;
+        json_object_foreach(kw, k, v)
+            if (ember_chat_kwarg_reserved(k))
+                return bad(err, "chat_template_kwargs", "Invalid 'chat_template_kwargs': it may not set '%s'.", k);
         out->template_kwargs = json_incref(kw);
     }
-    return true;
+    return parse_continuation(body, out, err);
 }
 
 static bool parse_stop(json_t *body, oai_req *out, oai_error *err)
@@ -410,6 +491,8 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
     out->sampling.frequency_penalty = (float)d;
     d = 1;
     if (!get_number(body, "repeat_penalty", 0, 10, &d, err)) return false;
+    if (!(d > 0))   /* logits are divided by it (sample/sampler.c) */
+        return bad(err, "repeat_penalty", "Invalid 'repeat_penalty': %g is out of range; expected a value in (0, 10].", d);
     out->sampling.repeat_penalty = (float)d;
     int64_t k = out->sampling.top_k;
     if (!get_int(body, "top_k", 0, INT32_MAX, &k, err)) return false;

@@ -33,6 +33,9 @@ typedef struct oai_req {
     json_t *messages;            /* chat: normalized array (content parts joined to strings) */
     json_t *tools;               /* chat: tools array or NULL */
     json_t *template_kwargs;     /* chat_template_kwargs object or NULL */
+    bool add_generation_prompt;  /* chat: open the assistant's turn after the messages (default true) */
+    bool continue_final;         /* chat: the final message is the start of the reply: continue_final_message,
+                                    or (llama-server's prefill) an assistant message last without that field */
     char *prompt;                /* completion: prompt text, or NULL when given as token ids */
     ember_token *prompt_tokens;  /* completion: prompt as token ids */
     int32_t n_prompt_tokens;
@@ -76,12 +79,25 @@ void oai_error_set(oai_error *err, int status, const char *type, const char *par
 /* {"error": {...}} (new reference). */
 json_t *oai_error_json(const oai_error *err);
 
+/* Most levels of arrays and objects in messages, tools and
+ * chat_template_kwargs (each counted from the field itself): the chat
+ * template renderer takes 200 from its context, and no real conversation or
+ * tool schema comes near 64. Deeper is a 400 naming the field. */
+#define OAI_MAX_NESTING 64
+
 /* Parse a request body (already a JSON value) for `kind`. n_vocab bounds
  * logit_bias keys and prompt token ids. Returns false with *err filled (400)
  * when a field is missing, of the wrong type or out of range. */
 bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_error *err);
 void oai_req_free(oai_req *r);
-/* Parse only messages/tools/chat_template_kwargs (for /apply-template). */
+/* Parse only messages/tools/chat_template_kwargs/add_generation_prompt/
+ * continue_final_message (for /apply-template). As llama-server
+ * (tools/server/server-common.cpp, oaicompat_chat_params_parse): a final
+ * assistant message with no continue_final_message given is continued (and
+ * add_generation_prompt is off); two assistant messages at the end, both
+ * flags true, or continuing a message with tool_calls are 400s. An empty
+ * final assistant message is dropped and the assistant's turn opened
+ * instead (what continuing it would mean). */
 bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err);
 
 /* A JSON string of n bytes that may hold invalid UTF-8: each invalid byte

@@ -32,17 +32,20 @@ typedef struct server_text {
     /* bytes of one token (as engine_vocab.token_piece) */
     int32_t (*token_piece)(void *ud, ember_token t, char *buf, int32_t cap);
     /* Render a chat: messages (validated array), tools (array or NULL),
-     * kwargs (object or NULL, e.g. enable_thinking), add_generation_prompt.
-     * *out is malloc'd. Errors: EMBER_ERR_FORMAT (the template failed; the
-     * message says where). */
+     * kwargs (object or NULL, e.g. enable_thinking), add_generation_prompt,
+     * continue_final (the render ends inside the final message, right after
+     * its text: chat/template.h continue_final_message; not with
+     * add_generation_prompt). *out is malloc'd. Errors: EMBER_ERR_FORMAT
+     * (the template failed, or changed the message to continue; the message
+     * says where), EMBER_ERR_RANGE (a render limit was hit). */
     ember_status (*apply_template)(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_generation_prompt,
-                                   char **out);
+                                   bool continue_final, char **out);
     /* Optional: render and tokenize in one go, so that control-token text
      * inside message contents stays plain text (user content cannot forge
      * <|im_start|> and the like) while the template's own markers are parsed.
      * NULL: apply_template + tokenize(parse_special). */
     ember_status (*render_tokens)(void *ud, json_t *messages, json_t *tools, json_t *kwargs,
-                                  bool add_generation_prompt, ember_token **out, int32_t *n_out);
+                                  bool add_generation_prompt, bool continue_final, ember_token **out, int32_t *n_out);
     ember_token bos;                 /* -1 if none (a doubled BOS is removed) */
     const struct ember_vocab *vocab; /* for grammar masks (NULL: grammars are refused) */
     const char *chat_template;       /* source, for /props (may be NULL) */

@@ -42,9 +42,12 @@ def assert_oai_error(r, status, param=None, code=None):
     assert r.status_code == status, r.text[:300]
     assert r.headers["Content-Type"].startswith("application/json")
     e = r.json()["error"]
-    assert set(e) == {"message", "type", "param", "code"}
+    # OpenAI's four fields; llama-server's numbers beside them on a context overflow
+    extra = {"n_prompt_tokens", "n_ctx"} if e.get("type") == "exceed_context_size_error" else set()
+    assert set(e) == {"message", "type", "param", "code"} | extra
     assert isinstance(e["message"], str) and len(e["message"]) > 10
-    assert e["type"] in ("invalid_request_error", "server_error", "not_supported_error")
+    assert e["type"] in ("invalid_request_error", "server_error", "not_supported_error", "authentication_error",
+                         "exceed_context_size_error")
     if param is not None:
         assert e["param"] == param, e
     if code is not None:
@@ -212,10 +215,53 @@ def test_deeply_nested_json_is_400(smol, background):
     assert_oai_error(post(smol, "/v1/chat/completions", json={"messages": [deep]}), 400)
 
 
+def test_fields_nested_past_the_renderer_are_400(smol, background):
+    """chat_template_kwargs, tools and messages (tool_call arguments) nested
+    past what the template renderer takes (200 levels) are the client's
+    fault: 400 naming the field, streamed or not, never a 500."""
+    deep = 1
+    for _ in range(250):
+        deep = {"a": deep}
+    hi = [{"role": "user", "content": "hi"}]
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": json.dumps(deep)}}]}
+    for extra, param in (({"chat_template_kwargs": {"x": deep}}, "chat_template_kwargs"),
+                         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]}, "tools"),
+                         ({"messages": hi + [call, {"role": "tool", "tool_call_id": "c1", "content": "1"}] + hi},
+                          "messages")):
+        for stream in (False, True):
+            body = {"messages": hi, "max_tokens": 2, "stream": stream, **extra}
+            assert_oai_error(post(smol, "/v1/chat/completions", json=body), 400, param=param)
+        assert_oai_error(post(smol, "/apply-template", json={"messages": hi, **extra}), 400, param=param)
+
+
+def test_render_limits_hit_by_the_messages_are_400(ember_bin, smollm2_path, tmp_path):
+    """A template whose output grows with the square of a message's length
+    hits the renderer's 64 MiB output cap on a 10,000-byte message: the
+    request's fault (400, param messages), where a short one renders."""
+    tmpl = tmp_path / "square.jinja"
+    tmpl.write_text("{% for m in messages %}{% for i in range(m.content | length) %}{{ m.content }}{% endfor %}"
+                    "{% endfor %}{% if add_generation_prompt %}>{% endif %}")
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "1", "-t", "1", "--port", str(port),
+                "--chat-template-file", str(tmpl)], port)
+    try:
+        for stream in (False, True):
+            r = requests.post(s.base + "/v1/chat/completions", timeout=120, json={
+                "messages": [{"role": "user", "content": "x" * 10000}], "max_tokens": 1, "stream": stream})
+            e = assert_oai_error(r, 400, param="messages")
+            assert "exceeds" in e["message"]
+        r = requests.post(s.base + "/v1/chat/completions", timeout=120,
+                          json={"messages": [{"role": "user", "content": "xy"}], "max_tokens": 1})
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
+
+
 @pytest.mark.parametrize("field,raw", [
     ("temperature", "-1"), ("temperature", "NaN"), ("temperature", "Infinity"), ("temperature", "1e400"),
     ("top_p", "-0.5"), ("top_p", "1.5"), ("min_p", "-1e-9"), ("presence_penalty", "-3"), ("frequency_penalty", "2.5"),
-    ("repeat_penalty", "-1"), ("top_k", "-1"), ("max_tokens", "-5"), ("max_tokens", "0"), ("max_tokens", "1.5"),
+    ("repeat_penalty", "-1"), ("repeat_penalty", "0"), ("top_k", "-1"), ("max_tokens", "-5"), ("max_tokens", "0"), ("max_tokens", "1.5"),
     ("max_tokens", "99999999999999999999999"), ("n_predict", "-2"), ("n", "2"), ("seed", '"x"'),
     ("logit_bias", '{"-1": 5}'), ("logit_bias", '{"5": NaN}'), ("logit_bias", '{"5": 1000}'),
     ("top_logprobs", "21"), ("stop", "[1]"), ("stream", '"yes"'),

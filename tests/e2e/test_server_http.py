@@ -145,6 +145,69 @@ def test_completion_stream_sends_no_empty_text(server):
     assert ev[-1]["choices"] == [] and ev[-1]["timings"]["predicted_n"] == 10
 
 
+COUNT = [{"role": "user", "content": "Count from 1 to 10, separated by commas."},
+         {"role": "assistant", "content": "1, 2, 3,"}]
+
+
+def continued_prompt(messages):
+    """The toy template with the final message left open (transformers'
+    continue_final_message cut: right after the final message's text)."""
+    return chat_prompt(messages)[:-len("\n<|assistant|>")]
+
+
+@pytest.mark.parametrize("extra", [{}, {"continue_final_message": True, "add_generation_prompt": False},
+                                   {"add_generation_prompt": True}])
+def test_assistant_prefill_is_continued(server, client, extra):
+    """llama-server (server-common.cpp, oaicompat_chat_params_parse): a final
+    assistant message is the start of the reply, with no new turn opened;
+    so is continue_final_message (vLLM's field). The reply is only what
+    follows."""
+    want = fake_greedy(continued_prompt(COUNT), 10)
+    r = client.chat.completions.create(model="fake", messages=COUNT, max_tokens=10, temperature=0, extra_body=extra)
+    assert r.choices[0].message.content == want
+    assert r.usage.prompt_tokens == 1 + len(continued_prompt(COUNT))
+    chunks = client.chat.completions.create(model="fake", messages=COUNT, max_tokens=10, temperature=0, stream=True,
+                                            extra_body=extra)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+    p = requests.post(server.base + "/apply-template", json={"messages": COUNT, **extra}, headers=HDR).json()
+    assert p["prompt"] == continued_prompt(COUNT)
+
+
+def test_generation_prompt_flags(server, client):
+    # continue_final_message false: the assistant's message is closed and a new turn opened
+    r = client.chat.completions.create(model="fake", messages=COUNT, max_tokens=6, temperature=0,
+                                       extra_body={"continue_final_message": False})
+    assert r.choices[0].message.content == fake_greedy(chat_prompt(COUNT), 6)
+    # add_generation_prompt false: no assistant turn opened after the user's message
+    r = client.chat.completions.create(model="fake", messages=MSGS, max_tokens=6, temperature=0,
+                                       extra_body={"add_generation_prompt": False})
+    assert r.choices[0].message.content == fake_greedy(chat_prompt(MSGS)[:-len("<|assistant|>")], 6)
+    # an empty final assistant message: nothing to continue, the turn is opened
+    empty = COUNT[:1] + [{"role": "assistant", "content": ""}]
+    r = client.chat.completions.create(model="fake", messages=empty, max_tokens=6, temperature=0)
+    assert r.choices[0].message.content == fake_greedy(chat_prompt(COUNT[:1]), 6)
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"messages": COUNT + [{"role": "assistant", "content": "4,"}]}, "messages"),
+    ({"messages": COUNT, "continue_final_message": True}, "continue_final_message"),
+    ({"messages": COUNT, "continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),
+    ({"messages": COUNT, "continue_final_message": "yes", "add_generation_prompt": False}, "continue_final_message"),
+    ({"messages": MSGS, "add_generation_prompt": 1}, "add_generation_prompt"),
+    ({"messages": COUNT[:1] + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages"),
+])
+def test_prefill_refusals_are_400(server, body, param):
+    """llama-server's refusals: two assistant messages at the end, both
+    continue_final_message and add_generation_prompt (its default) true, and
+    continuing a message with tool calls."""
+    for path in ("/v1/chat/completions", "/apply-template"):
+        r = requests.post(server.base + path, json=dict(body, max_tokens=2), headers=HDR)
+        assert r.status_code == 400, (path, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"], err
+
+
 def test_content_parts_and_roles(client):
     msgs = [{"role": "system", "content": [{"type": "text", "text": "sys"}]},
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},

@@ -259,3 +259,23 @@ def test_user_text_cannot_forge_control_tokens(client, smol):
     assert len(as_text) > len(as_control)
     diff = n_prompt("x " + forged) - n_prompt("x ")
     assert diff > len(as_control) and abs(diff - len(as_text)) <= 1   # 1: a BPE merge across "x " and "<"
+
+
+CONTINUE = json.loads((ROOT / "tests/golden/chat/continue.json").read_text())
+
+
+def test_assistant_prefill_is_continued(client, smol):
+    """Issue 19 item 1 on SmolLM2's own template: the prompt is transformers'
+    continue_final_message prompt rendered by jinja2
+    (tests/golden/chat/make_continue_goldens.py) and the reply goes on after
+    "1, 2, 3," instead of opening a new turn."""
+    case = next(c for c in CONTINUE["cases"]
+                if c["template"] == "SmolLM2-135M-Instruct" and c["conversation"] == "count_prefill")
+    msgs = CONTINUE["conversations"]["count_prefill"]["messages"]
+    p = requests.post(smol.base + "/apply-template", json={"messages": msgs}, headers=HDR).json()["prompt"]
+    assert p == case["prompt"] and p.endswith("<|im_start|>assistant\n1, 2, 3,")
+    n_prompt = len(requests.post(smol.base + "/tokenize", json={"content": case["prompt"], "add_special": True},
+                                 headers=HDR).json()["tokens"])
+    r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=12, temperature=0)
+    assert r.usage.prompt_tokens == n_prompt
+    assert r.choices[0].message.content.startswith(" 4, 5"), r.choices[0].message.content

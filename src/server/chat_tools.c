@@ -204,8 +204,10 @@ ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f,
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (!name) continue;
         if (rq->tool_choice == OAI_TOOL_CHOICE_NAMED && strcmp(name, rq->tool_name) != 0) continue;
+        /* a function declared without parameters takes none (OpenAI: arguments "{}") */
         json_t *params = json_object_get(fn, "parameters");
-        json_t *schema = json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+        json_t *schema = json_is_object(params) ? json_deep_copy(params)
+                         : json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
         if (!schema) { st = ember_error(EMBER_ERR_NOMEM, "tool schema"); break; }
         /* a call carries the declared arguments only (OpenAI's strict mode) */
         if (!json_object_get(schema, "additionalProperties") && json_object_get(schema, "properties"))
@@ -258,7 +260,8 @@ ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f,
         sb_str(&b, "call ::= ");
         sb_str(&b, calls.p);
         sb_str(&b, "\n");
-        bool many = rq->parallel_tool_calls && fr.sep;
+        /* a named function is called exactly once (OpenAI), whatever parallel_tool_calls says */
+        bool many = rq->tool_choice != OAI_TOOL_CHOICE_NAMED && rq->parallel_tool_calls && fr.sep;
         sb_str(&b, "root ::= ");
         if (*fr.open) { sb_literal(&b, fr.open); sb_str(&b, " "); }
         sb_str(&b, "call");

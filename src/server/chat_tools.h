@@ -35,7 +35,8 @@ ember_reasoning_syntax chat_tools_reasoning(const chat_tools *ct);
 /* GBNF text that forces `rq`'s tool_choice (required or named) in the call
  * syntax `f`, each as the format's chat template writes a call:
  *   Hermes/Qwen   <tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
- *                 (several separated by "\n" when parallel_tool_calls)
+ *                 (several separated by "\n" when parallel_tool_calls and
+ *                 tool_choice is "required"; a named function is called once)
  *   Llama 3       {"name": "N", "parameters": ARGS} (one call)
  *   Gemma 4       <|tool_call>call:N{key:<|"|>v<|"|>,...}<tool_call|> (back to back)
  *   Qwen3-Coder   <tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n...

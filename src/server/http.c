@@ -325,7 +325,8 @@ static void stream_parsed(stream *st, const oai_result *res, const char *delta, 
 {
     if (!st->first_sent) out_event(st, oai_chat_role_chunk(&st->rq, res));
     if (n_delta) ember_chat_parser_feed(st->parser, delta, n_delta);
-    if (fin) ember_chat_parser_finish(st->parser);
+    if (fin && res->finish == ENGINE_FINISH_LENGTH) ember_chat_parser_finish_cut(st->parser);
+    else if (fin) ember_chat_parser_finish(st->parser);
     bool lp_sent = tok_to <= tok_from || !st->rq.logprobs;   /* a chunk with neither delta nor logprobs is not sent */
     for (size_t i = 0; i < json_array_size(st->deltas); i++) {
         out_event(st, oai_chat_delta_chunk(&st->rq, res, json_incref(json_array_get(st->deltas, i)), NULL,
@@ -606,7 +607,9 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
                           .t_first_token = r->t_first_token, .t_end = r->t_end, .toks = r->toks, .n_toks = r->n_toks};
         if (use_parser) {
             pcfg.tools = rq.tools;
-            if (ember_chat_parse_whole(&pcfg, r->text, r->text_len, &res.message) != EMBER_OK) res.message = NULL;
+            if (ember_chat_parse_whole_cut(&pcfg, r->text, r->text_len, r->finish == ENGINE_FINISH_LENGTH,
+                                           &res.message) != EMBER_OK)
+                res.message = NULL;
         }
         ret = send_json(s, mc, 200, oai_result_json(kind, &rq, &res, piece_fn, s));
         json_decref(res.message);

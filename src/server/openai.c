@@ -244,7 +244,9 @@ static bool parse_continuation(json_t *body, oai_req *out, oai_error *err)
     json_t *msgs = out->messages;
     size_t n = json_array_size(msgs);
     bool cont = json_is_true(cfm);
-    if (!cfm && !strcmp(msg_role(msgs, n - 1), "assistant")) {
+    json_t *last = json_array_get(msgs, n - 1);
+    bool calls = json_array_size(json_object_get(last, "tool_calls")) > 0;
+    if (!cfm && !calls && !strcmp(msg_role(msgs, n - 1), "assistant")) {
         if (n >= 2 && !strcmp(msg_role(msgs, n - 2), "assistant"))
             return bad(err, "messages", "Cannot have 2 or more assistant messages at the end of the list.");
         cont = true;
@@ -254,8 +256,7 @@ static bool parse_continuation(json_t *body, oai_req *out, oai_error *err)
     if (out->add_generation_prompt)
         return bad(err, "continue_final_message",
                    "Cannot set both add_generation_prompt and continue_final_message to true.");
-    json_t *last = json_array_get(msgs, n - 1);
-    if (json_array_size(json_object_get(last, "tool_calls")) > 0)
+    if (calls)
         return bad(err, "messages", "Cannot continue an assistant message that contains tool calls.");
     json_t *c = json_object_get(last, "content");
     if (json_is_string(c) && json_string_length(c) == 0 && n >= 2) {

@@ -95,9 +95,11 @@ void oai_req_free(oai_req *r);
  * (tools/server/server-common.cpp, oaicompat_chat_params_parse): a final
  * assistant message with no continue_final_message given is continued (and
  * add_generation_prompt is off); two assistant messages at the end, both
- * flags true, or continuing a message with tool_calls are 400s. An empty
- * final assistant message is dropped and the assistant's turn opened
- * instead (what continuing it would mean). */
+ * flags true, or continue_final_message on a message with tool_calls are
+ * 400s. Unlike llama-server (which refuses it), a final assistant message
+ * with tool_calls and no continue_final_message is closed, not continued.
+ * An empty final assistant message is dropped and the assistant's turn
+ * opened instead (what continuing it would mean). */
 bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err);
 
 /* A JSON string of n bytes that may hold invalid UTF-8: each invalid byte

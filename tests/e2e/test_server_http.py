@@ -195,7 +195,8 @@ def test_generation_prompt_flags(server, client):
     ({"messages": COUNT, "continue_final_message": "yes", "add_generation_prompt": False}, "continue_final_message"),
     ({"messages": MSGS, "add_generation_prompt": 1}, "add_generation_prompt"),
     ({"messages": COUNT[:1] + [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages"),
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}],
+      "continue_final_message": True, "add_generation_prompt": False}, "messages"),
 ])
 def test_prefill_refusals_are_400(server, body, param):
     """llama-server's refusals: two assistant messages at the end, both

@@ -358,3 +358,52 @@ def test_parsed_stream_shape(think_srv, tools_srv, usage):
     check_stream_shape(ev)
     if usage:
         assert ev[-1]["choices"] == [] and ev[-1]["timings"]["predicted_n"] == ev[-1]["usage"]["completion_tokens"]
+
+
+# ---- issue 19 item 9: named tool_choice, cut calls, functions without parameters ----
+
+def test_named_tool_choice_is_one_call_even_with_parallel_tool_calls(client):
+    """OpenAI: tool_choice naming a function forces exactly one call of it;
+    parallel_tool_calls (default true) does not let it repeat."""
+    def run(i):
+        r = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                           temperature=1.0, seed=6000 + i, max_tokens=96)
+        return r.choices[0]
+    for ch in many(run, 8):
+        assert [c.function.name for c in ch.message.tool_calls] == ["get_weather"], ch.message
+        assert ch.finish_reason == "tool_calls"
+        check_schema(json.loads(ch.message.tool_calls[0].function.arguments), WEATHER)
+
+
+def test_function_without_parameters_takes_none(client):
+    """A function declared without "parameters" takes no arguments: forced,
+    its arguments are exactly {} (OpenAI's reading of a missing schema)."""
+    tools = [{"type": "function", "function": {"name": "get_time_now", "description": "The current time"}}]
+    for i in range(4):
+        for stream in (False, True):
+            kw = dict(model="m", messages=ASK, tools=tools, temperature=1.0, seed=7000 + i, max_tokens=48,
+                      tool_choice={"type": "function", "function": {"name": "get_time_now"}})
+            if stream:
+                _, calls, _ = reassemble(client.chat.completions.create(stream=True, **kw))
+                args = [c["arguments"] for c in calls]
+            else:
+                args = [c.function.arguments for c in client.chat.completions.create(**kw).choices[0].message.tool_calls]
+            assert len(args) == 1 and json.loads(args[0]) == {}, args
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_call_cut_by_max_tokens_leaks_no_markup(client, choice):
+    """A forced call cut by max_tokens is a (possibly partial) call or
+    nothing, never raw call markup in content, streamed or not; the finish
+    reason stays "length" (OpenAI)."""
+    for n in range(1, 19):
+        kw = dict(model="m", messages=ASK, tools=TOOLS, tool_choice=choice, temperature=0, max_tokens=n,
+                  parallel_tool_calls=False)
+        m = client.chat.completions.create(**kw).choices[0]
+        content, calls, finish = reassemble(client.chat.completions.create(stream=True, **kw))
+        for text in (m.message.content or "", content):
+            assert "<tool" not in text and "{" not in text and "name" not in text, (n, text)
+        assert m.finish_reason == finish == "length", (n, m.finish_reason, finish)
+        assert [(c["name"], c["arguments"]) for c in calls] == \
+            [(c.function.name, c.function.arguments) for c in m.message.tool_calls or []]

@@ -14,6 +14,34 @@
 
 #include "base/status.h"
 
+bool ember_chat_template_assumes_enable_thinking(const char *src)
+{
+    static const char name[] = "enable_thinking";
+    static const char *const guards[] = {"is defined", "is not defined", "is undefined", "default", "is true",
+                                         "is false"};
+    const size_t n = sizeof name - 1;
+    bool reads = false;
+    for (const char *p = src ? strstr(src, name) : NULL; p; p = strstr(p + n, name)) {
+        char before = p > src ? p[-1] : ' ', after = p[n];
+        bool ident = !(before == '.' || before == '_' || (before >= '0' && before <= '9') ||
+                       (before >= 'a' && before <= 'z') || (before >= 'A' && before <= 'Z')) &&
+                     !(after == '_' || (after >= '0' && after <= '9') || (after >= 'a' && after <= 'z') ||
+                       (after >= 'A' && after <= 'Z'));
+        if (!ident) continue;
+        const char *q = p + n;
+        while (*q == ' ' || *q == '\t') q++;
+        if (q[0] == '=' && q[1] != '=') continue;   /* set enable_thinking = ..., namespace(enable_thinking=...) */
+        reads = true;
+        if (*q == '|') {   /* enable_thinking | default(...) */
+            q++;
+            while (*q == ' ') q++;
+        }
+        for (size_t g = 0; g < sizeof guards / sizeof guards[0]; g++)
+            if (!strncmp(q, guards[g], strlen(guards[g]))) return false;
+    }
+    return reads;
+}
+
 static const char *const reserved[] = {"messages", "tools", "documents", "add_generation_prompt"};
 
 bool ember_chat_kwarg_reserved(const char *name)

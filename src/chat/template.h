@@ -44,6 +44,16 @@ typedef struct ember_chat_inputs {
  * EMBER_ERR_NOMEM. */
 ember_status ember_chat_build_context(const ember_chat_inputs *in, json_t **out);
 
+/* Whether a template reads the variable enable_thinking as if it were
+ * always given: it uses it (as a top-level name, not ns.enable_thinking)
+ * and never asks whether it is defined ("is defined", "is not defined",
+ * "is undefined", "| default(...)", "is true", "is false"). Such templates
+ * (DeepSeek R1 distills, QwQ, Command R7B as llama.cpp ships them) were
+ * written for llama-server, which always passes it (true when the template
+ * can think), so undefined would wrongly read as "off"; a template that
+ * asks has a default of its own (Qwen3: on, Gemma 4: off). */
+bool ember_chat_template_assumes_enable_thinking(const char *src);
+
 /* Whether chat_template_kwargs may not set `name` (messages, tools,
  * documents, add_generation_prompt: the variables the context itself sets). */
 bool ember_chat_kwarg_reserved(const char *name);

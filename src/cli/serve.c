@@ -52,6 +52,8 @@ static void usage(FILE *f)
             "                              between keep-alive requests (default 10)\n"
             "  -to, --timeout S            seconds a connection may idle once its request is in, e.g. a client\n"
             "                              not reading its answer (default 600)\n"
+            "  -rea, --reasoning M         thinking: 'auto' (default: per request, else the template's own default;\n"
+            "                              templates written for llama-server get enable_thinking=true), 'on', 'off'\n"
             "      --reasoning-budget N    close a thinking block after N tokens (-1: unlimited, default)\n"
             "      --reasoning-format F    'auto' (default): thoughts in reasoning_content; 'none': raw in content\n");
     fputs(serve_spec_usage, f);
@@ -141,6 +143,19 @@ int cmd_serve(int argc, char **argv)
             if (!int_arg(a, TAKE(), -1, INT32_MAX, &x)) return 2;
             sc.has_reasoning_budget = true;
             sc.reasoning_budget = (int32_t)x;
+        } else if (!strcmp(a, "-rea") || !strcmp(a, "--reasoning")) {
+            if (!v) goto missing;
+            const char *m = TAKE();   /* llama-server's spellings (common/arg.cpp is_truthy / is_falsey / is_autoy) */
+            if (!strcmp(m, "on") || !strcmp(m, "enabled") || !strcmp(m, "true") || !strcmp(m, "1"))
+                sc.reasoning = SERVER_REASONING_ON;
+            else if (!strcmp(m, "off") || !strcmp(m, "disabled") || !strcmp(m, "false") || !strcmp(m, "0"))
+                sc.reasoning = SERVER_REASONING_OFF;
+            else if (!strcmp(m, "auto") || !strcmp(m, "-1"))
+                sc.reasoning = SERVER_REASONING_AUTO;
+            else {
+                fprintf(stderr, "ember serve: --reasoning must be 'on', 'off' or 'auto', got '%s'\n", m);
+                return 2;
+            }
         } else if (!strcmp(a, "--reasoning-format")) {
             if (!v) goto missing;
             const char *f = TAKE();

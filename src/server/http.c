@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 
 #include "base/status.h"
+#include "chat/template.h"
 #include "server/chat_tools.h"
 #include "server/metrics.h"
 #include "server/openai.h"
@@ -47,6 +48,8 @@ struct server {
     atomic_uint_fast64_t n_http, n_http_errors, next_id;
     atomic_int n_active;      /* completions in flight (streams until their last byte) */
     chat_tools *ct;           /* grammars, tool calls, thinking */
+    int thinking_default;     /* enable_thinking when neither the request nor --chat-template-kwargs sets it:
+                                 -1 none (the template's own default), 0 false, 1 true (--reasoning) */
 };
 
 typedef struct conn {
@@ -185,10 +188,12 @@ static int32_t piece_fn(void *ud, ember_token t, char *buf, int32_t cap)
     return s->text.token_piece(s->text.ud, t, buf, cap);
 }
 
-/* --chat-template-kwargs merged with the request's own (new reference). */
+/* --chat-template-kwargs merged with the request's own (new reference), over
+ * the --reasoning default of enable_thinking. */
 static json_t *template_kwargs(const server *s, const oai_req *rq)
 {
     json_t *kw = json_object();
+    if (s->thinking_default >= 0) json_object_set_new(kw, "enable_thinking", json_boolean(s->thinking_default));
     if (s->cfg.template_kwargs) json_object_update(kw, s->cfg.template_kwargs);
     if (rq->template_kwargs) json_object_update(kw, rq->template_kwargs);
     return kw;
@@ -1030,6 +1035,9 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
     s->created = (int64_t)time(NULL);
     ember_status cst = chat_tools_new(&s->text, &s->cfg, &s->ct);
     if (cst != EMBER_OK) { free(s); return cst; }
+    s->thinking_default = s->cfg.reasoning == SERVER_REASONING_ON    ? 1
+                          : s->cfg.reasoning == SERVER_REASONING_OFF ? 0
+                          : ember_chat_template_assumes_enable_thinking(s->text.chat_template) ? 1 : -1;
 
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     struct sockaddr_in6 addr6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)cfg->port)};

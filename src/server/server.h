@@ -51,6 +51,15 @@ typedef struct server_text {
     const char *chat_template;       /* source, for /props (may be NULL) */
 } server_text;
 
+/* --reasoning (llama-server's -rea): whether templates are asked to think.
+ * AUTO: thinking per request (chat_template_kwargs.enable_thinking,
+ * reasoning_effort "none"), else the template's own default; a template that
+ * reads enable_thinking as if always given gets true, as llama-server gives
+ * it (chat/template.h ember_chat_template_assumes_enable_thinking). ON / OFF:
+ * enable_thinking true / false unless the request or --chat-template-kwargs
+ * says otherwise. */
+typedef enum server_reasoning { SERVER_REASONING_AUTO = 0, SERVER_REASONING_ON, SERVER_REASONING_OFF } server_reasoning;
+
 typedef struct server_config {
     const char *host;                /* --host, default 127.0.0.1 */
     int port;                        /* --port, default 8080; 0 picks a free port */
@@ -71,6 +80,7 @@ typedef struct server_config {
     bool has_reasoning_budget;       /* --reasoning-budget given */
     int32_t reasoning_budget;        /* --reasoning-budget: thought tokens before it is closed; < 0 unlimited */
     bool reasoning_format_none;      /* --reasoning-format none: thoughts stay raw in content */
+    server_reasoning reasoning;      /* --reasoning auto (default) | on | off */
     /* memory facts for /metrics and /props */
     uint64_t kv_bytes, kv_pool_tokens, weight_bytes;
 } server_config;

@@ -12,6 +12,7 @@ named and response_format must hold by grammar in every seeded run, and a
 forced <think> output (a request grammar) must be split into reasoning_content.
 """
 import concurrent.futures as cf
+import subprocess
 import json
 import os
 import pathlib
@@ -407,3 +408,62 @@ def test_call_cut_by_max_tokens_leaks_no_markup(client, choice):
         assert m.finish_reason == finish == "length", (n, m.finish_reason, finish)
         assert [(c["name"], c["arguments"]) for c in calls] == \
             [(c.function.name, c.function.arguments) for c in m.message.tool_calls or []]
+
+
+# ---- issue 19 item 2: thinking defaults and --reasoning auto|on|off ----
+
+THINKING = json.loads((ROOT / "tests/golden/chat/thinking.json").read_text())
+R1_QWEN = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"
+QWQ = "Qwen-QwQ-32B"
+CMD_R7B = "CohereForAI-c4ai-command-r7b-12-2024-tool_use"
+QWEN3 = "Qwen-Qwen3-0.6B"
+GEMMA4 = "google-gemma-4-31B-it"
+
+
+@pytest.mark.parametrize("template,mode,default", [
+    # auto: templates that read enable_thinking as always given (written for
+    # llama-server, which passes true) think, as with llama-server ...
+    (R1_QWEN, None, "true"), (QWQ, None, "true"), (CMD_R7B, None, "true"),
+    # ... and templates with a default of their own keep it (transformers')
+    (QWEN3, None, "undefined"), ("Qwen3.5-4B", None, "undefined"), (GEMMA4, None, "undefined"),
+    ("deepseek-ai-DeepSeek-V3.1", None, "undefined"),
+    # --reasoning on / off: enable_thinking true / false, as llama-server's -rea
+    (R1_QWEN, "on", "true"), (R1_QWEN, "off", "false"), (QWEN3, "off", "false"), (GEMMA4, "on", "true"),
+    (QWQ, "auto", "true"),
+])
+def test_thinking_defaults(ember_bin, smollm2_path, template, mode, default):
+    """Prompts from jinja2 (tests/golden/chat/make_thinking_goldens.py) for
+    enable_thinking undefined / true / false; the request's own choice
+    (chat_template_kwargs, reasoning_effort "none") always wins."""
+    want = THINKING["prompts"][template]
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "2048", "-np", "1", "-t", "1", "--port", str(port),
+                "--chat-template-file", str(TEMPLATES / (template + ".jinja"))] +
+               (["--reasoning", mode] if mode else []), port)
+    try:
+        def prompt(**kw):
+            r = requests.post(s.base + "/apply-template", json={"messages": THINKING["messages"], **kw}, timeout=30)
+            assert r.status_code == 200, r.text
+            return r.json()["prompt"]
+        assert prompt() == want[default]
+        assert prompt(chat_template_kwargs={"enable_thinking": True}) == want["true"]
+        assert prompt(chat_template_kwargs={"enable_thinking": False}) == want["false"]
+        # the completion renders the same way (prompt tokens of the expected text)
+        n = len(requests.post(s.base + "/tokenize", json={"content": want[default], "add_special": True},
+                              timeout=30).json()["tokens"])
+        r = requests.post(s.base + "/v1/chat/completions", timeout=CLIENT_TIMEOUT,
+                          json={"messages": THINKING["messages"], "max_tokens": 1})
+        assert r.json()["usage"]["prompt_tokens"] in (n, n - 1), (r.json()["usage"], n)   # n - 1: one BOS kept
+        r = requests.post(s.base + "/v1/chat/completions", timeout=CLIENT_TIMEOUT,
+                          json={"messages": THINKING["messages"], "max_tokens": 1, "reasoning_effort": "none"})
+        n_off = len(requests.post(s.base + "/tokenize", json={"content": want["false"], "add_special": True},
+                                  timeout=30).json()["tokens"])
+        assert r.json()["usage"]["prompt_tokens"] in (n_off, n_off - 1)
+    finally:
+        assert s.stop() == 0
+
+
+def test_reasoning_flag_values(ember_bin, smollm2_path):
+    r = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "--reasoning", "sometimes"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--reasoning" in r.stderr

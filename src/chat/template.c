@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 
@@ -163,6 +164,17 @@ ember_status ember_chat_render(const ember_jinja_template *t, const ember_chat_i
             }
         }
     }
+    /* llama.cpp's extra context (common/chat.cpp, common_chat_extra_context):
+     * today as "%d %b %Y" (date_string, read by the Llama 3.x templates) and
+     * "%b %d %Y" (datetime), at the clock strftime_now uses; kwargs win */
+    time_t now = o.use_fixed_now ? (time_t)o.fixed_now : time(NULL);
+    struct tm tmv;
+    bool have = o.use_fixed_now ? gmtime_r(&now, &tmv) != NULL : localtime_r(&now, &tmv) != NULL;
+    char day[64];
+    if (have && !json_object_get(ctx, "date_string") && strftime(day, sizeof day, "%d %b %Y", &tmv))
+        json_object_set_new(ctx, "date_string", json_string(day));
+    if (have && !json_object_get(ctx, "datetime") && strftime(day, sizeof day, "%b %d %Y", &tmv))
+        json_object_set_new(ctx, "datetime", json_string(day));
     size_t len = 0;
     st = ember_jinja_render(t, ctx, &o, out, &len, err);
     json_decref(ctx);

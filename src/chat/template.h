@@ -4,7 +4,9 @@
  *
  * Owns: building the template context — messages, tools (None when absent),
  * documents (None), add_generation_prompt, the special tokens, and the
- * request's chat_template_kwargs (e.g. enable_thinking) — and rendering it
+ * request's chat_template_kwargs (e.g. enable_thinking); ember_chat_render
+ * adds llama.cpp's date_string ("%d %b %Y") and datetime ("%b %d %Y") of
+ * today unless the kwargs set them — and rendering it
  * with the Jinja interpreter (src/chat/jinja/jinja.h).
  * Source of the contract: transformers/utils/chat_template_utils.py,
  * render_jinja_template(): template.render(messages=..., tools=...,

@@ -9,6 +9,9 @@ out in `transformers_cut` below). vLLM's continue_final_message is that call;
 llama-server continues a final assistant message the same way for templates
 that keep the message's text verbatim.
 
+The context also holds llama.cpp's date_string / datetime (see DATES), as
+ember's does, so the Llama 3.x templates' "Today Date:" line is checked too.
+
 Writes tests/golden/chat/continue.json: one case per template x conversation,
 with the prompt, or the error transformers (or the template) raised.
 tests/unit/chat/test_chat_continue.c renders the same with
@@ -20,6 +23,7 @@ import glob
 import json
 import os
 import sys
+from datetime import datetime, timezone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -48,6 +52,13 @@ CONVERSATIONS = {
 }
 
 
+# llama.cpp's extra render context (common/chat.cpp, common_chat_extra_context):
+# today as "%d %b %Y" and "%b %d %Y"; ember passes the same (chat/template.c),
+# here at the pinned instant (UTC), so the Llama 3.x templates show the date.
+_NOW = datetime.fromtimestamp(mg.FIXED_NOW, timezone.utc)
+DATES = {"date_string": _NOW.strftime("%d %b %Y"), "datetime": _NOW.strftime("%b %d %Y")}
+
+
 def transformers_cut(rendered, final_message):
     """transformers' continue_final_message cut, as in
     chat_template_utils.render_jinja_template."""
@@ -61,7 +72,7 @@ def transformers_cut(rendered, final_message):
 
 
 def main():
-    env = mg.make_env()
+    env = mg.make_env(lenient=True)   # jinja2, plus ember's one named difference (string + undefined/None)
     names = sorted(os.path.basename(p)[:-len(".jinja")] for p in glob.glob(os.path.join(TEMPLATES, "*.jinja")))
     cases = []
     for name in names:
@@ -75,7 +86,7 @@ def main():
         bos, eos = mg.special_tokens(name)
         for conv_name, conv in CONVERSATIONS.items():
             ctx = {"messages": conv["messages"], "tools": None, "documents": None, "add_generation_prompt": False,
-                   "bos_token": bos, "eos_token": eos}
+                   "bos_token": bos, "eos_token": eos, **DATES}
             ctx.update(conv.get("kwargs", {}))
             ctx = json.loads(json.dumps(ctx))
             case = {"template": name, "conversation": conv_name}

@@ -19,8 +19,10 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,11 @@ struct server {
     chat_tools *ct;           /* grammars, tool calls, thinking */
     int thinking_default;     /* enable_thinking when neither the request nor --chat-template-kwargs sets it:
                                  -1 none (the template's own default), 0 false, 1 true (--reasoning) */
+    /* parse/render memory of the requests being parsed and rendered, in all
+     * (mem_enter): bytes reserved, and the cap */
+    pthread_mutex_t mem_mu;
+    pthread_cond_t mem_cv;
+    size_t mem_used, mem_cap;
 };
 
 typedef struct conn {
@@ -149,6 +156,70 @@ static bool client_gone(int fd)
     if (fd < 0) return false;
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* ---------- parse/render memory ---------- */
+
+/* A request's JSON body is parsed, normalized and rendered on its HTTP
+ * thread. Pathological bodies (half a million empty messages in 15 MiB)
+ * need ~16 bytes of jansson objects per body byte, and eight of them at once
+ * would need gigabytes. So each request reserves MEM_PER_BODY_BYTE x its
+ * body + MEM_BASE from a server-wide cap (MEM_CAP_DEFAULT, stated in
+ * docs/security.md) before it parses, waiting while others hold it (one
+ * request may always go alone), and gives it back once its prompt is
+ * tokenized. jansson's allocations on the thread meanwhile are counted
+ * (mem_malloc) and fail past the reservation, which the request answers
+ * with 413: the bound holds whatever the body's shape. */
+#define MEM_PER_BODY_BYTE 32
+#define MEM_BASE ((size_t)1 << 20)
+#define MEM_CAP_DEFAULT ((size_t)512 << 20)
+#define MEM_TRIM_ABOVE ((size_t)32 << 20)
+
+static _Thread_local struct { size_t limit, used; bool over; } tl_mem;   /* limit 0: not counting */
+
+static void *mem_malloc(size_t n)
+{
+    if (tl_mem.limit) {
+        if (tl_mem.used + n > tl_mem.limit) { tl_mem.over = true; return NULL; }
+        tl_mem.used += n;
+    }
+    return malloc(n);
+}
+
+static size_t mem_enter(server *s, size_t body_len)
+{
+    size_t want = body_len > (s->mem_cap - MEM_BASE) / MEM_PER_BODY_BYTE ? s->mem_cap
+                                                                          : body_len * MEM_PER_BODY_BYTE + MEM_BASE;
+    pthread_mutex_lock(&s->mem_mu);
+    while (s->mem_used && s->mem_used + want > s->mem_cap) pthread_cond_wait(&s->mem_cv, &s->mem_mu);
+    s->mem_used += want;
+    pthread_mutex_unlock(&s->mem_mu);
+    tl_mem.limit = want;
+    tl_mem.used = 0;
+    tl_mem.over = false;
+    return want;
+}
+
+static void mem_leave(server *s, size_t held)
+{
+    tl_mem.limit = 0;
+    /* each connection thread mallocs from its own glibc arena, which keeps
+     * freed pages: give a big request's back to the system, else the cap
+     * bounds what is live but not what stays resident */
+    if (held >= MEM_TRIM_ABOVE) malloc_trim(0);
+    pthread_mutex_lock(&s->mem_mu);
+    s->mem_used -= held;
+    pthread_cond_broadcast(&s->mem_cv);
+    pthread_mutex_unlock(&s->mem_mu);
+}
+
+/* The answer when a request ran past its reservation (tl_mem.over). */
+static void mem_exceeded(const server *s, size_t held, oai_error *err)
+{
+    oai_error_set(err, 413, "invalid_request_error", NULL, "request_too_large",
+                  "The request needs more than %zu MiB to parse and render (at most %d bytes per body byte; "
+                  "the server holds %zu MiB for all requests being parsed): send fewer or larger values.",
+                  held >> 20, MEM_PER_BODY_BYTE, s->mem_cap >> 20);
 }
 
 /* ---------- helpers ---------- */
@@ -487,27 +558,35 @@ static bool prepare_structured(server *s, const oai_req *rq, const ember_token *
     return true;
 }
 
+/* Body -> validated request -> prompt tokens. False with *err. */
+static bool completion_prompt(server *s, conn *c, oai_kind kind, oai_req *rq, ember_token **toks, int32_t *n_toks,
+                              oai_error *err)
+{
+    memset(rq, 0, sizeof *rq);
+    json_t *body = parse_body(c, err);
+    if (!body) return false;
+    bool ok = oai_parse(body, kind, s->text.n_vocab, rq, err);
+    json_decref(body);
+    if (!ok) return false;
+    if (kind == OAI_CHAT) return chat_prompt_tokens(s, rq, toks, n_toks, err);
+    if (rq->prompt) return tokenize_prompt(s, rq->prompt, toks, n_toks, err);
+    *toks = rq->prompt_tokens;
+    *n_toks = rq->n_prompt_tokens;
+    rq->prompt_tokens = NULL;
+    return true;
+}
+
 static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, conn *c, oai_kind kind)
 {
     oai_error err;
-    json_t *body = parse_body(c, &err);
-    if (!body) return send_error(s, mc, &err);
     oai_req rq;
-    bool ok = oai_parse(body, kind, s->text.n_vocab, &rq, &err);
-    json_decref(body);
-    if (!ok) { oai_req_free(&rq); return send_error(s, mc, &err); }
-
     ember_token *toks = NULL;
     int32_t n_toks = 0;
-    if (kind == OAI_CHAT) {
-        ok = chat_prompt_tokens(s, &rq, &toks, &n_toks, &err);
-    } else if (rq.prompt) {
-        ok = tokenize_prompt(s, rq.prompt, &toks, &n_toks, &err);
-    } else {
-        toks = rq.prompt_tokens;
-        n_toks = rq.n_prompt_tokens;
-        rq.prompt_tokens = NULL;
-    }
+    size_t held = mem_enter(s, c->len);
+    bool ok = completion_prompt(s, c, kind, &rq, &toks, &n_toks, &err);
+    if (tl_mem.over) mem_exceeded(s, held, &err);
+    ok = ok && !tl_mem.over;
+    mem_leave(s, held);
     if (!ok) { free(toks); oai_req_free(&rq); return send_error(s, mc, &err); }
 
     engine_req_params ep = {.prompt = toks, .n_prompt = n_toks, .n_predict = rq.max_tokens, .sampling = rq.sampling,
@@ -718,14 +797,17 @@ static enum MHD_Result handle_detokenize(server *s, struct MHD_Connection *mc, c
 static enum MHD_Result handle_apply_template(server *s, struct MHD_Connection *mc, conn *c)
 {
     oai_error err;
-    json_t *body = parse_body(c, &err);
-    if (!body) return send_error(s, mc, &err);
     oai_req rq = {0};
     char *prompt = NULL;
-    bool ok = oai_parse_messages(body, &rq, &err) && render_chat(s, &rq, &prompt, &err);
+    size_t held = mem_enter(s, c->len);
+    json_t *body = parse_body(c, &err);
+    bool ok = body && oai_parse_messages(body, &rq, &err) && render_chat(s, &rq, &prompt, &err);
     json_decref(body);
     oai_req_free(&rq);
-    if (!ok) return send_error(s, mc, &err);
+    if (tl_mem.over) mem_exceeded(s, held, &err);
+    ok = ok && !tl_mem.over;
+    mem_leave(s, held);
+    if (!ok) { free(prompt); return send_error(s, mc, &err); }
     enum MHD_Result ret = send_json(s, mc, 200, json_pack("{s:o}", "prompt", oai_json_string(prompt, strlen(prompt))));
     free(prompt);
     return ret;
@@ -1035,6 +1117,10 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
     s->created = (int64_t)time(NULL);
     ember_status cst = chat_tools_new(&s->text, &s->cfg, &s->ct);
     if (cst != EMBER_OK) { free(s); return cst; }
+    s->mem_cap = MEM_CAP_DEFAULT;
+    pthread_mutex_init(&s->mem_mu, NULL);
+    pthread_cond_init(&s->mem_cv, NULL);
+    json_set_alloc_funcs(mem_malloc, free);   /* process-wide; counts only inside mem_enter/mem_leave */
     s->thinking_default = s->cfg.reasoning == SERVER_REASONING_ON    ? 1
                           : s->cfg.reasoning == SERVER_REASONING_OFF ? 0
                           : ember_chat_template_assumes_enable_thinking(s->text.chat_template) ? 1 : -1;
@@ -1096,5 +1182,7 @@ void server_stop(server *s)
     }
     if (s->d) MHD_stop_daemon(s->d);
     chat_tools_free(s->ct);
+    pthread_mutex_destroy(&s->mem_mu);
+    pthread_cond_destroy(&s->mem_cv);
     free(s);
 }

@@ -275,6 +275,10 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
     if (!json_is_array(msgs)) return bad(err, "messages", "Invalid type for 'messages': expected an array.");
     if (json_array_size(msgs) == 0)
         return bad(err, "messages", "Invalid 'messages': empty array. Expected an array with minimum length 1.");
+    if (json_array_size(msgs) > OAI_MAX_MESSAGES)
+        return bad(err, "messages",
+                   "Invalid 'messages': array too long. Expected an array with maximum length %d, but got an array "
+                   "with length %zu instead.", OAI_MAX_MESSAGES, json_array_size(msgs));
     json_t *copy = json_deep_copy(msgs);
     if (!copy) return bad(err, "messages", "out of memory");
     out->messages = copy;

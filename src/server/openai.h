@@ -85,6 +85,10 @@ json_t *oai_error_json(const oai_error *err);
  * tool schema comes near 64. Deeper is a 400 naming the field. */
 #define OAI_MAX_NESTING 64
 
+/* Most messages in one chat request (a longer array is a 400 naming
+ * messages, before it is copied or rendered). */
+#define OAI_MAX_MESSAGES 4096
+
 /* Parse a request body (already a JSON value) for `kind`. n_vocab bounds
  * logit_bias keys and prompt token ids. Returns false with *err filled (400)
  * when a field is missing, of the wrong type or out of range. */

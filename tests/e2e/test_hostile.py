@@ -455,3 +455,70 @@ def test_binds_loopback_by_default(ember_bin, smollm2_path):
         assert addrs == [f"0100007F:{port:04X}"], addrs   # 127.0.0.1, little-endian hex
     finally:
         assert s.stop() == 0
+
+
+def test_parse_memory_is_bounded_across_connections(ember_bin, smollm2_path):
+    """Eight 15 MiB bodies of ~540,000 empty messages at once (each needs
+    ~230 MiB of parsed JSON): the server parses them within its stated
+    512 MiB parse/render budget (docs/security.md), so resident memory rises
+    by at most that plus the eight bodies themselves (+ slack), each gets a
+    400 naming messages (over OAI_MAX_MESSAGES), and a small request is
+    served meanwhile."""
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "2", "-t", "1", "--port", str(port)], port)
+    try:
+        base = rss_kib(s.proc.pid)
+        body = ('{"max_tokens":1,"messages":[' + ",".join(['{"role":"user","content":""}'] * 540000) + "]}").encode()
+        assert len(body) < 16 << 20
+        peak = [0]
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                for line in pathlib.Path(f"/proc/{s.proc.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak[0] = int(line.split()[1])
+                time.sleep(0.05)
+
+        def big(_):
+            return requests.post(s.base + "/v1/chat/completions", data=body, timeout=600,
+                                 headers={"Content-Type": "application/json"})
+
+        w = threading.Thread(target=watch, daemon=True)
+        w.start()
+        import concurrent.futures as cf
+        with cf.ThreadPoolExecutor(8) as ex:
+            futs = [ex.submit(big, i) for i in range(8)]
+            time.sleep(0.5)
+            t0 = time.time()
+            small = requests.post(s.base + "/v1/chat/completions", timeout=60,
+                                  json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            small_s = time.time() - t0
+            answers = [f.result() for f in futs]
+        done.set()
+        w.join(5)
+        assert small.status_code == 200 and small_s < 10, (small.status_code, small_s)
+        for r in answers:
+            assert_oai_error(r, 400, param="messages")
+        bound_mib = 512 + 8 * 16 + 96   # the budget, eight body buffers, slack
+        rise = (peak[0] - base) >> 10
+        print(f"RSS rise {rise} MiB (bound {bound_mib} MiB), small request {small_s:.2f} s")
+        if os.environ.get("EMBER_SANITIZED") != "1":   # ASan's allocator keeps freed memory in quarantine
+            assert rise < bound_mib, rise
+    finally:
+        assert s.stop() == 0
+
+
+def test_body_too_costly_to_parse_is_413(smol, background):
+    """Empty objects cost jansson ~200 bytes per 3 body bytes: a body past
+    the per-request parse reservation (32 bytes per body byte + 1 MiB) is
+    refused with 413 request_too_large, not parsed into unbounded memory;
+    the same shape, small, is fine."""
+    def body(n):
+        return '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"x":[' + ",".join(["{}"] * n) + "]}"
+    assert_oai_error(post(smol, "/v1/chat/completions", data=body(300000)), 413, code="request_too_large")
+    assert_oai_error(post(smol, "/apply-template", data=body(300000)), 413, code="request_too_large")
+    assert post(smol, "/v1/chat/completions", data=body(1000)).status_code == 200
+    e = assert_oai_error(post(smol, "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "x"}] * 4097, "max_tokens": 1}), 400, param="messages")
+    assert "4096" in e["message"]

@@ -853,6 +853,11 @@ static enum MHD_Result handle_props(server *s, struct MHD_Connection *mc)
                                                 : json_string(""),
                           "modalities", "vision", 0, "audio", 0, "kv_pool_tokens", (json_int_t)s->cfg.kv_pool_tokens,
                           "kv_bytes", (json_int_t)s->cfg.kv_bytes);
+    /* llama-server's numbers: n_ctx the KV cache in all (-c), n_ctx_slot the most one slot
+     * holds (also default_generation_settings.n_ctx, as llama-server reports it) */
+    json_object_set_new(j, "n_ctx", json_integer(s->cfg.kv_pool_tokens ? (json_int_t)s->cfg.kv_pool_tokens
+                                                                        : (json_int_t)st.n_ctx * st.n_slots));
+    json_object_set_new(j, "n_ctx_slot", json_integer(st.n_ctx));
     return send_json(s, mc, 200, j);
 }
 

@@ -43,7 +43,8 @@ def proc_status(pid, key):
 
 def start(ember_bin, model, *extra, np="2"):
     port = free_port()
-    return Server([ember_bin, "serve", "-m", model, "-c", "256", "-np", np, "-t", "1", "--port", str(port),
+    return Server([ember_bin, "serve", "-m", model, "-c", str(256 * int(np)), "--kv-unified-per-slot", "256", "-np", np,
+                   "-t", "1", "--port", str(port),
                    *extra], port)
 
 

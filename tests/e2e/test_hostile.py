@@ -83,7 +83,8 @@ def sse_text(resp):
 @pytest.fixture(scope="module")
 def smol(ember_bin, smollm2_path):
     port = free_port()
-    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(N_CTX), "-np", "4", "-t", "2", "--port", str(port),
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(4 * N_CTX), "--kv-unified-per-slot", str(N_CTX),
+                "-np", "4", "-t", "2", "--port", str(port),
                 "--api-key", KEY], port)
     yield s
     assert s.stop() == 0

@@ -31,7 +31,8 @@ N_CTX = 512
 @pytest.fixture(scope="module")
 def smol(ember_bin, smollm2_path):
     port = free_port()
-    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(N_CTX), "-np", "8", "-t", "2", "--port", str(port),
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(8 * N_CTX), "--kv-unified-per-slot", str(N_CTX),
+                "-np", "8", "-t", "2", "--port", str(port),
                 "--api-key", KEY, "--metrics", "--alias", "smol"], port)
     yield s
     assert s.stop() == 0          # SIGTERM: clean exit
@@ -175,7 +176,8 @@ def test_completions_endpoint(client):
 
 def test_gemma3_matches_llama_server_and_sigterm(ember_bin, gemma3_path):
     port = free_port()
-    s = Server([ember_bin, "serve", "-m", gemma3_path, "-c", "256", "-np", "2", "-t", "2", "--port", str(port)], port)
+    s = Server([ember_bin, "serve", "-m", gemma3_path, "-c", "512", "--kv-unified-per-slot", "256", "-np", "2", "-t", "2",
+                "--port", str(port)], port)
     try:
         c = openai.OpenAI(base_url=s.base + "/v1", api_key="x", max_retries=0, timeout=120)
         for case in GOLDEN["models"]["gemma3"]:
@@ -279,3 +281,43 @@ def test_assistant_prefill_is_continued(client, smol):
     r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=12, temperature=0)
     assert r.usage.prompt_tokens == n_prompt
     assert r.choices[0].message.content.startswith(" 4, 5"), r.choices[0].message.content
+
+
+def test_ctx_size_is_the_kv_cache_in_all(ember_bin, smollm2_path):
+    """Issue 19 item 8: -c is the total KV cache, as llama-server's (its
+    unified cache; tools/server/server-context.cpp n_ctx_slot()): -np 4 -c 512
+    reserves 512 tokens in all, not 4 x 512; one slot may hold up to all of
+    it (capped by n_ctx_train and --kv-unified-per-slot); /props and the
+    start-up line say n_ctx and n_ctx_slot."""
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "512", "-np", "4", "-t", "2", "--port", str(port),
+                "--metrics"], port)
+    try:
+        props = requests.get(s.base + "/props", timeout=10).json()
+        assert props["n_ctx"] == 512 and props["n_ctx_slot"] == 512 and props["total_slots"] == 4
+        assert props["default_generation_settings"]["n_ctx"] == 512      # llama-server reports the slot's
+        text = requests.get(s.base + "/metrics", timeout=10).text
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        assert fams["ember_kv_cache_tokens"].samples[0].value == 512
+        # one request may use most of the pool: a ~400-token prompt fits a slot
+        long = "one two three four five six seven eight nine ten " * 36
+        n = len(requests.post(s.base + "/tokenize", json={"content": long, "add_special": True},
+                              timeout=10).json()["tokens"])
+        assert 300 < n < 500
+        r = requests.post(s.base + "/v1/completions", json={"prompt": long, "max_tokens": 4}, timeout=120)
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
+    log = open(s.log.name).read() if hasattr(s.log, "name") and s.log.name != "/dev/null" else ""
+    if log:
+        assert "n_ctx 512" in log and "n_ctx_slot 512" in log
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "1024", "-np", "2", "--kv-unified-per-slot", "128",
+                "-t", "2", "--port", str(port)], port)
+    try:
+        props = requests.get(s.base + "/props", timeout=10).json()
+        assert props["n_ctx"] == 1024 and props["n_ctx_slot"] == 128
+        r = requests.post(s.base + "/v1/completions", json={"prompt": [42] * 200, "max_tokens": 2}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["n_ctx"] == 128, r.text
+    finally:
+        assert s.stop() == 0

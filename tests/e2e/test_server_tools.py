@@ -85,7 +85,8 @@ def test_check_schema_can_fail():
 
 def start(ember_bin, model, template, *extra):
     port = free_port()
-    return Server([ember_bin, "serve", "-m", model, "-c", "1024", "-np", "4", "-t", "2", "--port", str(port),
+    return Server([ember_bin, "serve", "-m", model, "-c", "4096", "--kv-unified-per-slot", "1024", "-np", "4", "-t", "2",
+                   "--port", str(port),
                    "--chat-template-file", str(TEMPLATES / template), *extra], port)
 
 

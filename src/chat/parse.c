@@ -58,7 +58,7 @@ struct ember_chat_parser {
 /* ---------------------------------------------------------------- names */
 
 static const char *const tool_names[EMBER_TOOL_FORMAT_COUNT] = {
-    "none", "hermes", "qwen3_coder", "gemma4", "llama3", "mistral"};
+    "none", "hermes", "qwen3_coder", "gemma4", "llama3", "mistral", "generic"};
 static const char *const reasoning_names[EMBER_REASONING_COUNT] = {"none", "think", "gemma4", "mistral"};
 
 const char *ember_tool_format_name(ember_tool_format f)
@@ -93,6 +93,7 @@ static const fmt_ops *format_ops(ember_tool_format f)
     case EMBER_TOOL_FORMAT_GEMMA4: return &fmt_gemma4;
     case EMBER_TOOL_FORMAT_LLAMA3: return &fmt_llama3;
     case EMBER_TOOL_FORMAT_MISTRAL: return &fmt_mistral;
+    case EMBER_TOOL_FORMAT_GENERIC: return &fmt_generic;
     default: return NULL;
     }
 }

@@ -69,6 +69,8 @@ typedef enum ember_tool_format {
     EMBER_TOOL_FORMAT_GEMMA4,     /* <|tool_call>call:N{k:<|"|>v<|"|>,n:1}<tool_call|> */
     EMBER_TOOL_FORMAT_LLAMA3,     /* {"name":..,"parameters":{..}} as the whole reply, optionally after <|python_tag|> */
     EMBER_TOOL_FORMAT_MISTRAL,    /* [TOOL_CALLS][{..},..] or [TOOL_CALLS]N[CALL_ID]id[ARGS]{..} */
+    EMBER_TOOL_FORMAT_GENERIC,    /* {"tool_calls":[{"name":..,"arguments":{..}},..]} as the whole reply: ember's own,
+                                     for templates with none (never detected; the server picks it) */
     EMBER_TOOL_FORMAT_COUNT
 } ember_tool_format;
 
@@ -83,7 +85,7 @@ typedef enum ember_reasoning_syntax {
 } ember_reasoning_syntax;
 
 /* Lower-case names ("hermes", "qwen3_coder", "gemma4", "llama3", "mistral",
- * "none"; "think", "gemma4", "mistral", "none"). Never NULL. */
+ * "generic", "none"; "think", "gemma4", "mistral", "none"). Never NULL. */
 const char *ember_tool_format_name(ember_tool_format f);
 const char *ember_reasoning_syntax_name(ember_reasoning_syntax r);
 /* Inverse of the above; false if the name is unknown (*out untouched). */

@@ -527,7 +527,8 @@ static bool prepare_structured(server *s, const oai_req *rq, const ember_token *
     bool open = false;
     int32_t budget = -1;
     if (rq->kind == OAI_CHAT) {
-        ember_tool_format tf = chat_tools_tool_format(s->ct);
+        ember_tool_format tf = chat_tools_uses_generic(s->ct, rq) ? EMBER_TOOL_FORMAT_GENERIC
+                                                                  : chat_tools_tool_format(s->ct);
         ember_reasoning_syntax rs = chat_tools_reasoning(s->ct);
         const char *param = "tool_choice";
         ember_status st = chat_tools_choice_gbnf_tmpl(rq, tf, s->text.chat_template, &tool_gbnf, &param);
@@ -568,6 +569,15 @@ static bool completion_prompt(server *s, conn *c, oai_kind kind, oai_req *rq, em
     bool ok = oai_parse(body, kind, s->text.n_vocab, rq, err);
     json_decref(body);
     if (!ok) return false;
+    if (chat_tools_uses_generic(s->ct, rq)) {   /* a forced call, and the template has no call format */
+        json_t *m = chat_tools_generic_messages(rq);
+        if (!m) {
+            oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return false;
+        }
+        json_decref(rq->messages);
+        rq->messages = m;
+    }
     if (kind == OAI_CHAT) return chat_prompt_tokens(s, rq, toks, n_toks, err);
     if (rq->prompt) return tokenize_prompt(s, rq->prompt, toks, n_toks, err);
     *toks = rq->prompt_tokens;

@@ -321,3 +321,52 @@ def test_ctx_size_is_the_kv_cache_in_all(ember_bin, smollm2_path):
         assert r.status_code == 400 and r.json()["error"]["n_ctx"] == 128, r.text
     finally:
         assert s.stop() == 0
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                            "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "description": "Current time",
+                                           "parameters": {"type": "object", "properties": {
+                                               "zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
+
+
+def weather_ok(args):
+    a = json.loads(args)
+    return set(a) == {"city", "unit"} and isinstance(a["city"], str) and len(a["city"]) <= 12 and \
+        a["unit"] in ("celsius", "fahrenheit")
+
+
+def test_generic_tool_calls_with_a_template_without_a_call_format(client, smol):
+    """Issue 19 item 4 (forced calls): SmolLM2's own template has no tool-call
+    format; tool_choice "required" / named still gives OpenAI tool_calls
+    (ember's generic JSON shape, described in the system message and held by
+    the grammar), with arguments that follow the schema, streamed alike."""
+    ask = [{"role": "user", "content": "What is the weather like in Paris?"}]
+    for i in range(6):
+        ch = client.chat.completions.create(model="smol", messages=ask, tools=TOOLS, tool_choice="required",
+                                            temperature=1.0, seed=100 + i, max_tokens=96,
+                                            parallel_tool_calls=False).choices[0]
+        assert ch.finish_reason == "tool_calls" and not ch.message.content, ch
+        assert len(ch.message.tool_calls) == 1 and ch.message.tool_calls[0].id.startswith("call_")
+        c = ch.message.tool_calls[0].function
+        assert c.name in ("get_weather", "get_time")
+        if c.name == "get_weather":
+            assert weather_ok(c.arguments), c.arguments
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for i in range(4):
+        kw = dict(model="smol", messages=ask, tools=TOOLS, tool_choice=named, temperature=1.0, seed=200 + i,
+                  max_tokens=96)
+        ch = client.chat.completions.create(**kw).choices[0]
+        assert [t.function.name for t in ch.message.tool_calls] == ["get_weather"] and ch.finish_reason == "tool_calls"
+        assert weather_ok(ch.message.tool_calls[0].function.arguments)
+        calls = {}
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                c = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                c["name"] += tc.function.name or ""
+                c["arguments"] += tc.function.arguments or ""
+        assert [(c["name"], c["arguments"]) for c in calls.values()] == \
+            [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]

@@ -654,6 +654,37 @@ static void test_cut_output_leaks_no_markup(void **state)
     json_decref(m);
 }
 
+/* ember's generic format (chat/formats/generic.c): the reply is
+ * {"tool_calls": [{"name", "arguments"}, ...]}; any other JSON is content.
+ * Expected values are the inputs' own names and arguments. */
+static void test_generic_format(void **state)
+{
+    (void)state;
+    const char *two = "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                      "{\"name\": \"now\", \"arguments\": {}}]}";
+    for (size_t chunk = 1; chunk <= 128; chunk *= 2) {
+        json_t *m = parse_cut(EMBER_TOOL_FORMAT_GENERIC, two, chunk, false);
+        json_t *calls = json_object_get(m, "tool_calls");
+        assert_int_equal(json_array_size(calls), 2);
+        json_t *f0 = json_object_get(json_array_get(calls, 0), "function");
+        assert_string_equal(json_string_value(json_object_get(f0, "name")), "get_weather");
+        json_t *args = json_loads(json_string_value(json_object_get(f0, "arguments")), 0, NULL);
+        assert_string_equal(json_string_value(json_object_get(args, "city")), "Paris");
+        json_decref(args);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(calls, 1), "function"),
+                                                              "name")), "now");
+        assert_true(json_is_null(json_object_get(m, "content")));
+        json_decref(m);
+    }
+    json_t *m = parse_cut(EMBER_TOOL_FORMAT_GENERIC, "{\"answer\": 42}", 3, false);
+    assert_string_equal(json_string_value(json_object_get(m, "content")), "{\"answer\": 42}");
+    assert_int_equal(json_array_size(json_object_get(m, "tool_calls")), 0);
+    json_decref(m);
+    m = parse_cut(EMBER_TOOL_FORMAT_GENERIC, "{\"tool_calls\": []}", 5, false);
+    assert_int_equal(json_array_size(json_object_get(m, "tool_calls")), 0);
+    json_decref(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -665,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_ids_seeded),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_cut_output_leaks_no_markup),
+        cmocka_unit_test(test_generic_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

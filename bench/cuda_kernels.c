@@ -167,7 +167,9 @@ int main(void)
         return 0;
     }
     ember_cuda *cu = NULL;
-    CK(ember_cuda_new(0, &cu));
+    ember_backend_options opt = ember_backend_options_default();
+    CK(ember_backend_options_env(&opt));
+    CK(ember_cuda_new(0, &opt, &cu));
     printf("device: %s; per-call times from graphs of %d calls\n", ember_cuda_device_name(cu), REPS);
     /* gemma-3-270m Q4_K_M */
     bench_matmul(cu, EMBER_TYPE_Q5_0, 640, 1024, "gemma3 attn_q");

@@ -63,7 +63,9 @@ int main(int argc, char **argv)
     w.row_bytes = (size_t)(w.n_in / ember_type_block_size(w.type)) * ember_type_block_bytes(w.type);
     ember_backend_limits lim = {.max_tokens = n_tok, .max_n_in = w.n_in, .max_kv_tokens = 16, .max_head_dim = 16};
     ember_backend *be = NULL;
-    if (ember_backend_cpu_new(threads, &lim, &be) != EMBER_OK) {
+    ember_backend_options bo = ember_backend_options_default();   /* EMBER_PREFETCH etc. from the environment */
+    bo.n_threads = threads;
+    if (ember_backend_options_env(&bo) != EMBER_OK || ember_backend_cpu_new(&bo, &lim, &be) != EMBER_OK) {
         fprintf(stderr, "matvec: %s\n", ember_last_error());
         return 1;
     }

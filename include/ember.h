@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -106,18 +107,47 @@ typedef struct ember_context_params {
 
 ember_context_params ember_context_default_params(void);
 
-/* A context: KV pool, scratch and a CPU thread pool for one model; use from
- * one thread at a time (several contexts may share a model). All memory is
- * allocated here; ember_decode allocates only to grow its logits buffer when
- * a batch asks for more logits rows than any batch before (it starts with
+/* A context: KV pool, scratch and a backend for one model; use from one
+ * thread at a time (several contexts may share a model). The backend is the
+ * GPU one when the build has it, the model's n_gpu_layers != 0 and a device
+ * exists, else the CPU (a thread pool); its environment switches are read
+ * here (ember_print_env_switches). All memory is allocated here;
+ * ember_decode allocates only to grow its logits buffer when a batch asks
+ * for more logits rows than any batch before (it starts with
  * min(n_seq_max, n_batch) rows). Errors: EMBER_ERR_INVALID_ARG (sizes out of
- * range, unknown KV type, q8_0 with a head size not a multiple of 32),
- * EMBER_ERR_NOMEM (pool or scratch does not fit). */
+ * range, unknown KV type, q8_0 with a head size not a multiple of 32, an
+ * environment switch that does not parse), EMBER_ERR_UNSUPPORTED (a KV type
+ * the backend cannot keep: the GPU keeps F16 only), EMBER_ERR_NOMEM (pool or
+ * scratch does not fit). */
 ember_status ember_context_new(ember_model *m, const ember_context_params *params, ember_context **out);
 void ember_context_free(ember_context *ctx);
 /* Bytes of KV cache and scratch the context allocated. */
 uint64_t ember_context_kv_bytes(const ember_context *ctx);
 uint64_t ember_context_scratch_bytes(const ember_context *ctx);
+/* Place what a backend places lazily (a GPU uploads weights and allocates
+ * its KV cache on first use): one decode of token 0 at position 0 of
+ * sequence 0, then that sequence removed, so the first request does not pay
+ * for the upload and ember_context_print_memory shows where memory goes.
+ * Nothing for a backend that places everything up front (CPU). *ran (may
+ * be NULL) says whether the decode ran. Sequence 0 must be empty. Errors:
+ * EMBER_ERR_INVALID_ARG (sequence 0 holds tokens), those of ember_decode. */
+ember_status ember_context_warmup(ember_context *ctx, bool *ran);
+/* Print the backend's device memory by category (weights, KV cache,
+ * scratch, ...), in MiB, a few lines starting "ember: "; nothing for the CPU
+ * backend. Call after ember_context_warmup or a decode. */
+void ember_context_print_memory(const ember_context *ctx, FILE *f);
+
+/* GPU devices usable by this build (0 when it has no GPU backend or the
+ * machine no device). Never fails. */
+int32_t ember_gpu_count(void);
+/* Free and total bytes of GPU `device` as the driver reports them (all
+ * processes count). Errors: EMBER_ERR_UNSUPPORTED (no GPU in this build or
+ * machine), EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_INTERNAL. */
+ember_status ember_gpu_memory_info(int32_t device, uint64_t *free_bytes, uint64_t *total_bytes);
+/* Print the table of the backends' environment switches (EMBER_CUDA_*,
+ * EMBER_NO_*, ...): name, kind, default, value set in this process, one-line
+ * doc. `ember --help-env`. */
+void ember_print_env_switches(FILE *f);
 
 /* One step's work: n_tokens entries of (token, position, sequence, wants-logits).
  * Entries of several sequences may be mixed (decode tokens, prefill chunks,
@@ -155,6 +185,30 @@ ember_status ember_decode(ember_context *ctx, const ember_batch *batch);
  * entry did not ask for logits. i = -1: the last entry that asked for logits.
  * Valid until the next ember_decode (a failed decode leaves none). */
 const float *ember_get_logits(ember_context *ctx, int32_t i);
+
+/* The head of the logits of batch entries, reduced where the logits live
+ * (on the device for a GPU backend), so that a sampler needs no full row on
+ * the host (the served path: greedy, top-k, top-p, min-p, temperature).
+ * For each entries[r], r < n: out[r].id/.logit hold the k largest logits
+ * of that entry's row in descending order (ties: the lower id first; NaN
+ * counts as -inf), out[r].max the largest logit and out[r].lse the log of
+ * the row's partition function, log(sum_i exp(logit_i)), summed in double
+ * from per-chunk partial sums. k in [1, EMBER_LOGITS_TOP_MAX]; k = 1 is
+ * the argmax. entries[r] = -1: the last entry that asked for logits.
+ * Rows stay valid on the backend until the next ember_decode;
+ * ember_get_logits may still be called for the full rows afterwards.
+ * Errors: EMBER_ERR_INVALID_ARG (NULL, k out of range, an entry without
+ * logits), EMBER_ERR_NOMEM. */
+#define EMBER_LOGITS_TOP_MAX 128
+typedef struct ember_logits_top {
+    float max;        /* largest logit of the row */
+    float lse;        /* log(sum_i exp(logit_i)) over all n_vocab logits */
+    int32_t n;        /* candidates held (k) */
+    ember_token id[EMBER_LOGITS_TOP_MAX];
+    float logit[EMBER_LOGITS_TOP_MAX];
+} ember_logits_top;
+ember_status ember_get_logits_top(ember_context *ctx, int32_t n, const int32_t *entries, int32_t k,
+                                  ember_logits_top *out);
 
 /* Sequences. A sequence exists once it holds a token; these edit it:
  * - remove: drop all of its positions and free its KV blocks;
@@ -226,6 +280,22 @@ ember_status ember_sampler_new(const ember_sampler_params *p, int32_t n_vocab, e
 void ember_sampler_free(ember_sampler *s);
 /* Pick a token from logits [n_vocab] (not modified). */
 ember_token ember_sampler_sample(ember_sampler *s, const float *logits);
+/* Sampling from a row's head (ember_get_logits_top) instead of its full
+ * logits, so the row never comes to the host:
+ * - ember_sampler_top_k: the k this sampler needs from ember_get_logits_top
+ *   (1 when greedy; top_k when top-k is on; EMBER_LOGITS_TOP_MAX for top-p
+ *   or min-p without top-k), or 0 when no head can stand for the row:
+ *   logit bias or penalties on, top_k > EMBER_LOGITS_TOP_MAX, or a draw
+ *   over the whole vocabulary (temperature alone).
+ * - ember_sampler_sample_top: the token ember_sampler_sample would draw
+ *   from the full row, computed from the head: the same chain over the
+ *   same survivors (top-k, then top-p with probabilities exp(l - lse) of
+ *   the whole row, min-p, temperature) and one uniform draw. Errors:
+ *   EMBER_ERR_RANGE when the head is too short to decide (the top-p mass or
+ *   the min-p survivors reach past it; the generator is then not advanced,
+ *   so the caller may draw from the full row instead), EMBER_ERR_INVALID_ARG. */
+int32_t ember_sampler_top_k(const ember_sampler *s);
+ember_status ember_sampler_sample_top(ember_sampler *s, const ember_logits_top *top, ember_token *out);
 /* Record a token into the penalty history (prompt tokens and generated ones). */
 void ember_sampler_accept(ember_sampler *s, ember_token t);
 void ember_sampler_reset(ember_sampler *s);

@@ -5,7 +5,9 @@
  * RMSNorm, matmul of quantized weights, RoPE, gated activations, KV store,
  * attention over a paged KV cache, elementwise add/scale) and the plain
  * descriptions of weights and KV memory they operate on. Each backend
- * (cpu/, later cuda/) fills one ember_backend_ops.
+ * (cpu/, cuda/) fills every entry of one ember_backend_ops and says what it
+ * can do in ember_backend_caps; ember_backend_new (registry.c) picks one.
+ * Callers never test for a missing op and never ask which backend they hold.
  * Must not: know model architectures, sequences or the batch API; allocate in
  * an op (scratch is sized when the backend is created).
  *
@@ -19,7 +21,10 @@
 #define EMBER_BACKEND_H
 
 #include "ember.h"
+#include "backend/options.h"
 #include "base/types.h"
+
+#include <stdio.h>
 
 /* A 2-D weight in place in the mapped file: [n_out rows][n_in elements]. */
 typedef struct ember_weight {
@@ -99,9 +104,7 @@ typedef struct ember_backend_ops {
     /* rope with per-pair frequency divisors: pair i turns by pos[t] * freq_scale *
      * base^(-2i/n_rot) / freq_factors[i], i < n_rot/2 (ggml_rope_ext's freq_factors).
      * Gemma 4 "proportional" RoPE on full-attention layers stores 1e30 for the pairs
-     * past partial_rotary_factor, which leaves them unrotated. freq_factors NULL = rope.
-     * Optional (NULL in a backend that lacks it: gemma4 then gathers the rotated
-     * pairs and uses rope). */
+     * past partial_rotary_factor, which leaves them unrotated. freq_factors NULL = rope. */
     void (*rope_ext)(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
                      int32_t n_rot, const ember_pos *pos, float base, float freq_scale,
                      ember_rope_mode mode, const float *freq_factors);
@@ -128,24 +131,26 @@ typedef struct ember_backend_ops {
     void (*attention)(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
                       const float *q, const ember_attn_query *queries, int32_t n, float *out);
 
-    /* Optional (NULL: the layer views are the only copy). Called after the
-     * kv module copied rows [src_row, src_row + n_rows) to dst_row in the
-     * host view of a layer (copy on write of a forked block), so a backend
-     * that mirrors the cache elsewhere (device memory) can do the same. */
+    /* Called after the kv module copied rows [src_row, src_row + n_rows) to
+     * dst_row in the host view of a layer (copy on write of a forked block),
+     * so a backend that mirrors the cache elsewhere (device memory) can do
+     * the same; a no-op where the layer views are the only copy (CPU). */
     void (*kv_copy)(ember_backend *be, const ember_kv_layer_view *kv, int64_t dst_row, int64_t src_row,
                     int64_t n_rows);
 
-    /* --- optional: device-resident activations and step capture (NULL in
-     * the CPU backend, whose activations are plain host memory) --- */
+    /* --- memory: activations, host outputs, copies --- */
 
-    /* Activation memory of `bytes`, zeroed, owned by the backend (device
-     * memory for a GPU backend): ops accept pointers into it wherever they
-     * take float pointers, and the caller must not dereference them. NULL
-     * on failure (error set). act_free releases it. */
+    /* Activation memory of `bytes`, zeroed, owned by the backend: ops accept
+     * pointers into it wherever they take float pointers. With
+     * caps.device_activations (a GPU backend) it is device memory and the
+     * caller must not dereference it; otherwise host memory (calloc). NULL
+     * on failure (error set: EMBER_ERR_NOMEM). act_free releases it (NULL:
+     * nothing). */
     void *(*act_alloc)(ember_backend *be, size_t bytes);
     void (*act_free)(ember_backend *be, void *p);
-    /* Host memory the device copies into fastest (pinned), for outputs such
-     * as logits; NULL on failure (error set). */
+    /* Host memory of `bytes` that the backend writes outputs such as logits
+     * into fastest (pinned for a GPU, malloc for the CPU); NULL on failure
+     * (error set: EMBER_ERR_NOMEM). host_free releases it (NULL: nothing). */
     void *(*host_alloc)(ember_backend *be, size_t bytes);
     void (*host_free)(ember_backend *be, void *p);
     /* dst[i] = src[i], i < n floats (memcpy over activation memory). */
@@ -156,10 +161,14 @@ typedef struct ember_backend_ops {
      * same address, so src must hold the step's values when the op is
      * called and stay unchanged until step_end; a step that uploads is
      * never replayed without its forward pass (step_begin returns false).
-     * NULL in a backend whose activations are host memory (use memcpy). */
+     * A memcpy where activations are host memory. */
     void (*upload)(ember_backend *be, float *dst, const float *src, int64_t n);
-    /* x[i] = cap * tanh(x[i] / cap), i < n (final logit soft-capping). */
+    /* x[i] = cap * tanh(x[i] / cap), i < n, in f32 with libm tanhf (final
+     * logit soft-capping, Gemma 2/3; llama.cpp's final_logit_softcapping). */
     void (*softcap)(ember_backend *be, float *x, float cap, int64_t n);
+
+    /* --- steps --- */
+
     /* Bracket one forward pass over a micro-batch. step_begin receives the
      * host arrays that the pass's ops will be given again (get_rows ids,
      * rope positions, kv_store rows, attention queries of either KV group:
@@ -171,9 +180,37 @@ typedef struct ember_backend_ops {
      * then runs op by op, and calls step_end again. step_begin returns true
      * when the backend will run the whole step itself (a captured step that
      * has replayed identically before): the caller then skips the forward
-     * pass and calls step_end, which writes the logits to st->logits. */
+     * pass and calls step_end, which writes the logits to st->logits.
+     * A backend without graphed steps (caps.graphed_steps false) returns
+     * false from step_begin and true from step_end. */
     bool (*step_begin)(ember_backend *be, const struct ember_backend_step *st);
     bool (*step_end)(ember_backend *be);
+
+    /* --- reports --- */
+
+    /* Bytes of host scratch the backend allocated at creation (quantized
+     * activations, per-thread attention buffers), for the context's memory
+     * report; device memory is in print_memory. */
+    uint64_t (*scratch_bytes)(const ember_backend *be);
+    /* Print what the backend holds in device memory, by category, in MiB,
+     * a few lines starting "ember: "; nothing for a backend without device
+     * memory (CPU). Lazily placed data (caps.lazy_placement) appears after
+     * the first decode. */
+    void (*print_memory)(const ember_backend *be, FILE *f);
+
+    /* --- logits: every backend fills these --- */
+
+    /* out[r] = the head of the logits row at host address rows[r] [n_vocab]
+     * (ember_get_logits_top: the k largest with ids, the maximum, the
+     * log-partition function), for rows a step wrote or any host rows. A
+     * backend that kept a step's logits on the device (logits_defer)
+     * reduces them there; the host rows need not be valid. */
+    void (*logits_top)(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                       ember_logits_top *out);
+    /* Make the host logits [host, host + bytes) valid: completes a download
+     * that a step with logits_defer left pending (waits for the device).
+     * A no-op for rows already on the host. */
+    void (*logits_sync)(ember_backend *be, float *host, size_t bytes);
 } ember_backend_ops;
 
 /* One micro-batch as step_begin sees it (model.h ember_ubatch's arrays). */
@@ -188,11 +225,36 @@ typedef struct ember_backend_step {
     int32_t n_out;                   /* rows that want logits */
     const int32_t *out_idx;          /* [n_out] */
     float *logits;                   /* host [n_out, n_vocab]: where the pass writes its logits */
+    bool logits_defer;               /* the logits may stay on the device until logits_sync / logits_top
+                                      * (the context sets it on the last micro-batch of a decode) */
     int32_t block_tokens;            /* KV cells per block */
 } ember_backend_step;
 
+/* What a backend can do, filled by its constructor; callers read these
+ * instead of asking which backend they hold. */
+typedef struct ember_backend_caps {
+    /* act_alloc returns device memory the host must not dereference: an
+     * architecture that reads scratch on the host (ember_arch.device_scratch
+     * false, ember_model.host_scratch) must keep its scratch in host memory,
+     * and hidden states cannot be copied out of it on the host. */
+    bool device_activations;
+    /* step_begin/step_end may capture and replay whole steps (CUDA graphs
+     * keyed on the batch shape). */
+    bool graphed_steps;
+    /* Partial forward passes (ember_set_layer_limit): false where a replayed
+     * step could stand for one with another layer count. */
+    bool layer_skip;
+    /* Weights and KV memory are placed on first use (uploaded to a device),
+     * so one decode places them (ember_context_warmup). */
+    bool lazy_placement;
+    /* KV cache element types kv_store and attention accept: bit (1u << t)
+     * for each ember_type t (F32, F16, Q8_0). */
+    uint32_t kv_types;
+} ember_backend_caps;
+
 struct ember_backend {
     const ember_backend_ops *ops;
+    ember_backend_caps caps;
     void *impl;
 };
 
@@ -204,13 +266,25 @@ typedef struct ember_backend_limits {
     int32_t max_head_dim;
 } ember_backend_limits;
 
-/* CPU backend with n_threads (<= 0: all cores). Errors: EMBER_ERR_NOMEM,
- * EMBER_ERR_INVALID_ARG, EMBER_ERR_INTERNAL (thread start). */
-ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits *lim,
+/* The backend for `opt` (options.h): the CUDA backend on opt->device when
+ * this build has it, opt->n_gpu_layers != 0 and a device exists; else the
+ * CPU backend with opt->n_threads. opt NULL = ember_backend_options_default()
+ * (no environment). lim: the sizes to plan scratch for (all positive).
+ * Errors: those of the chosen backend's constructor (EMBER_ERR_NOMEM,
+ * EMBER_ERR_INVALID_ARG, EMBER_ERR_INTERNAL). registry.c. */
+ember_status ember_backend_new(const ember_backend_options *opt, const ember_backend_limits *lim,
+                               ember_backend **out);
+/* Usable GPU devices in this build (0 without CUDA or without a device).
+ * Never fails, never sets an error. */
+int32_t ember_backend_gpu_count(void);
+
+/* CPU backend with opt->n_threads (<= 0: all cores) and opt's cpu_* switches
+ * (NULL: defaults). The kernel choices of the first CPU backend created
+ * (prefetch distance, vector expf) hold for the process. Errors:
+ * EMBER_ERR_NOMEM, EMBER_ERR_INVALID_ARG, EMBER_ERR_INTERNAL (thread start). */
+ember_status ember_backend_cpu_new(const ember_backend_options *opt, const ember_backend_limits *lim,
                                    ember_backend **out);
 int32_t ember_backend_cpu_n_threads(const ember_backend *be);
-/* Bytes of scratch the backend holds. */
-uint64_t ember_backend_scratch_bytes(const ember_backend *be);
 
 static inline void ember_backend_free(ember_backend *be) { if (be) be->ops->free(be); }
 

@@ -153,17 +153,6 @@ ember_status ember_chat_render(const ember_jinja_template *t, const ember_chat_i
     if (st != EMBER_OK) return st;
     ember_jinja_render_opts o = {0};
     if (opts) o = *opts;
-    if (!o.use_fixed_now) {
-        const char *env = getenv("EMBER_FIXED_NOW");
-        if (env && *env) {
-            char *end;
-            long long v = strtoll(env, &end, 10);
-            if (*end == 0) {
-                o.use_fixed_now = 1;
-                o.fixed_now = v;
-            }
-        }
-    }
     /* llama.cpp's extra context (common/chat.cpp, common_chat_extra_context):
      * today as "%d %b %Y" (date_string, read by the Llama 3.x templates) and
      * "%b %d %Y" (datetime), at the clock strftime_now uses; kwargs win */

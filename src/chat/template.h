@@ -60,9 +60,9 @@ bool ember_chat_template_assumes_enable_thinking(const char *src);
  * documents, add_generation_prompt: the variables the context itself sets). */
 bool ember_chat_kwarg_reserved(const char *name);
 
-/* Render `t` for `in`. `opts` may be NULL; when it does not pin the clock and
- * the environment variable EMBER_FIXED_NOW holds a Unix time in seconds,
- * strftime_now() uses that instant (UTC), so tests get stable prompts.
+/* Render `t` for `in`. `opts` may be NULL (the current clock for
+ * strftime_now(), date_string and datetime; tests pin it with
+ * opts->use_fixed_now).
  * On success *out is a malloc'd UTF-8 string (free() it), *out_len (may be
  * NULL) its length in bytes.
  * Errors: those of ember_chat_build_context and ember_jinja_render (a

@@ -23,11 +23,6 @@
 #include <string.h>
 
 #include "cli_common.h"
-#ifdef EMBER_CUDA
-#include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_backend.h"
-#include "model/model.h"
-#endif
 
 static void usage(FILE *f)
 {
@@ -168,11 +163,8 @@ int cmd_bench(int argc, char **argv)
     }
     /* GPU memory in use before anything of ours is on the device */
     uint64_t gpu_free0 = 0, gpu_total = 0;
-    bool gpu_mem = false;
-#ifdef EMBER_CUDA
-    gpu_mem = cli_n_gpu_layers != 0 && ember_cuda_device_count() > 0 &&
-              ember_cuda_mem_info(cli_device, &gpu_free0, &gpu_total) == EMBER_OK;
-#endif
+    bool gpu_mem = cli_n_gpu_layers != 0 && ember_gpu_count() > 0 &&
+                   ember_gpu_memory_info(cli_device, &gpu_free0, &gpu_total) == EMBER_OK;
 
     cli_model cm;
     ember_status st = cli_model_load(model, &cm);
@@ -239,9 +231,7 @@ int cmd_bench(int argc, char **argv)
     double size_mib = (double)ember_model_size_bytes(cm.model) / (1024.0 * 1024.0);
     double rss_mib = (double)cli_peak_rss() / (1024.0 * 1024.0);
     uint64_t gpu_free1 = 0;
-#ifdef EMBER_CUDA
-    if (gpu_mem && ember_cuda_mem_info(cli_device, &gpu_free1, &gpu_total) != EMBER_OK) gpu_mem = false;
-#endif
+    if (gpu_mem && ember_gpu_memory_info(cli_device, &gpu_free1, &gpu_total) != EMBER_OK) gpu_mem = false;
     /* used before (driver context, other processes) and after; the
      * difference is what this process allocated: weights, KV, scratch */
     const double mib = 1024.0 * 1024.0;
@@ -281,9 +271,7 @@ int cmd_bench(int argc, char **argv)
             printf("GPU memory in use: %.1f MiB before loading, %.1f MiB after the runs: %.1f MiB for this model "
                    "and context (n_ctx %ld; total %.0f MiB)\n", gpu_used0, gpu_used1, gpu_used1 - gpu_used0, n_ctx,
                    (double)gpu_total / mib);
-#ifdef EMBER_CUDA
-        if (gpu_mem) ember_backend_cuda_mem_print(ember_context_backend(ctx), stdout);
-#endif
+        if (gpu_mem) ember_context_print_memory(ctx, stdout);
     }
     rc = 0;
 out:

@@ -58,6 +58,7 @@ static void usage(FILE *f)
         fprintf(f, "  %-11s %s%s\n", commands[i].name, commands[i].help,
                 present ? "" : " (not built yet)");
     }
+    fprintf(f, "\n  ember --help-env   the environment switches of the backends (EMBER_CUDA_*, EMBER_NO_*, ...)\n");
 }
 
 int main(int argc, char **argv)
@@ -65,6 +66,10 @@ int main(int argc, char **argv)
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--help-env")) {
+        ember_print_env_switches(stdout);
+        return 0;
     }
     if (!strcmp(argv[1], "--version")) {
         printf("ember %s\n", EMBER_VERSION);

@@ -11,10 +11,6 @@
 #include "base/status.h"
 #include "engine/runtime_ember.h"
 #include "gguf/gguf.h"
-#ifdef EMBER_CUDA
-#include "backend/cuda/backend_cuda.h"
-#include "model/model.h"
-#endif
 
 bool serve_parse_kv_type(const char *s, ember_kv_type *out)
 {
@@ -190,30 +186,16 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     cp.type_k = o->type_k;
     cp.type_v = o->type_v;
     if ((st = ember_context_new(m->model, &cp, &m->ctx)) != EMBER_OK) goto fail;
-#ifdef EMBER_CUDA
-    /* The CUDA backend uploads weights and allocates the KV cache on first
-     * use: one decode of one token (then removed from the cache) does that
-     * now, so the report below says where the GPU memory goes (and the
-     * first request does not pay for the upload). */
-    ember_backend *be = ember_context_backend(m->ctx);
-    if (ember_backend_is_cuda(be)) {
-        ember_batch wb = {0};
-        st = ember_batch_init(1, &wb);
-        if (st == EMBER_OK) {
-            wb.n_tokens = 1;
-            wb.token[0] = 0;
-            wb.pos[0] = 0;
-            wb.seq_id[0] = 0;
-            wb.logits[0] = 1;
-            st = ember_decode(m->ctx, &wb);
-            ember_batch_free(&wb);
-            if (st == EMBER_OK) st = ember_seq_remove(m->ctx, 0);
-        }
-        if (st != EMBER_OK) goto fail;
+    /* A GPU backend uploads weights and allocates the KV cache on first
+     * use: a one-token warm-up decode does that now, so the report below
+     * says where the GPU memory goes (and the first request does not pay
+     * for the upload). Nothing on the CPU. */
+    bool warmed = false;
+    if ((st = ember_context_warmup(m->ctx, &warmed)) != EMBER_OK) goto fail;
+    if (warmed) {
         fprintf(log, "ember: after a one-token warm-up decode:\n");
-        ember_backend_cuda_mem_print(be, log);
+        ember_context_print_memory(m->ctx, log);
     }
-#endif
 
     if (o->template_file) {
         tmpl = serve_read_file(o->template_file);

@@ -144,6 +144,8 @@ void engine_free(engine *e)
         }
     }
     free(e->slots);
+    free(e->heads);
+    free(e->head_rows);
     free(e->slot_info);
     free(e->queue);
     engine_batch_free(&e->batch);

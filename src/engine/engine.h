@@ -11,7 +11,7 @@
  * The model is reached through `engine_runtime` (a table of functions that
  * mirrors include/ember.h: ember_decode, ember_seq_*, ember_sampler_*), so the
  * scheduler is tested against a deterministic toy model (tests/common/) and
- * bound to the real runtime in engine_rt_ember.c.
+ * bound to the real runtime in runtime_ember.c.
  */
 #ifndef EMBER_ENGINE_ENGINE_H
 #define EMBER_ENGINE_ENGINE_H
@@ -53,6 +53,13 @@ typedef struct engine_runtime {
     int32_t n_embd;
     ember_status (*set_hidden_layers)(void *ctx, int32_t n, const int32_t *layers);
     const float *(*get_hidden)(void *ctx, int32_t i, int32_t j);
+    /* Optional, all three or none (NULL: every row is read in full with
+     * get_logits): sampling from the heads of the rows (ember_get_logits_top,
+     * ember_sampler_top_k, ember_sampler_sample_top), so a GPU runtime's
+     * logits never come to the host when the sampler does not need them. */
+    ember_status (*logits_top)(void *ctx, int32_t n, const int32_t *entries, int32_t k, ember_logits_top *out);
+    int32_t (*sampler_top_k)(void *ctx, const ember_sampler *s);
+    ember_status (*sampler_sample_top)(void *ctx, ember_sampler *s, const ember_logits_top *top, ember_token *out);
 } engine_runtime;
 
 /* The vocabulary side: token -> bytes and end-of-generation tokens. `ud` is

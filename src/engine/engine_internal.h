@@ -51,6 +51,10 @@ typedef struct slot {
      * (spec_input): [SPEC_MAX_DRAFT + 1][n_hidden_layers][n_embd], or NULL */
     float *hidden;
     int32_t n_hidden_rows, hidden_pos;
+    /* heads of this step's rows (slot_heads): e->heads[head0 + j] for entry
+     * i_logits + j, j <= n_draft; has_head false: rows read in full */
+    bool has_head;
+    int32_t head0;
 } slot;
 
 struct engine {
@@ -60,6 +64,9 @@ struct engine {
     slot *slots;
     ember_batch batch;
     float *scratch;           /* [n_vocab] for logprobs */
+    ember_logits_top *heads;  /* [heads_cap] this step's row heads (slot_heads) */
+    int32_t *head_rows;       /* [heads_cap] their batch entries */
+    int32_t heads_cap;
 
     pthread_mutex_t mu;       /* queue, counters, stopping */
     pthread_cond_t cv;        /* new work or stop */
@@ -83,6 +90,7 @@ void engine_req_finish(engine_req *r, engine_finish f, const char *err);
 
 /* slot.c: the per-slot seam "propose / sample / accept". */
 int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */
+void slot_heads(engine *e);                                /* after decode: reduce the rows slots sample from */
 int32_t slot_after_decode(engine *e, slot *s);             /* verify, sample, accept, emit; returns tokens sampled */
 void slot_release(engine *e, slot *s, engine_finish f, const char *err);
 ember_status slot_constrain_begin(engine *e, slot *s);     /* admission: clone the grammar */

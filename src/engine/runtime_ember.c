@@ -31,6 +31,16 @@ static ember_status rt_sample_grammar(void *c, ember_sampler *s, struct ember_gr
 static ember_status rt_set_hidden(void *c, int32_t n, const int32_t *l) { return ember_set_hidden_layers(c, n, l); }
 static const float *rt_get_hidden(void *c, int32_t i, int32_t j) { return ember_get_hidden(c, i, j); }
 
+static ember_status rt_logits_top(void *c, int32_t n, const int32_t *entries, int32_t k, ember_logits_top *out)
+{
+    return ember_get_logits_top(c, n, entries, k, out);
+}
+static int32_t rt_sampler_top_k(void *c, const ember_sampler *s) { return ember_sampler_top_k(s); }
+static ember_status rt_sample_top(void *c, ember_sampler *s, const ember_logits_top *t, ember_token *out)
+{
+    return ember_sampler_sample_top(s, t, out);
+}
+
 engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t n_embd)
 {
     return (engine_runtime){
@@ -40,5 +50,6 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t
         .sampler_free = rt_sampler_free, .sampler_sample = rt_sample, .sampler_accept = rt_accept,
         .sampler_sample_grammar = rt_sample_grammar,
         .n_embd = n_embd, .set_hidden_layers = rt_set_hidden, .get_hidden = rt_get_hidden,
+        .logits_top = rt_logits_top, .sampler_top_k = rt_sampler_top_k, .sampler_sample_top = rt_sample_top,
     };
 }

@@ -285,6 +285,7 @@ static int32_t step(engine *e)
         spec_engine_step_time(e->cfg.spec, dt_cpu, n_total, n_draft_rows);
     }
 
+    slot_heads(e);
     int32_t n_sampled = 0;
     for (int32_t i = 0; i < n_slots; i++) {
         slot *s = &e->slots[i];

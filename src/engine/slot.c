@@ -310,9 +310,80 @@ static void fill_logprobs(engine *e, const float *logits, engine_tok *rec, int32
     for (int32_t j = 0; j < rec->n_top; j++) rec->top_logprob[j] -= lse;
 }
 
-/* Record, emit and check one sampled token `t` (drawn from `logits`).
+/* fill_logprobs from a row's head (slot_heads asked for >= k entries, and
+ * the sampled token is in it: the argmax or a top-k survivor). */
+static void fill_logprobs_head(const ember_logits_top *h, engine_tok *rec, int32_t k)
+{
+    rec->logprob = -INFINITY;
+    for (int32_t i = 0; i < h->n; i++)
+        if (h->id[i] == rec->token) { rec->logprob = h->logit[i] - h->lse; break; }
+    rec->n_top = k < h->n ? k : h->n;
+    for (int32_t j = 0; j < rec->n_top; j++) {
+        rec->top[j] = h->id[j];
+        rec->top_logprob[j] = h->logit[j] - h->lse;
+    }
+}
+
+/* The head size a slot's rows need this step, or 0 when they are read in
+ * full: a grammar or forced tokens (they look at the whole row), a sampler
+ * that needs the row (bias, penalties, a draw over all tokens), or more
+ * logprobs alternatives than a head holds. */
+static int32_t slot_head_k(engine *e, slot *s)
+{
+    if (!s->req || s->grammar || s->n_force > 0) return 0;
+    int32_t k = e->rt.sampler_top_k(e->rt.ctx, s->smpl);
+    if (k <= 0) return 0;
+    if (s->req->p.logprobs) {
+        const int32_t want = s->req->p.top_logprobs > 1 ? s->req->p.top_logprobs : 1;
+        if (want > EMBER_LOGITS_TOP_MAX) return 0;
+        if (want > k) k = want;
+    }
+    return k;
+}
+
+void slot_heads(engine *e)
+{
+    for (int32_t i = 0; i < e->cfg.n_slots; i++) e->slots[i].has_head = false;
+    if (!e->rt.logits_top || !e->rt.sampler_top_k || !e->rt.sampler_sample_top) return;
+    int32_t n = 0, k = 1;
+    for (int32_t pass = 0; pass < 2; pass++) {   /* 0: count and size; 1: list the rows */
+        int32_t m = 0;
+        for (int32_t i = 0; i < e->cfg.n_slots; i++) {
+            slot *s = &e->slots[i];
+            if (s->n_batch_entries == 0 || s->i_logits < 0) continue;
+            const int32_t ks = pass == 0 ? slot_head_k(e, s) : (s->has_head ? 1 : 0);
+            if (ks <= 0) continue;
+            if (pass == 0) {
+                if (ks > k) k = ks;
+                s->has_head = true;
+            } else {
+                s->head0 = m;
+                for (int32_t j = 0; j <= s->n_draft; j++) e->head_rows[m + j] = s->i_logits + j;
+            }
+            m += 1 + s->n_draft;
+        }
+        n = m;
+        if (n == 0) return;
+        if (pass == 0 && n > e->heads_cap) {
+            ember_logits_top *h = realloc(e->heads, sizeof *h * (size_t)n);
+            if (h) e->heads = h;
+            int32_t *r = realloc(e->head_rows, sizeof *r * (size_t)n);
+            if (r) e->head_rows = r;
+            if (!h || !r) {   /* rows are read in full instead */
+                for (int32_t i = 0; i < e->cfg.n_slots; i++) e->slots[i].has_head = false;
+                return;
+            }
+            e->heads_cap = n;
+        }
+    }
+    if (e->rt.logits_top(e->rt.ctx, n, e->head_rows, k, e->heads) != EMBER_OK)
+        for (int32_t i = 0; i < e->cfg.n_slots; i++) e->slots[i].has_head = false;
+}
+
+/* Record, emit and check one sampled token `t` (drawn from `logits`, or
+ * from the row's head `head` when logits is NULL).
  * Returns false when the slot finished (EOG, stop string, length). */
-static bool emit_token(engine *e, slot *s, ember_token t, const float *logits)
+static bool emit_token(engine *e, slot *s, ember_token t, const float *logits, const ember_logits_top *head)
 {
     engine_req *r = s->req;
     e->rt.sampler_accept(e->rt.ctx, s->smpl, t);
@@ -331,7 +402,8 @@ static bool emit_token(engine *e, slot *s, ember_token t, const float *logits)
         if (r->n_toks < r->toks_cap) {
             engine_tok *rec = &r->toks[r->n_toks];
             rec->token = t;
-            fill_logprobs(e, logits, rec, r->p.top_logprobs);
+            if (logits) fill_logprobs(e, logits, rec, r->p.top_logprobs);
+            else fill_logprobs_head(head, rec, r->p.top_logprobs);
             r->n_toks++;
         }
     }
@@ -381,10 +453,22 @@ int32_t slot_after_decode(engine *e, slot *s)
         r->n_draft += n_draft;
         pthread_mutex_unlock(&r->mu);
     }
+    const bool has_head = s->has_head;
+    s->has_head = false;
     for (int32_t j = 0; j <= n_draft; j++) {
-        const float *logits = e->rt.get_logits(e->rt.ctx, i0 + j);
-        if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); break; }
-        ember_token t = slot_draw(e, s, logits);   /* grammar / forced tokens; -1: released */
+        /* the row's head when it decides the draw (no grammar, nothing
+         * forced), else the full row */
+        const ember_logits_top *head = has_head ? &e->heads[s->head0 + j] : NULL;
+        const float *logits = NULL;
+        ember_token t = -1;
+        if (head && (s->grammar || s->n_force > 0 ||
+                     e->rt.sampler_sample_top(e->rt.ctx, s->smpl, head, &t) != EMBER_OK))
+            head = NULL;
+        if (!head) {
+            logits = e->rt.get_logits(e->rt.ctx, i0 + j);
+            if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); break; }
+            t = slot_draw(e, s, logits);   /* grammar / forced tokens; -1: released */
+        }
         if (t < 0) break;
         bool hit = j < n_draft && t == s->draft[j];
         n_sampled++;
@@ -394,7 +478,7 @@ int32_t slot_after_decode(engine *e, slot *s)
             r->n_draft_accepted++;
             pthread_mutex_unlock(&r->mu);
         }
-        if (!emit_token(e, s, t, logits) || !hit) break;
+        if (!emit_token(e, s, t, logits, head) || !hit) break;
     }
     if (s->req) keep_hidden(e, s, i0, 1 + n_acc);   /* the last token and the accepted drafts */
     if (n_draft > 0) {

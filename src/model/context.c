@@ -10,14 +10,11 @@
  * sliding-window layers get the kv module's windowed group, whose rows are
  * taken one micro-batch at a time (ember_kv_swa_advance). All memory (KV pool, scratch, index arrays) is
  * allocated by ember_context_new; the logits buffer grows only when a batch
- * asks for more logits rows than any before it.
- * Must not: know an architecture's math (model files), or KV block internals
- * (kv/).
+ * asks for more logits rows than any before it. The backend comes from
+ * ember_backend_new; what it can do is read from its caps.
+ * Must not: know an architecture's math (model files), KV block internals
+ * (kv/), or which backend it holds (no backend headers besides backend.h).
  */
-#ifdef EMBER_CUDA
-#include "backend/cuda/backend_cuda.h"
-#include "backend/cuda/cuda_backend.h"
-#endif
 #include "model/model.h"
 #include "base/status.h"
 
@@ -34,7 +31,7 @@ struct ember_context {
     ember_scratch s;
     void *scratch_mem;
     float *aux_host;           /* s.aux_host: host memory always */
-    bool scratch_on_backend;   /* scratch_mem from be->ops->act_alloc */
+    bool scratch_on_backend;   /* scratch_mem from be->ops->act_alloc (else calloc: the arch reads it on the host) */
     uint64_t scratch_bytes;
     /* per-decode index arrays, [n_batch] each */
     int64_t *kv_row;
@@ -51,6 +48,7 @@ struct ember_context {
     ember_seq_id *seq_list;
     float *logits;
     int64_t logits_rows;  /* capacity in rows of n_vocab */
+    bool logits_pending;  /* the backend may still hold the last decode's logits (logits_sync) */
     /* layer-skip drafts and draft heads (ember_set_layer_limit / _hidden_layers) */
     int32_t n_layer_run;  /* layers the next decodes run (hp.n_layer unless limited) */
     int32_t n_layer_last; /* layers the last decode ran */
@@ -60,19 +58,13 @@ struct ember_context {
     int64_t hidden_rows;
 };
 
-/* The logits buffer: pinned host memory from a GPU backend (one fast copy
- * per step), else malloc. */
-static float *logits_alloc(ember_context *c, size_t bytes)
-{
-    if (c->be && c->be->ops->host_alloc) return c->be->ops->host_alloc(c->be, bytes);
-    return malloc(bytes);
-}
+/* The logits buffer: host memory the backend writes fastest (pinned for a
+ * GPU: one fast copy per step). */
+static float *logits_alloc(ember_context *c, size_t bytes) { return c->be->ops->host_alloc(c->be, bytes); }
 
 static void logits_free(ember_context *c, float *p)
 {
-    if (!p) return;
-    if (c->be && c->be->ops->host_free) c->be->ops->host_free(c->be, p);
-    else free(p);
+    if (p) c->be->ops->host_free(c->be, p);
 }
 
 /* Mirror a copy-on-write block copy into a backend that keeps its own copy
@@ -143,19 +135,19 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .max_tokens = ub, .max_n_in = max_in, .max_kv_tokens = p.n_ctx,
         .max_head_dim = hp->head_dim_k > hp->head_dim_v ? hp->head_dim_k : hp->head_dim_v,
     };
-#ifdef EMBER_CUDA
-    if (m->n_gpu_layers != 0 && ember_cuda_device_count() > 0) {
-        /* the CUDA backend keeps an F16 cache only: refuse others here rather
-         * than stop at the first KV store */
-        if (tk != EMBER_TYPE_F16 || tv != EMBER_TYPE_F16) {
-            st = ember_error(EMBER_ERR_UNSUPPORTED, "ember_context_new: the CUDA backend keeps an F16 KV cache only "
-                             "(asked for %s/%s; use -ngl 0 for the CPU)", ember_type_name(tk), ember_type_name(tv));
-            goto fail;
-        }
-        if ((st = ember_backend_cuda_new(m->device, &lim, &c->be))) goto fail;
-    } else
-#endif
-    if ((st = ember_backend_cpu_new(p.n_threads, &lim, &c->be))) goto fail;
+    ember_backend_options bo = ember_backend_options_default();
+    bo.n_gpu_layers = m->n_gpu_layers;
+    bo.device = m->device;
+    bo.n_threads = p.n_threads;
+    if ((st = ember_backend_options_env(&bo))) goto fail;
+    if ((st = ember_backend_new(&bo, &lim, &c->be))) goto fail;
+    if (!(c->be->caps.kv_types & (1u << tk)) || !(c->be->caps.kv_types & (1u << tv))) {
+        /* refused here rather than at the first KV store */
+        st = ember_error(EMBER_ERR_UNSUPPORTED, "ember_context_new: the %s backend cannot keep a %s/%s KV cache%s",
+                         c->be->ops->name, ember_type_name(tk), ember_type_name(tv),
+                         c->be->caps.kv_types == (1u << EMBER_TYPE_F16) ? " (F16 only; use -ngl 0 for the CPU)" : "");
+        goto fail;
+    }
 
     bool layer_swa[EMBER_MAX_LAYERS];
     for (int32_t il = 0; il < hp->n_layer; il++) layer_swa[il] = hp->n_swa > 0 && hp->is_swa[il];
@@ -168,14 +160,14 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         .n_seq_max = (int32_t)p.n_seq_max, .n_ctx = (int32_t)p.n_ctx,
     };
     if ((st = ember_kv_new(&kp, &c->kv))) goto fail;
-    if (c->be->ops->kv_copy) ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
+    ember_kv_set_copy_hook(c->kv, kv_copy_to_backend, c);
 
     const int64_t sizes[9] = {ub * hp->n_embd, ub * hp->n_embd, ub * n_q, ub * n_k, ub * n_v, ub * n_att, ub * hp->n_ff, ub * hp->n_ff, ub * hp->n_aux};
     int64_t total = 0;
     for (int i = 0; i < 9; i++) total += (sizes[i] + 15) & ~(int64_t)15;
-    /* a backend with activation memory of its own (GPU) keeps the scratch
-     * there when the architecture never reads scratch on the host */
-    c->scratch_on_backend = c->be->ops->act_alloc && m->arch->device_scratch && !m->host_scratch;
+    /* the backend's activation memory (device memory for a GPU) holds the
+     * scratch when the architecture never reads scratch on the host */
+    c->scratch_on_backend = m->arch->device_scratch && !m->host_scratch;
     c->scratch_mem = c->scratch_on_backend ? c->be->ops->act_alloc(c->be, (size_t)total * sizeof(float))
                                            : calloc((size_t)total, sizeof(float));
     c->scratch_bytes = (uint64_t)total * sizeof(float);
@@ -209,10 +201,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     float *f = c->scratch_mem;
     float **dst[9] = {&c->s.x, &c->s.xb, &c->s.q, &c->s.k, &c->s.v, &c->s.att, &c->s.hb, &c->s.hb2, &c->s.aux};
     for (int i = 0; i < 9; i++) { *dst[i] = sizes[i] ? f : NULL; f += (sizes[i] + 15) & ~(int64_t)15; }
-#ifdef EMBER_CUDA
-    if (!ember_backend_is_cuda(c->be))
-#endif
-    c->scratch_bytes += ember_backend_scratch_bytes(c->be);
+    c->scratch_bytes += c->be->ops->scratch_bytes(c->be);
     *out = c;
     return EMBER_OK;
 fail:
@@ -223,7 +212,7 @@ fail:
 void ember_context_free(ember_context *c)
 {
     if (!c) return;
-    logits_free(c, c->logits);
+    if (c->be) logits_free(c, c->logits);
     if (c->scratch_on_backend) c->be->ops->act_free(c->be, c->scratch_mem);
     else free(c->scratch_mem);
     free(c->aux_host);
@@ -243,7 +232,34 @@ void ember_context_free(ember_context *c)
 }
 
 uint64_t ember_context_kv_bytes(const ember_context *c) { return ember_kv_bytes(c->kv); }
-ember_backend *ember_context_backend(const ember_context *c) { return c ? c->be : NULL; }
+
+ember_status ember_context_warmup(ember_context *c, bool *ran)
+{
+    if (ran) *ran = false;
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_warmup: context is NULL");
+    if (!c->be->caps.lazy_placement) return EMBER_OK;
+    if (ember_kv_seq_len(c->kv, 0) != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_warmup: sequence 0 holds %d positions (must be empty)",
+                           ember_kv_seq_len(c->kv, 0));
+    ember_batch wb = {0};
+    ember_status st = ember_batch_init(1, &wb);
+    if (st != EMBER_OK) return st;
+    wb.n_tokens = 1;
+    wb.token[0] = 0;
+    wb.pos[0] = 0;
+    wb.seq_id[0] = 0;
+    wb.logits[0] = 1;
+    st = ember_decode(c, &wb);
+    ember_batch_free(&wb);
+    if (st == EMBER_OK) st = ember_seq_remove(c, 0);
+    if (ran) *ran = st == EMBER_OK;
+    return st;
+}
+
+void ember_context_print_memory(const ember_context *c, FILE *f)
+{
+    if (c && f) c->be->ops->print_memory(c->be, f);
+}
 uint64_t ember_context_scratch_bytes(const ember_context *c)
 {
     return c->scratch_bytes + (uint64_t)c->logits_rows * (uint64_t)c->m->hp.n_vocab * sizeof(float) +
@@ -262,7 +278,7 @@ ember_status ember_set_layer_limit(ember_context *c, int32_t n_layer)
     /* A GPU backend replays whole decode steps from CUDA graphs keyed on the
      * batch shape, not on the layer count: a partial step would share a full
      * step's graph. Refused there until the key carries it. */
-    if (n_layer != 0 && n_layer != nl && c->be->ops->step_begin)
+    if (n_layer != 0 && n_layer != nl && !c->be->caps.layer_skip)
         return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_layer_limit: backend %s runs whole graphed steps (layer-skip is CPU-only)",
                            c->be->ops->name ? c->be->ops->name : "?");
     c->n_layer_run = n_layer == 0 ? nl : n_layer;
@@ -280,7 +296,7 @@ ember_status ember_set_hidden_layers(ember_context *c, int32_t n, const int32_t 
         return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_hidden_layers: architecture %s does not export hidden states",
                            c->m->arch->name);
     /* hidden rows are copied on the host from the scratch (ember_layer_end) */
-    if (n > 0 && c->be->ops->act_alloc && c->m->arch->device_scratch)
+    if (n > 0 && c->be->caps.device_activations && c->m->arch->device_scratch)
         return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_hidden_layers: activations live on the GPU (hidden states are CPU-only)");
     for (int32_t j = 0; j < n; j++)
         if (layers[j] < 0 || layers[j] >= hp->n_layer)
@@ -369,6 +385,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
     const ember_hparams *hp = &c->m->hp;
     c->n_last = 0;
     c->n_out_last = 0;
+    c->logits_pending = false;
     if (n < 1 || (uint32_t)n > c->p.n_batch)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: n_tokens %d not in [1, n_batch %u]", n, c->p.n_batch);
     if (!b->token || !b->pos || !b->seq_id || !b->logits)
@@ -466,20 +483,19 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .hidden = c->n_capture == 0 ? NULL
                       : c->hidden + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)c->n_capture * (size_t)hp->n_embd,
         };
-        if (c->be->ops->step_begin) {
-            const ember_backend_step bs = {
-                .n = ubatch.n, .token = ubatch.token, .pos = ubatch.pos, .kv_row = ubatch.kv_row,
-                .query = ubatch.query, .kv_row_swa = ubatch.kv_row_swa, .query_swa = ubatch.query_swa, .n_out = n_uo, .out_idx = c->out_idx,
-                .block_tokens = (int32_t)ember_kv_block_tokens(c->kv), .logits = ubatch.logits,
-            };
-            if (!c->be->ops->step_begin(c->be, &bs))   /* true: the backend replays the whole step */
-                c->m->arch->forward(&run, &ubatch);
-            if (!c->be->ops->step_end(c->be)) {   /* a graph replay that did not match: run op by op */
-                c->m->arch->forward(&run, &ubatch);
-                c->be->ops->step_end(c->be);
-            }
-        } else {
+        const ember_backend_step bs = {
+            .n = ubatch.n, .token = ubatch.token, .pos = ubatch.pos, .kv_row = ubatch.kv_row,
+            .query = ubatch.query, .kv_row_swa = ubatch.kv_row_swa, .query_swa = ubatch.query_swa, .n_out = n_uo, .out_idx = c->out_idx,
+            .block_tokens = (int32_t)ember_kv_block_tokens(c->kv), .logits = ubatch.logits,
+            /* only the last micro-batch: its rows stay in the backend's output buffer */
+            .logits_defer = u1 == n && n_uo > 0,
+        };
+        if (bs.logits_defer) c->logits_pending = true;
+        if (!c->be->ops->step_begin(c->be, &bs))   /* true: the backend replays the whole step */
             c->m->arch->forward(&run, &ubatch);
+        if (!c->be->ops->step_end(c->be)) {   /* a graph replay that did not match: run op by op */
+            c->m->arch->forward(&run, &ubatch);
+            c->be->ops->step_end(c->be);
         }
     }
     c->n_last = n;
@@ -488,15 +504,52 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
     return EMBER_OK;
 }
 
-const float *ember_get_logits(ember_context *c, int32_t i)
+/* The host rows of the last decode, completing a deferred download. */
+static void logits_sync(ember_context *c)
 {
-    if (!c) return NULL;
+    if (!c->logits_pending) return;
+    c->logits_pending = false;
+    c->be->ops->logits_sync(c->be, c->logits, (size_t)c->n_out_last * (size_t)c->m->hp.n_vocab * sizeof(float));
+}
+
+/* Logits row of entry i (ember_get_logits's indexing), without syncing. */
+static const float *logits_row(const ember_context *c, int32_t i)
+{
     if (i < 0) {
         if (c->n_out_last == 0) return NULL;
         return c->logits + (size_t)(c->n_out_last - 1) * (size_t)c->m->hp.n_vocab;
     }
     if (i >= c->n_last || c->out_map[i] < 0) return NULL;
     return c->logits + (size_t)c->out_map[i] * (size_t)c->m->hp.n_vocab;
+}
+
+ember_status ember_get_logits_top(ember_context *c, int32_t n, const int32_t *entries, int32_t k,
+                                  ember_logits_top *out)
+{
+    if (!c || (n > 0 && (!entries || !out)) || n < 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: NULL context, entries or out (n %d)", n);
+    if (k < 1 || k > EMBER_LOGITS_TOP_MAX || k > c->m->hp.n_vocab)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: k %d not in [1, %d]", k,
+                           EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);
+    if (n == 0) return EMBER_OK;
+    const float *rows_small[16];
+    const float **rows = n <= 16 ? rows_small : malloc(sizeof *rows * (size_t)n);
+    if (!rows) return ember_error(EMBER_ERR_NOMEM, "ember_get_logits_top: %d rows", n);
+    ember_status st = EMBER_OK;
+    for (int32_t r = 0; r < n && st == EMBER_OK; r++)
+        if (!(rows[r] = logits_row(c, entries[r])))
+            st = ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: entry %d of the last decode has no logits",
+                             entries[r]);
+    if (st == EMBER_OK) c->be->ops->logits_top(c->be, rows, n, c->m->hp.n_vocab, k, out);
+    if (rows != rows_small) free(rows);
+    return st;
+}
+
+const float *ember_get_logits(ember_context *c, int32_t i)
+{
+    if (!c) return NULL;
+    logits_sync(c);
+    return logits_row(c, i);
 }
 
 ember_status ember_seq_remove(ember_context *c, ember_seq_id seq)

@@ -65,7 +65,6 @@ typedef struct g4_layer {
     int32_t n_head_kv, head_dim, n_rot, n_ff;
     float rope_base;
     const float *rope_freqs;   /* full layers: [head_dim / 2] frequency divisors */
-    int32_t rope_pairs;        /* with rope_freqs: the leading pairs whose divisor is 1 (the rest >= 1e20) */
     ember_weight ple_gate;     /* inp_gate: [P, n_embd] */
     ember_weight ple_proj;     /* proj: [n_embd, P] */
     const float *ple_post_norm;
@@ -357,7 +356,6 @@ static ember_status gemma4_load(ember_model *m)
                 if (k == 0 || G->n_rot != G->head_dim)
                     return ember_error(EMBER_ERR_FORMAT, "%s: rope_freqs.weight rotates no pair, or rope.dimension_count %d != key_length %d",
                                        m->path, G->n_rot, G->head_dim);
-                G->rope_pairs = k;
             }
         }
     }
@@ -399,8 +397,7 @@ static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, cons
             for (int64_t i = 0; i < P; i++) dst[i] = row[(int64_t)l * P + i] * sp;
         }
     }
-    if (op->upload) op->upload(be, e, eh, n * LP);
-    else memcpy(e, eh, (size_t)(n * LP) * sizeof(float));
+    op->upload(be, e, eh, n * LP);
     for (int32_t l = 0; l < n_layer; l += 3) {
         const ember_weight *w1 = l + 1 < n_layer ? &g->ple_proj_l[l + 1] : NULL;
         const ember_weight *w2 = l + 2 < n_layer ? &g->ple_proj_l[l + 2] : NULL;
@@ -487,12 +484,10 @@ static void gemma4_moe(const ember_run *r, const g4_layer *G, int32_t n, const f
 }
 
 /* RoPE (NEOX) of x [n, n_head, head_dim] for layer G. Full layers with
- * rope_freqs use the backend's rope_ext; a backend without it gets the same
- * result from plain rope over the rotated pairs gathered into tmp
- * [n, n_head, 2 * rope_pairs]: pair i turns at base^(-2i/head_dim) =
- * base'^(-2i/(2 rope_pairs)) with base' = base^(2 rope_pairs / head_dim). */
+ * rope_freqs use rope_ext (the freq factors leave the pairs past
+ * partial_rotary_factor unrotated). */
 static void gemma4_rope(const ember_run *r, const g4_layer *G, float *x, int32_t n, int32_t n_head,
-                        const ember_pos *pos, float *tmp)
+                        const ember_pos *pos)
 {
     const ember_backend_ops *op = r->be->ops;
     const int32_t hd = G->head_dim;
@@ -500,22 +495,7 @@ static void gemma4_rope(const ember_run *r, const g4_layer *G, float *x, int32_t
         op->rope(r->be, x, n, n_head, hd, G->n_rot, pos, G->rope_base, 1.0f, EMBER_ROPE_NEOX);
         return;
     }
-    if (op->rope_ext) {
-        op->rope_ext(r->be, x, n, n_head, hd, G->n_rot, pos, G->rope_base, 1.0f, EMBER_ROPE_NEOX, G->rope_freqs);
-        return;
-    }
-    const int32_t k = G->rope_pairs, half = hd / 2;
-    const int64_t rows = (int64_t)n * n_head;
-    for (int64_t i = 0; i < rows; i++) {
-        memcpy(tmp + i * 2 * k, x + i * hd, (size_t)k * sizeof(float));
-        memcpy(tmp + i * 2 * k + k, x + i * hd + half, (size_t)k * sizeof(float));
-    }
-    op->rope(r->be, tmp, n, n_head, 2 * k, 2 * k, pos, powf(G->rope_base, 2.0f * (float)k / (float)hd), 1.0f,
-             EMBER_ROPE_NEOX);
-    for (int64_t i = 0; i < rows; i++) {
-        memcpy(x + i * hd, tmp + i * 2 * k, (size_t)k * sizeof(float));
-        memcpy(x + i * hd + half, tmp + i * 2 * k + k, (size_t)k * sizeof(float));
-    }
+    op->rope_ext(r->be, x, n, n_head, hd, G->n_rot, pos, G->rope_base, 1.0f, EMBER_ROPE_NEOX, G->rope_freqs);
 }
 
 static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
@@ -547,16 +527,15 @@ static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
             ember_project(r, s->xb, n, &L->wq, s->q, &L->wk, s->k, &L->wv, s->v);
         } else {   /* attention_k_eq_v: V is K before its norm */
             ember_project(r, s->xb, n, &L->wq, s->q, &L->wk, s->k, NULL, NULL);
-            if (op->copy) op->copy(be, s->v, s->k, (int64_t)n * n_kv * hd);
-            else memcpy(s->v, s->k, (size_t)n * n_kv * hd * sizeof(float));
+            op->copy(be, s->v, s->k, (int64_t)n * n_kv * hd);
         }
         op->rms_norm(be, s->q, s->q, L->attn_q_norm, (int64_t)n * hp->n_head, hd, eps);
-        gemma4_rope(r, G, s->q, n, hp->n_head, ub->pos, s->att);   /* att is free until attention */
+        gemma4_rope(r, G, s->q, n, hp->n_head, ub->pos);
         const ember_kv_layer_view view = ember_kv_layer(r->kv, G->kv_src);
         if (G->has_kv) {
             op->rms_norm(be, s->k, s->k, L->attn_k_norm, (int64_t)n * n_kv, hd, eps);
             op->rms_norm(be, s->v, s->v, NULL, (int64_t)n * n_kv, hd, eps);
-            gemma4_rope(r, G, s->k, n, n_kv, ub->pos, s->att);
+            gemma4_rope(r, G, s->k, n, n_kv, ub->pos);
             op->kv_store(be, &view, s->k, s->v, ember_ubatch_rows(r->kv, ub, il), n);
         }
         const ember_attn_params ap = {

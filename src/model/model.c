@@ -392,15 +392,9 @@ void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x)
         for (j = i + 1; j < ub->n_out && ub->out_idx[j] == ub->out_idx[j - 1] + 1; j++) {}
         float *dst = g + (size_t)i * hp->n_embd;
         const float *src = x + (size_t)ub->out_idx[i] * hp->n_embd;
-        if (op->copy) op->copy(r->be, dst, src, (int64_t)(j - i) * hp->n_embd);
-        else memcpy(dst, src, (size_t)(j - i) * (size_t)hp->n_embd * sizeof(float));
+        op->copy(r->be, dst, src, (int64_t)(j - i) * hp->n_embd);
     }
     op->rms_norm(r->be, g, g, r->m->output_norm, ub->n_out, hp->n_embd, hp->norm_eps);
     ember_project(r, g, ub->n_out, &r->m->output, ub->logits, NULL, NULL, NULL, NULL);
-    if (hp->final_softcap > 0.0f && op->softcap) {
-        op->softcap(r->be, ub->logits, hp->final_softcap, (int64_t)ub->n_out * hp->n_vocab);
-    } else if (hp->final_softcap > 0.0f) {
-        const float c = hp->final_softcap;
-        for (int64_t i = 0; i < (int64_t)ub->n_out * hp->n_vocab; i++) ub->logits[i] = c * tanhf(ub->logits[i] / c);
-    }
+    if (hp->final_softcap > 0.0f) op->softcap(r->be, ub->logits, hp->final_softcap, (int64_t)ub->n_out * hp->n_vocab);
 }

@@ -206,8 +206,4 @@ void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, con
 /* Final norm + LM head over the rows in ub->out_idx. Uses s->xb as gather space. */
 void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x);
 
-/* The backend a context runs on (for reports such as the CUDA backend's
- * memory by category); NULL for a NULL context. */
-ember_backend *ember_context_backend(const ember_context *c);
-
 #endif

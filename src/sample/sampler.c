@@ -460,6 +460,76 @@ ember_token ember_sampler_sample(ember_sampler *s, const float *logits)
     return ember_sampler_draw(s, c, n);
 }
 
+int32_t ember_sampler_top_k(const ember_sampler *s)
+{
+    if (!s || s->p.n_logit_bias > 0 || penalties_on(s))
+        return 0;
+    if (s->p.temp <= 0.0f)
+        return 1;
+    if (s->p.top_k > 0 && s->p.top_k < s->n_vocab)
+        return s->p.top_k <= EMBER_LOGITS_TOP_MAX ? s->p.top_k : 0;
+    if (s->p.top_p < 1.0f || s->p.min_p > 0.0f)
+        return EMBER_LOGITS_TOP_MAX < s->n_vocab ? EMBER_LOGITS_TOP_MAX : s->n_vocab;
+    return 0;
+}
+
+ember_status ember_sampler_sample_top(ember_sampler *s, const ember_logits_top *top, ember_token *out)
+{
+    if (!s || !top || !out || top->n < 1 || top->n > EMBER_LOGITS_TOP_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "sampler: sample_top needs a sampler, a head of 1..%d and out",
+                           EMBER_LOGITS_TOP_MAX);
+    if (s->p.n_logit_bias > 0 || penalties_on(s))
+        return ember_error(EMBER_ERR_RANGE, "sampler: bias or penalties need the full row");
+    if (s->p.temp <= 0.0f) {   /* the argmax; the head is in the chain's order */
+        *out = top->id[0];
+        return EMBER_OK;
+    }
+    const bool full = top->n >= s->n_vocab;   /* the head is the whole row */
+    ember_candidate *c = s->cand;
+    int32_t n = top->n;
+    for (int32_t i = 0; i < n; i++)
+        c[i] = (ember_candidate){top->id[i], top->logit[i], 0.0f};
+    ember_sampler_params saved = s->p;
+    if (s->p.top_k > 0 && s->p.top_k < s->n_vocab) {
+        /* top-k survivors: the head's first top_k (the chain then sees them
+         * exactly as after its own partial sort) */
+        if (s->p.top_k > n)
+            return ember_error(EMBER_ERR_RANGE, "sampler: top_k %d past a head of %d", s->p.top_k, n);
+        n = s->p.top_k;
+    } else if (s->p.top_p < 1.0f && !full) {
+        /* top-p over the whole row: probabilities from the row's partition
+         * function; the prefix must reach top_p inside the head */
+        if (!(top->max > -INFINITY))
+            goto whole;
+        double cum = 0.0;
+        int32_t keep = -1;
+        for (int32_t i = 0; i < n; i++) {
+            cum += (double)(float)exp((double)c[i].logit - (double)top->lse);
+            if (cum >= s->p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        if (keep < 0)
+            return ember_error(EMBER_ERR_RANGE, "sampler: top_p %g not reached in a head of %d", (double)s->p.top_p, n);
+        n = keep;
+        s->p.top_p = 1.0f;   /* done: the chain goes on from min-p */
+    } else if (!full) {
+        if (!(s->p.min_p > 0.0f))
+            return ember_error(EMBER_ERR_RANGE, "sampler: a draw over the whole vocabulary needs the full row");
+        const float min_l = top->max + logf(s->p.min_p);
+        if (top->logit[n - 1] >= min_l)
+            return ember_error(EMBER_ERR_RANGE, "sampler: min_p survivors past a head of %d", n);
+    }
+whole:
+    s->p.top_k = 0;   /* already applied */
+    const ember_candidate *cc;
+    const int32_t m = chain(s, c, n, &cc);
+    s->p = saved;
+    *out = ember_sampler_draw(s, cc, m);
+    return EMBER_OK;
+}
+
 ember_token ember_sampler_draw(ember_sampler *s, const ember_candidate *c, int32_t n)
 {
     if (s->p.temp <= 0.0f)

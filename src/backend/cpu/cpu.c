@@ -23,6 +23,7 @@
  * exp; GELU from an f16 table. (Every variant — scalar aside for the quant
  * dots — gives the same bits; the helpers say which ggml code they follow.)
  */
+#include "backend/logits_top.h"
 #include "backend/cpu/cpu.h"
 #include "base/status.h"
 
@@ -46,10 +47,12 @@ static void (*swiglu_row)(int64_t, float *, const float *) = ember_cpu_swiglu;
 static float (*dot_f32_f16)(int64_t, const float *, const uint16_t *) = ember_cpu_dot_f32_f16;
 static void (*dot_f32_f16_multi)(int64_t, int, const float *const *, const uint16_t *, float *) = ember_cpu_dot_f32_f16_multi;
 static void (*axpy_f16_multi)(int64_t, int, const float *, const uint16_t *, float *const *) = ember_cpu_axpy_f16_multi;
-static bool have_gemm;   /* AVX2 tiles for the 32-element formats */
-static bool have_vnni;   /* AVX-512 VNNI tiles */
-static bool have_small;  /* AVX-512 VNNI small-batch kernel (gemm_small_avx512.c) */
-static bool have_attn_multi;   /* AVX-512 F16-cache attention for several queries (attn_avx512.c) */
+/* what this CPU runs (set once with the tables); a backend uses a kernel
+ * when the CPU has it and its options do not turn it off (cpu_backend) */
+static bool cpu_gemm;        /* AVX2 tiles for the 32-element formats */
+static bool cpu_avx512;      /* AVX-512 VNNI tiles, small-batch kernel, multi-query attention */
+/* the options of the first backend created (init_tables reads them once) */
+static ember_backend_options first_opt;
 
 static void init_tables(void)
 {
@@ -63,8 +66,7 @@ static void init_tables(void)
         float g = 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * fmaf(0.044715f * x, x, 1.0f)));
         gelu_f16_table[i] = ember_fp16_to_fp32(ember_fp32_to_fp16(g));
     }
-    const char *pf = getenv("EMBER_PREFETCH");   /* tuning knob for bench/matvec */
-    if (pf) ember_cpu_prefetch_bytes = atoi(pf) < 0 ? 0 : atoi(pf) > 65536 ? 65536 : atoi(pf);
+    ember_cpu_prefetch_bytes = first_opt.cpu_prefetch_bytes;   /* tuning knob for bench/matvec */
     if (ember_cpu_variant_active() >= EMBER_CPU_AVX2) {
         dot_f16 = ember_cpu_dot_f16_avx2;
         axpy_f16 = ember_cpu_axpy_f16_avx2;
@@ -76,11 +78,9 @@ static void init_tables(void)
         dot_f32_f16 = ember_cpu_dot_f32_f16_avx2;
         dot_f32_f16_multi = ember_cpu_dot_f32_f16_multi_avx2;
         axpy_f16_multi = ember_cpu_axpy_f16_multi_avx2;
-        have_gemm = getenv("EMBER_NO_GEMM") == NULL;
-        have_vnni = have_gemm && ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_VNNI") == NULL;
-        have_small = have_vnni && getenv("EMBER_NO_SMALL_GEMM") == NULL;   /* A/B knob for bench/spec_cost */
-        have_attn_multi = ember_cpu_variant_active() >= EMBER_CPU_AVX512 && getenv("EMBER_NO_ATTN_MULTI") == NULL;
-        if (have_attn_multi && getenv("EMBER_NO_EXPF_VEC") == NULL) ember_cpu_expf_vec_check();
+        cpu_gemm = true;
+        cpu_avx512 = ember_cpu_variant_active() >= EMBER_CPU_AVX512;
+        if (cpu_avx512 && !first_opt.cpu_no_attn_multi && !first_opt.cpu_no_expf_vec) ember_cpu_expf_vec_check();
     }
 }
 
@@ -294,6 +294,7 @@ typedef struct mm_task {
     int64_t row_tile;             /* rows per tile */
     int64_t n_tok_tiles;
     uint8_t *xg;                  /* Q8_0 prefill on AVX-512: the rows interleaved (cpu.h EMBER_XG_*), or NULL */
+    bool gemm, vnni;              /* the backend's kernel choices (cpu_backend) */
     _Atomic int64_t next;
 } mm_task;
 
@@ -304,8 +305,8 @@ static void mm_quantize(void *arg, int ith, int nth)
         uint8_t *row = (uint8_t *)a->xq + (size_t)t * a->xq_row;
         quantize_row(a->vdt, a->x + t * a->n_in, row, a->n_in);
         if (a->xg) ember_cpu_q8_0_interleave_avx512(a->n_in, row, a->xg + (size_t)(t / 8) * (size_t)(a->n_in / 32) * EMBER_XG_BLOCK, (int)(t % 8));
-        if (a->asum) {   /* Q8_0 (34-byte blocks, qs at 2) or Q8_1 (36, qs at 4) */
-            const size_t bs = a->vdt == EMBER_TYPE_Q8_1 ? 36 : 34, off = a->vdt == EMBER_TYPE_Q8_1 ? 4 : 2;
+        if (a->asum) {   /* Q8_0 or Q8_1: 32 int8 values at the end of each block (after d, or d and s) */
+            const size_t bs = ember_type_block_bytes(a->vdt), off = bs - 32;
             const int64_t nb = a->n_in / 32;
             for (int64_t b = 0; b < nb; b++) {
                 const int8_t *q = (const int8_t *)(row + (size_t)b * bs + off);
@@ -372,11 +373,11 @@ static void mm_dot(void *arg, int ith, int nth)
         }
         /* Q4_K/Q6_K prefill: 4 x 4 tiles whose every output is bit-identical
          * to the vec_dot below, so choosing by token count keeps batch invariance */
-        if (have_vnni && (w->type == EMBER_TYPE_Q4_K || w->type == EMBER_TYPE_Q6_K) && t1 - t0 >= 4) {
+        if (a->vnni && (w->type == EMBER_TYPE_Q4_K || w->type == EMBER_TYPE_Q6_K) && t1 - t0 >= 4) {
             ember_cpu_gemm_kq_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
             continue;
         }
-        if (have_gemm && ember_cpu_gemm_supported(w->type)) {
+        if (a->gemm && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx2(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
             continue;
         }
@@ -425,12 +426,14 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.vdt = vdt;
         a.xq = cb->act;
         a.xq_row = row_size(vdt, n_in);
-        a.asum = have_vnni && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
-        a.pk = a.asum && have_small && n_tokens >= 2 && n_in <= cb->lim.max_n_in ? cb->small_pk : NULL;
+        a.asum = cb->vnni && (vdt == EMBER_TYPE_Q8_0 || vdt == EMBER_TYPE_Q8_1) ? cb->asum : NULL;
+        a.pk = a.asum && cb->small && n_tokens >= 2 && n_in <= cb->lim.max_n_in ? cb->small_pk : NULL;
         a.pk_group = ember_cpu_small_pack_bytes(n_in, EMBER_CPU_SMALL_MAX);
         a.n_w = n_g;
         a.ws = grp;
         a.ys = gys;
+        a.gemm = cb->gemm;
+        a.vnni = cb->vnni;
         if (vdt == EMBER_TYPE_Q8_0 && n_tokens > 16) a.xg = cb->xg;   /* NULL without VNNI */
         a.n_tok_tiles = (n_tokens + MM_TOK_TILE - 1) / MM_TOK_TILE;
         int64_t total_rows = 0;
@@ -849,7 +852,7 @@ static void attn_multi_run(void *arg, int ith, int nth)
 static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const ember_attn_params *p,
                          const float *q, const ember_attn_query *queries, int32_t n, float *out)
 {
-    if (have_attn_multi && kv->type_k == EMBER_TYPE_F16 && kv->type_v == EMBER_TYPE_F16 && n >= 2 && n < FA_TILE_Q &&
+    if (CPU(be)->attn_multi && kv->type_k == EMBER_TYPE_F16 && kv->type_v == EMBER_TYPE_F16 && n >= 2 && n < FA_TILE_Q &&
         p->head_dim_k % 64 == 0 && p->head_dim_v % 64 == 0) {
         attn_multi_task m = {.cb = CPU(be), .kv = kv, .p = p, .q = q, .queries = queries, .out = out};
         const int32_t n_rep = p->n_head / p->n_head_kv;
@@ -877,6 +880,81 @@ static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     ember_threadpool_run_n(CPU(be)->tp, nth, grouped ? attn_run_grouped : attn_run, &a);
 }
 
+/* ---- memory, copies, soft-capping, steps: activations are host memory ---------------------- */
+
+static void op_kv_copy(ember_backend *be, const ember_kv_layer_view *kv, int64_t dst_row, int64_t src_row, int64_t n_rows)
+{
+    (void)be; (void)kv; (void)dst_row; (void)src_row; (void)n_rows;   /* the layer views are the only copy */
+}
+
+static void *op_act_alloc(ember_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) ember_error(EMBER_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of activations", bytes);
+    return p;
+}
+
+static void *op_host_alloc(ember_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) ember_error(EMBER_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of host output", bytes);
+    return p;
+}
+
+static void op_mem_free(ember_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static void op_copy(ember_backend *be, float *dst, const float *src, int64_t n)
+{
+    (void)be;
+    if (dst != src) memmove(dst, src, (size_t)n * sizeof(float));
+}
+
+typedef struct softcap_task { float *x; float cap; int64_t n; } softcap_task;
+
+static void softcap_run(void *arg, int ith, int nth)
+{
+    softcap_task *a = arg;
+    int64_t lo, hi;
+    split_range(a->n, ith, nth, &lo, &hi);
+    const float c = a->cap;
+    for (int64_t i = lo; i < hi; i++) a->x[i] = c * tanhf(a->x[i] / c);
+}
+
+static void op_softcap(ember_backend *be, float *x, float cap, int64_t n)
+{
+    softcap_task a = {x, cap, n};
+    ember_threadpool_run_n(CPU(be)->tp, threads_for(CPU(be), n * 8), softcap_run, &a);
+}
+
+static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
+{
+    (void)be; (void)st;
+    return false;   /* no graphs: the caller runs the forward pass */
+}
+
+static bool op_step_end(ember_backend *be)
+{
+    (void)be;
+    return true;
+}
+
+static uint64_t op_scratch_bytes(const ember_backend *be)
+{
+    const cpu_backend *cb = be->impl;
+    return cb->scratch_bytes + cb->xg_bytes;
+}
+
+static void op_print_memory(const ember_backend *be, FILE *f)
+{
+    (void)be; (void)f;   /* no device memory */
+}
+
 /* ---- lifecycle ---------------------------------------------------------------------------------- */
 
 static void op_free(ember_backend *be)
@@ -902,6 +980,15 @@ static void op_free(ember_backend *be)
     free(cb);
 }
 
+/* Logits are host memory here: the head is a host pass, sync is nothing. */
+static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                          ember_logits_top *out)
+{
+    ember_logits_top_host(rows, n_rows, n_vocab, k, out);
+}
+
+static void op_logits_sync(ember_backend *be, float *host, size_t bytes) {}
+
 static const ember_backend_ops cpu_ops = {
     .name = "cpu",
     .free = op_free,
@@ -916,25 +1003,59 @@ static const ember_backend_ops cpu_ops = {
     .rope_ext = op_rope_ext,
     .kv_store = op_kv_store,
     .attention = op_attention,
+    .kv_copy = op_kv_copy,
+    .act_alloc = op_act_alloc,
+    .act_free = op_mem_free,
+    .host_alloc = op_host_alloc,
+    .host_free = op_mem_free,
+    .copy = op_copy,
+    .upload = op_copy,
+    .softcap = op_softcap,
+    .step_begin = op_step_begin,
+    .step_end = op_step_end,
+    .scratch_bytes = op_scratch_bytes,
+    .print_memory = op_print_memory,
+    .logits_top = op_logits_top,
+    .logits_sync = op_logits_sync,
 };
 
-ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits *lim, ember_backend **out)
+static pthread_mutex_t first_opt_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool first_opt_set;
+
+ember_status ember_backend_cpu_new(const ember_backend_options *opt, const ember_backend_limits *lim, ember_backend **out)
 {
+    if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "cpu backend: out is NULL");
     *out = NULL;
     if (!lim || lim->max_tokens < 1 || lim->max_n_in < 1 || lim->max_kv_tokens < 1 || lim->max_head_dim < 1)
         return ember_error(EMBER_ERR_INVALID_ARG, "cpu backend: limits must be positive");
+    const ember_backend_options o = opt ? *opt : ember_backend_options_default();
+    pthread_mutex_lock(&first_opt_lock);
+    if (!first_opt_set) {
+        first_opt = o;
+        first_opt_set = true;
+    }
+    pthread_mutex_unlock(&first_opt_lock);
     pthread_once(&tables_once, init_tables);
+    int32_t n_threads = o.n_threads;
     if (n_threads <= 0) n_threads = ember_n_cores();
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return ember_error(EMBER_ERR_NOMEM, "cpu backend: out of memory");
     cb->base.ops = &cpu_ops;
+    cb->base.caps = (ember_backend_caps){
+        .device_activations = false, .graphed_steps = false, .layer_skip = true, .lazy_placement = false,
+        .kv_types = (1u << EMBER_TYPE_F32) | (1u << EMBER_TYPE_F16) | (1u << EMBER_TYPE_Q8_0),
+    };
     cb->base.impl = cb;
     cb->n_threads = n_threads;
     cb->lim = *lim;
+    cb->gemm = cpu_gemm && !o.cpu_no_gemm;
+    cb->vnni = cb->gemm && cpu_avx512 && !o.cpu_no_vnni;
+    cb->small = cb->vnni && !o.cpu_no_small_gemm;   /* A/B knob for bench/spec_cost */
+    cb->attn_multi = cpu_avx512 && !o.cpu_no_attn_multi;
     ember_status st = ember_threadpool_new(n_threads, &cb->tp);
     if (st != EMBER_OK) { free(cb); return st; }
     /* interleaved Q8_0 activations for the AVX-512 prefill tiles (cpu.h EMBER_XG_*) */
-    const size_t xg_bytes = have_vnni ? (size_t)(lim->max_tokens + 7) / 8 * (size_t)(lim->max_n_in / 32) * EMBER_XG_BLOCK : 0;
+    const size_t xg_bytes = cb->vnni ? (size_t)(lim->max_tokens + 7) / 8 * (size_t)(lim->max_n_in / 32) * EMBER_XG_BLOCK : 0;
     cb->xg_bytes = xg_bytes;
     if (xg_bytes && !(cb->xg = aligned_alloc(64, (xg_bytes + 63) & ~(size_t)63))) {
         op_free(&cb->base);
@@ -969,7 +1090,3 @@ ember_status ember_backend_cpu_new(int32_t n_threads, const ember_backend_limits
 }
 
 int32_t ember_backend_cpu_n_threads(const ember_backend *be) { return ((const cpu_backend *)be)->n_threads; }
-uint64_t ember_backend_scratch_bytes(const ember_backend *be)
-{
-    return ((const cpu_backend *)be)->scratch_bytes + ((const cpu_backend *)be)->xg_bytes;
-}

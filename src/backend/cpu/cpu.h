@@ -38,10 +38,16 @@ typedef struct cpu_backend {
     cpu_thread_scratch *ts;
     void *small_pk;       /* activations packed for ember_cpu_gemm_small_avx512, or NULL */
     uint64_t scratch_bytes;
+    /* kernels this backend uses: what the CPU has, less what its options
+     * turn off (EMBER_NO_GEMM, _VNNI, _SMALL_GEMM, _ATTN_MULTI) */
+    bool gemm;            /* AVX2 tiles for the 32-element formats */
+    bool vnni;            /* AVX-512 VNNI tiles */
+    bool small;           /* AVX-512 VNNI small-batch kernel (gemm_small_avx512.c) */
+    bool attn_multi;      /* AVX-512 F16-cache attention for several queries (attn_avx512.c) */
 } cpu_backend;
 
 /* Decode mat-vecs prefetch the weight bytes this far ahead of the ones being
- * read (set once at backend creation). */
+ * read (EMBER_PREFETCH of the first CPU backend created; process-wide). */
 extern int ember_cpu_prefetch_bytes;
 
 /* f16 -> f32 by table (exact), f32 -> f16 round-to-nearest-even. */

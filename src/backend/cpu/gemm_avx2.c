@@ -63,11 +63,14 @@ static inline float hsum(__m256 v)
     return _mm_cvtss_f32(lo);
 }
 
-bool ember_cpu_gemm_supported(uint32_t type)
-{
-    return type == EMBER_TYPE_Q4_0 || type == EMBER_TYPE_Q5_0 || type == EMBER_TYPE_Q8_0 ||
-           type == EMBER_TYPE_Q4_1 || type == EMBER_TYPE_Q5_1;
-}
+/* The tiled formats: weights in 32-element blocks dotted with Q8_0 (Q4_0,
+ * Q5_0, Q8_0) or Q8_1 (Q4_1, Q5_1) activations. */
+static const bool gemm_types[EMBER_TYPE_COUNT] = {
+    [EMBER_TYPE_Q4_0] = true, [EMBER_TYPE_Q5_0] = true, [EMBER_TYPE_Q8_0] = true,
+    [EMBER_TYPE_Q4_1] = true, [EMBER_TYPE_Q5_1] = true,
+};
+
+bool ember_cpu_gemm_supported(uint32_t type) { return type < EMBER_TYPE_COUNT && gemm_types[type]; }
 
 /* One 2-row x 4-token tile kernel per format, and a 2 x 1 one for single
  * tokens (decode, ragged ends) that sums each output in the same order, so a
@@ -138,13 +141,17 @@ void ember_cpu_gemm_q32_avx2(uint32_t type, int64_t n_in, const uint8_t *w, size
                              const uint8_t *xq, size_t xq_row, float *y, int64_t ldy,
                              int64_t r0, int64_t r1, int64_t t0, int64_t t1)
 {
-    void (*tile)(int64_t, const uint8_t *, const uint8_t *, const uint8_t *const *, float[2][4]) =
-        type == EMBER_TYPE_Q4_0 ? tile_q4_0 : type == EMBER_TYPE_Q5_0 ? tile_q5_0 : type == EMBER_TYPE_Q8_0 ? tile_q8_0
-      : type == EMBER_TYPE_Q4_1 ? tile_q4_1 : tile_q5_1;
-    void (*vec)(int64_t, const uint8_t *, const uint8_t *, const uint8_t *const *, float[2][4]) =
-        type == EMBER_TYPE_Q4_0 ? vec_q4_0 : type == EMBER_TYPE_Q5_0 ? vec_q5_0 : type == EMBER_TYPE_Q8_0 ? vec_q8_0
-      : type == EMBER_TYPE_Q4_1 ? vec_q4_1 : vec_q5_1;
-    const int64_t nb = n_in / 32;
+    typedef void (*kern_fn)(int64_t, const uint8_t *, const uint8_t *, const uint8_t *const *, float[2][4]);
+    static const kern_fn tiles[EMBER_TYPE_COUNT] = {
+        [EMBER_TYPE_Q4_0] = tile_q4_0, [EMBER_TYPE_Q5_0] = tile_q5_0, [EMBER_TYPE_Q8_0] = tile_q8_0,
+        [EMBER_TYPE_Q4_1] = tile_q4_1, [EMBER_TYPE_Q5_1] = tile_q5_1,
+    };
+    static const kern_fn vecs[EMBER_TYPE_COUNT] = {
+        [EMBER_TYPE_Q4_0] = vec_q4_0, [EMBER_TYPE_Q5_0] = vec_q5_0, [EMBER_TYPE_Q8_0] = vec_q8_0,
+        [EMBER_TYPE_Q4_1] = vec_q4_1, [EMBER_TYPE_Q5_1] = vec_q5_1,
+    };
+    const kern_fn tile = tiles[type], vec = vecs[type];   /* type: ember_cpu_gemm_supported */
+    const int64_t nb = n_in / (int64_t)ember_type_block_size(type);
     for (int64_t r = r0; r < r1; r += 2) {
         const int64_t rm = r1 - r < 2 ? r1 - r : 2;
         const uint8_t *w0 = w + (size_t)r * row_bytes, *w1 = rm > 1 ? w0 + row_bytes : w0;

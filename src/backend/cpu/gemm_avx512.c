@@ -130,11 +130,16 @@ void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, si
                                int64_t r0, int64_t r1, int64_t t0, int64_t t1)
 {
     typedef void (*tile_fn)(int64_t, const uint8_t *const *, const uint8_t *const *, const int32_t *const *, float[4][4]);
-    const tile_fn tile = type == EMBER_TYPE_Q4_0 ? tile_q4_0 : type == EMBER_TYPE_Q5_0 ? tile_q5_0 : type == EMBER_TYPE_Q8_0 ? tile_q8_0
-                       : type == EMBER_TYPE_Q4_1 ? tile_q4_1 : tile_q5_1;
-    const tile_fn vec = type == EMBER_TYPE_Q4_0 ? vec_q4_0 : type == EMBER_TYPE_Q5_0 ? vec_q5_0 : type == EMBER_TYPE_Q8_0 ? vec_q8_0
-                      : type == EMBER_TYPE_Q4_1 ? vec_q4_1 : vec_q5_1;
-    const int64_t nb = n_in / 32;
+    static const tile_fn tiles[EMBER_TYPE_COUNT] = {
+        [EMBER_TYPE_Q4_0] = tile_q4_0, [EMBER_TYPE_Q5_0] = tile_q5_0, [EMBER_TYPE_Q8_0] = tile_q8_0,
+        [EMBER_TYPE_Q4_1] = tile_q4_1, [EMBER_TYPE_Q5_1] = tile_q5_1,
+    };
+    static const tile_fn vecs[EMBER_TYPE_COUNT] = {
+        [EMBER_TYPE_Q4_0] = vec_q4_0, [EMBER_TYPE_Q5_0] = vec_q5_0, [EMBER_TYPE_Q8_0] = vec_q8_0,
+        [EMBER_TYPE_Q4_1] = vec_q4_1, [EMBER_TYPE_Q5_1] = vec_q5_1,
+    };
+    const tile_fn tile = tiles[type], vec = vecs[type];   /* type: ember_cpu_gemm_supported */
+    const int64_t nb = n_in / (int64_t)ember_type_block_size(type);
     for (int64_t r = r0; r < r1; r += 4) {
         const int64_t rm = r1 - r < 4 ? r1 - r : 4;
         const uint8_t *wr[4];

@@ -47,7 +47,8 @@ static inline float h2f(const uint8_t *p)
 void ember_cpu_small_pack(uint32_t vdt, int64_t n_in, int64_t n_tokens, int64_t t, const uint8_t *xq_row, void *pk)
 {
     const int64_t nb = n_in / 32, np = (n_tokens + 1) / 2;
-    const size_t bs = vdt == EMBER_TYPE_Q8_1 ? 36 : 34, qoff = vdt == EMBER_TYPE_Q8_1 ? 4 : 2;
+    /* Q8_0 {d; qs[32]} or Q8_1 {d, s; qs[32]}: the 32 values end the block */
+    const size_t bs = ember_type_block_bytes(vdt), qoff = bs - 32;
     const size_t stride = EMBER_CPU_SMALL_STRIDE(np);
     const bool last = t == n_tokens - 1;
     uint8_t *base = pk;

@@ -30,6 +30,7 @@
  */
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/logits_top.h"
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -67,7 +68,7 @@ typedef struct arena_chunk {
  * per weight of a matmul; preallocated for the limits), 5-7 outputs to host
  * memory (one per weight). */
 enum { STAGE_SLOTS = 8, SLOT_ROUND = 2, SLOT_OUT = 5 };
-enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32 };
+enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32, ATTN_TC_MIN_RUN = 64 };
 
 typedef enum step_mode { M_EAGER = 0, M_CAPTURE, M_REPLAY } step_mode;
 
@@ -158,6 +159,7 @@ typedef struct cuda_backend {
      * rounding of q) */
     bool fuse_on;
     bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
+    bool attn_tc;            /* prompt runs of >= ATTN_TC_MIN_RUN queries on the tensor cores (EMBER_CUDA_ATTN_TC=0: off) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
@@ -165,6 +167,19 @@ typedef struct cuda_backend {
     bool host_in;            /* this step called cu_upload */
     void *up_pin;            /* pinned copy the captured memcpy reads; refilled each time the step runs */
     size_t up_pin_bytes, up_off;
+    /* logits left on the device by a step with logits_defer (op_logits_top
+     * reduces them there; op_logits_sync downloads them): the host block
+     * [lg_host, + lg_bytes) stands for the device block lg_dev until then.
+     * lg_dev is a staging slot, valid until the next step. */
+    bool defer_logits;       /* this step may leave its logits */
+    bool lg_pending;
+    float *lg_host;
+    const float *lg_dev;
+    size_t lg_bytes;
+    void *top_work, *top_res_dev, *top_res_host;   /* ember_cuda_logits_top buffers */
+    size_t top_work_bytes, top_res_bytes, top_res_host_bytes;
+    int64_t *top_off;
+    int32_t top_off_n;
 } cuda_backend;
 
 /* ---- verify mode --------------------------------------------------------- *
@@ -473,6 +488,7 @@ static const float *in_f(cuda_backend *b, int slot, const float *p, size_t n)
         if (!d) b->failed = true;
         return d;
     }
+    if (b->lg_pending && p == b->lg_host && n * sizeof(float) <= b->lg_bytes) return b->lg_dev;
     float *d = stage(b, slot, n * sizeof(float));
     CK("upload", ember_cuda_upload(b->cu, d, p, n * sizeof(float)));
     return d;
@@ -511,9 +527,20 @@ static float *out_f(cuda_backend *b, int slot, float *p, size_t n)
     return (float *)d;
 }
 
+/* A step's logits stay on the device when it allows it (logits_defer). */
+static bool defer_output(cuda_backend *b, float *p, const void *d, size_t bytes)
+{
+    if (!b->in_step || !b->defer_logits || p != b->s_logits) return false;
+    b->lg_pending = true;
+    b->lg_host = p;
+    b->lg_dev = d;
+    b->lg_bytes = bytes;
+    return true;
+}
+
 static void out_done(cuda_backend *b, float *p, const float *d, size_t n)
 {
-    if (b->mode == M_EAGER && !is_act(b, p))
+    if (b->mode == M_EAGER && !is_act(b, p) && !defer_output(b, p, d, n * sizeof(float)))
         CK("download", ember_cuda_download(b->cu, p, d, n * sizeof(float)));
 }
 
@@ -667,6 +694,9 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
     b->s_kv_row_swa = swa ? st->kv_row_swa : NULL;
     b->s_query_swa = swa ? st->query_swa : NULL;
     b->s_logits = st->logits;
+    b->defer_logits = st->logits_defer && st->logits;
+    b->lg_pending = false;   /* the last step's logits are gone with it */
+    b->lg_host = NULL;
     b->s_n = n;
     int32_t max_ctx = (int32_t)b->lim.max_kv_tokens;
     for (int32_t i = 0; i < n; i++)
@@ -762,7 +792,8 @@ static bool op_step_begin(ember_backend *be, const ember_backend_step *st)
 static void flush_pending(cuda_backend *b)
 {
     for (int32_t i = 0; i < b->n_pend; i++)
-        CK("download", ember_cuda_download(b->cu, b->pend_host[i], b->pend_dev[i], b->pend_bytes[i]));
+        if (!defer_output(b, b->pend_host[i], b->pend_dev[i], b->pend_bytes[i]))
+            CK("download", ember_cuda_download(b->cu, b->pend_host[i], b->pend_dev[i], b->pend_bytes[i]));
     b->n_pend = 0;
 }
 
@@ -821,7 +852,65 @@ static bool op_step_end(ember_backend *be)
     }
     b->mode = M_EAGER;
     b->in_step = false;
+    b->defer_logits = false;
     return true;
+}
+
+/* ---- logits left on the device ------------------------------------------- */
+
+static void op_logits_sync(ember_backend *be, float *host, size_t bytes)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    if (!b->lg_pending) return;
+    const char *h = (const char *)host, *lh = (const char *)b->lg_host;
+    if (h + bytes <= lh || h >= lh + b->lg_bytes) return;
+    b->lg_pending = false;
+    CK("logits download", ember_cuda_download(b->cu, b->lg_host, b->lg_dev, b->lg_bytes));
+}
+
+/* Grow a device (or pinned host) buffer outside any step. */
+static void grow_dev(cuda_backend *b, void **p, size_t *have, size_t want, bool host)
+{
+    if (want <= *have) return;
+    CK("logits_top buffers", ember_cuda_synchronize(b->cu));
+    if (host) ember_cuda_host_free(b->cu, *p, *have);
+    else ember_cuda_mfree(b->cu, *p, *have);
+    *p = NULL;
+    *have = 0;
+    want += want / 2;
+    CK("logits_top buffers", host ? ember_cuda_host_alloc(b->cu, want, p) : ember_cuda_malloc(b->cu, want, p));
+    *have = want;
+}
+
+static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                          ember_logits_top *out)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    bool on_device = b->lg_pending && n_rows > 0;
+    const float *lh = b->lg_host;
+    for (int32_t r = 0; on_device && r < n_rows; r++)
+        on_device = rows[r] >= lh && (size_t)(rows[r] + n_vocab - lh) * sizeof(float) <= b->lg_bytes;
+    if (!on_device) {   /* rows on the host (or some of them): read them there */
+        if (b->lg_pending) op_logits_sync(be, b->lg_host, b->lg_bytes);
+        ember_logits_top_host(rows, n_rows, n_vocab, k, out);
+        return;
+    }
+    if (n_rows > b->top_off_n) {
+        int64_t *o = realloc(b->top_off, sizeof *o * (size_t)n_rows);
+        if (!o) {
+            ember_error(EMBER_ERR_NOMEM, "logits_top: %d row offsets", n_rows);
+            die("logits_top");
+        }
+        b->top_off = o;
+        b->top_off_n = n_rows;
+    }
+    for (int32_t r = 0; r < n_rows; r++) b->top_off[r] = rows[r] - lh;
+    grow_dev(b, &b->top_work, &b->top_work_bytes, ember_cuda_logits_top_work_bytes(n_rows, n_vocab, k), false);
+    const size_t rb = ember_cuda_logits_top_result_bytes(n_rows, k);
+    grow_dev(b, &b->top_res_dev, &b->top_res_bytes, rb, false);
+    grow_dev(b, &b->top_res_host, &b->top_res_host_bytes, rb, true);
+    CK("logits_top", ember_cuda_logits_top(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work,
+                                           b->top_work_bytes, b->top_res_dev, b->top_res_host, out));
 }
 
 /* ---- ops ----------------------------------------------------------------- */
@@ -850,6 +939,10 @@ static void op_free(ember_backend *be)
     for (int i = 0; i < MAX_ACT; i++) ember_cuda_host_free(b->cu, b->pinned[i], b->pinned_bytes[i]);
     ember_cuda_mfree(b->cu, b->d_step, b->d_step_n * sizeof(int32_t));
     ember_cuda_host_free(b->cu, b->up_pin, b->up_pin_bytes);
+    ember_cuda_mfree(b->cu, b->top_work, b->top_work_bytes);
+    ember_cuda_mfree(b->cu, b->top_res_dev, b->top_res_bytes);
+    ember_cuda_host_free(b->cu, b->top_res_host, b->top_res_host_bytes);
+    free(b->top_off);
     ember_cuda_free(b->cu);
     free(b->copies);
     free(b->index);
@@ -1433,6 +1526,25 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
         .exact = b->exact_attn, .exact_tiled = n >= 64,   /* the CPU's split (FA_TILE_Q) */
     };
+    if (b->attn_tc && !b->exact_attn && b->mode == M_EAGER && n >= ATTN_TC_MIN_RUN && p->head_dim_k % 8 == 0) {
+        /* prompt runs on the tensor cores (cuda_attn_prefill.cu): a run is
+         * consecutive entries of one sequence at consecutive positions;
+         * short runs (decode tokens batched with a prompt) keep the kernel */
+        const size_t row = (size_t)p->n_head * p->head_dim_k;
+        for (int32_t i0 = 0; i0 < n;) {
+            int32_t i1 = i0 + 1;
+            while (i1 < n && queries[i1].blocks == queries[i0].blocks && queries[i1].pos == queries[i1 - 1].pos + 1) i1++;
+            if (i1 - i0 >= ATTN_TC_MIN_RUN)
+                CK("attention (prompt run)", ember_cuda_attn_prefill(b->cu, &ap, dq + (size_t)i0 * row, i1 - i0, queries[i0].pos,
+                                                                     queries[i0].blocks, dk, dv, dout + (size_t)i0 * row));
+            else
+                CK("attention", ember_cuda_attn(b->cu, &ap, dq + (size_t)i0 * row, i1 - i0, dpos + i0, dseq + i0, dtab, dk, dv,
+                                                dout + (size_t)i0 * row));
+            i0 = i1;
+        }
+        out_done(b, out, dout, nq);
+        return;
+    }
     CK("attention", ember_cuda_attn(b->cu, &ap, dq, n, dpos, dseq, dtab, dk, dv, dout));
     out_done(b, out, dout, nq);
 }
@@ -1526,6 +1638,19 @@ static void op_rope(ember_backend *be, float *x, int64_t n_tokens, int32_t n_hea
     free(ref);
 }
 
+static void op_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n_head, int32_t head_dim,
+                        int32_t n_rot, const ember_pos *pos, float base, float freq_scale, ember_rope_mode mode,
+                        const float *freq_factors)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    float *ref = b->cpu ? clone(x, (size_t)n_tokens * n_head * head_dim) : NULL;
+    cu_rope_ext(be, x, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, freq_factors);
+    if (!ref) return;
+    b->cpu->ops->rope_ext(b->cpu, ref, n_tokens, n_head, head_dim, n_rot, pos, base, freq_scale, mode, freq_factors);
+    verify(b, V_ROPE, x, ref, (size_t)n_tokens * n_head * head_dim);
+    free(ref);
+}
+
 static void op_geglu(ember_backend *be, float *gate, const float *u, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
@@ -1592,6 +1717,42 @@ static void op_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     free(ref);
 }
 
+/* verify mode keeps activations in host memory and runs no graphs */
+static void *op_verify_act_alloc(ember_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) ember_error(EMBER_ERR_NOMEM, "CUDA backend (verify): cannot allocate %zu bytes of host activations", bytes);
+    return p;
+}
+
+static void op_verify_act_free(ember_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static bool op_verify_step_begin(ember_backend *be, const ember_backend_step *st)
+{
+    (void)be; (void)st;
+    return false;
+}
+
+static bool op_verify_step_end(ember_backend *be)
+{
+    (void)be;
+    return true;
+}
+
+/* host scratch: the CPU backend of verify mode (device memory: print_memory) */
+static uint64_t op_scratch_bytes(const ember_backend *be)
+{
+    const cuda_backend *b = (const cuda_backend *)be;
+    return b->cpu ? b->cpu->ops->scratch_bytes(b->cpu) : 0;
+}
+
+static void op_print_memory(const ember_backend *be, FILE *f);
+
 /* verify mode: host activations, no graphs, every op checked */
 static const ember_backend_ops cuda_ops_verify = {
     .name = "cuda",
@@ -1604,8 +1765,23 @@ static const ember_backend_ops cuda_ops_verify = {
     .swiglu = op_swiglu,
     .add = op_add,
     .scale = op_scale,
+    .rope_ext = op_rope_ext,
     .kv_store = op_kv_store,
     .attention = op_attention,
+    .kv_copy = cu_kv_copy,
+    .act_alloc = op_verify_act_alloc,
+    .act_free = op_verify_act_free,
+    .host_alloc = op_host_alloc,
+    .host_free = op_host_free,
+    .copy = cu_copy,
+    .upload = cu_upload,
+    .softcap = cu_softcap,
+    .step_begin = op_verify_step_begin,
+    .step_end = op_verify_step_end,
+    .scratch_bytes = op_scratch_bytes,
+    .print_memory = op_print_memory,
+    .logits_top = op_logits_top,
+    .logits_sync = op_logits_sync,
 };
 
 static const ember_backend_ops cuda_ops = {
@@ -1632,15 +1808,21 @@ static const ember_backend_ops cuda_ops = {
     .softcap = cu_softcap,
     .step_begin = op_step_begin,
     .step_end = op_step_end,
+    .scratch_bytes = op_scratch_bytes,
+    .print_memory = op_print_memory,
+    .logits_top = op_logits_top,
+    .logits_sync = op_logits_sync,
 };
 
-ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *lim, ember_backend **out)
+ember_status ember_backend_cuda_new(const ember_backend_options *opt, const ember_backend_limits *lim,
+                                    ember_backend **out)
 {
     if (!out || !lim) return ember_error(EMBER_ERR_INVALID_ARG, "ember_backend_cuda_new: NULL argument");
     *out = NULL;
+    const ember_backend_options o = opt ? *opt : ember_backend_options_default();
     cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return ember_error(EMBER_ERR_NOMEM, "ember_backend_cuda_new: out of memory");
-    ember_status st = ember_cuda_new(device, &b->cu);
+    ember_status st = ember_cuda_new(o.device, &o, &b->cu);
     if (st != EMBER_OK) {
         free(b);
         return st;
@@ -1648,22 +1830,26 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     b->base.ops = &cuda_ops;
     b->base.impl = b;
     b->lim = *lim;
-    const char *f32a = getenv("EMBER_CUDA_F32_ACT");
-    b->f32_act = f32a && *f32a && strcmp(f32a, "0") != 0;
-    const char *q8 = getenv("EMBER_CUDA_Q8");
-    b->q8_on = !(q8 && !strcmp(q8, "0"));
-    const char *rt = getenv("EMBER_CUDA_ROPE_TABLE");
-    b->rope_tab_on = !(rt && !strcmp(rt, "0"));
-    const char *gr = getenv("EMBER_CUDA_GRAPHS");
-    b->graphs_on = !(gr && !strcmp(gr, "0"));
-    const char *fu = getenv("EMBER_CUDA_FUSE");
-    b->fuse_on = !(fu && !strcmp(fu, "0"));
-    const char *ex = getenv("EMBER_CUDA_EXACT");
-    b->exact_attn = ex && *ex && strcmp(ex, "0") != 0;
-    const char *vfy = getenv("EMBER_CUDA_VERIFY");
-    if (vfy && *vfy && strcmp(vfy, "0") != 0) {
+    b->f32_act = o.cuda_f32_act;
+    b->q8_on = o.cuda_q8;
+    b->rope_tab_on = o.cuda_rope_table;
+    b->graphs_on = o.cuda_graphs;
+    b->fuse_on = o.cuda_fuse;
+    b->exact_attn = o.cuda_exact;
+    b->attn_tc = o.cuda_attn_tc;
+    /* F16 KV only; activations on the device; graphs key on the batch
+     * shape, not the layer count, so no layer-skip */
+    b->base.caps = (ember_backend_caps){
+        .device_activations = true, .graphed_steps = b->graphs_on, .layer_skip = false, .lazy_placement = true,
+        .kv_types = 1u << EMBER_TYPE_F16,
+    };
+    if (o.cuda_verify) {
         b->base.ops = &cuda_ops_verify;
-        st = ember_backend_cpu_new(0, lim, &b->cpu);
+        b->base.caps.device_activations = false;
+        b->base.caps.graphed_steps = false;
+        ember_backend_options co = o;
+        co.n_threads = 0;
+        st = ember_backend_cpu_new(&co, lim, &b->cpu);
         if (st != EMBER_OK) {
             ember_cuda_free(b->cu);
             free(b);
@@ -1690,54 +1876,27 @@ ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *
     return EMBER_OK;
 }
 
-uint64_t ember_backend_cuda_device_bytes(const ember_backend *be)
+/* The memory report (cuda_report.c prints it) from what the backend holds. */
+static void op_print_memory(const ember_backend *be, FILE *f)
 {
-    return be && (be->ops == &cuda_ops || be->ops == &cuda_ops_verify)
-               ? ember_cuda_device_bytes(((const cuda_backend *)be)->cu) : 0;
-}
-
-bool ember_backend_is_cuda(const ember_backend *be)
-{
-    return be && (be->ops == &cuda_ops || be->ops == &cuda_ops_verify);
-}
-
-static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
-
-void ember_backend_cuda_mem_print(const ember_backend *be, FILE *f)
-{
-    if (!ember_backend_is_cuda(be) || !f) return;
     const cuda_backend *b = (const cuda_backend *)be;
-    ember_cuda_mem_stats_t st;
-    ember_cuda_mem_stats(b->cu, &st);
-    uint64_t arena = 0, arena_used = 0;
+    if (!f) return;
+    ember_cuda_report r = {.n_ctx = b->lim.max_kv_tokens, .n_ubatch = b->lim.max_tokens, .n_chunks = b->n_chunks,
+                           .n_rope_tables = b->n_rtab, .up_pin_bytes = b->up_pin_bytes};
+    ember_cuda_mem_stats(b->cu, &r.mem);
+    r.weight_bytes = b->cat_bytes[CAT_WEIGHT], r.weight_count = b->cat_count[CAT_WEIGHT];
+    r.vec_bytes = b->cat_bytes[CAT_VEC], r.vec_count = b->cat_count[CAT_VEC];
+    r.kv_bytes = b->cat_bytes[CAT_KV], r.kv_count = b->cat_count[CAT_KV];
     for (int32_t i = 0; i < b->n_chunks; i++) {
-        arena += b->chunks[i].size;
-        arena_used += b->chunks[i].used;
+        r.arena_bytes += b->chunks[i].size;
+        r.arena_used += b->chunks[i].used;
     }
-    uint64_t act = 0, round = 0, io = 0, rope = 0, pinned = 0;
-    for (int i = 0; i < MAX_ACT; i++) act += b->act_bytes[i], pinned += b->pinned_bytes[i];
+    for (int i = 0; i < MAX_ACT; i++) r.act_bytes += b->act_bytes[i], r.pinned_bytes += b->pinned_bytes[i];
     for (int i = 0; i < STAGE_SLOTS; i++) {
-        if (i >= SLOT_ROUND && i < SLOT_OUT) round += b->stage_bytes[i];
-        else io += b->stage_bytes[i];
+        if (i >= SLOT_ROUND && i < SLOT_OUT) r.round_bytes += b->stage_bytes[i];
+        else r.io_bytes += b->stage_bytes[i];
     }
-    for (int32_t i = 0; i < b->n_rtab; i++) rope += b->rtab[i].bytes;
-    const uint64_t step = (uint64_t)b->d_step_n * sizeof(int32_t);
-    const uint64_t ours = st.device_bytes + st.scratch_bytes + st.counters_bytes + st.cublas_ws_bytes;
-    fprintf(f, "ember: GPU memory by category (MiB; n_ctx %lld, n_ubatch %lld):\n", (long long)b->lim.max_kv_tokens,
-            (long long)b->lim.max_tokens);
-    fprintf(f, "ember:   weights %.1f (%lld matrices) + norm/rope vectors %.1f (%lld) + KV cache %.1f (%lld buffers)"
-               " in %d arena chunks of %.1f (%.1f unused)\n",
-            mib(b->cat_bytes[CAT_WEIGHT]), (long long)b->cat_count[CAT_WEIGHT], mib(b->cat_bytes[CAT_VEC]),
-            (long long)b->cat_count[CAT_VEC], mib(b->cat_bytes[CAT_KV]), (long long)b->cat_count[CAT_KV],
-            (int)b->n_chunks, mib(arena), mib(arena - arena_used));
-    fprintf(f, "ember:   activation scratch %.1f; rounded-activation staging %.1f; host in/out staging (logits) %.1f;"
-               " step arrays %.2f; RoPE tables %.1f (%d)\n",
-            mib(act), mib(round), mib(io), mib(step), mib(rope), (int)b->n_rtab);
-    fprintf(f, "ember:   kernel scratch (prefill GEMM chunks, attention partials) %.1f; attention counters %.2f;"
-               " cuBLAS workspace %.1f; GELU table (module) %.2f\n",
-            mib(st.scratch_bytes), mib(st.counters_bytes), mib(st.cublas_ws_bytes), mib(st.gelu_table_bytes));
-    fprintf(f, "ember:   = %.1f allocated by ember; driver stack reservation %.1f (%llu B/thread; part of the CUDA"
-               " context); pinned host: logits %.1f, PLE upload %.1f, mapped weights %.1f\n",
-            mib(ours), mib(st.stack_bytes), (unsigned long long)st.stack_per_thread, mib(pinned),
-            mib(b->up_pin_bytes), mib(st.host_bytes - pinned - b->up_pin_bytes));
+    for (int32_t i = 0; i < b->n_rtab; i++) r.rope_bytes += b->rtab[i].bytes;
+    r.step_bytes = (uint64_t)b->d_step_n * sizeof(int32_t);
+    ember_cuda_report_print(&r, f);
 }

@@ -9,27 +9,45 @@
 #define EMBER_BACKEND_CUDA_H
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 
 #include <stdio.h>
 
-/* CUDA backend on device `device`: weights and norm vectors are uploaded
- * once, on first use, keyed by their host address; the KV cache lives on the
- * device (F16 only); activations live on the device when the context takes
- * them from act_alloc; decode steps of up to 32 entries run as CUDA graphs
- * (backend_cuda.c). EMBER_CUDA_VERIFY=1 runs every op on the CPU backend too
- * (host activations, no graphs).
+/* CUDA backend on device opt->device (opt NULL: the options table's
+ * defaults): weights and norm vectors are uploaded once, on first use, keyed
+ * by their host address; the KV cache lives on the device (F16 only);
+ * activations live on the device when the context takes them from
+ * act_alloc; decode steps of up to 32 entries run as CUDA graphs
+ * (backend_cuda.c). opt->cuda_verify runs every op on the CPU backend too
+ * (host activations, no graphs); the other cuda_* switches are read here
+ * and by ember_cuda_new. Called by ember_backend_new (registry.c).
  * Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_NOMEM,
  * EMBER_ERR_INTERNAL. */
-ember_status ember_backend_cuda_new(int32_t device, const ember_backend_limits *lim, ember_backend **out);
-/* Device bytes held (weights, KV, staging). */
-uint64_t ember_backend_cuda_device_bytes(const ember_backend *be);
-/* Print what the backend holds, by category (weights, norm vectors, KV
- * cache, arena slack, activation scratch, staging, step arrays, RoPE tables,
- * kernel scratch, cuBLAS workspace, driver stack reservation, pinned host
- * buffers), in MiB, a few lines starting "ember: ". Weights and KV are
- * uploaded on first use: call it after a decode. Nothing for other backends. */
-void ember_backend_cuda_mem_print(const ember_backend *be, FILE *f);
-/* True if `be` is a CUDA backend. */
-bool ember_backend_is_cuda(const ember_backend *be);
+ember_status ember_backend_cuda_new(const ember_backend_options *opt, const ember_backend_limits *lim,
+                                    ember_backend **out);
+
+/* What a CUDA backend holds, for the memory report (bytes unless said). */
+typedef struct ember_cuda_report {
+    int64_t n_ctx, n_ubatch;          /* the limits it was sized for, tokens */
+    uint64_t weight_bytes, vec_bytes, kv_bytes;     /* device copies: weight matrices, norm/rope vectors, KV buffers */
+    int64_t weight_count, vec_count, kv_count;
+    int32_t n_chunks;                 /* arena chunks holding those copies */
+    uint64_t arena_bytes, arena_used;
+    uint64_t act_bytes;               /* activation scratch (act_alloc) */
+    uint64_t round_bytes, io_bytes;   /* rounded-activation staging; host in/out staging (logits) */
+    uint64_t step_bytes;              /* step arrays (tokens, positions, cells, block tables) */
+    uint64_t rope_bytes;              /* RoPE cos/sin tables */
+    int32_t n_rope_tables;
+    uint64_t pinned_bytes;            /* host_alloc (logits) */
+    uint64_t up_pin_bytes;            /* pinned staging of host inputs (gemma4's per-layer embeddings) */
+    ember_cuda_mem_stats_t mem;       /* the context's own (cuda_backend.h) */
+} ember_cuda_report;
+
+/* Print r by category (weights, norm vectors, KV cache, arena slack,
+ * activation scratch, staging, step arrays, RoPE tables, kernel scratch,
+ * cuBLAS workspace, driver stack reservation, pinned host buffers), in MiB,
+ * a few lines starting "ember: " (cuda_report.c). Weights and KV are
+ * uploaded on first use: meaningful after a decode. */
+void ember_cuda_report_print(const ember_cuda_report *r, FILE *f);
 
 #endif

@@ -43,6 +43,7 @@ extern "C" {
 #endif
 
 #include "base/types.h" /* a C header without its own extern "C" */
+#include "backend/options.h"
 
 typedef struct ember_cuda ember_cuda;
 
@@ -50,9 +51,12 @@ typedef struct ember_cuda ember_cuda;
  * Never fails, never sets an error. */
 int ember_cuda_device_count(void);
 
-/* Open device `device` (0-based): create a stream and a cuBLAS handle.
- * Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_INTERNAL. */
-ember_status ember_cuda_new(int device, ember_cuda **out);
+/* Open device `device` (0-based): create a stream and a cuBLAS handle,
+ * configured by opt's cuda_pdl, cuda_tf32, cuda_cublas_ws_mib and
+ * cuda_stack_bytes (backend/options.h; NULL: the table's defaults, no
+ * environment). Errors: EMBER_ERR_INVALID_ARG (no such device),
+ * EMBER_ERR_NOMEM (cuBLAS workspace), EMBER_ERR_INTERNAL. */
+ember_status ember_cuda_new(int device, const ember_backend_options *opt, ember_cuda **out);
 /* Release everything the context allocated (not tensors the caller holds). */
 void ember_cuda_free(ember_cuda *cu);
 /* Device name, e.g. "NVIDIA H200". */
@@ -285,6 +289,22 @@ ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n);
  * Gemma 2); cap > 0. */
 ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, int64_t n);
 
+/* ---- sampling support ------------------------------------------------------ */
+
+/* The heads of n_rows logits rows (ember_get_logits_top, include/ember.h):
+ * row r is logits + row_off[r] (device, n_vocab floats; row_off host
+ * memory). work: device scratch of ember_cuda_logits_top_work_bytes;
+ * res_dev / res_host: device and pinned host buffers of
+ * ember_cuda_logits_top_result_bytes. Waits for the stream (one small
+ * download). k in [1, EMBER_LOGITS_TOP_MAX], n_vocab in [k, 2^31).
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (a vocabulary past
+ * the shared-memory sort, ~900k tokens at k > 1), EMBER_ERR_INTERNAL. */
+size_t ember_cuda_logits_top_work_bytes(int32_t n_rows, int64_t n_vocab, int32_t k);
+size_t ember_cuda_logits_top_result_bytes(int32_t n_rows, int32_t k);
+ember_status ember_cuda_logits_top(ember_cuda *cu, const float *logits, const int64_t *row_off, int32_t n_rows,
+                                   int64_t n_vocab, int32_t k, void *work, size_t work_bytes, void *res_dev,
+                                   void *res_host, ember_logits_top *out);
+
 /* ---- KV cache and attention ---------------------------------------------- */
 
 /* Store n_tokens rows of `row` floats (src: [n_tokens, row] F32) into an
@@ -307,6 +327,21 @@ typedef struct ember_cuda_attn_params {
     bool exact;          /* the CPU backend's order and f16 rounding (slow; see cuda_attn.cu) */
     bool exact_tiled;    /* with exact: its >= 64-query tiled all-f32 order instead of the one-row one */
 } ember_cuda_attn_params;
+
+/* Attention of a run of n_q prompt queries of one sequence at positions
+ * pos0 .. pos0 + n_q - 1, on the tensor cores (cuda_attn_prefill.cu): the
+ * same contract as ember_cuda_attn for those queries (q and out [n_q,
+ * n_head, head_dim] F32, q rounded to f16 before q.k; causal, sliding
+ * window and soft-capping from p), with the probabilities rounded to f16
+ * before they weight V. blocks: the sequence's block table in host memory
+ * (pages up to pos0 + n_q - 1; pages below a sliding window are never
+ * read). k_cache / v_cache: the F16 cache, cells of n_head_kv * head_dim.
+ * Uses the context's scratch (K/V of the run's keys, scores of ~96 MiB per
+ * chunk of queries); not inside a graph capture. head_dim % 8 == 0.
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM, EMBER_ERR_INTERNAL. */
+ember_status ember_cuda_attn_prefill(ember_cuda *cu, const ember_cuda_attn_params *p, const float *q, int32_t n_q,
+                                     int32_t pos0, const int32_t *blocks, const uint16_t *k_cache, const uint16_t *v_cache,
+                                     float *out);
 
 /* Flash-attention (online softmax, Dao et al. 2022; split-K "flash
  * decoding") for n_tokens query rows, each attending causally to its

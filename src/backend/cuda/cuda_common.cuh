@@ -31,6 +31,7 @@ struct ember_cuda {
     size_t stack_per_thread; /* cudaLimitStackSize after ember_cuda_new set it */
     size_t stack_threads;  /* SMs x resident threads per SM: the stack reservation's multiplier */
     bool capturing;
+    bool gemm_f16;         /* quantized prefill GEMMs on f16 tensor cores (options: EMBER_CUDA_GEMM_F16) */
     uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
 };
 

@@ -24,10 +24,10 @@ extern "C" int ember_cuda_device_count(void)
 
 bool ember_cuda_pdl_on = true;
 
-extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
+extern "C" ember_status ember_cuda_new(int device, const ember_backend_options *opt, ember_cuda **out)
 {
-    const char *pdl = getenv("EMBER_CUDA_PDL");
-    ember_cuda_pdl_on = !(pdl && !strcmp(pdl, "0"));
+    const ember_backend_options o = opt ? *opt : ember_backend_options_default();
+    ember_cuda_pdl_on = o.cuda_pdl;
 
     EMBER_CUDA_NONNULL(out);
     *out = NULL;
@@ -53,15 +53,14 @@ extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
      * products, F32 sums): 1.5x pp512 on the H200 with perplexity within
      * 0.2% of the CPU backend's (bench/results/cuda-h200.md).
      * EMBER_CUDA_TF32=0 keeps exact F32 products. */
-    const char *tf32 = getenv("EMBER_CUDA_TF32");
-    if (s == EMBER_OK && !(tf32 && !strcmp(tf32, "0")) &&
+    cu->gemm_f16 = o.cuda_gemm_f16;
+    if (s == EMBER_OK && o.cuda_tf32 &&
         cublasSetMathMode(cu->cublas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)
         s = ember_error(EMBER_ERR_INTERNAL, "cuda: cublasSetMathMode failed");
     /* cuBLAS's own default workspace is 32 MiB on Hopper; ours is small
      * (prefill GEMMs only; EMBER_CUDA_CUBLAS_WS_MIB sets it, 0: cuBLAS's).
      * After cublasSetStream, which resets the handle to the default pool. */
-    const char *ws = getenv("EMBER_CUDA_CUBLAS_WS_MIB");
-    const long ws_mib = ws && *ws ? strtol(ws, NULL, 10) : 4;
+    const long ws_mib = o.cuda_cublas_ws_mib;
     if (s == EMBER_OK && ws_mib > 0) {
         const size_t b = (size_t)ws_mib << 20;
         if (cudaMalloc(&cu->cublas_ws, b) != cudaSuccess) {
@@ -82,8 +81,7 @@ extern "C" ember_status ember_cuda_new(int device, ember_cuda **out)
      * driver automatically increases the per-thread stack size for each
      * kernel launch as needed"). EMBER_CUDA_STACK sets the bytes. */
     if (s == EMBER_OK) {
-        const char *sk = getenv("EMBER_CUDA_STACK");
-        const long stack = sk && *sk ? strtol(sk, NULL, 10) : 128;
+        const long stack = o.cuda_stack_bytes;
         if (stack >= 0) (void)cudaDeviceSetLimit(cudaLimitStackSize, (size_t)stack);
         (void)cudaGetLastError();
         size_t cur = 0;

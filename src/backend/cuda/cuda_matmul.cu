@@ -11,6 +11,10 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 
+#include <cuda_fp16.h>
+#include <stdlib.h>
+#include <string.h>
+
 using namespace ember_cu;
 
 namespace {
@@ -108,25 +112,64 @@ __global__ void k_get_rows(const uint8_t *__restrict__ W, size_t row_bytes, int 
     }
 }
 
-/* out[r][k] = W[r0 + r][k] for r < n_rows (one CTA per row). */
-template <class T>
+__device__ __forceinline__ void store_as(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_as(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* out[r][k] = W[r0 + r][k] for r < n_rows (one CTA per row), as F32 or f16. */
+template <class T, class O = float>
 __global__ void k_dequant_rows(const uint8_t *__restrict__ W, size_t row_bytes, int units_per_row, int64_t r0,
-                               int64_t ne0, float *__restrict__ out)
+                               int64_t ne0, O *__restrict__ out)
 {
     ember_pdl_wait();
     const uint8_t *wr = W + (r0 + blockIdx.x) * row_bytes;
-    float *o = out + (int64_t)blockIdx.x * ne0;
+    O *o = out + (int64_t)blockIdx.x * ne0;
     for (int u = threadIdx.x; u < units_per_row; u += blockDim.x) {
         const int blk = u / T::UNITS, iu = u % T::UNITS;
         float w[T::NRUN * T::RUN];
         int off[T::NRUN];
         T::load(wr + (size_t)blk * T::BYTES, iu, w, off);
-        float *ob = o + (int64_t)blk * T::QK;
+        O *ob = o + (int64_t)blk * T::QK;
 #pragma unroll
         for (int r = 0; r < T::NRUN; r++)
 #pragma unroll
-            for (int i = 0; i < T::RUN; i++) ob[off[r] + i] = w[r * T::RUN + i];
+            for (int i = 0; i < T::RUN; i++) store_as(&ob[off[r] + i], w[r * T::RUN + i]);
     }
+}
+
+/* amax[0] = max |x[i]| (as the bits of a non-negative float, which order
+ * like unsigned integers), i < n; amax must start at 0. NaN counts as
+ * +inf. */
+__global__ void k_amax(const float *__restrict__ x, int64_t n, unsigned *__restrict__ amax)
+{
+    ember_pdl_wait();
+    float m = 0.f;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = fabsf(x[i]);
+        m = v != v ? INFINITY : fmaxf(m, v);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(m));
+}
+
+/* xh[i] = f16(x[i] / s) with s the power of two that brings max|x| under
+ * 2^14 (1 when it already is; f16 ends at 65504), and ab[0] = s, ab[1] = 0:
+ * the GEMM's alpha and beta, so y = s * (W xh) keeps large activations
+ * (random-weight files reach past f16's range) at f16's relative
+ * precision. */
+__global__ void k_to_half_scaled(const float *__restrict__ x, int64_t n, const unsigned *__restrict__ amax,
+                                 __half *__restrict__ xh, float *__restrict__ ab)
+{
+    ember_pdl_wait();
+    const float a = __uint_as_float(*amax);
+    float s = 1.f;
+    if (a > 16384.f && a <= 3.0e38f) s = exp2f(ceilf(log2f(a / 16384.f)));
+    const float inv = 1.f / s;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        ab[0] = s;
+        ab[1] = 0.f;
+    }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        xh[i] = __float2half_rn(x[i] * inv);
 }
 
 template <class T, int NC>
@@ -161,9 +204,62 @@ void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, in
  * by default (the handle's math mode, cuda_core.cu), exact F32 products with
  * EMBER_CUDA_TF32=0 (then results match the mat-vec kernels up to
  * summation order). */
+/* The f16 form (default; EMBER_CUDA_GEMM_F16=0, cu->gemm_f16 false: the TF32 form below):
+ * weights dequantized to f16 (the values of Q4_K/Q6_K/Q5_0/Q8_0 blocks are
+ * small integers times an f16 scale product, so f16 holds them to 11
+ * bits), activations rounded to f16 once per matmul, products on the f16
+ * tensor cores with F32 accumulation and output (cublasGemmEx), as
+ * llama.cpp's cuBLAS path does for quantized weights. Half the dequantized
+ * bytes of the TF32 form and twice its tensor rate. */
+
+template <class T>
+ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+{
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    int64_t chunk = 2 * kGemmScratchFloats / w->ne0;   /* the same bytes as the F32 form: twice the rows */
+    if (chunk < 1) chunk = 1;
+    if (chunk > w->ne1) chunk = w->ne1;
+    const size_t b_w = ((size_t)(chunk * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
+    const size_t b_x = ((size_t)(n_cols * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
+    void *scr = NULL;
+    ember_status s = ember_cuda_scratch(cu, b_w + b_x + 256, &scr);
+    if (s != EMBER_OK) return s;
+    __half *wh = (__half *)scr, *xh = (__half *)((char *)scr + b_w);
+    unsigned *amax = (unsigned *)((char *)scr + b_w + b_x);
+    float *ab = (float *)(amax + 4);
+    const int64_t nx = n_cols * w->ne0;
+    const unsigned grid = (unsigned)((nx + 255) / 256 < 1024 ? (nx + 255) / 256 : 1024);
+    if ((s = ember_cuda_check(cudaMemsetAsync(amax, 0, sizeof *amax, cu->stream), "matmul (amax)")) != EMBER_OK) return s;
+    ember_launch(k_amax, grid, 256, 0, cu->stream, x, nx, amax);
+    ember_launch(k_to_half_scaled, grid, 256, 0, cu->stream, x, nx, (const unsigned *)amax, xh, ab);
+    if ((s = ember_cuda_launched("matmul (f16 activations)")) != EMBER_OK) return s;
+    /* alpha = s and beta = 0 are read from the device (ab) */
+    if (cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_DEVICE) != CUBLAS_STATUS_SUCCESS)
+        return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSetPointerMode failed");
+    for (int64_t r0 = 0; r0 < w->ne1; r0 += chunk) {
+        const int64_t nr = w->ne1 - r0 < chunk ? w->ne1 - r0 : chunk;
+        ember_launch(k_dequant_rows<T, __half>, (unsigned)nr, 128, 0, cu->stream, (const uint8_t *)w->data, w->row_bytes,
+                     units, r0, w->ne0, wh);
+        if ((s = ember_cuda_launched("matmul (dequantize rows to f16)")) != EMBER_OK) return s;
+        /* column-major view: Y[r][c] at y[c*ne1 + r] = sum_k Wh[r][k] Xh[c][k] */
+        const cublasStatus_t cs =
+            cublasGemmEx(cu->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, (int)n_cols, (int)w->ne0, ab, wh, CUDA_R_16F,
+                         (int)w->ne0, xh, CUDA_R_16F, (int)w->ne0, ab + 1, y + r0, CUDA_R_32F, (int)w->ne1, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT);
+        if (cs != CUBLAS_STATUS_SUCCESS) {
+            cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_HOST);
+            return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasGemmEx (f16) failed (status %d)", (int)cs);
+        }
+    }
+    if (cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_HOST) != CUBLAS_STATUS_SUCCESS)
+        return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSetPointerMode failed");
+    return EMBER_OK;
+}
+
 template <class T>
 ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
 {
+    if (cu->gemm_f16 && w->type != EMBER_TYPE_F32) return matmul_gemm_f16<T>(cu, w, x, n_cols, y);
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
     int64_t chunk = kGemmScratchFloats / w->ne0;
     if (chunk < 1) chunk = 1;
@@ -315,7 +411,7 @@ extern "C" ember_status ember_cuda_round_act(ember_cuda *cu, uint32_t act_type, 
     EMBER_CUDA_NONNULL(x);
     EMBER_CUDA_NONNULL(y);
     if (n <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: round_act: n = %lld", (long long)n);
-    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    const int64_t bs = (int64_t)ember_type_block_size(act_type);   /* Q8_0/Q8_1: 32, Q8_K: 256 */
     if (act_type == EMBER_TYPE_F32) {
         return x == y ? EMBER_OK : ember_cuda_copy(cu, y, x, (size_t)n * sizeof(float));
     } else if (act_type != EMBER_TYPE_Q8_0 && act_type != EMBER_TYPE_Q8_1 && act_type != EMBER_TYPE_Q8_K) {

@@ -370,7 +370,7 @@ struct q8_view {
 
 q8_view q8_split(uint32_t act_type, const void *buf, int64_t n, int64_t n_cols)
 {
-    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    const int64_t bs = (int64_t)ember_type_block_size(act_type);   /* Q8_0/Q8_1: 32, Q8_K: 256 */
     q8_view v;
     v.qs = (const int8_t *)buf;
     v.d = (const float *)((const char *)buf + align16((size_t)(n * n_cols)));
@@ -427,7 +427,7 @@ extern "C" uint32_t ember_cuda_q8_act_type(uint32_t wtype)
 
 extern "C" size_t ember_cuda_q8_bytes(uint32_t act_type, int64_t n, int64_t n_cols)
 {
-    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    const int64_t bs = (int64_t)ember_type_block_size(act_type);   /* Q8_0/Q8_1: 32, Q8_K: 256 */
     const size_t nd = (size_t)(n_cols * (n / bs));
     return align16((size_t)(n * n_cols)) + nd * sizeof(float) * (act_type == EMBER_TYPE_Q8_1 ? 2 : 1);
 }
@@ -441,7 +441,7 @@ extern "C" ember_status ember_cuda_quantize_q8(ember_cuda *cu, uint32_t act_type
     if (act_type != EMBER_TYPE_Q8_0 && act_type != EMBER_TYPE_Q8_1 && act_type != EMBER_TYPE_Q8_K)
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: quantize_q8: activation type %s",
                            ember_type_name(act_type));
-    const int64_t bs = act_type == EMBER_TYPE_Q8_K ? 256 : 32;
+    const int64_t bs = (int64_t)ember_type_block_size(act_type);   /* Q8_0/Q8_1: 32, Q8_K: 256 */
     if (n <= 0 || n % bs != 0 || n_cols <= 0)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: quantize_q8: n = %lld (a multiple of %lld), n_cols = %lld",
                            (long long)n, (long long)bs, (long long)n_cols);
@@ -469,7 +469,7 @@ extern "C" ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_te
     const uint32_t at = ember_cuda_q8_act_type(w->type);
     if (at == EMBER_TYPE_F32)
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul_q8: no integer kernel for %s", ember_type_name(w->type));
-    const int64_t n = w->ne0, bs = at == EMBER_TYPE_Q8_K ? 256 : 32;
+    const int64_t n = w->ne0, bs = (int64_t)ember_type_block_size(at);
     if (n % bs != 0 || n / 32 > INT32_MAX)
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul_q8: %s row length %lld", ember_type_name(w->type),
                            (long long)n);

@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "backend/expf_glibc.h"
 #include "quant/quant.h"
+#include "../../common/cpu_backend.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(float lo, float hi)   /* xorshift64 */
@@ -219,7 +220,7 @@ static long run_case(const ecase *c)
     ember_backend_limits lim = {.max_tokens = 128, .max_n_in = 4096, .max_kv_tokens = c->n_ctx,
                                 .max_head_dim = c->head_dim};
     ember_backend *cpu = NULL;
-    assert_int_equal(ember_backend_cpu_new(1, &lim, &cpu), EMBER_OK);
+    assert_int_equal(test_cpu_backend_new(1, &lim, &cpu), EMBER_OK);
     uint16_t *k = calloc((size_t)(n_rows * row), 2), *v = calloc((size_t)(n_rows * row), 2);
     int32_t *blocks = malloc(sizeof(int32_t) * n_blocks);
     assert_true(k && v && blocks);

@@ -17,6 +17,7 @@
 #include "base/threadpool.h"
 #include "quant/quant.h"
 #include "backend/cpu/cpu.h"
+#include "../../common/cpu_backend.h"
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void)   /* xorshift64, uniform in [-1, 1) */
@@ -29,7 +30,7 @@ static ember_backend *new_be_lim(int nth, int32_t max_tokens, int32_t max_n_in)
 {
     ember_backend_limits lim = {.max_tokens = max_tokens, .max_n_in = max_n_in, .max_kv_tokens = 64, .max_head_dim = 64};
     ember_backend *be = NULL;
-    assert_int_equal(ember_backend_cpu_new(nth, &lim, &be), EMBER_OK);
+    assert_int_equal(test_cpu_backend_new(nth, &lim, &be), EMBER_OK);
     return be;
 }
 
@@ -37,7 +38,7 @@ static ember_backend *new_be(int nth)
 {
     ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 256, .max_kv_tokens = 64, .max_head_dim = 64};
     ember_backend *be = NULL;
-    assert_int_equal(ember_backend_cpu_new(nth, &lim, &be), EMBER_OK);
+    assert_int_equal(test_cpu_backend_new(nth, &lim, &be), EMBER_OK);
     return be;
 }
 
@@ -447,7 +448,7 @@ static void check_attention_multi(int32_t D, int32_t n_swa, int nq)
     enum { BT = 8, NB = 8, HK = 2, H = 6, NPOS = 50 };
     ember_backend_limits lim = {.max_tokens = 64, .max_n_in = 256, .max_kv_tokens = 64, .max_head_dim = 256};
     ember_backend *be = NULL;
-    assert_int_equal(ember_backend_cpu_new(2, &lim, &be), EMBER_OK);
+    assert_int_equal(test_cpu_backend_new(2, &lim, &be), EMBER_OK);
     const size_t rb = (size_t)HK * D * 2;
     uint8_t *k = calloc(NB * BT, rb), *v = calloc(NB * BT, rb);
     float *kf = malloc(sizeof(float) * NPOS * HK * D), *vf = malloc(sizeof(float) * NPOS * HK * D);

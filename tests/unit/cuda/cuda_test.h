@@ -48,7 +48,8 @@ static int test_cuda_group_setup(void **state)
         printf("[ SKIP ] no CUDA device found: the CUDA kernel tests are skipped\n");
         return 0;
     }
-    if (ember_cuda_new(0, &test_cu) != EMBER_OK) {
+    ember_backend_options opt = ember_backend_options_default();   /* EMBER_CUDA_TF32 etc. reach the context */
+    if (ember_backend_options_env(&opt) != EMBER_OK || ember_cuda_new(0, &opt, &test_cu) != EMBER_OK) {
         printf("[ SKIP ] cannot open CUDA device 0: %s\n", ember_last_error());
         test_cu = NULL;
     } else {

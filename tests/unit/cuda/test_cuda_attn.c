@@ -121,7 +121,16 @@ static void reference(const attn_fixture *f, const float *q, int n_tokens, const
 
 /* Run the kernel (directly, or through a captured graph replayed with the
  * given positions) and compare with the reference. */
+static void check_mode(const attn_fixture *f, int n_tokens, const int32_t *pos, const int32_t *seq, bool prefill);
+
 static void check(const attn_fixture *f, int n_tokens, const int32_t *pos, const int32_t *seq)
+{
+    check_mode(f, n_tokens, pos, seq, false);
+}
+
+/* mode prefill: ember_cuda_attn_prefill over one run (seq[0], positions
+ * pos[0] ..), whose probabilities are rounded to f16: tolerance 1e-3 */
+static void check_mode(const attn_fixture *f, int n_tokens, const int32_t *pos, const int32_t *seq, bool prefill)
 {
     const attn_case *c = &f->c;
     const size_t nq = (size_t)n_tokens * c->n_head * c->head_dim;
@@ -137,21 +146,27 @@ static void check(const attn_fixture *f, int n_tokens, const int32_t *pos, const
     };
     float *dq = dev_new(q, sizeof(float) * nq), *dout = dev_new(NULL, sizeof(float) * nq);
     int32_t *dpos = dev_new(pos, sizeof(int32_t) * n_tokens), *dseq = dev_new(seq, sizeof(int32_t) * n_tokens);
-    CU_OK(ember_cuda_attn(test_cu, &p, dq, n_tokens, dpos, dseq, f->dbt, f->dk, f->dv, dout));
+    if (prefill)
+        CU_OK(ember_cuda_attn_prefill(test_cu, &p, dq, n_tokens, pos[0], f->block_table + (size_t)seq[0] * f->max_pages,
+                                      f->dk, f->dv, dout));
+    else
+        CU_OK(ember_cuda_attn(test_cu, &p, dq, n_tokens, dpos, dseq, f->dbt, f->dk, f->dv, dout));
     dev_get(out, dout, sizeof(float) * nq);
     reference(f, q, n_tokens, pos, seq, scale, want);
+    const double tol = prefill ? 1e-3 : 3e-5;
     int bad = 0;
     double md = 0;
     for (size_t i = 0; i < nq; i++) {
         const double d = fabs(out[i] - want[i]);
         if (d > md || d != d) md = d;
-        if (!(d <= 3e-5) && bad++ < 5)
+        if (!(d <= tol) && bad++ < 5)
             print_error("D=%d G=%d swa=%d: out[%zu] (token %zu, head %zu, dim %zu) = %.7g, want %.7g\n", c->head_dim,
                         c->n_head / c->n_head_kv, c->n_swa, i, i / ((size_t)c->n_head * c->head_dim),
                         i / c->head_dim % c->n_head, i % c->head_dim, out[i], want[i]);
     }
-    printf("# D=%d n_head=%d n_head_kv=%d swa=%d n_tokens=%d max_ctx=%d: max|out - ref| %.3g (%d of %zu over 3e-5)\n",
-           c->head_dim, c->n_head, c->n_head_kv, c->n_swa, n_tokens, c->max_ctx, md, bad, nq);
+    printf("# %s D=%d n_head=%d n_head_kv=%d swa=%d n_tokens=%d max_ctx=%d: max|out - ref| %.3g (%d of %zu over %g)\n",
+           prefill ? "prompt-run" : "kernel", c->head_dim, c->n_head, c->n_head_kv, c->n_swa, n_tokens, c->max_ctx, md, bad,
+           nq, tol);
     assert_int_equal(bad, 0);
     dev_free(dq, sizeof(float) * nq);
     dev_free(dout, sizeof(float) * nq);
@@ -321,6 +336,42 @@ static void test_attn_generic_sizes(void **state)
     }
 }
 
+/* Prompt runs on the tensor cores (ember_cuda_attn_prefill): runs from
+ * position 0 and from deep in the context, full and sliding-window layers
+ * (the run longer than the window), soft-capping, GQA groups of 1, 3, 4
+ * and 8, head sizes 64-512, over shuffled pages. */
+static void test_attn_prompt_runs(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const attn_case cases[] = {
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .page_size = 32, .max_ctx = 1400, .n_seq = 2},             /* gemma3 */
+        {.n_head = 4, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .page_size = 32, .max_ctx = 1400, .n_seq = 1},
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 512, .page_size = 32, .max_ctx = 1400, .n_seq = 1},             /* E4B full */
+        {.n_head = 8, .n_head_kv = 2, .head_dim = 256, .n_swa = 512, .page_size = 32, .max_ctx = 1400, .n_seq = 1},
+        {.n_head = 9, .n_head_kv = 3, .head_dim = 64, .page_size = 32, .max_ctx = 1400, .n_seq = 1},              /* SmolLM2 */
+        {.n_head = 16, .n_head_kv = 2, .head_dim = 128, .n_swa = 16, .page_size = 8, .max_ctx = 1400, .n_seq = 1,
+         .softcap = 2.0f},
+    };
+    static int32_t pos[1400], seq[1400];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        attn_fixture f;
+        fixture_init(&f, &cases[k]);
+        const int s = cases[k].n_seq - 1;
+        for (int i = 0; i < 700; i++) {   /* a prompt from the start */
+            pos[i] = i;
+            seq[i] = s;
+        }
+        check_mode(&f, 700, pos, seq, true);
+        for (int i = 0; i < 130; i++) {   /* a later chunk of a long prompt */
+            pos[i] = 1250 + i;
+            seq[i] = s;
+        }
+        check_mode(&f, 130, pos, seq, true);
+        fixture_free(&f);
+    }
+}
+
 static void test_attn_rejects_bad_params(void **state)
 {
     (void)state;
@@ -352,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_attn_graph_replay),
         cmocka_unit_test(test_attn_gemma4_e4b_shapes),
         cmocka_unit_test(test_attn_generic_sizes),
+        cmocka_unit_test(test_attn_prompt_runs),
         cmocka_unit_test(test_attn_rejects_bad_params),
     };
     return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);

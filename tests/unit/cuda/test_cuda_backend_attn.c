@@ -8,7 +8,7 @@
  * two differ by rounding only: max |cuda - cpu| <= 1e-2 * max |cpu| (V rows
  * in [-1, 1]; the CPU's f16 accumulator, rounded at each of up to ~1000 keys,
  * reaches a few 1e-3; a wrong block, head or window is off by O(1)). A
- * second test sets EMBER_CUDA_EXACT=1 (the CPU-order kernels) and requires
+ * second test sets cuda_exact (EMBER_CUDA_EXACT=1: the CPU-order kernels) and requires
  * every output bit-identical (head sizes 64..512, decode and prefill),
  * printing the first mismatch.
  * Without EMBER_CUDA or a GPU every case skips. */
@@ -17,6 +17,7 @@
 #ifdef EMBER_CUDA
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
+#include "../../common/cpu_backend.h"
 
 typedef struct bcase {
     int n_head, n_head_kv, head_dim, n_swa, n_ctx, n_q, pos0;
@@ -29,11 +30,10 @@ static void run_case(const bcase *c, bool exact)
     ember_backend_limits lim = {.max_tokens = 128, .max_n_in = 4096, .max_kv_tokens = c->n_ctx,
                                 .max_head_dim = c->head_dim};
     ember_backend *cpu = NULL, *gpu = NULL;
-    CU_OK(ember_backend_cpu_new(2, &lim, &cpu));
-    if (exact) setenv("EMBER_CUDA_EXACT", "1", 1);
-    const ember_status gs = ember_backend_cuda_new(0, &lim, &gpu);
-    if (exact) unsetenv("EMBER_CUDA_EXACT");
-    CU_OK(gs);
+    CU_OK(test_cpu_backend_new(2, &lim, &cpu));
+    ember_backend_options go = ember_backend_options_default();
+    go.cuda_exact = exact;
+    CU_OK(ember_backend_cuda_new(&go, &lim, &gpu));
     uint16_t *k = calloc((size_t)(n_rows * row), 2), *v = calloc((size_t)(n_rows * row), 2);
     int32_t *blocks = malloc(sizeof(int32_t) * n_blocks);
     assert_true(k && v && blocks);

@@ -10,6 +10,7 @@
 #include "cuda_test.h"
 #include "backend/backend.h"
 #include "quant/quant.h"
+#include "../../common/cpu_backend.h"
 
 #ifdef EMBER_CUDA
 
@@ -17,7 +18,7 @@ static ember_backend *cpu_be(void)
 {
     const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 4096, .max_head_dim = 256};
     ember_backend *cpu = NULL;
-    assert_int_equal(ember_backend_cpu_new(2, &lim, &cpu), EMBER_OK);
+    assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
     return cpu;
 }
 

@@ -22,6 +22,8 @@ static int64_t pick_ne0(const test_blocks *b, int which)
     return which ? 576 : 640;
 }
 
+static float x_amp = 2.f;   /* activations uniform in [-x_amp, x_amp) */
+
 static void check_matmul(const char *tname, int64_t ne0, int64_t n_rows, int64_t n_cols, bool in_host)
 {
     test_blocks b;
@@ -36,18 +38,21 @@ static void check_matmul(const char *tname, int64_t ne0, int64_t n_rows, int64_t
     float *x = malloc(sizeof(float) * ne0 * n_cols), *y = malloc(sizeof(float) * n_rows * n_cols);
     assert_non_null(x);
     assert_non_null(y);
-    for (int64_t i = 0; i < ne0 * n_cols; i++) x[i] = test_randf(-2.f, 2.f);
+    for (int64_t i = 0; i < ne0 * n_cols; i++) x[i] = test_randf(-x_amp, x_amp);
     float *dx = dev_new(x, sizeof(float) * ne0 * n_cols);
     float *dy = dev_new(NULL, sizeof(float) * n_rows * n_cols);
     CU_OK(ember_cuda_matmul(test_cu, &w, dx, n_cols, dy));
     dev_get(y, dy, sizeof(float) * n_rows * n_cols);
 
     int bad = 0;
-    /* wide batches run TF32 tensor-core GEMMs by default: operands keep 10
-     * mantissa bits, so each product is within 2^-10 of exact (sum|wx| bounds
-     * the total); the mat-vec kernels are exact F32 products */
-    const char *tf32 = getenv("EMBER_CUDA_TF32");
-    const double rel = n_cols > 32 && !(tf32 && !strcmp(tf32, "0")) ? 2e-3 : 1e-5;
+    /* wide batches run f16 tensor-core GEMMs by default (quantized weights;
+     * TF32 with EMBER_CUDA_GEMM_F16=0 or F32 weights): operands keep 10
+     * mantissa bits, so each product is within 2^-10 of exact (sum|wx|
+     * bounds the total); EMBER_CUDA_TF32=0 with EMBER_CUDA_GEMM_F16=0 gives
+     * exact F32 products, as the mat-vec kernels are */
+    const char *tf32 = getenv("EMBER_CUDA_TF32"), *f16 = getenv("EMBER_CUDA_GEMM_F16");
+    const bool exact_gemm = tf32 && !strcmp(tf32, "0") && f16 && !strcmp(f16, "0");
+    const double rel = n_cols > 32 && !exact_gemm ? 2e-3 : 1e-5;
     for (int64_t c = 0; c < n_cols; c++)
         for (int64_t r = 0; r < n_rows; r++) {
             double s = 0, sa = 0;
@@ -98,6 +103,12 @@ static void test_prefill_gemm_path(void **state)
     check_matmul("Q4_K", 2048, 70, 100, false);
     check_matmul("Q6_K", 1024, 33, 33, false);
     check_matmul("F16", 640, 64, 512, false);
+    /* activations past f16's range (65504): the f16 GEMM scales them by a
+     * power of two and the output back */
+    x_amp = 3e6f;
+    check_matmul("Q4_K", 2560, 64, 40, false);
+    check_matmul("Q6_K", 1024, 33, 64, false);
+    x_amp = 2.f;
 }
 
 /* A large upload used at once: the first matmul must see every byte (a

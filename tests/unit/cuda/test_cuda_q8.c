@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "base/types.h"
 #include "quant/quant.h"
+#include "../../common/cpu_backend.h"
 
 #ifdef EMBER_CUDA
 
@@ -127,7 +128,7 @@ static void test_fused_quantize_matches_cpu(void **state)
     TEST_NEED_GPU();
     const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 16, .max_head_dim = 256};
     ember_backend *cpu = NULL;
-    assert_int_equal(ember_backend_cpu_new(2, &lim, &cpu), EMBER_OK);
+    assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
     const int64_t n = 2048, rows = 3;
     float *x = malloc(sizeof(float) * n * rows), *w = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n * rows),
           *ref = malloc(sizeof(float) * n * rows);
@@ -262,7 +263,7 @@ static void test_matmul_q8_matches_cpu(void **state)
     TEST_NEED_GPU();
     const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 16, .max_head_dim = 256};
     ember_backend *cpu = NULL;
-    assert_int_equal(ember_backend_cpu_new(2, &lim, &cpu), EMBER_OK);
+    assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
     print_message("CPU variant %s\n", ember_cpu_variant_name(ember_cpu_variant_active()));
     static const char *const types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K"};
     static const int64_t cols[] = {1, 3, 8, 11};

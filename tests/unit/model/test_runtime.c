@@ -292,6 +292,44 @@ static void test_load_errors(void **st)
     unlink(path);
 }
 
+/* The backend seam through the public API: a bad environment switch fails
+ * the context and names the variable; on the CPU (-ngl 0) the warm-up runs
+ * nothing (all memory is placed up front) and there is no device memory to
+ * print; every KV type is accepted. */
+static void test_context_backend_seam(void **st)
+{
+    (void)st;
+    if (!model) { skip(); return; }
+    ember_context_params p = ember_context_default_params();
+    p.n_ctx = 64;
+    p.n_batch = 16;
+    p.n_threads = 2;
+    ember_context *c = NULL;
+    setenv("EMBER_NO_GEMM", "sometimes", 1);
+    assert_int_equal(ember_context_new(model, &p, &c), EMBER_ERR_INVALID_ARG);
+    assert_null(c);
+    assert_non_null(strstr(ember_last_error(), "EMBER_NO_GEMM=sometimes"));
+    unsetenv("EMBER_NO_GEMM");
+    ember_model_params mp = ember_model_default_params();
+    assert_int_equal(mp.n_gpu_layers, 0);   /* the loaded model runs on the CPU */
+    const ember_kv_type kinds[3] = {EMBER_KV_F16, EMBER_KV_Q8_0, EMBER_KV_F32};
+    for (int i = 0; i < 3; i++) {
+        p.type_k = p.type_v = kinds[i];
+        assert_int_equal(ember_context_new(model, &p, &c), EMBER_OK);
+        bool ran = true;
+        assert_int_equal(ember_context_warmup(c, &ran), EMBER_OK);
+        assert_false(ran);
+        assert_int_equal(ember_seq_len(c, 0), 0);
+        FILE *f = tmpfile();
+        assert_non_null(f);
+        ember_context_print_memory(c, f);
+        assert_int_equal(ftell(f), 0);
+        fclose(f);
+        ember_context_free(c);
+        c = NULL;
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_fork_and_truncate_match_fresh),
         cmocka_unit_test(test_pool_full),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_context_backend_seam),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

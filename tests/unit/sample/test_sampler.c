@@ -15,6 +15,7 @@
 
 #include "ember.h"
 #include "sample/sampler.h"
+#include "../../common/logits_top_ref.h"
 
 #define GOLDEN "tests/golden/sample/sampler_cases.json"
 
@@ -160,6 +161,40 @@ static double chi2_crit(int df)
     return df * pow(1.0 - a + z * sqrt(a), 3.0);
 }
 
+/* Draw counts cnt[n_vocab] of g.draws draws follow the reference: nothing
+ * outside its support, and chi-square at alpha = 1e-3. */
+static void check_counts(const gcase *gp, const int *cnt)
+{
+    const gcase g = *gp;
+    /* tokens outside the reference's support are never drawn */
+    for (int32_t t = 0; t < g.n_vocab; t++)
+        if (exp_prob(&g, t) == 0.0 && cnt[t] != 0)
+            fail_msg("%s: drew token %d (%d times), which the reference excludes", g.name, t, cnt[t]);
+    /* chi-square over bins with expected count >= 5, the rest pooled */
+    double chi = 0.0, pool_e = 0.0, pool_o = 0.0;
+    int bins = 0;
+    for (int32_t i = 0; i < g.n_exp; i++) {
+        double e = g.exp_p[i] * g.draws;
+        double o = cnt[g.exp_ids[i]];
+        if (e < 5.0) {
+            pool_e += e;
+            pool_o += o;
+            continue;
+        }
+        chi += (o - e) * (o - e) / e;
+        bins++;
+    }
+    if (pool_e >= 5.0) {
+        chi += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    }
+    if (bins >= 2 && chi > chi2_crit(bins - 1))
+        fail_msg("%s: chi-square %.1f over %d bins > %.1f", g.name, chi, bins, chi2_crit(bins - 1));
+    if (bins == 1) { /* a single outcome: all draws are it */
+        assert_int_equal(g.n_exp == 1 ? cnt[g.exp_ids[0]] : g.draws, g.draws);
+    }
+}
+
 static void test_draws_follow_reference(void **state)
 {
     (void)state;
@@ -175,38 +210,110 @@ static void test_draws_follow_reference(void **state)
             assert_true(t >= 0 && t < g.n_vocab);
             cnt[t]++;
         }
-        /* tokens outside the reference's support are never drawn */
-        for (int32_t t = 0; t < g.n_vocab; t++)
-            if (exp_prob(&g, t) == 0.0 && cnt[t] != 0)
-                fail_msg("%s: drew token %d (%d times), which the reference excludes", g.name, t, cnt[t]);
-        /* chi-square over bins with expected count >= 5, the rest pooled */
-        double chi = 0.0, pool_e = 0.0, pool_o = 0.0;
-        int bins = 0;
-        for (int32_t i = 0; i < g.n_exp; i++) {
-            double e = g.exp_p[i] * g.draws;
-            double o = cnt[g.exp_ids[i]];
-            if (e < 5.0) {
-                pool_e += e;
-                pool_o += o;
-                continue;
-            }
-            chi += (o - e) * (o - e) / e;
-            bins++;
-        }
-        if (pool_e >= 5.0) {
-            chi += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
-            bins++;
-        }
-        if (bins >= 2 && chi > chi2_crit(bins - 1))
-            fail_msg("%s: chi-square %.1f over %d bins > %.1f", g.name, chi, bins, chi2_crit(bins - 1));
-        if (bins == 1) { /* a single outcome: all draws are it */
-            assert_int_equal(g.n_exp == 1 ? cnt[g.exp_ids[0]] : g.draws, g.draws);
-        }
+        check_counts(&g, cnt);
         free(cnt);
         ember_sampler_free(s);
         case_free(&g);
     }
     json_decref(root);
+}
+
+
+/* The head of the golden row (tests/common/logits_top_ref.h: a full sort),
+ * k as the sampler asks for it. */
+static void case_head(const gcase *g, int32_t k, ember_logits_top *h)
+{
+    int ids[EMBER_LOGITS_TOP_MAX];
+    double lse;
+    ref_logits_top(g->logits, g->n_vocab, k, ids, h->logit, &h->max, &lse);
+    h->lse = (float)lse;
+    h->n = k;
+    for (int32_t i = 0; i < k; i++) h->id[i] = ids[i];
+}
+
+/* ember_sampler_sample_top: draws from a row's head follow the same
+ * numpy reference as draws from the full row; a head too short to decide
+ * is refused (EMBER_ERR_RANGE), never guessed. */
+static void test_head_draws_follow_reference(void **state)
+{
+    (void)state;
+    json_t *root = load_golden();
+    json_t *cases = json_object_get(root, "cases");
+    int n_head = 0, n_range = 0, n_full = 0;
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        gcase g;
+        case_load(json_array_get(cases, c), &g);
+        ember_sampler *s = case_sampler(&g);
+        const int32_t k = ember_sampler_top_k(s);
+        const bool needs_row = g.p.n_logit_bias > 0 || (g.p.penalty_last_n != 0 && (g.p.repeat_penalty != 1.0f ||
+                               g.p.presence_penalty != 0.0f || g.p.frequency_penalty != 0.0f)) ||
+                               (g.p.temp > 0 && g.p.top_k <= 0 && g.p.top_p >= 1.0f && g.p.min_p <= 0.0f);
+        assert_true(needs_row == (k == 0));
+        if (k == 0) {
+            n_full++;
+        } else {
+            assert_true(k <= g.n_vocab && k <= EMBER_LOGITS_TOP_MAX);
+            ember_logits_top h;
+            case_head(&g, k, &h);
+            int *cnt = calloc((size_t)g.n_vocab, sizeof *cnt);
+            ember_token t = -1;
+            ember_status st = ember_sampler_sample_top(s, &h, &t);
+            if (st == EMBER_ERR_RANGE) {
+                /* only when the reference's survivors reach past the head */
+                assert_true(g.n_exp > k);
+                n_range++;
+            } else {
+                assert_int_equal(st, EMBER_OK);
+                cnt[t]++;
+                for (int d = 1; d < g.draws; d++) {
+                    assert_int_equal(ember_sampler_sample_top(s, &h, &t), EMBER_OK);
+                    assert_true(t >= 0 && t < g.n_vocab);
+                    cnt[t]++;
+                }
+                check_counts(&g, cnt);
+                n_head++;
+            }
+            free(cnt);
+        }
+        ember_sampler_free(s);
+        case_free(&g);
+    }
+    json_decref(root);
+    /* the goldens exercise all three outcomes */
+    assert_true(n_head >= 6);
+    assert_true(n_range >= 1);
+    assert_true(n_full >= 3);
+}
+
+/* With top-k on, the head holds exactly the chain's survivors in the
+ * chain's order: the same seed draws the same tokens as the full row. */
+static void test_head_same_tokens_as_full_row(void **state)
+{
+    (void)state;
+    json_t *root = load_golden();
+    json_t *cases = json_object_get(root, "cases");
+    int n = 0;
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        gcase g;
+        case_load(json_array_get(cases, c), &g);
+        if (g.p.top_k > 0 && g.p.n_logit_bias == 0 && g.p.repeat_penalty == 1.0f && g.p.presence_penalty == 0.0f &&
+            g.p.frequency_penalty == 0.0f) {
+            ember_sampler *a = case_sampler(&g), *b = case_sampler(&g);
+            ember_logits_top h;
+            case_head(&g, ember_sampler_top_k(b), &h);
+            for (int d = 0; d < 2000; d++) {
+                ember_token tb = -1;
+                assert_int_equal(ember_sampler_sample_top(b, &h, &tb), EMBER_OK);
+                assert_int_equal(ember_sampler_sample(a, g.logits), tb);
+            }
+            ember_sampler_free(a);
+            ember_sampler_free(b);
+            n++;
+        }
+        case_free(&g);
+    }
+    json_decref(root);
+    assert_true(n >= 3);
 }
 
 static void draw_seq(uint64_t seed, ember_token *out, int n, const float *logits, int32_t n_vocab)
@@ -339,6 +446,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_candidates_match_reference),
         cmocka_unit_test(test_draws_follow_reference),
+        cmocka_unit_test(test_head_draws_follow_reference),
+        cmocka_unit_test(test_head_same_tokens_as_full_row),
         cmocka_unit_test(test_same_seed_same_draws),
         cmocka_unit_test(test_bad_params_are_errors),
         cmocka_unit_test(test_nan_and_all_masked_logits),

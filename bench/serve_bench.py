@@ -138,7 +138,7 @@ def main():
     res = {}
     if a.only != "llama":
         port = free_port()
-        res["ember"] = bench_server("ember", [a.ember, "serve", "-m", a.model, "-c", str(a.ctx), "-np", str(a.parallel),
+        res["ember"] = bench_server("ember", [a.ember, "serve", "-m", a.model, "-c", str(a.ctx * a.parallel), "-np", str(a.parallel),
                                               "-t", str(a.threads), "--port", str(port)], port, streams, a.max_tokens,
                                     logdir)
     if a.only != "ember":

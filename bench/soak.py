@@ -121,7 +121,9 @@ def main():
     key = "sk-soak"
     hdr = {"Authorization": f"Bearer {key}"}
     base = f"http://127.0.0.1:{port}"
-    argv = [a.ember, "serve", "-m", a.model, "-c", str(a.ctx), "-np", str(a.parallel or a.clients), "-t", str(a.threads),
+    n_slots = a.parallel or a.clients   # -c is the KV cache in all (as llama-server): a.ctx per slot
+    argv = [a.ember, "serve", "-m", a.model, "-c", str(a.ctx * n_slots), "--kv-unified-per-slot", str(a.ctx),
+            "-np", str(n_slots), "-t", str(a.threads),
             "--port", str(port), "--api-key", key, "--metrics"]
     log = open(f"/tmp/ember-soak-{port}.log", "w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -203,7 +203,7 @@ def measure(base, prompts, max_tokens, ignore_eos, parallel, pid=None):
 def configs(a):
     m, t = a.model, str(a.threads)
     common = ["-m", m, "-t", t, "-np", "8"]
-    yield "ember", "none", [str(ROOT / "build/bin/ember"), "serve", *common, "-c", str(a.ctx)]
+    yield "ember", "none", [str(ROOT / "build/bin/ember"), "serve", *common, "-c", str(a.ctx * 8)]
     for sp in a.specs.split(","):
         name, _, arg = sp.partition(":")
         extra = ["--spec-type", name, "--spec-draft-n-max", "16"]
@@ -215,7 +215,7 @@ def configs(a):
             extra += ["--spec-draft-p-min", str(a.p_min)]
         extra += a.spec_extra.split()
         label = f"draft:{os.path.basename(arg)}" if name == "draft" else sp
-        yield "ember", label, [str(ROOT / "build/bin/ember"), "serve", *common, "-c", str(a.ctx), *extra]
+        yield "ember", label, [str(ROOT / "build/bin/ember"), "serve", *common, "-c", str(a.ctx * 8), *extra]
     if os.path.exists(LLAMA_SERVER) and not a.no_llama:
         lc = [LLAMA_SERVER, *common, "-c", str(a.ctx * 8), "--no-webui"]
         yield "llama.cpp", "none", lc

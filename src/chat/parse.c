@@ -35,6 +35,7 @@ struct ember_chat_parser {
     enum mode mode;
     bool r_open_checked;           /* a repeated open tag at the start of a forced-open thought was looked for */
     bool finished;
+    bool cut;                      /* finished by ember_chat_parser_finish_cut */
     bool oom;
     fmt_buf in;                    /* bytes fed and not yet decided */
     fmt_buf ws_content, ws_reasoning;  /* whitespace held until text follows */
@@ -57,7 +58,7 @@ struct ember_chat_parser {
 /* ---------------------------------------------------------------- names */
 
 static const char *const tool_names[EMBER_TOOL_FORMAT_COUNT] = {
-    "none", "hermes", "qwen3_coder", "gemma4", "llama3", "mistral"};
+    "none", "hermes", "qwen3_coder", "gemma4", "llama3", "mistral", "generic"};
 static const char *const reasoning_names[EMBER_REASONING_COUNT] = {"none", "think", "gemma4", "mistral"};
 
 const char *ember_tool_format_name(ember_tool_format f)
@@ -92,6 +93,7 @@ static const fmt_ops *format_ops(ember_tool_format f)
     case EMBER_TOOL_FORMAT_GEMMA4: return &fmt_gemma4;
     case EMBER_TOOL_FORMAT_LLAMA3: return &fmt_llama3;
     case EMBER_TOOL_FORMAT_MISTRAL: return &fmt_mistral;
+    case EMBER_TOOL_FORMAT_GENERIC: return &fmt_generic;
     default: return NULL;
     }
 }
@@ -505,9 +507,10 @@ static void run(ember_chat_parser *p, bool eof)
                 p->mode = M_TOOL;
                 continue;
             }
-            size_t k = eof ? n : utf8_cut(s, n - hold);
+            /* cut output: a partial call marker at the very end is markup, not content */
+            size_t k = eof ? n - (p->cut ? hold : 0) : utf8_cut(s, n - hold);
             emit_content(p, s, k);
-            pos += k;
+            pos += eof ? n : k;
             break;
         } else { /* M_TOOL */
             bool stream = p->cfg.stream_arguments && p->fmt->partial;
@@ -544,7 +547,9 @@ static void run(ember_chat_parser *p, bool eof)
                 close_broken_call(p, s, n);
             } else {
                 fmt_calls_truncate(&p->scratch, 0);
-                emit_content(p, s, consumed);
+                /* cut output: a call that runs to the end was cut, its markup is no content */
+                if (!(eof && p->cut && consumed == n)) emit_content(p, s, consumed);
+                else p->ws_content.len = 0;
             }
             pos += consumed;
             p->mode = M_CONTENT;
@@ -620,6 +625,12 @@ ember_status ember_chat_parser_finish(ember_chat_parser *p)
     if (!p->oom) run(p, true);
     if (p->oom) return ember_error(EMBER_ERR_NOMEM, "chat parser: out of memory");
     return EMBER_OK;
+}
+
+ember_status ember_chat_parser_finish_cut(ember_chat_parser *p)
+{
+    if (p && !p->finished) p->cut = true;
+    return ember_chat_parser_finish(p);
 }
 
 bool ember_chat_parser_in_reasoning(const ember_chat_parser *p)
@@ -698,11 +709,17 @@ ember_status ember_chat_event_delta(const ember_chat_event *ev, json_t **out)
 
 ember_status ember_chat_parse_whole(const ember_chat_parser_config *cfg, const char *text, size_t len, json_t **out)
 {
+    return ember_chat_parse_whole_cut(cfg, text, len, false, out);
+}
+
+ember_status ember_chat_parse_whole_cut(const ember_chat_parser_config *cfg, const char *text, size_t len, bool cut,
+                                        json_t **out)
+{
     ember_chat_parser *p;
     ember_status st = ember_chat_parser_new(cfg, &p);
     if (st != EMBER_OK) return st;
     st = ember_chat_parser_feed(p, text, len);
-    if (st == EMBER_OK) st = ember_chat_parser_finish(p);
+    if (st == EMBER_OK) st = cut ? ember_chat_parser_finish_cut(p) : ember_chat_parser_finish(p);
     if (st == EMBER_OK) st = ember_chat_parser_message(p, out);
     ember_chat_parser_free(p);
     return st;

@@ -69,6 +69,8 @@ typedef enum ember_tool_format {
     EMBER_TOOL_FORMAT_GEMMA4,     /* <|tool_call>call:N{k:<|"|>v<|"|>,n:1}<tool_call|> */
     EMBER_TOOL_FORMAT_LLAMA3,     /* {"name":..,"parameters":{..}} as the whole reply, optionally after <|python_tag|> */
     EMBER_TOOL_FORMAT_MISTRAL,    /* [TOOL_CALLS][{..},..] or [TOOL_CALLS]N[CALL_ID]id[ARGS]{..} */
+    EMBER_TOOL_FORMAT_GENERIC,    /* {"tool_calls":[{"name":..,"arguments":{..}},..]} as the whole reply: ember's own,
+                                     for templates with none (never detected; the server picks it) */
     EMBER_TOOL_FORMAT_COUNT
 } ember_tool_format;
 
@@ -83,7 +85,7 @@ typedef enum ember_reasoning_syntax {
 } ember_reasoning_syntax;
 
 /* Lower-case names ("hermes", "qwen3_coder", "gemma4", "llama3", "mistral",
- * "none"; "think", "gemma4", "mistral", "none"). Never NULL. */
+ * "generic", "none"; "think", "gemma4", "mistral", "none"). Never NULL. */
 const char *ember_tool_format_name(ember_tool_format f);
 const char *ember_reasoning_syntax_name(ember_reasoning_syntax r);
 /* Inverse of the above; false if the name is unknown (*out untouched). */
@@ -160,6 +162,12 @@ ember_status ember_chat_parser_feed(ember_chat_parser *p, const char *text, size
 /* End of output: decide everything held back (an unterminated call becomes
  * content, a dangling partial UTF-8 sequence becomes U+FFFD). */
 ember_status ember_chat_parser_finish(ember_chat_parser *p);
+/* The same for output that was cut short (max_tokens, the context's end):
+ * a call still open at the end is not content. An announced call is closed
+ * as usual (stream_arguments); an unannounced one, and a partial call
+ * marker at the very end, are dropped, so no raw call markup ("<tool_call>\n
+ * {\"name\":") reaches content. */
+ember_status ember_chat_parser_finish_cut(ember_chat_parser *p);
 
 /* True while the parser is inside a reasoning block (the engine's reasoning
  * budget counts these tokens). */
@@ -189,6 +197,9 @@ ember_status ember_chat_event_delta(const ember_chat_event *ev, json_t **out);
  * is honoured. Same errors as those. */
 ember_status ember_chat_parse_whole(const ember_chat_parser_config *cfg, const char *text, size_t len,
                                     json_t **out);
+/* The same, finished with ember_chat_parser_finish_cut when `cut`. */
+ember_status ember_chat_parse_whole_cut(const ember_chat_parser_config *cfg, const char *text, size_t len, bool cut,
+                                        json_t **out);
 
 /* Reasoning budget (--reasoning-budget N and the per-request field): after
  * N tokens inside a reasoning block the engine forces the block closed by

@@ -164,7 +164,7 @@ int cmd_chat(int argc, char **argv)
         }
         json_array_append_new(msgs, json_pack("{s:s, s:s%}", "role", "user", "content", line, (size_t)len));
         char *prompt = NULL;
-        if (text.apply_template(text.ud, msgs, NULL, kw, true, &prompt) != EMBER_OK) {
+        if (text.apply_template(text.ud, msgs, NULL, kw, true, false, &prompt) != EMBER_OK) {
             fprintf(stderr, "ember chat: the chat template failed: %s\n", ember_last_error());
             json_array_remove(msgs, json_array_size(msgs) - 1);
             rc = 1;

@@ -3,10 +3,10 @@
  *
  * Flags follow llama-server where they overlap (-m -c -np -t -b --host --port
  * --api-key --alias --chat-template-file --chat-template-kwargs -ctk -ctv
- * --metrics). Differences: -c is the context of EACH slot (llama-server
- * divides it by -np); the slots share one KV pool of --kv-pool tokens
- * (default -c x -np), so a slot may use up to -c tokens while the pool has
- * room. SIGINT/SIGTERM: stop accepting, cancel running requests (their
+ * --metrics --reasoning --kv-unified-per-slot). -c is the KV cache in all,
+ * as llama-server's unified cache: the slots share it, and one slot may
+ * hold up to all of it (n_ctx_slot = min(-c, n_ctx_train,
+ * --kv-unified-per-slot)). SIGINT/SIGTERM: stop accepting, cancel running requests (their
  * clients get a final event or a 503), drain, exit 0.
  *
  * Must not: parse HTTP (src/server) or schedule (src/engine).
@@ -27,9 +27,11 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ember serve -m FILE [options]\n\n"
             "  -m, --model FILE            GGUF model\n"
-            "  -c, --ctx-size N            tokens one slot may hold (prompt + output); default min(4096, n_ctx_train)\n"
+            "  -c, --ctx-size N            KV cache tokens in all, shared by the slots (as llama-server); one slot\n"
+            "                              may use all of it up to n_ctx_train; default min(4096, n_ctx_train) x -np\n"
             "  -np, --parallel N           slots decoding at once (default 4); more requests wait in a queue\n"
-            "      --kv-pool N             KV pool tokens shared by the slots (default -c x -np)\n"
+            "      --kv-unified-per-slot N most tokens one slot may hold (default: -c, capped by n_ctx_train)\n"
+            "      --kv-pool N             the same as -c (older name)\n"
             "  -t, --threads N             CPU threads (default: all cores)\n"
             "  -b, --batch-size N          most tokens decoded per step (default 512)\n"
             "      --prefill-chunk N       most prompt tokens per step while others generate (default 128)\n"
@@ -52,6 +54,8 @@ static void usage(FILE *f)
             "                              between keep-alive requests (default 10)\n"
             "  -to, --timeout S            seconds a connection may idle once its request is in, e.g. a client\n"
             "                              not reading its answer (default 600)\n"
+            "  -rea, --reasoning M         thinking: 'auto' (default: per request, else the template's own default;\n"
+            "                              templates written for llama-server get enable_thinking=true), 'on', 'off'\n"
             "      --reasoning-budget N    close a thinking block after N tokens (-1: unlimited, default)\n"
             "      --reasoning-format F    'auto' (default): thoughts in reasoning_content; 'none': raw in content\n");
     fputs(serve_spec_usage, f);
@@ -106,6 +110,7 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) goto missing; o.model_path = TAKE(); }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!int_arg(a, TAKE(), 0, 1 << 24, &x)) return 2; o.n_ctx = (int32_t)x; }
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!int_arg(a, TAKE(), 1, 256, &x)) return 2; o.n_parallel = (int32_t)x; }
+        else if (!strcmp(a, "--kv-unified-per-slot")) { if (!int_arg(a, TAKE(), 1, 1 << 24, &x)) return 2; o.n_ctx_slot_max = (int32_t)x; }
         else if (!strcmp(a, "--kv-pool")) { if (!int_arg(a, TAKE(), 0, 1L << 30, &x)) return 2; o.kv_pool = x; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!int_arg(a, TAKE(), -1, 1024, &x)) return 2; o.n_threads = (int32_t)x; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!int_arg(a, TAKE(), 1, 1 << 16, &x)) return 2; o.n_batch = (int32_t)x; }
@@ -141,6 +146,19 @@ int cmd_serve(int argc, char **argv)
             if (!int_arg(a, TAKE(), -1, INT32_MAX, &x)) return 2;
             sc.has_reasoning_budget = true;
             sc.reasoning_budget = (int32_t)x;
+        } else if (!strcmp(a, "-rea") || !strcmp(a, "--reasoning")) {
+            if (!v) goto missing;
+            const char *m = TAKE();   /* llama-server's spellings (common/arg.cpp is_truthy / is_falsey / is_autoy) */
+            if (!strcmp(m, "on") || !strcmp(m, "enabled") || !strcmp(m, "true") || !strcmp(m, "1"))
+                sc.reasoning = SERVER_REASONING_ON;
+            else if (!strcmp(m, "off") || !strcmp(m, "disabled") || !strcmp(m, "false") || !strcmp(m, "0"))
+                sc.reasoning = SERVER_REASONING_OFF;
+            else if (!strcmp(m, "auto") || !strcmp(m, "-1"))
+                sc.reasoning = SERVER_REASONING_AUTO;
+            else {
+                fprintf(stderr, "ember serve: --reasoning must be 'on', 'off' or 'auto', got '%s'\n", m);
+                return 2;
+            }
         } else if (!strcmp(a, "--reasoning-format")) {
             if (!v) goto missing;
             const char *f = TAKE();

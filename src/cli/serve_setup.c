@@ -162,13 +162,18 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     if ((st = ember_model_load(o->model_path, &mp, &m->model)) != EMBER_OK) goto fail;
     m->vocab = ember_model_vocab(m->model);
 
+    /* -c is the KV cache in all, as in llama-server (its unified KV cache):
+     * the slots share that pool, and any one may grow to all of it, up to the
+     * model's training context (llama-server's n_ctx_slot(),
+     * tools/server/server-context.cpp) or --kv-unified-per-slot */
     int32_t n_ctx_train = ember_model_n_ctx_train(m->model);
-    m->n_ctx = o->n_ctx > 0 ? o->n_ctx : (n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096);
-    if (n_ctx_train > 0 && m->n_ctx > n_ctx_train)
-        fprintf(log, "ember: warning: -c %d is larger than the model's training context (%d)\n", m->n_ctx, n_ctx_train);
-    int64_t pool = o->kv_pool > 0 ? o->kv_pool : (int64_t)m->n_ctx * o->n_parallel;
-    if (pool < m->n_ctx) pool = m->n_ctx;
-    if (pool > UINT32_MAX) pool = UINT32_MAX;
+    int64_t per_slot_default = n_ctx_train > 0 && n_ctx_train < 4096 ? n_ctx_train : 4096;
+    int64_t pool = o->n_ctx > 0 ? o->n_ctx : o->kv_pool > 0 ? o->kv_pool : per_slot_default * o->n_parallel;
+    if (pool > INT32_MAX) pool = INT32_MAX;
+    int64_t slot_ctx = pool;
+    if (n_ctx_train > 0 && slot_ctx > n_ctx_train) slot_ctx = n_ctx_train;
+    if (o->n_ctx_slot_max > 0 && slot_ctx > o->n_ctx_slot_max) slot_ctx = o->n_ctx_slot_max;
+    m->n_ctx = (int32_t)slot_ctx;
     m->pool_tokens = (uint32_t)pool;
 
     ember_context_params cp = ember_context_default_params();
@@ -213,9 +218,10 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     static const char *kv_names[] = {"f16", "q8_0", "f32"};
     fprintf(log,
             "ember: model %s (%s, %d layers, n_vocab %d): weights %.1f MiB\n"
-            "ember: %d slots x n_ctx %d; KV pool %u tokens shared by all slots (K %s, V %s): %.1f MiB; scratch %.1f MiB\n",
+            "ember: n_ctx %u (KV pool, tokens in all), n_slots %d, n_ctx_slot %d (K %s, V %s): %.1f MiB; "
+            "scratch %.1f MiB\n",
             o->model_path, ember_model_arch(m->model), ember_model_n_layer(m->model), n_vocab,
-            mib(ember_model_size_bytes(m->model)), o->n_parallel, m->n_ctx, m->pool_tokens, kv_names[o->type_k],
+            mib(ember_model_size_bytes(m->model)), m->pool_tokens, o->n_parallel, m->n_ctx, kv_names[o->type_k],
             kv_names[o->type_v], mib(ember_context_kv_bytes(m->ctx)), mib(ember_context_scratch_bytes(m->ctx)));
     return EMBER_OK;
 fail:

@@ -16,12 +16,14 @@
 
 typedef struct serve_opts {
     const char *model_path;     /* -m */
-    int32_t n_ctx;              /* -c: per slot; 0 = min(4096, n_ctx_train) */
+    int32_t n_ctx;              /* -c: KV cache tokens in all (the pool every slot draws from, as llama-server's
+                                   -c); 0 = min(4096, n_ctx_train) x n_parallel */
+    int32_t n_ctx_slot_max;     /* --kv-unified-per-slot: most tokens one slot may hold; 0 = the pool */
     int32_t n_parallel;         /* -np */
     int32_t n_threads;          /* -t; <= 0: all cores */
     int32_t n_batch;            /* -b */
     int32_t n_prefill_chunk;    /* --prefill-chunk */
-    int64_t kv_pool;            /* --kv-pool tokens; 0 = n_ctx * n_parallel */
+    int64_t kv_pool;            /* --kv-pool: the same as -c (older name); -c wins */
     ember_kv_type type_k, type_v;
     const char *template_file;  /* --chat-template-file */
     spec_params spec;           /* --spec-type, --spec-draft-n-max/-n-min/-p-min, --spec-adaptive */
@@ -37,8 +39,8 @@ typedef struct serve_model {
     engine_vocab ev;
     engine *e;
     spec_engine *spec;          /* NULL: no speculation */
-    int32_t n_ctx;
-    uint32_t pool_tokens;
+    int32_t n_ctx;              /* n_ctx_slot: most tokens one slot holds = min(pool, n_ctx_train, --kv-unified-per-slot) */
+    uint32_t pool_tokens;       /* n_ctx: the KV pool, tokens in all */
 } serve_model;
 
 /* Load everything and create (not start) the engine; prints the memory plan

@@ -165,6 +165,10 @@ static bool frame_for(ember_tool_format f, const char *tmpl, call_frame *fr)
         *fr = (call_frame){"<tool_call>\n<function=", false, ">\n", "</function>\n</tool_call>", "\n", "", "",
                            EMBER_SCHEMA_XML_PARAMS};
         return true;
+    case EMBER_TOOL_FORMAT_GENERIC:   /* chat/formats/generic.c */
+        *fr = (call_frame){"{\"name\": ", true, ", \"arguments\": ", "}", ", ", "{\"tool_calls\": [", "]}",
+                           EMBER_SCHEMA_JSON};
+        return true;
     case EMBER_TOOL_FORMAT_MISTRAL:
         if (tmpl && strstr(tmpl, "[TOOL_CALLS][") && !strstr(tmpl, "[ARGS]"))   /* Mistral Nemo: a JSON array */
             *fr = (call_frame){"{\"name\": ", true, ", \"arguments\": ", "}", ", ", "[TOOL_CALLS][", "]",
@@ -175,6 +179,50 @@ static bool frame_for(ember_tool_format f, const char *tmpl, call_frame *fr)
     default:
         return false;
     }
+}
+
+bool chat_tools_uses_generic(const chat_tools *ct, const oai_req *rq)
+{
+    return ct->tool_format == EMBER_TOOL_FORMAT_NONE && rq->kind == OAI_CHAT && rq->tools &&
+           (rq->tool_choice == OAI_TOOL_CHOICE_REQUIRED || rq->tool_choice == OAI_TOOL_CHOICE_NAMED);
+}
+
+json_t *chat_tools_generic_messages(const oai_req *rq)
+{
+    sbuf d = {0};
+    sb_str(&d, "You can call these functions (each described as a JSON object with its parameters as a JSON "
+               "schema):\n");
+    for (size_t i = 0; i < json_array_size(rq->tools); i++) {
+        json_t *fn = json_object_get(json_array_get(rq->tools, i), "function");
+        if (!json_is_string(json_object_get(fn, "name"))) continue;
+        if (rq->tool_choice == OAI_TOOL_CHOICE_NAMED && strcmp(json_string_value(json_object_get(fn, "name")),
+                                                              rq->tool_name) != 0)
+            continue;
+        char *t = json_dumps(fn, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
+        if (t) { sb_str(&d, t); sb_str(&d, "\n"); }
+        free(t);
+    }
+    sb_str(&d, "\nTo call functions, reply with only this JSON object: {\"tool_calls\": [{\"name\": \"FUNCTION\", "
+               "\"arguments\": {ARGUMENTS}}]}");
+    if (d.oom) { free(d.p); return NULL; }
+    json_t *msgs = json_copy(rq->messages);   /* the array; messages are shared, not changed */
+    json_t *first = json_array_get(msgs, 0);
+    json_t *c = json_object_get(first, "content");
+    const char *role = json_string_value(json_object_get(first, "role"));
+    if (msgs && role && !strcmp(role, "system") && json_is_string(c)) {
+        json_t *sys = json_copy(first);
+        sbuf t = {0};
+        sb_put(&t, json_string_value(c), json_string_length(c));
+        sb_str(&t, "\n\n");
+        sb_str(&t, d.p);
+        if (sys && !t.oom) json_object_set_new(sys, "content", json_stringn(t.p, t.n));
+        free(t.p);
+        if (sys) json_array_set_new(msgs, 0, sys);
+    } else if (msgs) {
+        json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", d.p));
+    }
+    free(d.p);
+    return msgs;
 }
 
 ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char **out, const char **param)
@@ -204,8 +252,10 @@ ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f,
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (!name) continue;
         if (rq->tool_choice == OAI_TOOL_CHOICE_NAMED && strcmp(name, rq->tool_name) != 0) continue;
+        /* a function declared without parameters takes none (OpenAI: arguments "{}") */
         json_t *params = json_object_get(fn, "parameters");
-        json_t *schema = json_is_object(params) ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+        json_t *schema = json_is_object(params) ? json_deep_copy(params)
+                         : json_pack("{s:s, s:{}, s:b}", "type", "object", "properties", "additionalProperties", 0);
         if (!schema) { st = ember_error(EMBER_ERR_NOMEM, "tool schema"); break; }
         /* a call carries the declared arguments only (OpenAI's strict mode) */
         if (!json_object_get(schema, "additionalProperties") && json_object_get(schema, "properties"))
@@ -258,7 +308,8 @@ ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f,
         sb_str(&b, "call ::= ");
         sb_str(&b, calls.p);
         sb_str(&b, "\n");
-        bool many = rq->parallel_tool_calls && fr.sep;
+        /* a named function is called exactly once (OpenAI), whatever parallel_tool_calls says */
+        bool many = rq->tool_choice != OAI_TOOL_CHOICE_NAMED && rq->parallel_tool_calls && fr.sep;
         sb_str(&b, "root ::= ");
         if (*fr.open) { sb_literal(&b, fr.open); sb_str(&b, " "); }
         sb_str(&b, "call");

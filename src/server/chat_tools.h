@@ -35,7 +35,8 @@ ember_reasoning_syntax chat_tools_reasoning(const chat_tools *ct);
 /* GBNF text that forces `rq`'s tool_choice (required or named) in the call
  * syntax `f`, each as the format's chat template writes a call:
  *   Hermes/Qwen   <tool_call>\n{"name": "N", "arguments": ARGS}\n</tool_call>
- *                 (several separated by "\n" when parallel_tool_calls)
+ *                 (several separated by "\n" when parallel_tool_calls and
+ *                 tool_choice is "required"; a named function is called once)
  *   Llama 3       {"name": "N", "parameters": ARGS} (one call)
  *   Gemma 4       <|tool_call>call:N{key:<|"|>v<|"|>,...}<tool_call|> (back to back)
  *   Qwen3-Coder   <tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n...
@@ -52,6 +53,17 @@ ember_reasoning_syntax chat_tools_reasoning(const chat_tools *ct);
  * (no tool-call format), and those of ember_json_schema_to_gbnf_syntax. */
 ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f, const char *chat_template,
                                          char **out, const char **param);
+/* Whether `rq` forces a call (tool_choice required / named) while the chat
+ * template has no tool-call format: then the call is written in ember's
+ * generic format (EMBER_TOOL_FORMAT_GENERIC, chat/formats/generic.c),
+ * described to the model by chat_tools_generic_messages and enforced by the
+ * grammar, so forced calls work with any model. */
+bool chat_tools_uses_generic(const chat_tools *ct, const oai_req *rq);
+/* rq's messages with the tools and the generic call shape described in the
+ * system message (appended to a leading system message, else a new first
+ * one). New reference; NULL when out of memory. */
+json_t *chat_tools_generic_messages(const oai_req *rq);
+
 /* The same with chat_template NULL. */
 ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char **out, const char **param);
 

@@ -19,8 +19,10 @@
 #include "server/server.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,7 @@
 #include <sys/socket.h>
 
 #include "base/status.h"
+#include "chat/template.h"
 #include "server/chat_tools.h"
 #include "server/metrics.h"
 #include "server/openai.h"
@@ -47,6 +50,13 @@ struct server {
     atomic_uint_fast64_t n_http, n_http_errors, next_id;
     atomic_int n_active;      /* completions in flight (streams until their last byte) */
     chat_tools *ct;           /* grammars, tool calls, thinking */
+    int thinking_default;     /* enable_thinking when neither the request nor --chat-template-kwargs sets it:
+                                 -1 none (the template's own default), 0 false, 1 true (--reasoning) */
+    /* parse/render memory of the requests being parsed and rendered, in all
+     * (mem_enter): bytes reserved, and the cap */
+    pthread_mutex_t mem_mu;
+    pthread_cond_t mem_cv;
+    size_t mem_used, mem_cap;
 };
 
 typedef struct conn {
@@ -148,6 +158,70 @@ static bool client_gone(int fd)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
+/* ---------- parse/render memory ---------- */
+
+/* A request's JSON body is parsed, normalized and rendered on its HTTP
+ * thread. Pathological bodies (half a million empty messages in 15 MiB)
+ * need ~16 bytes of jansson objects per body byte, and eight of them at once
+ * would need gigabytes. So each request reserves MEM_PER_BODY_BYTE x its
+ * body + MEM_BASE from a server-wide cap (MEM_CAP_DEFAULT, stated in
+ * docs/security.md) before it parses, waiting while others hold it (one
+ * request may always go alone), and gives it back once its prompt is
+ * tokenized. jansson's allocations on the thread meanwhile are counted
+ * (mem_malloc) and fail past the reservation, which the request answers
+ * with 413: the bound holds whatever the body's shape. */
+#define MEM_PER_BODY_BYTE 32
+#define MEM_BASE ((size_t)1 << 20)
+#define MEM_CAP_DEFAULT ((size_t)512 << 20)
+#define MEM_TRIM_ABOVE ((size_t)32 << 20)
+
+static _Thread_local struct { size_t limit, used; bool over; } tl_mem;   /* limit 0: not counting */
+
+static void *mem_malloc(size_t n)
+{
+    if (tl_mem.limit) {
+        if (tl_mem.used + n > tl_mem.limit) { tl_mem.over = true; return NULL; }
+        tl_mem.used += n;
+    }
+    return malloc(n);
+}
+
+static size_t mem_enter(server *s, size_t body_len)
+{
+    size_t want = body_len > (s->mem_cap - MEM_BASE) / MEM_PER_BODY_BYTE ? s->mem_cap
+                                                                          : body_len * MEM_PER_BODY_BYTE + MEM_BASE;
+    pthread_mutex_lock(&s->mem_mu);
+    while (s->mem_used && s->mem_used + want > s->mem_cap) pthread_cond_wait(&s->mem_cv, &s->mem_mu);
+    s->mem_used += want;
+    pthread_mutex_unlock(&s->mem_mu);
+    tl_mem.limit = want;
+    tl_mem.used = 0;
+    tl_mem.over = false;
+    return want;
+}
+
+static void mem_leave(server *s, size_t held)
+{
+    tl_mem.limit = 0;
+    /* each connection thread mallocs from its own glibc arena, which keeps
+     * freed pages: give a big request's back to the system, else the cap
+     * bounds what is live but not what stays resident */
+    if (held >= MEM_TRIM_ABOVE) malloc_trim(0);
+    pthread_mutex_lock(&s->mem_mu);
+    s->mem_used -= held;
+    pthread_cond_broadcast(&s->mem_cv);
+    pthread_mutex_unlock(&s->mem_mu);
+}
+
+/* The answer when a request ran past its reservation (tl_mem.over). */
+static void mem_exceeded(const server *s, size_t held, oai_error *err)
+{
+    oai_error_set(err, 413, "invalid_request_error", NULL, "request_too_large",
+                  "The request needs more than %zu MiB to parse and render (at most %d bytes per body byte; "
+                  "the server holds %zu MiB for all requests being parsed): send fewer or larger values.",
+                  held >> 20, MEM_PER_BODY_BYTE, s->mem_cap >> 20);
+}
+
 /* ---------- helpers ---------- */
 
 static json_t *parse_body(conn *c, oai_error *err)
@@ -185,22 +259,46 @@ static int32_t piece_fn(void *ud, ember_token t, char *buf, int32_t cap)
     return s->text.token_piece(s->text.ud, t, buf, cap);
 }
 
-/* Render messages with the chat template, merging --chat-template-kwargs
- * with the request's own. */
-static bool render_chat(server *s, oai_req *rq, bool add_gen, char **prompt, oai_error *err)
+/* --chat-template-kwargs merged with the request's own (new reference), over
+ * the --reasoning default of enable_thinking. */
+static json_t *template_kwargs(const server *s, const oai_req *rq)
 {
     json_t *kw = json_object();
+    if (s->thinking_default >= 0) json_object_set_new(kw, "enable_thinking", json_boolean(s->thinking_default));
     if (s->cfg.template_kwargs) json_object_update(kw, s->cfg.template_kwargs);
     if (rq->template_kwargs) json_object_update(kw, rq->template_kwargs);
-    ember_status st = s->text.apply_template(s->text.ud, rq->messages, rq->tools, kw, add_gen, prompt);
+    return kw;
+}
+
+/* A render that failed, as an answer: the template's own error, a message it
+ * cannot continue and a render limit hit by the messages are the request's
+ * (400); running out of memory or a broken context are the server's. */
+static bool render_failed(ember_status st, oai_error *err)
+{
+    bool client = st == EMBER_ERR_FORMAT || st == EMBER_ERR_RANGE;
+    oai_error_set(err, client ? 400 : 500, client ? "invalid_request_error" : "server_error", client ? "messages" : NULL,
+                  NULL, "The chat template failed on these messages: %s", ember_last_error());
+    return false;
+}
+
+/* Render the request's messages (with its add_generation_prompt /
+ * continue_final). */
+static bool render_chat(server *s, const oai_req *rq, char **prompt, oai_error *err)
+{
+    json_t *kw = template_kwargs(s, rq);
+    ember_status st = s->text.apply_template(s->text.ud, rq->messages, rq->tools, kw, rq->add_generation_prompt,
+                                             rq->continue_final, prompt);
     json_decref(kw);
-    if (st != EMBER_OK) {
-        oai_error_set(err, st == EMBER_ERR_FORMAT ? 400 : 500,
-                      st == EMBER_ERR_FORMAT ? "invalid_request_error" : "server_error", "messages", NULL,
-                      "The chat template failed on these messages: %s", ember_last_error());
-        return false;
+    return st == EMBER_OK || render_failed(st, err);
+}
+
+/* A template that writes bos_token itself plus add_bos: keep one. */
+static void drop_double_bos(const server *s, ember_token *toks, int32_t *n)
+{
+    if (s->text.bos >= 0 && *n >= 2 && toks[0] == s->text.bos && toks[1] == s->text.bos) {
+        memmove(toks, toks + 1, sizeof *toks * (size_t)(*n - 1));
+        (*n)--;
     }
-    return true;
 }
 
 static bool tokenize_prompt(server *s, const char *text, ember_token **toks, int32_t *n, oai_error *err)
@@ -210,11 +308,27 @@ static bool tokenize_prompt(server *s, const char *text, ember_token **toks, int
         oai_error_set(err, 500, "server_error", NULL, NULL, "tokenizer: %s", ember_last_error());
         return false;
     }
-    /* a template that writes bos_token itself plus add_bos: keep one */
-    if (s->text.bos >= 0 && *n >= 2 && (*toks)[0] == s->text.bos && (*toks)[1] == s->text.bos) {
-        memmove(*toks, *toks + 1, sizeof **toks * (size_t)(*n - 1));
-        (*n)--;
+    drop_double_bos(s, *toks, n);
+    return true;
+}
+
+/* The prompt tokens of a chat request: rendered and tokenized in one go when
+ * the text side can (control-token text in contents stays text), else
+ * rendered, then tokenized with parse_special. */
+static bool chat_prompt_tokens(server *s, const oai_req *rq, ember_token **toks, int32_t *n, oai_error *err)
+{
+    if (!s->text.render_tokens) {
+        char *prompt = NULL;
+        bool ok = render_chat(s, rq, &prompt, err) && tokenize_prompt(s, prompt, toks, n, err);
+        free(prompt);
+        return ok;
     }
+    json_t *kw = template_kwargs(s, rq);
+    ember_status st = s->text.render_tokens(s->text.ud, rq->messages, rq->tools, kw, rq->add_generation_prompt,
+                                            rq->continue_final, toks, n);
+    json_decref(kw);
+    if (st != EMBER_OK) return render_failed(st, err);
+    drop_double_bos(s, *toks, n);
     return true;
 }
 
@@ -274,6 +388,8 @@ static void on_chat_event(void *user, const ember_chat_event *ev)
 {
     stream *st = user;
     if (ev->kind == EMBER_CHAT_EV_TOOL_START) st->saw_tool_call = true;
+    /* no empty content / reasoning delta is ever sent */
+    if ((ev->kind == EMBER_CHAT_EV_CONTENT || ev->kind == EMBER_CHAT_EV_REASONING) && ev->len == 0) return;
     json_t *d = NULL;
     if (ember_chat_event_delta(ev, &d) == EMBER_OK && d) json_array_append_new(st->deltas, d);
 }
@@ -283,12 +399,11 @@ static void on_chat_event(void *user, const ember_chat_event *ev)
 static void stream_parsed(stream *st, const oai_result *res, const char *delta, size_t n_delta, int32_t tok_from,
                           int32_t tok_to, bool fin)
 {
-    if (!st->first_sent)
-        out_event(st, oai_chat_delta_chunk(&st->rq, res, json_pack("{s:s, s:n}", "role", "assistant", "content"),
-                                           NULL, 0, 0, piece_fn, st->s));
+    if (!st->first_sent) out_event(st, oai_chat_role_chunk(&st->rq, res));
     if (n_delta) ember_chat_parser_feed(st->parser, delta, n_delta);
-    if (fin) ember_chat_parser_finish(st->parser);
-    bool lp_sent = tok_to <= tok_from;
+    if (fin && res->finish == ENGINE_FINISH_LENGTH) ember_chat_parser_finish_cut(st->parser);
+    else if (fin) ember_chat_parser_finish(st->parser);
+    bool lp_sent = tok_to <= tok_from || !st->rq.logprobs;   /* a chunk with neither delta nor logprobs is not sent */
     for (size_t i = 0; i < json_array_size(st->deltas); i++) {
         out_event(st, oai_chat_delta_chunk(&st->rq, res, json_incref(json_array_get(st->deltas, i)), NULL,
                                            lp_sent ? 0 : tok_from, lp_sent ? 0 : tok_to, piece_fn, st->s));
@@ -342,29 +457,15 @@ static bool stream_produce(stream *st)
         out_event(st, oai_error_json(&err));
     } else if (st->parser) {
         stream_parsed(st, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from, fin);
-        if (fin && st->rq.include_usage) {
-            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o}", "id", st->id, "object",
-                                  "chat.completion.chunk", "created", (json_int_t)st->created, "model",
-                                  st->s->cfg.alias, "system_fingerprint", "ember-" EMBER_VERSION, "choices", "usage",
-                                  oai_usage_json(&res), "timings", oai_timings_json(&res));
-            out_event(st, u);
-        }
     } else {
-        if (n_delta > 0 || tok_to > tok_from || !st->first_sent)
+        if (st->rq.kind == OAI_CHAT && !st->first_sent) out_event(st, oai_chat_role_chunk(&st->rq, &res));
+        if (n_delta > 0 || (toks && tok_to > tok_from && st->rq.logprobs))
             out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from,
-                                         !st->first_sent, false, piece_fn, st->s));
-        if (fin) {
-            out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, "", 0, 0, 0, false, true, piece_fn, st->s));
-            if (st->rq.include_usage) {
-                json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o}", "id", st->id, "object",
-                                      st->rq.kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion",
-                                      "created", (json_int_t)st->created, "model", st->s->cfg.alias,
-                                      "system_fingerprint", "ember-" EMBER_VERSION, "choices", "usage",
-                                      oai_usage_json(&res), "timings", oai_timings_json(&res));
-                out_event(st, u);
-            }
-        }
+                                         false, piece_fn, st->s));
+        if (fin) out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, "", 0, 0, 0, true, piece_fn, st->s));
     }
+    if (fin && st->rq.include_usage && res.finish != ENGINE_FINISH_ERROR && res.finish != ENGINE_FINISH_CANCELLED)
+        out_event(st, oai_usage_chunk(&st->rq, &res));
     if (fin) {
         out_append(st, "data: [DONE]\n\n", 14);
         st->done = true;
@@ -426,7 +527,8 @@ static bool prepare_structured(server *s, const oai_req *rq, const ember_token *
     bool open = false;
     int32_t budget = -1;
     if (rq->kind == OAI_CHAT) {
-        ember_tool_format tf = chat_tools_tool_format(s->ct);
+        ember_tool_format tf = chat_tools_uses_generic(s->ct, rq) ? EMBER_TOOL_FORMAT_GENERIC
+                                                                  : chat_tools_tool_format(s->ct);
         ember_reasoning_syntax rs = chat_tools_reasoning(s->ct);
         const char *param = "tool_choice";
         ember_status st = chat_tools_choice_gbnf_tmpl(rq, tf, s->text.chat_template, &tool_gbnf, &param);
@@ -457,43 +559,44 @@ static bool prepare_structured(server *s, const oai_req *rq, const ember_token *
     return true;
 }
 
+/* Body -> validated request -> prompt tokens. False with *err. */
+static bool completion_prompt(server *s, conn *c, oai_kind kind, oai_req *rq, ember_token **toks, int32_t *n_toks,
+                              oai_error *err)
+{
+    memset(rq, 0, sizeof *rq);
+    json_t *body = parse_body(c, err);
+    if (!body) return false;
+    bool ok = oai_parse(body, kind, s->text.n_vocab, rq, err);
+    json_decref(body);
+    if (!ok) return false;
+    if (chat_tools_uses_generic(s->ct, rq)) {   /* a forced call, and the template has no call format */
+        json_t *m = chat_tools_generic_messages(rq);
+        if (!m) {
+            oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return false;
+        }
+        json_decref(rq->messages);
+        rq->messages = m;
+    }
+    if (kind == OAI_CHAT) return chat_prompt_tokens(s, rq, toks, n_toks, err);
+    if (rq->prompt) return tokenize_prompt(s, rq->prompt, toks, n_toks, err);
+    *toks = rq->prompt_tokens;
+    *n_toks = rq->n_prompt_tokens;
+    rq->prompt_tokens = NULL;
+    return true;
+}
+
 static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, conn *c, oai_kind kind)
 {
     oai_error err;
-    json_t *body = parse_body(c, &err);
-    if (!body) return send_error(s, mc, &err);
     oai_req rq;
-    bool ok = oai_parse(body, kind, s->text.n_vocab, &rq, &err);
-    json_decref(body);
-    if (!ok) { oai_req_free(&rq); return send_error(s, mc, &err); }
-
     ember_token *toks = NULL;
     int32_t n_toks = 0;
-    if (kind == OAI_CHAT && s->text.render_tokens) {
-        json_t *kw = json_object();
-        if (s->cfg.template_kwargs) json_object_update(kw, s->cfg.template_kwargs);
-        if (rq.template_kwargs) json_object_update(kw, rq.template_kwargs);
-        ember_status st = s->text.render_tokens(s->text.ud, rq.messages, rq.tools, kw, true, &toks, &n_toks);
-        json_decref(kw);
-        if (st != EMBER_OK) {
-            ok = false;
-            oai_error_set(&err, st == EMBER_ERR_FORMAT ? 400 : 500,
-                          st == EMBER_ERR_FORMAT ? "invalid_request_error" : "server_error", "messages", NULL,
-                          "The chat template failed on these messages: %s", ember_last_error());
-        } else if (s->text.bos >= 0 && n_toks >= 2 && toks[0] == s->text.bos && toks[1] == s->text.bos) {
-            memmove(toks, toks + 1, sizeof *toks * (size_t)--n_toks);
-        }
-    } else if (kind == OAI_CHAT) {
-        char *prompt = NULL;
-        ok = render_chat(s, &rq, true, &prompt, &err) && tokenize_prompt(s, prompt, &toks, &n_toks, &err);
-        free(prompt);
-    } else if (rq.prompt) {
-        ok = tokenize_prompt(s, rq.prompt, &toks, &n_toks, &err);
-    } else {
-        toks = rq.prompt_tokens;
-        n_toks = rq.n_prompt_tokens;
-        rq.prompt_tokens = NULL;
-    }
+    size_t held = mem_enter(s, c->len);
+    bool ok = completion_prompt(s, c, kind, &rq, &toks, &n_toks, &err);
+    if (tl_mem.over) mem_exceeded(s, held, &err);
+    ok = ok && !tl_mem.over;
+    mem_leave(s, held);
     if (!ok) { free(toks); oai_req_free(&rq); return send_error(s, mc, &err); }
 
     engine_req_params ep = {.prompt = toks, .n_prompt = n_toks, .n_predict = rq.max_tokens, .sampling = rq.sampling,
@@ -512,9 +615,15 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
     free(toks);
     if (st != EMBER_OK) {
         const char *param = kind == OAI_CHAT ? "messages" : "prompt";
-        if (st == EMBER_ERR_RANGE)
-            oai_error_set(&err, 400, "invalid_request_error", param, "context_length_exceeded", "%s", ember_last_error());
-        else if (st == EMBER_ERR_NOMEM || st == EMBER_ERR_IO)
+        if (st == EMBER_ERR_RANGE) {
+            /* OpenAI's code, llama-server's type and numbers (its clients key on either) */
+            engine_stats es;
+            engine_get_stats(s->e, &es, NULL);
+            oai_error_set(&err, 400, OAI_ERR_EXCEED_CONTEXT, param, "context_length_exceeded", "%s",
+                          ember_last_error());
+            err.n_prompt_tokens = n_toks;
+            err.n_ctx = es.n_ctx;
+        } else if (st == EMBER_ERR_NOMEM || st == EMBER_ERR_IO)
             oai_error_set(&err, 503, "server_error", NULL, NULL, "%s", ember_last_error());
         else
             oai_error_set(&err, 400, "invalid_request_error", param, NULL, "%s", ember_last_error());
@@ -592,7 +701,9 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
                           .t_first_token = r->t_first_token, .t_end = r->t_end, .toks = r->toks, .n_toks = r->n_toks};
         if (use_parser) {
             pcfg.tools = rq.tools;
-            if (ember_chat_parse_whole(&pcfg, r->text, r->text_len, &res.message) != EMBER_OK) res.message = NULL;
+            if (ember_chat_parse_whole_cut(&pcfg, r->text, r->text_len, r->finish == ENGINE_FINISH_LENGTH,
+                                           &res.message) != EMBER_OK)
+                res.message = NULL;
         }
         ret = send_json(s, mc, 200, oai_result_json(kind, &rq, &res, piece_fn, s));
         json_decref(res.message);
@@ -696,17 +807,17 @@ static enum MHD_Result handle_detokenize(server *s, struct MHD_Connection *mc, c
 static enum MHD_Result handle_apply_template(server *s, struct MHD_Connection *mc, conn *c)
 {
     oai_error err;
-    json_t *body = parse_body(c, &err);
-    if (!body) return send_error(s, mc, &err);
     oai_req rq = {0};
     char *prompt = NULL;
-    bool add_gen = true;
-    json_t *ag = json_object_get(body, "add_generation_prompt");
-    if (ag && json_is_boolean(ag)) add_gen = json_is_true(ag);
-    bool ok = oai_parse_messages(body, &rq, &err) && render_chat(s, &rq, add_gen, &prompt, &err);
+    size_t held = mem_enter(s, c->len);
+    json_t *body = parse_body(c, &err);
+    bool ok = body && oai_parse_messages(body, &rq, &err) && render_chat(s, &rq, &prompt, &err);
     json_decref(body);
     oai_req_free(&rq);
-    if (!ok) return send_error(s, mc, &err);
+    if (tl_mem.over) mem_exceeded(s, held, &err);
+    ok = ok && !tl_mem.over;
+    mem_leave(s, held);
+    if (!ok) { free(prompt); return send_error(s, mc, &err); }
     enum MHD_Result ret = send_json(s, mc, 200, json_pack("{s:o}", "prompt", oai_json_string(prompt, strlen(prompt))));
     free(prompt);
     return ret;
@@ -752,6 +863,11 @@ static enum MHD_Result handle_props(server *s, struct MHD_Connection *mc)
                                                 : json_string(""),
                           "modalities", "vision", 0, "audio", 0, "kv_pool_tokens", (json_int_t)s->cfg.kv_pool_tokens,
                           "kv_bytes", (json_int_t)s->cfg.kv_bytes);
+    /* llama-server's numbers: n_ctx the KV cache in all (-c), n_ctx_slot the most one slot
+     * holds (also default_generation_settings.n_ctx, as llama-server reports it) */
+    json_object_set_new(j, "n_ctx", json_integer(s->cfg.kv_pool_tokens ? (json_int_t)s->cfg.kv_pool_tokens
+                                                                        : (json_int_t)st.n_ctx * st.n_slots));
+    json_object_set_new(j, "n_ctx_slot", json_integer(st.n_ctx));
     return send_json(s, mc, 200, j);
 }
 
@@ -797,8 +913,9 @@ static const char *too_large_message(const server *s, char *buf, size_t cap)
 #define ALLOW_POST "POST, OPTIONS"
 
 /* OPTIONS on any path (before authentication: browsers send CORS preflights
- * without credentials): 204 with Allow, plus the preflight answer when the
- * Origin may use this server (--cors-origin). */
+ * without credentials): 200 with an empty body and Allow, as llama-server
+ * answers (some clients take only 200 as a passed preflight), plus the
+ * preflight headers when the Origin may use this server (--cors-origin). */
 static enum MHD_Result send_options(server *s, struct MHD_Connection *mc)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
@@ -810,7 +927,7 @@ static enum MHD_Result send_options(server *s, struct MHD_Connection *mc)
         MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
-    enum MHD_Result ret = MHD_queue_response(mc, 204, r);
+    enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;
 }
@@ -827,7 +944,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         return send_json(s, mc, 200, json_pack("{s:s}", "status", "ok"));
     }
     if (!authorized(s, mc))
-        return fail(s, mc, 401, "invalid_request_error", NULL, "invalid_api_key",
+        return fail(s, mc, 401, OAI_ERR_AUTH, NULL, "invalid_api_key",
                     "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
     if (c->too_large) {
         char msg[160];
@@ -1015,6 +1132,13 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
     s->created = (int64_t)time(NULL);
     ember_status cst = chat_tools_new(&s->text, &s->cfg, &s->ct);
     if (cst != EMBER_OK) { free(s); return cst; }
+    s->mem_cap = MEM_CAP_DEFAULT;
+    pthread_mutex_init(&s->mem_mu, NULL);
+    pthread_cond_init(&s->mem_cv, NULL);
+    json_set_alloc_funcs(mem_malloc, free);   /* process-wide; counts only inside mem_enter/mem_leave */
+    s->thinking_default = s->cfg.reasoning == SERVER_REASONING_ON    ? 1
+                          : s->cfg.reasoning == SERVER_REASONING_OFF ? 0
+                          : ember_chat_template_assumes_enable_thinking(s->text.chat_template) ? 1 : -1;
 
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     struct sockaddr_in6 addr6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)cfg->port)};
@@ -1073,5 +1197,7 @@ void server_stop(server *s)
     }
     if (s->d) MHD_stop_daemon(s->d);
     chat_tools_free(s->ct);
+    pthread_mutex_destroy(&s->mem_mu);
+    pthread_cond_destroy(&s->mem_cv);
     free(s);
 }

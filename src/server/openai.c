@@ -8,6 +8,7 @@
 #include "server/openai.h"
 
 #include "base/status.h"
+#include "chat/template.h"
 #include "sample/json_schema.h"
 
 #include <math.h>
@@ -23,6 +24,7 @@ void oai_error_set(oai_error *err, int status, const char *type, const char *par
     err->http_status = status;
     err->type = type;
     err->code = code;
+    err->n_prompt_tokens = err->n_ctx = 0;
     snprintf(err->param, sizeof err->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
@@ -70,10 +72,16 @@ json_t *oai_json_string(const char *s, size_t n)
 
 json_t *oai_error_json(const oai_error *err)
 {
-    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type",
-                     err->type ? err->type : "invalid_request_error", "param",
-                     err->param[0] ? json_string(err->param) : json_null(), "code",
-                     err->code ? json_string(err->code) : json_null());
+    json_t *j = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type",
+                          err->type ? err->type : "invalid_request_error", "param",
+                          err->param[0] ? json_string(err->param) : json_null(), "code",
+                          err->code ? json_string(err->code) : json_null());
+    if (j && err->type && !strcmp(err->type, OAI_ERR_EXCEED_CONTEXT)) {
+        json_t *e = json_object_get(j, "error");
+        json_object_set_new(e, "n_prompt_tokens", json_integer(err->n_prompt_tokens));
+        json_object_set_new(e, "n_ctx", json_integer(err->n_ctx));
+    }
+    return j;
 }
 
 static bool bad(oai_error *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -187,6 +195,79 @@ static bool normalize_content(json_t *msg, size_t i, const char *role, oai_error
     return true;
 }
 
+/* Levels of arrays and objects in v (a scalar: 0); counting stops past `limit`. */
+static int nesting(const json_t *v, int limit)
+{
+    if (!json_is_array(v) && !json_is_object(v)) return 0;
+    if (limit <= 0) return 1;
+    int d = 0;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v) && d < limit; i++) {
+            int x = nesting(json_array_get(v, i), limit - 1);
+            if (x > d) d = x;
+        }
+    } else {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x) {
+            int n = nesting(x, limit - 1);
+            if (n > d) d = n;
+            if (d >= limit) break;
+        }
+    }
+    return d + 1;
+}
+
+/* A field the chat template reads must fit the renderer's nesting limit
+ * (chat/jinja: 200 levels from the render context). */
+static bool check_nesting(const json_t *v, const char *param, oai_error *err)
+{
+    if (nesting(v, OAI_MAX_NESTING) <= OAI_MAX_NESTING) return true;
+    return bad(err, param, "Invalid '%s': nested deeper than %d levels of arrays and objects.", param,
+               OAI_MAX_NESTING);
+}
+
+static const char *msg_role(json_t *msgs, size_t i)
+{
+    return json_string_value(json_object_get(json_array_get(msgs, i), "role"));
+}
+
+/* add_generation_prompt, continue_final_message and the assistant prefill
+ * (see oai_parse_messages). */
+static bool parse_continuation(json_t *body, oai_req *out, oai_error *err)
+{
+    out->add_generation_prompt = true;
+    if (!get_bool(body, "add_generation_prompt", &out->add_generation_prompt, err)) return false;
+    json_t *cfm = opt(body, "continue_final_message");
+    if (cfm && !json_is_boolean(cfm))
+        return bad(err, "continue_final_message", "Invalid type for 'continue_final_message': expected a boolean.");
+    json_t *msgs = out->messages;
+    size_t n = json_array_size(msgs);
+    bool cont = json_is_true(cfm);
+    json_t *last = json_array_get(msgs, n - 1);
+    bool calls = json_array_size(json_object_get(last, "tool_calls")) > 0;
+    if (!cfm && !calls && !strcmp(msg_role(msgs, n - 1), "assistant")) {
+        if (n >= 2 && !strcmp(msg_role(msgs, n - 2), "assistant"))
+            return bad(err, "messages", "Cannot have 2 or more assistant messages at the end of the list.");
+        cont = true;
+        out->add_generation_prompt = false;
+    }
+    if (!cont) return true;
+    if (out->add_generation_prompt)
+        return bad(err, "continue_final_message",
+                   "Cannot set both add_generation_prompt and continue_final_message to true.");
+    if (calls)
+        return bad(err, "messages", "Cannot continue an assistant message that contains tool calls.");
+    json_t *c = json_object_get(last, "content");
+    if (json_is_string(c) && json_string_length(c) == 0 && n >= 2) {
+        json_array_remove(msgs, n - 1);   /* nothing to continue: the reply starts afresh */
+        out->add_generation_prompt = true;
+        return true;
+    }
+    out->continue_final = true;
+    return true;
+}
+
 bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
 {
     json_t *msgs = json_object_get(body, "messages");
@@ -194,6 +275,10 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
     if (!json_is_array(msgs)) return bad(err, "messages", "Invalid type for 'messages': expected an array.");
     if (json_array_size(msgs) == 0)
         return bad(err, "messages", "Invalid 'messages': empty array. Expected an array with minimum length 1.");
+    if (json_array_size(msgs) > OAI_MAX_MESSAGES)
+        return bad(err, "messages",
+                   "Invalid 'messages': array too long. Expected an array with maximum length %d, but got an array "
+                   "with length %zu instead.", OAI_MAX_MESSAGES, json_array_size(msgs));
     json_t *copy = json_deep_copy(msgs);
     if (!copy) return bad(err, "messages", "out of memory");
     out->messages = copy;
@@ -236,9 +321,11 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
         snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
         if (tcid && !json_is_string(tcid)) return bad(err, param, "Invalid type for '%s': expected a string.", param);
     }
+    if (!check_nesting(copy, "messages", err)) return false;   /* after tool_calls arguments became objects */
     json_t *tools = opt(body, "tools");
     if (tools) {
         if (!json_is_array(tools)) return bad(err, "tools", "Invalid type for 'tools': expected an array.");
+        if (!check_nesting(tools, "tools", err)) return false;
         for (size_t i = 0; i < json_array_size(tools); i++)
             if (!json_is_object(json_array_get(tools, i)))
                 return bad(err, "tools", "Invalid type for 'tools[%zu]': expected an object.", i);
@@ -248,9 +335,15 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
     if (kw) {
         if (!json_is_object(kw))
             return bad(err, "chat_template_kwargs", "Invalid type for 'chat_template_kwargs': expected an object.");
+        if (!check_nesting(kw, "chat_template_kwargs", err)) return false;
+        const char *k;
+        json_t *v;
+        json_object_foreach(kw, k, v)
+            if (ember_chat_kwarg_reserved(k))
+                return bad(err, "chat_template_kwargs", "Invalid 'chat_template_kwargs': it may not set '%s'.", k);
         out->template_kwargs = json_incref(kw);
     }
-    return true;
+    return parse_continuation(body, out, err);
 }
 
 static bool parse_stop(json_t *body, oai_req *out, oai_error *err)
@@ -403,6 +496,8 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
     out->sampling.frequency_penalty = (float)d;
     d = 1;
     if (!get_number(body, "repeat_penalty", 0, 10, &d, err)) return false;
+    if (!(d > 0))   /* logits are divided by it (sample/sampler.c) */
+        return bad(err, "repeat_penalty", "Invalid 'repeat_penalty': %g is out of range; expected a value in (0, 10].", d);
     out->sampling.repeat_penalty = (float)d;
     int64_t k = out->sampling.top_k;
     if (!get_int(body, "top_k", 0, INT32_MAX, &k, err)) return false;
@@ -630,7 +725,7 @@ json_t *oai_result_json(oai_kind kind, const oai_req *req, const oai_result *res
 }
 
 json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res, const char *delta, size_t delta_len,
-                       int32_t tok_from, int32_t tok_to, bool first, bool final, oai_piece_fn piece, void *ud)
+                       int32_t tok_from, int32_t tok_to, bool final, oai_piece_fn piece, void *ud)
 {
     json_t *lp = json_null();
     if (req->logprobs && res->toks && tok_to > tok_from)
@@ -640,8 +735,7 @@ json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res,
     json_t *choice;
     if (kind == OAI_CHAT) {
         json_t *d = json_object();
-        if (first) json_object_set_new(d, "role", json_string("assistant"));
-        if (delta_len > 0 || first) json_object_set_new(d, "content", oai_json_string(delta, delta_len));
+        if (delta_len > 0) json_object_set_new(d, "content", oai_json_string(delta, delta_len));
         choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", d, "logprobs", lp, "finish_reason",
                            fr ? json_string(fr) : json_null());
     } else {
@@ -652,7 +746,7 @@ json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res,
                               kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
                               (json_int_t)res->created, "model", res->model, "system_fingerprint",
                               "ember-" EMBER_VERSION, "choices", choice);
-    if (final) json_object_set_new(chunk, "timings", oai_timings_json(res));
+    if (final && !req->include_usage) json_object_set_new(chunk, "timings", oai_timings_json(res));
     if (req->include_usage) json_object_set_new(chunk, "usage", json_null());
     return chunk;
 }
@@ -667,7 +761,21 @@ json_t *oai_chat_delta_chunk(const oai_req *req, const oai_result *res, json_t *
     json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", res->id, "object", "chat.completion.chunk",
                               "created", (json_int_t)res->created, "model", res->model, "system_fingerprint",
                               "ember-" EMBER_VERSION, "choices", choice);
-    if (fr) json_object_set_new(chunk, "timings", oai_timings_json(res));
+    if (fr && !req->include_usage) json_object_set_new(chunk, "timings", oai_timings_json(res));
     if (req->include_usage) json_object_set_new(chunk, "usage", json_null());
     return chunk;
+}
+
+json_t *oai_chat_role_chunk(const oai_req *req, const oai_result *res)
+{
+    return oai_chat_delta_chunk(req, res, json_pack("{s:s, s:n}", "role", "assistant", "content"), NULL, 0, 0, NULL,
+                                NULL);
+}
+
+json_t *oai_usage_chunk(const oai_req *req, const oai_result *res)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o}", "id", res->id, "object",
+                     req->kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)res->created, "model", res->model, "system_fingerprint", "ember-" EMBER_VERSION,
+                     "choices", "usage", oai_usage_json(res), "timings", oai_timings_json(res));
 }

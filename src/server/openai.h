@@ -33,6 +33,9 @@ typedef struct oai_req {
     json_t *messages;            /* chat: normalized array (content parts joined to strings) */
     json_t *tools;               /* chat: tools array or NULL */
     json_t *template_kwargs;     /* chat_template_kwargs object or NULL */
+    bool add_generation_prompt;  /* chat: open the assistant's turn after the messages (default true) */
+    bool continue_final;         /* chat: the final message is the start of the reply: continue_final_message,
+                                    or (llama-server's prefill) an assistant message last without that field */
     char *prompt;                /* completion: prompt text, or NULL when given as token ids */
     ember_token *prompt_tokens;  /* completion: prompt as token ids */
     int32_t n_prompt_tokens;
@@ -54,26 +57,53 @@ typedef struct oai_req {
 } oai_req;
 
 /* A 4xx/5xx answer in OpenAI's shape:
- * {"error": {"message", "type", "param", "code"}}. */
+ * {"error": {"message", "type", "param", "code"}}, with llama-server's
+ * "n_prompt_tokens" and "n_ctx" beside them when type is
+ * "exceed_context_size_error" (tools/server/server-task.cpp,
+ * server_task_result_error::to_json). */
 typedef struct oai_error {
     int http_status;             /* 400, 401, 404, 500, 503 */
     char message[512];
     const char *type;            /* "invalid_request_error", "server_error", ... */
     char param[64];              /* "" -> null */
     const char *code;            /* NULL -> null */
+    int32_t n_prompt_tokens;     /* exceed_context_size_error: the prompt's length, tokens */
+    int32_t n_ctx;               /* exceed_context_size_error: the context it did not fit, tokens */
 } oai_error;
+
+#define OAI_ERR_EXCEED_CONTEXT "exceed_context_size_error"   /* llama-server's type for a prompt too long */
+#define OAI_ERR_AUTH "authentication_error"   /* llama-server's type for a bad key (OpenAI: code invalid_api_key, kept) */
 
 void oai_error_set(oai_error *err, int status, const char *type, const char *param, const char *code,
                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* {"error": {...}} (new reference). */
 json_t *oai_error_json(const oai_error *err);
 
+/* Most levels of arrays and objects in messages, tools and
+ * chat_template_kwargs (each counted from the field itself): the chat
+ * template renderer takes 200 from its context, and no real conversation or
+ * tool schema comes near 64. Deeper is a 400 naming the field. */
+#define OAI_MAX_NESTING 64
+
+/* Most messages in one chat request (a longer array is a 400 naming
+ * messages, before it is copied or rendered). */
+#define OAI_MAX_MESSAGES 4096
+
 /* Parse a request body (already a JSON value) for `kind`. n_vocab bounds
  * logit_bias keys and prompt token ids. Returns false with *err filled (400)
  * when a field is missing, of the wrong type or out of range. */
 bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_error *err);
 void oai_req_free(oai_req *r);
-/* Parse only messages/tools/chat_template_kwargs (for /apply-template). */
+/* Parse only messages/tools/chat_template_kwargs/add_generation_prompt/
+ * continue_final_message (for /apply-template). As llama-server
+ * (tools/server/server-common.cpp, oaicompat_chat_params_parse): a final
+ * assistant message with no continue_final_message given is continued (and
+ * add_generation_prompt is off); two assistant messages at the end, both
+ * flags true, or continue_final_message on a message with tool_calls are
+ * 400s. Unlike llama-server (which refuses it), a final assistant message
+ * with tool_calls and no continue_final_message is closed, not continued.
+ * An empty final assistant message is dropped and the assistant's turn
+ * opened instead (what continuing it would mean). */
 bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err);
 
 /* A JSON string of n bytes that may hold invalid UTF-8: each invalid byte
@@ -111,10 +141,20 @@ json_t *oai_chat_delta_chunk(const oai_req *req, const oai_result *res, json_t *
 json_t *oai_result_json(oai_kind kind, const oai_req *req, const oai_result *res, oai_piece_fn piece,
                         void *piece_ud);
 /* One stream chunk carrying text[delta] and toks[tok_from, tok_to) (new
- * reference). finish_reason is added when `final`. For chat, `first` adds
- * the "role": "assistant" delta. */
+ * reference). finish_reason is added when `final`. A chat delta gets
+ * "content" only when delta_len > 0 (no empty content delta is sent).
+ *
+ * A stream's chunks, as llama-server sends them (tools/server/server-task.cpp,
+ * to_json_oaicompat_chat_stream): a chat stream opens with
+ * oai_chat_role_chunk; "timings" ride on the stream's last chunk only, the
+ * finish chunk or, with stream_options.include_usage, oai_usage_chunk. */
 json_t *oai_chunk_json(oai_kind kind, const oai_req *req, const oai_result *res, const char *delta, size_t delta_len,
-                       int32_t tok_from, int32_t tok_to, bool first, bool final, oai_piece_fn piece, void *piece_ud);
+                       int32_t tok_from, int32_t tok_to, bool final, oai_piece_fn piece, void *piece_ud);
+/* The first chunk of a chat stream: delta {"role": "assistant", "content": null}. */
+json_t *oai_chat_role_chunk(const oai_req *req, const oai_result *res);
+/* The usage chunk that ends a stream with include_usage: "choices": [],
+ * usage and timings. */
+json_t *oai_usage_chunk(const oai_req *req, const oai_result *res);
 /* The usage object (and timings as llama-server reports them). */
 json_t *oai_usage_json(const oai_result *res);
 json_t *oai_timings_json(const oai_result *res);

@@ -32,21 +32,33 @@ typedef struct server_text {
     /* bytes of one token (as engine_vocab.token_piece) */
     int32_t (*token_piece)(void *ud, ember_token t, char *buf, int32_t cap);
     /* Render a chat: messages (validated array), tools (array or NULL),
-     * kwargs (object or NULL, e.g. enable_thinking), add_generation_prompt.
-     * *out is malloc'd. Errors: EMBER_ERR_FORMAT (the template failed; the
-     * message says where). */
+     * kwargs (object or NULL, e.g. enable_thinking), add_generation_prompt,
+     * continue_final (the render ends inside the final message, right after
+     * its text: chat/template.h continue_final_message; not with
+     * add_generation_prompt). *out is malloc'd. Errors: EMBER_ERR_FORMAT
+     * (the template failed, or changed the message to continue; the message
+     * says where), EMBER_ERR_RANGE (a render limit was hit). */
     ember_status (*apply_template)(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_generation_prompt,
-                                   char **out);
+                                   bool continue_final, char **out);
     /* Optional: render and tokenize in one go, so that control-token text
      * inside message contents stays plain text (user content cannot forge
      * <|im_start|> and the like) while the template's own markers are parsed.
      * NULL: apply_template + tokenize(parse_special). */
     ember_status (*render_tokens)(void *ud, json_t *messages, json_t *tools, json_t *kwargs,
-                                  bool add_generation_prompt, ember_token **out, int32_t *n_out);
+                                  bool add_generation_prompt, bool continue_final, ember_token **out, int32_t *n_out);
     ember_token bos;                 /* -1 if none (a doubled BOS is removed) */
     const struct ember_vocab *vocab; /* for grammar masks (NULL: grammars are refused) */
     const char *chat_template;       /* source, for /props (may be NULL) */
 } server_text;
+
+/* --reasoning (llama-server's -rea): whether templates are asked to think.
+ * AUTO: thinking per request (chat_template_kwargs.enable_thinking,
+ * reasoning_effort "none"), else the template's own default; a template that
+ * reads enable_thinking as if always given gets true, as llama-server gives
+ * it (chat/template.h ember_chat_template_assumes_enable_thinking). ON / OFF:
+ * enable_thinking true / false unless the request or --chat-template-kwargs
+ * says otherwise. */
+typedef enum server_reasoning { SERVER_REASONING_AUTO = 0, SERVER_REASONING_ON, SERVER_REASONING_OFF } server_reasoning;
 
 typedef struct server_config {
     const char *host;                /* --host, default 127.0.0.1 */
@@ -68,6 +80,7 @@ typedef struct server_config {
     bool has_reasoning_budget;       /* --reasoning-budget given */
     int32_t reasoning_budget;        /* --reasoning-budget: thought tokens before it is closed; < 0 unlimited */
     bool reasoning_format_none;      /* --reasoning-format none: thoughts stay raw in content */
+    server_reasoning reasoning;      /* --reasoning auto (default) | on | off */
     /* memory facts for /metrics and /props */
     uint64_t kv_bytes, kv_pool_tokens, weight_bytes;
 } server_config;

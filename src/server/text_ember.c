@@ -120,11 +120,12 @@ static bool te_is_eog(void *ud, ember_token id)
     return ember_vocab_is_eog(t->vocab, id);
 }
 
-static ember_status te_template(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_gen, char **out)
+static ember_status te_template(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_gen, bool cont,
+                               char **out)
 {
     text_ember *t = ud;
     ember_chat_inputs in = {.messages = messages, .tools = tools, .add_generation_prompt = add_gen,
-                            .bos_token = t->bos_text, .eos_token = t->eos_text,
+                            .continue_final_message = cont, .bos_token = t->bos_text, .eos_token = t->eos_text,
                             .kwargs = kwargs && json_object_size(kwargs) ? kwargs : NULL};
     ember_jinja_error err;
     size_t len;
@@ -138,15 +139,23 @@ static ember_status te_template(void *ud, json_t *messages, json_t *tools, json_
  * gives the untrusted-byte mask of ember_tokenize_ex (tokenizer.h). If the
  * template changed content (e.g. `| trim` with edge whitespace) the two texts
  * differ, and the plain render is tokenized with parse_special as
- * llama-server does. */
+ * llama-server does. continue_final: both are rendered whole and cut where
+ * the plain one ends its final message (ember_chat_continue_point). */
 static ember_status te_render_tokens(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_gen,
-                                     ember_token **out, int32_t *n_out)
+                                     bool cont, ember_token **out, int32_t *n_out)
 {
     text_ember *t = ud;
     char *plain = NULL, *marked = NULL, *text = NULL;
     uint8_t *mask = NULL;
-    ember_status st = te_template(ud, messages, tools, kwargs, add_gen, &plain);
+    if (cont && add_gen)
+        return ember_error(EMBER_ERR_INVALID_ARG, "continue_final_message and add_generation_prompt cannot both be set");
+    ember_status st = te_template(ud, messages, tools, kwargs, add_gen, false, &plain);
     if (st != EMBER_OK) return st;
+    size_t cut = strlen(plain);
+    if (cont && json_array_size(messages) > 0) {
+        st = ember_chat_continue_point(plain, cut, json_array_get(messages, json_array_size(messages) - 1), &cut);
+        if (st != EMBER_OK) { free(plain); return st; }
+    }
 
     static _Atomic uint64_t counter;
     uint64_t nonce = ((uint64_t)(uintptr_t)&nonce * 0x9E3779B97F4A7C15ull) ^ (uint64_t)time(NULL) ^
@@ -171,7 +180,7 @@ static ember_status te_render_tokens(void *ud, json_t *messages, json_t *tools, 
     }
     bool use_mask = false;
     size_t len = 0;
-    if (msgs && te_template(ud, msgs, tools, kwargs, add_gen, &marked) == EMBER_OK) {
+    if (msgs && te_template(ud, msgs, tools, kwargs, add_gen, false, &marked) == EMBER_OK) {
         size_t n = strlen(marked);
         text = malloc(n + 1);
         mask = malloc(n + 1);
@@ -188,6 +197,8 @@ static ember_status te_render_tokens(void *ud, json_t *messages, json_t *tools, 
         }
     }
     json_decref(msgs);
+    plain[cut] = 0;
+    if (use_mask) text[len = cut] = 0;
     size_t n_ids = 0;
     if (use_mask) st = ember_tokenize_ex(t->vocab, text, len, true, true, mask, out, &n_ids);
     else st = ember_tokenize(t->vocab, plain, strlen(plain), true, true, out, &n_ids);

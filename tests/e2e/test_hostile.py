@@ -42,9 +42,12 @@ def assert_oai_error(r, status, param=None, code=None):
     assert r.status_code == status, r.text[:300]
     assert r.headers["Content-Type"].startswith("application/json")
     e = r.json()["error"]
-    assert set(e) == {"message", "type", "param", "code"}
+    # OpenAI's four fields; llama-server's numbers beside them on a context overflow
+    extra = {"n_prompt_tokens", "n_ctx"} if e.get("type") == "exceed_context_size_error" else set()
+    assert set(e) == {"message", "type", "param", "code"} | extra
     assert isinstance(e["message"], str) and len(e["message"]) > 10
-    assert e["type"] in ("invalid_request_error", "server_error", "not_supported_error")
+    assert e["type"] in ("invalid_request_error", "server_error", "not_supported_error", "authentication_error",
+                         "exceed_context_size_error")
     if param is not None:
         assert e["param"] == param, e
     if code is not None:
@@ -80,7 +83,8 @@ def sse_text(resp):
 @pytest.fixture(scope="module")
 def smol(ember_bin, smollm2_path):
     port = free_port()
-    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(N_CTX), "-np", "4", "-t", "2", "--port", str(port),
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(4 * N_CTX), "--kv-unified-per-slot", str(N_CTX),
+                "-np", "4", "-t", "2", "--port", str(port),
                 "--api-key", KEY], port)
     yield s
     assert s.stop() == 0
@@ -212,10 +216,53 @@ def test_deeply_nested_json_is_400(smol, background):
     assert_oai_error(post(smol, "/v1/chat/completions", json={"messages": [deep]}), 400)
 
 
+def test_fields_nested_past_the_renderer_are_400(smol, background):
+    """chat_template_kwargs, tools and messages (tool_call arguments) nested
+    past what the template renderer takes (200 levels) are the client's
+    fault: 400 naming the field, streamed or not, never a 500."""
+    deep = 1
+    for _ in range(250):
+        deep = {"a": deep}
+    hi = [{"role": "user", "content": "hi"}]
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": json.dumps(deep)}}]}
+    for extra, param in (({"chat_template_kwargs": {"x": deep}}, "chat_template_kwargs"),
+                         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]}, "tools"),
+                         ({"messages": hi + [call, {"role": "tool", "tool_call_id": "c1", "content": "1"}] + hi},
+                          "messages")):
+        for stream in (False, True):
+            body = {"messages": hi, "max_tokens": 2, "stream": stream, **extra}
+            assert_oai_error(post(smol, "/v1/chat/completions", json=body), 400, param=param)
+        assert_oai_error(post(smol, "/apply-template", json={"messages": hi, **extra}), 400, param=param)
+
+
+def test_render_limits_hit_by_the_messages_are_400(ember_bin, smollm2_path, tmp_path):
+    """A template whose output grows with the square of a message's length
+    hits the renderer's 64 MiB output cap on a 10,000-byte message: the
+    request's fault (400, param messages), where a short one renders."""
+    tmpl = tmp_path / "square.jinja"
+    tmpl.write_text("{% for m in messages %}{% for i in range(m.content | length) %}{{ m.content }}{% endfor %}"
+                    "{% endfor %}{% if add_generation_prompt %}>{% endif %}")
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "1", "-t", "1", "--port", str(port),
+                "--chat-template-file", str(tmpl)], port)
+    try:
+        for stream in (False, True):
+            r = requests.post(s.base + "/v1/chat/completions", timeout=120, json={
+                "messages": [{"role": "user", "content": "x" * 10000}], "max_tokens": 1, "stream": stream})
+            e = assert_oai_error(r, 400, param="messages")
+            assert "exceeds" in e["message"]
+        r = requests.post(s.base + "/v1/chat/completions", timeout=120,
+                          json={"messages": [{"role": "user", "content": "xy"}], "max_tokens": 1})
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
+
+
 @pytest.mark.parametrize("field,raw", [
     ("temperature", "-1"), ("temperature", "NaN"), ("temperature", "Infinity"), ("temperature", "1e400"),
     ("top_p", "-0.5"), ("top_p", "1.5"), ("min_p", "-1e-9"), ("presence_penalty", "-3"), ("frequency_penalty", "2.5"),
-    ("repeat_penalty", "-1"), ("top_k", "-1"), ("max_tokens", "-5"), ("max_tokens", "0"), ("max_tokens", "1.5"),
+    ("repeat_penalty", "-1"), ("repeat_penalty", "0"), ("top_k", "-1"), ("max_tokens", "-5"), ("max_tokens", "0"), ("max_tokens", "1.5"),
     ("max_tokens", "99999999999999999999999"), ("n_predict", "-2"), ("n", "2"), ("seed", '"x"'),
     ("logit_bias", '{"-1": 5}'), ("logit_bias", '{"5": NaN}'), ("logit_bias", '{"5": 1000}'),
     ("top_logprobs", "21"), ("stop", "[1]"), ("stream", '"yes"'),
@@ -409,3 +456,70 @@ def test_binds_loopback_by_default(ember_bin, smollm2_path):
         assert addrs == [f"0100007F:{port:04X}"], addrs   # 127.0.0.1, little-endian hex
     finally:
         assert s.stop() == 0
+
+
+def test_parse_memory_is_bounded_across_connections(ember_bin, smollm2_path):
+    """Eight 15 MiB bodies of ~540,000 empty messages at once (each needs
+    ~230 MiB of parsed JSON): the server parses them within its stated
+    512 MiB parse/render budget (docs/security.md), so resident memory rises
+    by at most that plus the eight bodies themselves (+ slack), each gets a
+    400 naming messages (over OAI_MAX_MESSAGES), and a small request is
+    served meanwhile."""
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "2", "-t", "1", "--port", str(port)], port)
+    try:
+        base = rss_kib(s.proc.pid)
+        body = ('{"max_tokens":1,"messages":[' + ",".join(['{"role":"user","content":""}'] * 540000) + "]}").encode()
+        assert len(body) < 16 << 20
+        peak = [0]
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                for line in pathlib.Path(f"/proc/{s.proc.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak[0] = int(line.split()[1])
+                time.sleep(0.05)
+
+        def big(_):
+            return requests.post(s.base + "/v1/chat/completions", data=body, timeout=600,
+                                 headers={"Content-Type": "application/json"})
+
+        w = threading.Thread(target=watch, daemon=True)
+        w.start()
+        import concurrent.futures as cf
+        with cf.ThreadPoolExecutor(8) as ex:
+            futs = [ex.submit(big, i) for i in range(8)]
+            time.sleep(0.5)
+            t0 = time.time()
+            small = requests.post(s.base + "/v1/chat/completions", timeout=60,
+                                  json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            small_s = time.time() - t0
+            answers = [f.result() for f in futs]
+        done.set()
+        w.join(5)
+        assert small.status_code == 200 and small_s < 10, (small.status_code, small_s)
+        for r in answers:
+            assert_oai_error(r, 400, param="messages")
+        bound_mib = 512 + 8 * 16 + 96   # the budget, eight body buffers, slack
+        rise = (peak[0] - base) >> 10
+        print(f"RSS rise {rise} MiB (bound {bound_mib} MiB), small request {small_s:.2f} s")
+        if os.environ.get("EMBER_SANITIZED") != "1":   # ASan's allocator keeps freed memory in quarantine
+            assert rise < bound_mib, rise
+    finally:
+        assert s.stop() == 0
+
+
+def test_body_too_costly_to_parse_is_413(smol, background):
+    """Empty objects cost jansson ~200 bytes per 3 body bytes: a body past
+    the per-request parse reservation (32 bytes per body byte + 1 MiB) is
+    refused with 413 request_too_large, not parsed into unbounded memory;
+    the same shape, small, is fine."""
+    def body(n):
+        return '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"x":[' + ",".join(["{}"] * n) + "]}"
+    assert_oai_error(post(smol, "/v1/chat/completions", data=body(300000)), 413, code="request_too_large")
+    assert_oai_error(post(smol, "/apply-template", data=body(300000)), 413, code="request_too_large")
+    assert post(smol, "/v1/chat/completions", data=body(1000)).status_code == 200
+    e = assert_oai_error(post(smol, "/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "x"}] * 4097, "max_tokens": 1}), 400, param="messages")
+    assert "4096" in e["message"]

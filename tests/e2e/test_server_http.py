@@ -97,6 +97,118 @@ def test_chat_stream_equals_non_stream(client):
     assert chunks[-1].usage.prompt_tokens_details.cached_tokens > 0   # same prompt as `whole`
 
 
+def sse_events(server, path, body):
+    """The JSON events of one raw SSE answer (the bytes as sent, no client in between)."""
+    with requests.post(server.base + path, json=dict(body, stream=True), headers=HDR, stream=True, timeout=60) as r:
+        assert r.status_code == 200, r.text
+        lines = [l for l in r.iter_lines() if l]
+    assert lines[-1] == b"data: [DONE]"
+    assert all(l.startswith(b"data: ") for l in lines)
+    return [json.loads(l[6:]) for l in lines[:-1]]
+
+
+@pytest.mark.parametrize("usage", [False, True])
+@pytest.mark.parametrize("logprobs", [False, True])
+def test_stream_chunks_have_llama_server_shape(server, usage, logprobs):
+    """llama-server's stream (tools/server/server-task.cpp,
+    to_json_oaicompat_chat_stream, and OpenAI's streaming reference): the
+    first chunk's delta is exactly {"role": "assistant", "content": null};
+    no delta has an empty "content"; the last chunk carries "timings" whose
+    counts are the usage's."""
+    body = {"messages": MSGS, "max_tokens": 16, "temperature": 0, "logprobs": logprobs}
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    ev = sse_events(server, "/v1/chat/completions", body)
+    assert ev[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}, ev[0]
+    assert ev[0]["choices"][0]["finish_reason"] is None
+    deltas = [e["choices"][0]["delta"] for e in ev if e["choices"]]
+    assert all(d.get("content") != "" for d in deltas), deltas
+    assert all("role" not in d for d in deltas[1:])
+    assert "".join(d.get("content") or "" for d in deltas) == fake_greedy(chat_prompt(MSGS), 16)
+    last = ev[-1]
+    assert last["timings"]["predicted_n"] == 16, last
+    assert last["timings"]["prompt_n"] + last["timings"]["cache_n"] == 1 + len(chat_prompt(MSGS))
+    if usage:
+        assert last["choices"] == [] and last["usage"]["completion_tokens"] == 16
+    else:
+        assert last["choices"][0]["finish_reason"] == "length"
+    if logprobs:   # every token's logprob is sent, once
+        assert sum(len(e["choices"][0]["logprobs"]["content"]) for e in ev
+                   if e["choices"] and e["choices"][0].get("logprobs")) == 16
+
+
+def test_completion_stream_sends_no_empty_text(server):
+    ev = sse_events(server, "/v1/completions", {"prompt": "count", "max_tokens": 10, "temperature": 0,
+                                                "stream_options": {"include_usage": True}})
+    texts = [e["choices"][0]["text"] for e in ev if e["choices"] and e["choices"][0]["finish_reason"] is None]
+    assert texts and all(texts) and "".join(texts) == fake_greedy("count", 10)
+    assert ev[-1]["choices"] == [] and ev[-1]["timings"]["predicted_n"] == 10
+
+
+COUNT = [{"role": "user", "content": "Count from 1 to 10, separated by commas."},
+         {"role": "assistant", "content": "1, 2, 3,"}]
+
+
+def continued_prompt(messages):
+    """The toy template with the final message left open (transformers'
+    continue_final_message cut: right after the final message's text)."""
+    return chat_prompt(messages)[:-len("\n<|assistant|>")]
+
+
+@pytest.mark.parametrize("extra", [{}, {"continue_final_message": True, "add_generation_prompt": False},
+                                   {"add_generation_prompt": True}])
+def test_assistant_prefill_is_continued(server, client, extra):
+    """llama-server (server-common.cpp, oaicompat_chat_params_parse): a final
+    assistant message is the start of the reply, with no new turn opened;
+    so is continue_final_message (vLLM's field). The reply is only what
+    follows."""
+    want = fake_greedy(continued_prompt(COUNT), 10)
+    r = client.chat.completions.create(model="fake", messages=COUNT, max_tokens=10, temperature=0, extra_body=extra)
+    assert r.choices[0].message.content == want
+    assert r.usage.prompt_tokens == 1 + len(continued_prompt(COUNT))
+    chunks = client.chat.completions.create(model="fake", messages=COUNT, max_tokens=10, temperature=0, stream=True,
+                                            extra_body=extra)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+    p = requests.post(server.base + "/apply-template", json={"messages": COUNT, **extra}, headers=HDR).json()
+    assert p["prompt"] == continued_prompt(COUNT)
+
+
+def test_generation_prompt_flags(server, client):
+    # continue_final_message false: the assistant's message is closed and a new turn opened
+    r = client.chat.completions.create(model="fake", messages=COUNT, max_tokens=6, temperature=0,
+                                       extra_body={"continue_final_message": False})
+    assert r.choices[0].message.content == fake_greedy(chat_prompt(COUNT), 6)
+    # add_generation_prompt false: no assistant turn opened after the user's message
+    r = client.chat.completions.create(model="fake", messages=MSGS, max_tokens=6, temperature=0,
+                                       extra_body={"add_generation_prompt": False})
+    assert r.choices[0].message.content == fake_greedy(chat_prompt(MSGS)[:-len("<|assistant|>")], 6)
+    # an empty final assistant message: nothing to continue, the turn is opened
+    empty = COUNT[:1] + [{"role": "assistant", "content": ""}]
+    r = client.chat.completions.create(model="fake", messages=empty, max_tokens=6, temperature=0)
+    assert r.choices[0].message.content == fake_greedy(chat_prompt(COUNT[:1]), 6)
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"messages": COUNT + [{"role": "assistant", "content": "4,"}]}, "messages"),
+    ({"messages": COUNT, "continue_final_message": True}, "continue_final_message"),
+    ({"messages": COUNT, "continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),
+    ({"messages": COUNT, "continue_final_message": "yes", "add_generation_prompt": False}, "continue_final_message"),
+    ({"messages": MSGS, "add_generation_prompt": 1}, "add_generation_prompt"),
+    ({"messages": COUNT[:1] + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}],
+      "continue_final_message": True, "add_generation_prompt": False}, "messages"),
+])
+def test_prefill_refusals_are_400(server, body, param):
+    """llama-server's refusals: two assistant messages at the end, both
+    continue_final_message and add_generation_prompt (its default) true, and
+    continuing a message with tool calls."""
+    for path in ("/v1/chat/completions", "/apply-template"):
+        r = requests.post(server.base + path, json=dict(body, max_tokens=2), headers=HDR)
+        assert r.status_code == 400, (path, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"], err
+
+
 def test_content_parts_and_roles(client):
     msgs = [{"role": "system", "content": [{"type": "text", "text": "sys"}]},
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
@@ -205,6 +317,42 @@ def test_over_long_prompt_is_400(client):
     assert e.value.status_code == 400
     assert err["code"] == "context_length_exceeded"
     assert "256" in err["message"] and "context" in err["message"]
+
+
+def test_over_long_prompt_has_llama_server_shape(server):
+    """llama-server's documented error (tools/server/server-task.cpp,
+    server_task_result_error::to_json): type exceed_context_size_error with
+    the prompt's length and the context beside OpenAI's message/code. The
+    prompt's length is the toy tokenizer's: BOS + one token per byte."""
+    msgs = [{"role": "user", "content": "x" * 400}]
+    for path, body, n_prompt in (
+            ("/v1/chat/completions", {"messages": msgs}, 1 + len(chat_prompt(msgs))),
+            ("/v1/completions", {"prompt": "y" * 300}, 1 + 300)):
+        for stream in (False, True):
+            r = requests.post(server.base + path, json=dict(body, max_tokens=4, stream=stream), headers=HDR)
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["type"] == "exceed_context_size_error", err
+            assert err["n_prompt_tokens"] == n_prompt and err["n_ctx"] == 256, err
+            assert err["code"] == "context_length_exceeded" and err["message"]
+
+
+def test_bad_api_key_is_authentication_error(server):
+    """llama-server's 401 (tools/server/README.md, "API errors"): type
+    authentication_error; OpenAI's code invalid_api_key stays."""
+    for h in ({}, {"Authorization": "Bearer nope"}):
+        r = requests.post(server.base + "/v1/chat/completions", json={"messages": MSGS}, headers=h)
+        assert r.status_code == 401
+        err = r.json()["error"]
+        assert err["type"] == "authentication_error" and err["code"] == "invalid_api_key" and err["message"]
+
+
+def test_cors_preflight_is_200(server):
+    """llama-server answers OPTIONS (a browser's preflight, sent without
+    credentials) with 200 and an empty body."""
+    r = requests.options(server.base + "/v1/chat/completions", headers={
+        "Origin": "http://app.example", "Access-Control-Request-Method": "POST"})
+    assert r.status_code == 200 and r.content == b""
 
 
 @pytest.mark.parametrize("body,param", [

@@ -31,7 +31,8 @@ N_CTX = 512
 @pytest.fixture(scope="module")
 def smol(ember_bin, smollm2_path):
     port = free_port()
-    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(N_CTX), "-np", "8", "-t", "2", "--port", str(port),
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(8 * N_CTX), "--kv-unified-per-slot", str(N_CTX),
+                "-np", "8", "-t", "2", "--port", str(port),
                 "--api-key", KEY, "--metrics", "--alias", "smol"], port)
     yield s
     assert s.stop() == 0          # SIGTERM: clean exit
@@ -175,7 +176,8 @@ def test_completions_endpoint(client):
 
 def test_gemma3_matches_llama_server_and_sigterm(ember_bin, gemma3_path):
     port = free_port()
-    s = Server([ember_bin, "serve", "-m", gemma3_path, "-c", "256", "-np", "2", "-t", "2", "--port", str(port)], port)
+    s = Server([ember_bin, "serve", "-m", gemma3_path, "-c", "512", "--kv-unified-per-slot", "256", "-np", "2", "-t", "2",
+                "--port", str(port)], port)
     try:
         c = openai.OpenAI(base_url=s.base + "/v1", api_key="x", max_retries=0, timeout=120)
         for case in GOLDEN["models"]["gemma3"]:
@@ -259,3 +261,112 @@ def test_user_text_cannot_forge_control_tokens(client, smol):
     assert len(as_text) > len(as_control)
     diff = n_prompt("x " + forged) - n_prompt("x ")
     assert diff > len(as_control) and abs(diff - len(as_text)) <= 1   # 1: a BPE merge across "x " and "<"
+
+
+CONTINUE = json.loads((ROOT / "tests/golden/chat/continue.json").read_text())
+
+
+def test_assistant_prefill_is_continued(client, smol):
+    """Issue 19 item 1 on SmolLM2's own template: the prompt is transformers'
+    continue_final_message prompt rendered by jinja2
+    (tests/golden/chat/make_continue_goldens.py) and the reply goes on after
+    "1, 2, 3," instead of opening a new turn."""
+    case = next(c for c in CONTINUE["cases"]
+                if c["template"] == "SmolLM2-135M-Instruct" and c["conversation"] == "count_prefill")
+    msgs = CONTINUE["conversations"]["count_prefill"]["messages"]
+    p = requests.post(smol.base + "/apply-template", json={"messages": msgs}, headers=HDR).json()["prompt"]
+    assert p == case["prompt"] and p.endswith("<|im_start|>assistant\n1, 2, 3,")
+    n_prompt = len(requests.post(smol.base + "/tokenize", json={"content": case["prompt"], "add_special": True},
+                                 headers=HDR).json()["tokens"])
+    r = client.chat.completions.create(model="smol", messages=msgs, max_tokens=12, temperature=0)
+    assert r.usage.prompt_tokens == n_prompt
+    assert r.choices[0].message.content.startswith(" 4, 5"), r.choices[0].message.content
+
+
+def test_ctx_size_is_the_kv_cache_in_all(ember_bin, smollm2_path):
+    """Issue 19 item 8: -c is the total KV cache, as llama-server's (its
+    unified cache; tools/server/server-context.cpp n_ctx_slot()): -np 4 -c 512
+    reserves 512 tokens in all, not 4 x 512; one slot may hold up to all of
+    it (capped by n_ctx_train and --kv-unified-per-slot); /props and the
+    start-up line say n_ctx and n_ctx_slot."""
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "512", "-np", "4", "-t", "2", "--port", str(port),
+                "--metrics"], port)
+    try:
+        props = requests.get(s.base + "/props", timeout=10).json()
+        assert props["n_ctx"] == 512 and props["n_ctx_slot"] == 512 and props["total_slots"] == 4
+        assert props["default_generation_settings"]["n_ctx"] == 512      # llama-server reports the slot's
+        text = requests.get(s.base + "/metrics", timeout=10).text
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        assert fams["ember_kv_cache_tokens"].samples[0].value == 512
+        # one request may use most of the pool: a ~400-token prompt fits a slot
+        long = "one two three four five six seven eight nine ten " * 36
+        n = len(requests.post(s.base + "/tokenize", json={"content": long, "add_special": True},
+                              timeout=10).json()["tokens"])
+        assert 300 < n < 500
+        r = requests.post(s.base + "/v1/completions", json={"prompt": long, "max_tokens": 4}, timeout=120)
+        assert r.status_code == 200, r.text
+    finally:
+        assert s.stop() == 0
+    log = open(s.log.name).read() if hasattr(s.log, "name") and s.log.name != "/dev/null" else ""
+    if log:
+        assert "n_ctx 512" in log and "n_ctx_slot 512" in log
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "1024", "-np", "2", "--kv-unified-per-slot", "128",
+                "-t", "2", "--port", str(port)], port)
+    try:
+        props = requests.get(s.base + "/props", timeout=10).json()
+        assert props["n_ctx"] == 1024 and props["n_ctx_slot"] == 128
+        r = requests.post(s.base + "/v1/completions", json={"prompt": [42] * 200, "max_tokens": 2}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["n_ctx"] == 128, r.text
+    finally:
+        assert s.stop() == 0
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                            "unit": {"enum": ["celsius", "fahrenheit"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                           "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "get_time", "description": "Current time",
+                                           "parameters": {"type": "object", "properties": {
+                                               "zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
+
+
+def weather_ok(args):
+    a = json.loads(args)
+    return set(a) == {"city", "unit"} and isinstance(a["city"], str) and len(a["city"]) <= 12 and \
+        a["unit"] in ("celsius", "fahrenheit")
+
+
+def test_generic_tool_calls_with_a_template_without_a_call_format(client, smol):
+    """Issue 19 item 4 (forced calls): SmolLM2's own template has no tool-call
+    format; tool_choice "required" / named still gives OpenAI tool_calls
+    (ember's generic JSON shape, described in the system message and held by
+    the grammar), with arguments that follow the schema, streamed alike."""
+    ask = [{"role": "user", "content": "What is the weather like in Paris?"}]
+    for i in range(6):
+        ch = client.chat.completions.create(model="smol", messages=ask, tools=TOOLS, tool_choice="required",
+                                            temperature=1.0, seed=100 + i, max_tokens=96,
+                                            parallel_tool_calls=False).choices[0]
+        assert ch.finish_reason == "tool_calls" and not ch.message.content, ch
+        assert len(ch.message.tool_calls) == 1 and ch.message.tool_calls[0].id.startswith("call_")
+        c = ch.message.tool_calls[0].function
+        assert c.name in ("get_weather", "get_time")
+        if c.name == "get_weather":
+            assert weather_ok(c.arguments), c.arguments
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for i in range(4):
+        kw = dict(model="smol", messages=ask, tools=TOOLS, tool_choice=named, temperature=1.0, seed=200 + i,
+                  max_tokens=96)
+        ch = client.chat.completions.create(**kw).choices[0]
+        assert [t.function.name for t in ch.message.tool_calls] == ["get_weather"] and ch.finish_reason == "tool_calls"
+        assert weather_ok(ch.message.tool_calls[0].function.arguments)
+        calls = {}
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                c = calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                c["name"] += tc.function.name or ""
+                c["arguments"] += tc.function.arguments or ""
+        assert [(c["name"], c["arguments"]) for c in calls.values()] == \
+            [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]

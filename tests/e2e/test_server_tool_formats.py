@@ -33,7 +33,8 @@ FORMATS = {
 
 def start(ember_bin, model, template):
     port = free_port()   # -c 2048: Devstral's system prompt alone is ~1,500 SmolLM2 tokens
-    return Server([ember_bin, "serve", "-m", model, "-c", "2048", "-np", "4", "-t", "2", "--port", str(port),
+    return Server([ember_bin, "serve", "-m", model, "-c", "8192", "--kv-unified-per-slot", "2048", "-np", "4", "-t", "2",
+                   "--port", str(port),
                    "--chat-template-file", str(TEMPLATES / template)], port)
 
 

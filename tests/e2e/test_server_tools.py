@@ -12,6 +12,7 @@ named and response_format must hold by grammar in every seeded run, and a
 forced <think> output (a request grammar) must be split into reasoning_content.
 """
 import concurrent.futures as cf
+import subprocess
 import json
 import os
 import pathlib
@@ -84,7 +85,8 @@ def test_check_schema_can_fail():
 
 def start(ember_bin, model, template, *extra):
     port = free_port()
-    return Server([ember_bin, "serve", "-m", model, "-c", "1024", "-np", "4", "-t", "2", "--port", str(port),
+    return Server([ember_bin, "serve", "-m", model, "-c", "4096", "--kv-unified-per-slot", "1024", "-np", "4", "-t", "2",
+                   "--port", str(port),
                    "--chat-template-file", str(TEMPLATES / template), *extra], port)
 
 
@@ -320,3 +322,149 @@ def test_reasoning_format_none_and_budget_flag(ember_bin, smollm2_path):
         assert n_tokens(s, m.content.split("\n</think>")[0]) <= 2
     finally:
         assert s.stop() == 0
+
+
+# ---- stream shape through the chat parser (llama-server's and OpenAI's) ----
+
+def sse_events(srv, body):
+    with requests.post(srv.base + "/v1/chat/completions", json=dict(body, stream=True), stream=True,
+                       timeout=CLIENT_TIMEOUT) as r:
+        assert r.status_code == 200, r.text
+        lines = [l for l in r.iter_lines() if l]
+    assert lines[-1] == b"data: [DONE]"
+    return [json.loads(l[6:]) for l in lines[:-1]]
+
+
+def check_stream_shape(ev, n_generated=None):
+    """The first delta is exactly {"role": "assistant", "content": null}
+    (tools/server/server-task.cpp, to_json_oaicompat_chat: "initial update to
+    conform to openai behavior"); no delta has an empty content or
+    reasoning_content; the last chunk carries timings."""
+    assert ev[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}, ev[0]
+    for e in ev[1:]:
+        for ch in e["choices"]:
+            d = ch["delta"]
+            assert "role" not in d and d.get("content") != "" and d.get("reasoning_content") != "", e
+    assert "timings" in ev[-1], ev[-1]
+    if n_generated is not None:
+        assert ev[-1]["timings"]["predicted_n"] == n_generated
+
+
+@pytest.mark.parametrize("usage", [False, True])
+def test_parsed_stream_shape(think_srv, tools_srv, usage):
+    extra = {"stream_options": {"include_usage": True}} if usage else {}
+    ev = sse_events(think_srv, {"messages": HI, "max_tokens": 40, "grammar": THINK_GRAMMAR, **extra})
+    check_stream_shape(ev)
+    ev = sse_events(tools_srv, {"messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 48,
+                                "temperature": 0, "parallel_tool_calls": False, **extra})
+    check_stream_shape(ev)
+    if usage:
+        assert ev[-1]["choices"] == [] and ev[-1]["timings"]["predicted_n"] == ev[-1]["usage"]["completion_tokens"]
+
+
+# ---- issue 19 item 9: named tool_choice, cut calls, functions without parameters ----
+
+def test_named_tool_choice_is_one_call_even_with_parallel_tool_calls(client):
+    """OpenAI: tool_choice naming a function forces exactly one call of it;
+    parallel_tool_calls (default true) does not let it repeat."""
+    def run(i):
+        r = client.chat.completions.create(model="m", messages=ASK, tools=TOOLS,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                           temperature=1.0, seed=6000 + i, max_tokens=96)
+        return r.choices[0]
+    for ch in many(run, 8):
+        assert [c.function.name for c in ch.message.tool_calls] == ["get_weather"], ch.message
+        assert ch.finish_reason == "tool_calls"
+        check_schema(json.loads(ch.message.tool_calls[0].function.arguments), WEATHER)
+
+
+def test_function_without_parameters_takes_none(client):
+    """A function declared without "parameters" takes no arguments: forced,
+    its arguments are exactly {} (OpenAI's reading of a missing schema)."""
+    tools = [{"type": "function", "function": {"name": "get_time_now", "description": "The current time"}}]
+    for i in range(4):
+        for stream in (False, True):
+            kw = dict(model="m", messages=ASK, tools=tools, temperature=1.0, seed=7000 + i, max_tokens=48,
+                      tool_choice={"type": "function", "function": {"name": "get_time_now"}})
+            if stream:
+                _, calls, _ = reassemble(client.chat.completions.create(stream=True, **kw))
+                args = [c["arguments"] for c in calls]
+            else:
+                args = [c.function.arguments for c in client.chat.completions.create(**kw).choices[0].message.tool_calls]
+            assert len(args) == 1 and json.loads(args[0]) == {}, args
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_call_cut_by_max_tokens_leaks_no_markup(client, choice):
+    """A forced call cut by max_tokens is a (possibly partial) call or
+    nothing, never raw call markup in content, streamed or not; the finish
+    reason stays "length" (OpenAI)."""
+    for n in range(1, 19):
+        kw = dict(model="m", messages=ASK, tools=TOOLS, tool_choice=choice, temperature=0, max_tokens=n,
+                  parallel_tool_calls=False)
+        m = client.chat.completions.create(**kw).choices[0]
+        content, calls, finish = reassemble(client.chat.completions.create(stream=True, **kw))
+        for text in (m.message.content or "", content):
+            assert "<tool" not in text and "{" not in text and "name" not in text, (n, text)
+        assert m.finish_reason == finish == "length", (n, m.finish_reason, finish)
+        assert [(c["name"], c["arguments"]) for c in calls] == \
+            [(c.function.name, c.function.arguments) for c in m.message.tool_calls or []]
+
+
+# ---- issue 19 item 2: thinking defaults and --reasoning auto|on|off ----
+
+THINKING = json.loads((ROOT / "tests/golden/chat/thinking.json").read_text())
+R1_QWEN = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"
+QWQ = "Qwen-QwQ-32B"
+CMD_R7B = "CohereForAI-c4ai-command-r7b-12-2024-tool_use"
+QWEN3 = "Qwen-Qwen3-0.6B"
+GEMMA4 = "google-gemma-4-31B-it"
+
+
+@pytest.mark.parametrize("template,mode,default", [
+    # auto: templates that read enable_thinking as always given (written for
+    # llama-server, which passes true) think, as with llama-server ...
+    (R1_QWEN, None, "true"), (QWQ, None, "true"), (CMD_R7B, None, "true"),
+    # ... and templates with a default of their own keep it (transformers')
+    (QWEN3, None, "undefined"), ("Qwen3.5-4B", None, "undefined"), (GEMMA4, None, "undefined"),
+    ("deepseek-ai-DeepSeek-V3.1", None, "undefined"),
+    # --reasoning on / off: enable_thinking true / false, as llama-server's -rea
+    (R1_QWEN, "on", "true"), (R1_QWEN, "off", "false"), (QWEN3, "off", "false"), (GEMMA4, "on", "true"),
+    (QWQ, "auto", "true"),
+])
+def test_thinking_defaults(ember_bin, smollm2_path, template, mode, default):
+    """Prompts from jinja2 (tests/golden/chat/make_thinking_goldens.py) for
+    enable_thinking undefined / true / false; the request's own choice
+    (chat_template_kwargs, reasoning_effort "none") always wins."""
+    want = THINKING["prompts"][template]
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "2048", "-np", "1", "-t", "1", "--port", str(port),
+                "--chat-template-file", str(TEMPLATES / (template + ".jinja"))] +
+               (["--reasoning", mode] if mode else []), port)
+    try:
+        def prompt(**kw):
+            r = requests.post(s.base + "/apply-template", json={"messages": THINKING["messages"], **kw}, timeout=30)
+            assert r.status_code == 200, r.text
+            return r.json()["prompt"]
+        assert prompt() == want[default]
+        assert prompt(chat_template_kwargs={"enable_thinking": True}) == want["true"]
+        assert prompt(chat_template_kwargs={"enable_thinking": False}) == want["false"]
+        # the completion renders the same way (prompt tokens of the expected text)
+        n = len(requests.post(s.base + "/tokenize", json={"content": want[default], "add_special": True},
+                              timeout=30).json()["tokens"])
+        r = requests.post(s.base + "/v1/chat/completions", timeout=CLIENT_TIMEOUT,
+                          json={"messages": THINKING["messages"], "max_tokens": 1})
+        assert r.json()["usage"]["prompt_tokens"] in (n, n - 1), (r.json()["usage"], n)   # n - 1: one BOS kept
+        r = requests.post(s.base + "/v1/chat/completions", timeout=CLIENT_TIMEOUT,
+                          json={"messages": THINKING["messages"], "max_tokens": 1, "reasoning_effort": "none"})
+        n_off = len(requests.post(s.base + "/tokenize", json={"content": want["false"], "add_special": True},
+                                  timeout=30).json()["tokens"])
+        assert r.json()["usage"]["prompt_tokens"] in (n_off, n_off - 1)
+    finally:
+        assert s.stop() == 0
+
+
+def test_reasoning_flag_values(ember_bin, smollm2_path):
+    r = subprocess.run([ember_bin, "serve", "-m", smollm2_path, "--reasoning", "sometimes"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--reasoning" in r.stderr

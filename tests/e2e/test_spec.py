@@ -42,7 +42,8 @@ def start(ember_bin, model, *extra, np=2):
     old = os.environ.get("EMBER_NO_GEMM")
     os.environ["EMBER_NO_GEMM"] = "1"   # inherited by the server process (see above)
     try:
-        return Server([ember_bin, "serve", "-m", model, "-c", "1024", "-np", str(np), "-t", "2", "--port", str(port),
+        return Server([ember_bin, "serve", "-m", model, "-c", str(1024 * np), "--kv-unified-per-slot", "1024",
+                       "-np", str(np), "-t", "2", "--port", str(port),
                        "--metrics", *extra], port)
     finally:
         if old is None:

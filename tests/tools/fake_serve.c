@@ -33,7 +33,10 @@ static ember_status fk_tokenize(void *ud, const char *text, size_t len, bool add
 
 static int32_t fk_piece(void *ud, ember_token t, char *buf, int32_t cap) { return fake_token_piece(ud, t, buf, cap); }
 
-static ember_status fk_template(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_gen, char **out)
+/* continue_final: the render stops right after the final message's content
+ * (transformers' continue_final_message on this template). */
+static ember_status fk_template(void *ud, json_t *messages, json_t *tools, json_t *kwargs, bool add_gen, bool cont,
+                                char **out)
 {
     size_t cap = 64, len = 0;
     char *s = malloc(cap);
@@ -44,7 +47,9 @@ static ember_status fk_template(void *ud, json_t *messages, json_t *tools, json_
         if (i < json_array_size(messages)) {
             json_t *m = json_array_get(messages, i);
             const char *c = json_string_value(json_object_get(m, "content"));
-            snprintf(piece, sizeof piece, "<|%s|>%s\n", json_string_value(json_object_get(m, "role")), c ? c : "");
+            bool last = i + 1 == json_array_size(messages);
+            snprintf(piece, sizeof piece, "<|%s|>%s%s", json_string_value(json_object_get(m, "role")), c ? c : "",
+                     cont && last ? "" : "\n");
         } else {
             snprintf(piece, sizeof piece, "%s", add_gen ? "<|assistant|>" : "");
         }

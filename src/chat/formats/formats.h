@@ -86,7 +86,7 @@ typedef struct fmt_ops {
     bool raw_arguments;
 } fmt_ops;
 
-extern const fmt_ops fmt_hermes, fmt_qwen3_coder, fmt_gemma4, fmt_llama3, fmt_mistral;
+extern const fmt_ops fmt_hermes, fmt_qwen3_coder, fmt_gemma4, fmt_llama3, fmt_mistral, fmt_generic;
 
 /* ---- helpers (common.c) ---- */
 

@@ -7,6 +7,10 @@
  * lstrip_blocks=True, the loopcontrols extension, transformers' tojson filter,
  * raise_exception and strftime_now globals; see
  * transformers/utils/chat_template_utils.py).
+ * One named difference, taken from llama.cpp's Jinja: a string + an
+ * undefined value or None is the string (jinja2 raises; stock templates such
+ * as firefunction-v2 rely on it). tests/golden/jinja/make_goldens.py
+ * renders the cases jinja2 fails with that one rule added.
  * Must not: read files, touch global state, or abort on any template or
  * context. Every failure is an ember_status with a message naming the
  * template line and column.

@@ -283,6 +283,16 @@ static jv repeat(jx_render *r, const jx_node *at, jv seq, int64_t times)
 static jv arith(jx_render *r, const jx_node *at, int op, jv a, jv b)
 {
     static const char *opname[] = {"", "+", "-", "*", "/", "//", "%", "**"};
+    /* A string + undefined or none is the string: llama.cpp's Jinja does this
+     * (common/jinja/runtime.cpp, "treating null/undefined as empty string for
+     * string concatenation") and stock templates rely on it (firefunction-v2:
+     * system_prompt_suffix + "\n" + functions). jinja2 raises here; this is
+     * the one named difference (tests/golden/jinja/make_goldens.py,
+     * "lenient_concat"). `~` is unchanged: jinja2 already prints undefined as ''
+     * and none as 'None'. */
+    if (op == OP_ADD && ((a.k == JV_STR && (b.k == JV_UNDEF || b.k == JV_NONE)) ||
+                         (b.k == JV_STR && (a.k == JV_UNDEF || a.k == JV_NONE))))
+        return a.k == JV_STR ? a : b;
     if (is_intlike(a) && is_intlike(b)) {
         int64_t x = as_int(a), y = as_int(b), z;
         switch (op) {

@@ -19,7 +19,9 @@ Environment (as transformers):
 
 Writes tests/golden/jinja/conversations.json (the contexts) and
 tests/golden/jinja/expected.json (one entry per template x conversation:
-output, or the error jinja2 raised).
+output, or the error jinja2 raised; where jinja2 raised but renders with
+llama.cpp's string + undefined/None rule (LenientConcatEnvironment), that
+output too as "lenient_output": ember's one named difference).
 
 Run: .venv/bin/python tests/golden/jinja/make_goldens.py
 """
@@ -54,7 +56,26 @@ class AssistantTracker(Extension):
         return caller()
 
 
-def make_env():
+class LenientConcatEnvironment(ImmutableSandboxedEnvironment):
+    """The one named difference of ember's Jinja from jinja2: a string + an
+    undefined value or None is the string, as llama.cpp's Jinja renders it
+    (common/jinja/runtime.cpp, workaround_concat_null_with_str); jinja2 raises.
+    Used only for cases jinja2 fails: their expected output is this
+    environment's ("lenient_output", "difference": "lenient_concat")."""
+    intercepted_binops = frozenset(["+"])
+
+    def call_binop(self, context, operator, left, right):
+        if operator == "+":
+            def null(v):
+                return v is None or isinstance(v, jinja2.Undefined)
+            if isinstance(left, str) and null(right):
+                return left
+            if isinstance(right, str) and null(left):
+                return right
+        return super().call_binop(context, operator, left, right)
+
+
+def make_env(lenient=False):
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
@@ -64,8 +85,8 @@ def make_env():
     def strftime_now(format):
         return datetime.fromtimestamp(FIXED_NOW, timezone.utc).strftime(format)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[AssistantTracker, jinja2.ext.loopcontrols])
+    cls = LenientConcatEnvironment if lenient else ImmutableSandboxedEnvironment
+    env = cls(trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
@@ -417,6 +438,7 @@ def render_features(env):
 
 def main():
     env = make_env()
+    lenient_env = make_env(lenient=True)
     render_features(env)
     cases = []
     names = sorted(os.path.basename(p)[:-len(".jinja")] for p in glob.glob(os.path.join(TEMPLATES, "*.jinja")))
@@ -425,6 +447,7 @@ def main():
             src = f.read()
         try:
             tmpl = env.from_string(src)
+            lenient_tmpl = lenient_env.from_string(src)
         except jinja2.exceptions.TemplateError as e:
             print("skip %s: jinja2 cannot compile it: %s" % (name, e))
             continue
@@ -437,6 +460,11 @@ def main():
                 case["output"] = tmpl.render(**ctx)
             except Exception as e:  # jinja2 errors and Python TypeErrors alike
                 case["error"] = "%s: %s" % (type(e).__name__, e)
+                try:
+                    case["lenient_output"] = lenient_tmpl.render(**ctx)
+                    case["difference"] = "lenient_concat"
+                except Exception:
+                    pass
             cases.append(case)
         ok = sum(1 for c in cases if c["template"] == name and "output" in c)
         print("%-50s %2d/%d rendered" % (name, ok, len(CONVERSATIONS)))

@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,12 +171,61 @@ static void test_concurrent_renders(void **state)
     json_decref(convs);
 }
 
+/* Which templates read enable_thinking as if it were always given (the
+ * rule behind --reasoning auto): the expected list is from reading each
+ * template's source (tests/data/templates), where the only uses are plain
+ * truth tests such as `if not enable_thinking`. */
+static void test_assumes_enable_thinking(void **state)
+{
+    (void)state;
+    assert_true(ember_chat_template_assumes_enable_thinking("{% if not enable_thinking %}<think>\n\n</think>{% endif %}"));
+    assert_true(ember_chat_template_assumes_enable_thinking("{%- if enable_thinking %}x{% endif %}"));
+    assert_false(ember_chat_template_assumes_enable_thinking("{% if enable_thinking is defined and enable_thinking is false %}"));
+    assert_false(ember_chat_template_assumes_enable_thinking("{% set t = enable_thinking | default(true) %}{% if t %}{% endif %}"));
+    assert_false(ember_chat_template_assumes_enable_thinking("{% if enable_thinking is not defined %}{% set enable_thinking = true %}{% endif %}{% if enable_thinking %}{% endif %}"));
+    assert_false(ember_chat_template_assumes_enable_thinking("{% set ns = namespace(enable_thinking=true) %}{% if ns.enable_thinking %}{% endif %}"));
+    assert_false(ember_chat_template_assumes_enable_thinking("{{ messages }}"));
+    assert_false(ember_chat_template_assumes_enable_thinking(NULL));
+    static const char *const want[] = {"Bielik-11B-v3.0-Instruct", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+                                       "Qwen-QwQ-32B", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"};
+    DIR *d = opendir("tests/data/templates");
+    assert_non_null(d);
+    struct dirent *e;
+    size_t n_yes = 0, n_files = 0;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 7 || strcmp(e->d_name + len - 6, ".jinja")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "tests/data/templates/%s", e->d_name);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        rewind(f);
+        char *src = calloc((size_t)n + 1, 1);
+        assert_int_equal(fread(src, 1, (size_t)n, f), (size_t)n);
+        fclose(f);
+        bool expect = false;
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            if (len - 6 == strlen(want[i]) && !strncmp(e->d_name, want[i], len - 6)) expect = true;
+        if (ember_chat_template_assumes_enable_thinking(src) != expect) print_message("MISMATCH %s\n", e->d_name);
+        assert_int_equal(ember_chat_template_assumes_enable_thinking(src), expect);
+        n_yes += expect;
+        n_files++;
+        free(src);
+    }
+    closedir(d);
+    assert_int_equal(n_yes, 4);
+    assert_true(n_files >= 60);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_matches_transformers),
         cmocka_unit_test(test_context_checks),
         cmocka_unit_test(test_concurrent_renders),
+        cmocka_unit_test(test_assumes_enable_thinking),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

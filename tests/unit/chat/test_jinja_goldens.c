@@ -2,7 +2,10 @@
  * interpreter must equal, byte for byte, what Python jinja2 renders with
  * transformers' environment (tests/golden/jinja/make_goldens.py wrote
  * expected.json from the templates in tests/data/templates). Where jinja2 raised
- * (raise_exception, type errors), ember must fail too, without crashing. */
+ * (raise_exception, type errors), ember must fail too, without crashing,
+ * unless the case renders under ember's one named difference
+ * ("lenient_output": a string + undefined/None is the string, as llama.cpp's
+ * Jinja does). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -80,7 +83,10 @@ static void test_goldens(void **state)
             n_templates++;
         }
         json_t *ctx = build_context(convs, tn, cn);
+        /* jinja2's output, or where jinja2 raised, the output under ember's one
+         * named difference (string + undefined/None is the string, as llama.cpp) */
         json_t *want = json_object_get(cs, "output");
+        if (!want) want = json_object_get(cs, "lenient_output");
         char *out = NULL;
         size_t out_len = 0;
         ember_jinja_error err = {0};

@@ -601,6 +601,90 @@ static void test_bad_args(void **state)
     ember_chat_parser_free(p);
 }
 
+/* Output cut short (max_tokens): ember_chat_parser_finish_cut keeps call
+ * markup out of content. Expected values are the inputs' own text (what a
+ * client must see): the prose before the call, and nothing of the call but
+ * what was announced. */
+static json_t *parse_cut(ember_tool_format f, const char *text, size_t chunk, bool cut)
+{
+    ember_chat_parser_config cfg = {.tool_format = f, .stream_arguments = true, .id_seed = 7};
+    ember_chat_parser *p;
+    assert_int_equal(ember_chat_parser_new(&cfg, &p), EMBER_OK);
+    for (size_t i = 0, n = strlen(text); i < n; i += chunk)
+        assert_int_equal(ember_chat_parser_feed(p, text + i, n - i < chunk ? n - i : chunk), EMBER_OK);
+    assert_int_equal(cut ? ember_chat_parser_finish_cut(p) : ember_chat_parser_finish(p), EMBER_OK);
+    json_t *m;
+    assert_int_equal(ember_chat_parser_message(p, &m), EMBER_OK);
+    ember_chat_parser_free(p);
+    return m;
+}
+
+static void test_cut_output_leaks_no_markup(void **state)
+{
+    (void)state;
+    static const struct { ember_tool_format f; const char *text, *content; int n_calls; } cases[] = {
+        {EMBER_TOOL_FORMAT_HERMES, "<tool_call>\n{\"name\":", NULL, 0},
+        {EMBER_TOOL_FORMAT_HERMES, "<tool_call>\n{\"na", NULL, 0},
+        {EMBER_TOOL_FORMAT_HERMES, "<tool_c", "", 0},
+        {EMBER_TOOL_FORMAT_HERMES, "Let me check. <tool_call>\n{\"name\": \"get_w", "Let me check.", 0},
+        {EMBER_TOOL_FORMAT_HERMES, "Sure.\n<tool", "Sure.", 0},
+        {EMBER_TOOL_FORMAT_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1", NULL, 1},
+        {EMBER_TOOL_FORMAT_QWEN3_CODER, "<tool_call>\n<function=", NULL, 0},
+        {EMBER_TOOL_FORMAT_GEMMA4, "<|tool_call>call:", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t chunk = 1; chunk <= 64; chunk *= 4) {
+            json_t *m = parse_cut(cases[i].f, cases[i].text, chunk, true);
+            json_t *c = json_object_get(m, "content");
+            size_t n_calls = json_array_size(json_object_get(m, "tool_calls"));
+            if (cases[i].content) {
+                assert_true(json_is_string(c));
+                assert_string_equal(json_string_value(c), cases[i].content);
+            } else {
+                assert_true(json_is_null(c) || !strcmp(json_string_value(c), ""));
+            }
+            assert_int_equal(n_calls, cases[i].n_calls);
+            json_decref(m);
+        }
+    }
+    /* an output that ended by itself keeps its malformed tail as content (the
+     * model chose to write it) */
+    json_t *m = parse_cut(EMBER_TOOL_FORMAT_HERMES, "Sure. <tool_call>\n{\"name\":", 3, false);
+    assert_non_null(strstr(json_string_value(json_object_get(m, "content")), "<tool_call>"));
+    json_decref(m);
+}
+
+/* ember's generic format (chat/formats/generic.c): the reply is
+ * {"tool_calls": [{"name", "arguments"}, ...]}; any other JSON is content.
+ * Expected values are the inputs' own names and arguments. */
+static void test_generic_format(void **state)
+{
+    (void)state;
+    const char *two = "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                      "{\"name\": \"now\", \"arguments\": {}}]}";
+    for (size_t chunk = 1; chunk <= 128; chunk *= 2) {
+        json_t *m = parse_cut(EMBER_TOOL_FORMAT_GENERIC, two, chunk, false);
+        json_t *calls = json_object_get(m, "tool_calls");
+        assert_int_equal(json_array_size(calls), 2);
+        json_t *f0 = json_object_get(json_array_get(calls, 0), "function");
+        assert_string_equal(json_string_value(json_object_get(f0, "name")), "get_weather");
+        json_t *args = json_loads(json_string_value(json_object_get(f0, "arguments")), 0, NULL);
+        assert_string_equal(json_string_value(json_object_get(args, "city")), "Paris");
+        json_decref(args);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(calls, 1), "function"),
+                                                              "name")), "now");
+        assert_true(json_is_null(json_object_get(m, "content")));
+        json_decref(m);
+    }
+    json_t *m = parse_cut(EMBER_TOOL_FORMAT_GENERIC, "{\"answer\": 42}", 3, false);
+    assert_string_equal(json_string_value(json_object_get(m, "content")), "{\"answer\": 42}");
+    assert_int_equal(json_array_size(json_object_get(m, "tool_calls")), 0);
+    json_decref(m);
+    m = parse_cut(EMBER_TOOL_FORMAT_GENERIC, "{\"tool_calls\": []}", 5, false);
+    assert_int_equal(json_array_size(json_object_get(m, "tool_calls")), 0);
+    json_decref(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -611,6 +695,8 @@ int main(void)
         cmocka_unit_test(test_utf8_split_and_invalid),
         cmocka_unit_test(test_ids_seeded),
         cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_cut_output_leaks_no_markup),
+        cmocka_unit_test(test_generic_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

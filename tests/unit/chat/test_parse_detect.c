@@ -102,6 +102,10 @@ static const struct {
     {"unsloth-Apriel-1.5", T_NONE, R_NONE},                   /* <tool_calls>[..] */
     {"unsloth-mistral-Devstral-Small-2507", MISTRAL, R_NONE},
     {"upstage-Solar-Open-100B", T_NONE, R_NONE},              /* <|tool_call:begin|> */
+    {"fireworks-ai-llama-3-firefunction-v2", T_NONE, R_NONE}, /* functools[...] */
+    {"llama-cpp-deepseek-r1", T_NONE, THINK},                 /* <｜tool▁calls▁begin｜> */
+    {"llama-cpp-rwkv-world", T_NONE, THINK},
+    {"muse-glimmer", T_NONE, R_NONE},
 };
 #define N_EXPECTED (sizeof expected / sizeof expected[0])
 
@@ -126,7 +130,7 @@ static char *load_template(const char *name, size_t *len)
 static void test_detect_templates(void **state)
 {
     (void)state;
-    assert_int_equal(N_EXPECTED, 68);
+    assert_int_equal(N_EXPECTED, 72);
     int bad = 0;
     for (size_t i = 0; i < N_EXPECTED; i++) {
         char *t = load_template(expected[i].file, NULL);

@@ -172,7 +172,8 @@ static void test_required_mistral(void **state)
     g = gbnf_tmpl(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}}", EMBER_TOOL_FORMAT_MISTRAL,
                   "{{- \"[TOOL_CALLS][\" }}");
     assert_true(accepts(g, "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]"));
-    assert_true(accepts(g, "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"now\", \"arguments\": {}}]"));
+    /* a named function is called once (OpenAI), even with parallel_tool_calls (its default) */
+    assert_false(accepts(g, "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"now\", \"arguments\": {}}]"));
     assert_false(accepts(g, "[TOOL_CALLS]now[ARGS]{}"));
     assert_false(accepts(g, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\", \"unit\": \"c\"}}]"));
     free(g);

@@ -79,7 +79,7 @@ wait_up() {  # port pid
   return 1
 }
 
-serve_run() {  # label model engine np ctx(total for llama, per slot for ember) what...
+serve_run() {  # label model engine np ctx (the KV cache in all, in both servers) what...
   local label=$1 m=$2 eng=$3 np=$4 ctx=$5; shift 5
   local port=$((18000 + RANDOM % 2000)) pid
   if [ $eng = ember ]; then
@@ -144,7 +144,7 @@ for mm in $MODELS; do
         serve_run "llama $mm np1" $M llama 1 20480 single ttft3k ttft16k ;;
       serve8)
         log "--- $mm served 8 parallel (32768 KV tokens in all) $(el)"
-        serve_run "ember $mm np8" $M ember 8 4096 par8
+        serve_run "ember $mm np8" $M ember 8 32768 par8
         serve_run "llama $mm np8" $M llama 8 32768 par8 ;;
     esac
   done

@@ -1143,7 +1143,14 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
             CK("matmul (quantize activations)", ember_cuda_quantize_q8(b->cu, fmt[k], dx, n_in, n_tokens, r));
         q[k] = r;
     }
-    for (int32_t k = 0; k < n_w; k++) CK("matmul", ember_cuda_matmul_q8(b->cu, t[k], q[k], n_tokens, dy[k]));
+    /* weights of one type on the same activations (Q/K/V, gate/up) in one launch */
+    bool one_launch = n_w > 1;
+    for (int32_t k = 1; k < n_w; k++)
+        one_launch = one_launch && t[k]->type == t[0]->type && t[k]->row_bytes == t[0]->row_bytes && q[k] == q[0];
+    if (one_launch)
+        CK("matmul", ember_cuda_matmul_q8_multi(b->cu, n_w, t, q[0], n_tokens, dy));
+    else
+        for (int32_t k = 0; k < n_w; k++) CK("matmul", ember_cuda_matmul_q8(b->cu, t[k], q[k], n_tokens, dy[k]));
     for (int32_t k = 0; k < n_w; k++) out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
 }
 

@@ -189,6 +189,14 @@ ember_status ember_cuda_quantize_q8(ember_cuda *cu, uint32_t act_type, const flo
  * EMBER_ERR_INVALID_ARG. */
 ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, const void *buf, int64_t n_cols,
                                   float *y);
+/* ember_cuda_matmul_q8 for n_w (1..3) weights of one type and row length
+ * that read the same quantized activations (Q/K/V, gate/up), in one
+ * launch: ys[k] = [n_cols, ws[k]->ne1], each row computed exactly as
+ * ember_cuda_matmul_q8 computes it (bit-identical). Errors: as
+ * ember_cuda_matmul_q8, and EMBER_ERR_INVALID_ARG when the weights differ
+ * in type or row length. */
+ember_status ember_cuda_matmul_q8_multi(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws, const void *buf,
+                                        int64_t n_cols, float *const *ys);
 
 /* out[i] = dequantized row ids[i] of W, for i < n_ids; out: [n_ids, w->ne0]
  * F32; ids: device int32, each in [0, w->ne1) (out-of-range ids give a zero

@@ -148,6 +148,31 @@ struct uq8_0 {
     __device__ static uint32_t unit(const uint8_t *b, int l) { return ld_u32_a2(b + 2 + 4 * l); }
 };
 
+/* Up to 3 weights of one type and row length in one launch (Q/K/V, or
+ * gate/up): CTAs [cta_end[i-1], cta_end[i]) compute weight i's rows into
+ * y[i] ([n_cols, n_rows[i]]); each row is the same warp program as alone. */
+struct mm_seg {
+    const uint8_t *W0, *W1, *W2;
+    float *y0, *y1, *y2;
+    int64_t n0, n1, n2;
+    unsigned end0, end1;
+};
+
+/* This CTA's weight, output and rows (and false when its warp has no row). */
+__device__ __forceinline__ bool mm_seg_row(const mm_seg &ms, size_t row_bytes, const uint8_t *&wr, float *&y,
+                                           int64_t &n_rows, int64_t &row)
+{
+    const unsigned bx = blockIdx.x;
+    const int seg = bx < ms.end0 ? 0 : (bx < ms.end1 ? 1 : 2);
+    const unsigned b0 = seg == 0 ? 0u : (seg == 1 ? ms.end0 : ms.end1);
+    n_rows = seg == 0 ? ms.n0 : (seg == 1 ? ms.n1 : ms.n2);
+    row = (int64_t)(bx - b0) * kWarpsQ8 + (threadIdx.x >> 5);
+    if (row >= n_rows) return false;
+    wr = (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + row * row_bytes;
+    y = seg == 0 ? ms.y0 : (seg == 1 ? ms.y1 : ms.y2);
+    return true;
+}
+
 /* One warp per weight row; NC activation columns. Lane = 8k + l: k picks
  * one of 4 consecutive blocks, l the element group 4l..4l+3 (the CPU's
  * float lane). The integer dots of 4 blocks are formed in parallel, then
@@ -155,14 +180,15 @@ struct uq8_0 {
  * bring block kk's values), so the chain is the CPU's. */
 template <class T, int NC>
 __global__ void __launch_bounds__(kWarpsQ8 * 32)
-k_mmq32(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
-        const float *__restrict__ ad, const float *__restrict__ as, int64_t n, float *__restrict__ y, int64_t n_rows)
+k_mmq32(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
+        const float *__restrict__ as, int64_t n)
 {
     ember_pdl_wait();
-    const int64_t row = (int64_t)blockIdx.x * kWarpsQ8 + (threadIdx.x >> 5);
-    if (row >= n_rows) return;
+    const uint8_t *wr;
+    float *y;
+    int64_t n_rows, row;
+    if (!mm_seg_row(ms, row_bytes, wr, y, n_rows, row)) return;
     const int lane = threadIdx.x & 31, l = lane & 7, k = lane >> 3;
-    const uint8_t *wr = W + row * row_bytes;
     float acc[NC], mac[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = mac[c] = 0.0f;
@@ -231,14 +257,14 @@ __device__ __forceinline__ void k4_sm_int(const uint8_t *s, int j, int *sc, int 
  * 64 elements: low nibbles are sub-block 2g, high nibbles 2g+1). */
 template <int NC>
 __global__ void __launch_bounds__(kWarpsQ8 * 32)
-k_mmq4_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
-         const float *__restrict__ ad, int64_t n, float *__restrict__ y, int64_t n_rows)
+k_mmq4_K(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad, int64_t n)
 {
     ember_pdl_wait();
-    const int64_t row = (int64_t)blockIdx.x * kWarpsQ8 + (threadIdx.x >> 5);
-    if (row >= n_rows) return;
+    const uint8_t *wr;
+    float *y;
+    int64_t n_rows, row;
+    if (!mm_seg_row(ms, row_bytes, wr, y, n_rows, row)) return;
     const int lane = threadIdx.x & 31, t = lane & 7, k = lane >> 3, g = t >> 1, hf = t & 1;
-    const uint8_t *wr = W + row * row_bytes;
     float acc[NC], accm[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = accm[c] = 0.0f;
@@ -317,14 +343,14 @@ k_mmq4_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *
  * element 32c + b. */
 template <int NC>
 __global__ void __launch_bounds__(kWarpsQ8 * 32)
-k_mmq6_K(const uint8_t *__restrict__ W, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
-         const float *__restrict__ ad, int64_t n, float *__restrict__ y, int64_t n_rows)
+k_mmq6_K(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad, int64_t n)
 {
     ember_pdl_wait();
-    const int64_t row = (int64_t)blockIdx.x * kWarpsQ8 + (threadIdx.x >> 5);
-    if (row >= n_rows) return;
+    const uint8_t *wr;
+    float *y;
+    int64_t n_rows, row;
+    if (!mm_seg_row(ms, row_bytes, wr, y, n_rows, row)) return;
     const int lane = threadIdx.x & 31, l = lane & 7, k = lane >> 3;
-    const uint8_t *wr = W + row * row_bytes;
     float acc[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = 0.0f;
@@ -416,32 +442,31 @@ q8_view q8_split(uint32_t act_type, const void *buf, int64_t n, int64_t n_cols)
 }
 
 template <int NC>
-void launch_nc(cudaStream_t st, const ember_cuda_tensor *w, const q8_view &a, int64_t n, float *y)
+void launch_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid, const q8_view &a,
+               int64_t n)
 {
-    const unsigned grid = (unsigned)((w->ne1 + kWarpsQ8 - 1) / kWarpsQ8);
-    const uint8_t *W = (const uint8_t *)w->data;
     const int nb32 = (int)(n / 32), nb256 = (int)(n / 256);
-    switch (w->type) {
+    switch (type) {
     case EMBER_TYPE_Q4_0:
-        ember_launch(k_mmq32<uq4_0, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        ember_launch(k_mmq32<uq4_0, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb32, a.qs, a.d, a.s, n);
         break;
     case EMBER_TYPE_Q4_1:
-        ember_launch(k_mmq32<uq4_1, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        ember_launch(k_mmq32<uq4_1, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb32, a.qs, a.d, a.s, n);
         break;
     case EMBER_TYPE_Q5_0:
-        ember_launch(k_mmq32<uq5_0, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        ember_launch(k_mmq32<uq5_0, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb32, a.qs, a.d, a.s, n);
         break;
     case EMBER_TYPE_Q5_1:
-        ember_launch(k_mmq32<uq5_1, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        ember_launch(k_mmq32<uq5_1, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb32, a.qs, a.d, a.s, n);
         break;
     case EMBER_TYPE_Q8_0:
-        ember_launch(k_mmq32<uq8_0, NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb32, a.qs, a.d, a.s, n, y, w->ne1);
+        ember_launch(k_mmq32<uq8_0, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb32, a.qs, a.d, a.s, n);
         break;
     case EMBER_TYPE_Q4_K:
-        ember_launch(k_mmq4_K<NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb256, a.qs, a.d, n, y, w->ne1);
+        ember_launch(k_mmq4_K<NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb256, a.qs, a.d, n);
         break;
     default: /* Q6_K (checked by the caller) */
-        ember_launch(k_mmq6_K<NC>, grid, kWarpsQ8 * 32, 0, st, W, w->row_bytes, nb256, a.qs, a.d, n, y, w->ne1);
+        ember_launch(k_mmq6_K<NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb256, a.qs, a.d, n);
         break;
     }
 }
@@ -494,15 +519,22 @@ extern "C" ember_status ember_cuda_quantize_q8(ember_cuda *cu, uint32_t act_type
     return ember_cuda_launched("quantize_q8");
 }
 
-extern "C" ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, const void *buf,
-                                             int64_t n_cols, float *y)
+extern "C" ember_status ember_cuda_matmul_q8_multi(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws,
+                                                   const void *buf, int64_t n_cols, float *const *ys)
 {
     EMBER_CUDA_NONNULL(cu);
-    EMBER_CUDA_NONNULL(w);
+    EMBER_CUDA_NONNULL(ws);
     EMBER_CUDA_NONNULL(buf);
-    EMBER_CUDA_NONNULL(y);
-    if (!w->data || w->ne0 <= 0 || w->ne1 <= 0 || n_cols <= 0)
-        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul_q8: empty weight or n_cols = %lld", (long long)n_cols);
+    EMBER_CUDA_NONNULL(ys);
+    if (n_w < 1 || n_w > 3 || n_cols <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul_q8: %d weights (1..3), n_cols = %lld", n_w, (long long)n_cols);
+    const ember_cuda_tensor *w = ws[0];
+    for (int32_t k = 0; k < n_w; k++) {
+        if (!ws[k] || !ws[k]->data || ws[k]->ne0 <= 0 || ws[k]->ne1 <= 0 || !ys[k])
+            return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul_q8: empty weight or output %d", k);
+        if (ws[k]->type != w->type || ws[k]->ne0 != w->ne0 || ws[k]->row_bytes != w->row_bytes)
+            return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul_q8: weights of one launch must share type and row length");
+    }
     const uint32_t at = ember_cuda_q8_act_type(w->type);
     if (at == EMBER_TYPE_F32)
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul_q8: no integer kernel for %s", ember_type_name(w->type));
@@ -510,6 +542,12 @@ extern "C" ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_te
     if (n % bs != 0 || n / 32 > INT32_MAX)
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul_q8: %s row length %lld", ember_type_name(w->type),
                            (long long)n);
+    unsigned ctas[3] = {0, 0, 0}, grid = 0, end[3] = {0, 0, 0};
+    for (int32_t k = 0; k < n_w; k++) {
+        ctas[k] = (unsigned)((ws[k]->ne1 + kWarpsQ8 - 1) / kWarpsQ8);
+        grid += ctas[k];
+        end[k] = grid;
+    }
     const q8_view a = q8_split(at, buf, n, n_cols);
     for (int64_t c0 = 0; c0 < n_cols; c0 += kMaxColsQ8) {
         const int nc = (int)(n_cols - c0 < kMaxColsQ8 ? n_cols - c0 : kMaxColsQ8);
@@ -517,17 +555,40 @@ extern "C" ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_te
         v.qs += c0 * n;
         v.d += c0 * (n / bs);
         if (v.s) v.s += c0 * (n / bs);
-        float *yc = y + c0 * w->ne1;
+        mm_seg ms = {};
+        ms.W0 = (const uint8_t *)ws[0]->data;
+        ms.y0 = ys[0] + c0 * ws[0]->ne1;
+        ms.n0 = ws[0]->ne1;
+        ms.end0 = end[0];
+        ms.end1 = n_w > 1 ? end[1] : end[0];
+        if (n_w > 1) {
+            ms.W1 = (const uint8_t *)ws[1]->data;
+            ms.y1 = ys[1] + c0 * ws[1]->ne1;
+            ms.n1 = ws[1]->ne1;
+        }
+        if (n_w > 2) {
+            ms.W2 = (const uint8_t *)ws[2]->data;
+            ms.y2 = ys[2] + c0 * ws[2]->ne1;
+            ms.n2 = ws[2]->ne1;
+        }
         switch (nc) {
-        case 1: launch_nc<1>(cu->stream, w, v, n, yc); break;
-        case 2: launch_nc<2>(cu->stream, w, v, n, yc); break;
-        case 3: launch_nc<3>(cu->stream, w, v, n, yc); break;
-        case 4: launch_nc<4>(cu->stream, w, v, n, yc); break;
-        case 5: launch_nc<5>(cu->stream, w, v, n, yc); break;
-        case 6: launch_nc<6>(cu->stream, w, v, n, yc); break;
-        case 7: launch_nc<7>(cu->stream, w, v, n, yc); break;
-        default: launch_nc<8>(cu->stream, w, v, n, yc); break;
+        case 1: launch_nc<1>(cu->stream, w->type, w->row_bytes, ms, grid, v, n); break;
+        case 2: launch_nc<2>(cu->stream, w->type, w->row_bytes, ms, grid, v, n); break;
+        case 3: launch_nc<3>(cu->stream, w->type, w->row_bytes, ms, grid, v, n); break;
+        case 4: launch_nc<4>(cu->stream, w->type, w->row_bytes, ms, grid, v, n); break;
+        case 5: launch_nc<5>(cu->stream, w->type, w->row_bytes, ms, grid, v, n); break;
+        case 6: launch_nc<6>(cu->stream, w->type, w->row_bytes, ms, grid, v, n); break;
+        case 7: launch_nc<7>(cu->stream, w->type, w->row_bytes, ms, grid, v, n); break;
+        default: launch_nc<8>(cu->stream, w->type, w->row_bytes, ms, grid, v, n); break;
         }
     }
     return ember_cuda_launched("matmul_q8");
+}
+
+extern "C" ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, const void *buf,
+                                             int64_t n_cols, float *y)
+{
+    EMBER_CUDA_NONNULL(w);
+    EMBER_CUDA_NONNULL(y);
+    return ember_cuda_matmul_q8_multi(cu, 1, &w, buf, n_cols, &y);
 }

@@ -288,6 +288,99 @@ static void test_matmul_q8_matches_cpu(void **state)
     assert_int_equal(identical, total);
 }
 
+/* Q/K/V-like weights of one type and row length in one launch
+ * (ember_cuda_matmul_q8_multi): each output bit-identical to the CPU
+ * backend's matmul of the same three weights. */
+static void test_matmul_q8_multi_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 16, .max_head_dim = 256};
+    ember_backend *cpu = NULL;
+    assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
+    static const char *const types[] = {"Q5_0", "Q8_0", "Q4_K", "Q6_K"};
+    const int64_t rows[3] = {301, 64, 129}, n_cols_set[2] = {1, 5};
+    long bad = 0, total = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        test_blocks bl;
+        test_blocks_load(types[ti], &bl);
+        const int64_t ne0 = types[ti][3] == 'K' ? 1024 : 640;
+        for (int ci = 0; ci < 2; ci++) {
+            const int64_t n_cols = n_cols_set[ci];
+            uint8_t *raw[3];
+            float *deq[3], *yc[3], *yg[3], *dy[3];
+            ember_weight w[3];
+            const ember_weight *wp[3];
+            ember_cuda_tensor t[3];
+            const ember_cuda_tensor *tp[3];
+            for (int k = 0; k < 3; k++) {
+                test_blocks_matrix(&bl, ne0, rows[k], &raw[k], &deq[k]);
+                w[k] = (ember_weight){.type = bl.type, .n_in = ne0, .n_out = rows[k],
+                                      .row_bytes = (size_t)(ne0 / bl.block_size) * bl.block_bytes, .data = raw[k], .name = types[ti]};
+                wp[k] = &w[k];
+                yc[k] = malloc(sizeof(float) * rows[k] * n_cols);
+                yg[k] = malloc(sizeof(float) * rows[k] * n_cols);
+                CU_OK(ember_cuda_tensor_upload(test_cu, bl.type, ne0, rows[k], raw[k], false, &t[k]));
+                tp[k] = &t[k];
+                dy[k] = dev_new(NULL, sizeof(float) * rows[k] * n_cols);
+            }
+            float *x = malloc(sizeof(float) * ne0 * n_cols);
+            make_x(x, ne0, n_cols);
+            cpu->ops->matmul(cpu, x, n_cols, 3, wp, yc);
+            const uint32_t at = ember_cuda_q8_act_type(bl.type);
+            const size_t qb = ember_cuda_q8_bytes(at, ne0, n_cols);
+            float *dx = dev_new(x, sizeof(float) * ne0 * n_cols);
+            void *dq = dev_new(NULL, qb);
+            CU_OK(ember_cuda_quantize_q8(test_cu, at, dx, ne0, n_cols, dq));
+            CU_OK(ember_cuda_matmul_q8_multi(test_cu, 3, tp, dq, n_cols, dy));
+            for (int k = 0; k < 3; k++) {
+                dev_get(yg[k], dy[k], sizeof(float) * rows[k] * n_cols);
+                for (int64_t i = 0; i < rows[k] * n_cols; i++, total++)
+                    if (memcmp(&yc[k][i], &yg[k][i], 4) != 0 && bad++ < 5)
+                        print_error("%s weight %d y[%lld]: cpu %.9g gpu %.9g\n", types[ti], k, (long long)i, yc[k][i], yg[k][i]);
+                dev_free(dy[k], sizeof(float) * rows[k] * n_cols);
+                ember_cuda_tensor_release(test_cu, &t[k]);
+                free(yc[k]);
+                free(yg[k]);
+                free(raw[k]);
+                free(deq[k]);
+            }
+            dev_free(dq, qb);
+            dev_free(dx, sizeof(float) * ne0 * n_cols);
+            free(x);
+        }
+        test_blocks_free(&bl);
+    }
+    ember_backend_free(cpu);
+    print_message("multi-weight launches: %ld of %ld outputs differ from the CPU\n", bad, total);
+    assert_int_equal(bad, 0);
+    /* weights of different types cannot share a launch */
+    test_blocks b5, b4;
+    test_blocks_load("Q5_0", &b5);
+    test_blocks_load("Q4_K", &b4);
+    uint8_t *r5, *r4;
+    float *d5, *d4;
+    test_blocks_matrix(&b5, 1024, 8, &r5, &d5);
+    test_blocks_matrix(&b4, 1024, 8, &r4, &d4);
+    ember_cuda_tensor t5, t4;
+    CU_OK(ember_cuda_tensor_upload(test_cu, b5.type, 1024, 8, r5, false, &t5));
+    CU_OK(ember_cuda_tensor_upload(test_cu, b4.type, 1024, 8, r4, false, &t4));
+    const ember_cuda_tensor *mixed[2] = {&t5, &t4};
+    float *d = dev_new(NULL, 4096 * 4);
+    float *ys[2] = {d, d};
+    assert_int_equal(ember_cuda_matmul_q8_multi(test_cu, 2, mixed, d, 1, ys), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_cuda_matmul_q8_multi(test_cu, 4, mixed, d, 1, ys), EMBER_ERR_INVALID_ARG);
+    dev_free(d, 4096 * 4);
+    ember_cuda_tensor_release(test_cu, &t5);
+    ember_cuda_tensor_release(test_cu, &t4);
+    free(r5);
+    free(r4);
+    free(d5);
+    free(d4);
+    test_blocks_free(&b5);
+    test_blocks_free(&b4);
+}
+
 static void test_matmul_q8_rejects(void **state)
 {
     (void)state;
@@ -309,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_quantize_matches_cpu),
         cmocka_unit_test(test_fused_quantize_matches_cpu),
         cmocka_unit_test(test_matmul_q8_matches_cpu),
+        cmocka_unit_test(test_matmul_q8_multi_matches_cpu),
         cmocka_unit_test(test_matmul_q8_rejects),
     };
     return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);

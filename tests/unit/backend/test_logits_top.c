@@ -24,8 +24,9 @@ static float randf(void)
 
 static void check_rows(const float *x, int n_rows, int n, int k)
 {
-    const float **rows = malloc(sizeof *rows * (size_t)n_rows);
-    ember_logits_top *got = malloc(sizeof *got * (size_t)n_rows);
+    const float **rows = calloc((size_t)n_rows, sizeof *rows);
+    ember_logits_top *got = calloc((size_t)n_rows, sizeof *got);
+    assert_true(rows && got && n_rows > 0);
     for (int r = 0; r < n_rows; r++) rows[r] = x + (size_t)r * n;
     ember_logits_top_host(rows, n_rows, n, k, got);
     int ids[EMBER_LOGITS_TOP_MAX];

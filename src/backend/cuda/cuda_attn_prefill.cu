@@ -96,36 +96,8 @@ __global__ void k_softmax_rows(const float *__restrict__ S, int ld, int n, int q
             sum += __expf(x - m);
         }
     }
-    __shared__ float sm[32], ss[32];
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, sum, o);
-        const float mm = fmaxf(m, m2);
-        sum = (m == -INFINITY ? 0.f : sum * __expf(m - mm)) + (m2 == -INFINITY ? 0.f : s2 * __expf(m2 - mm));
-        m = mm;
-    }
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    if (lane == 0) {
-        sm[w] = m;
-        ss[w] = sum;
-    }
-    __syncthreads();
-    if (w == 0) {
-        m = lane < nw ? sm[lane] : -INFINITY;
-        sum = lane < nw ? ss[lane] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, sum, o);
-            const float mm = fmaxf(m, m2);
-            sum = (m == -INFINITY ? 0.f : sum * __expf(m - mm)) + (m2 == -INFINITY ? 0.f : s2 * __expf(m2 - mm));
-            m = mm;
-        }
-        if (lane == 0) {
-            sm[0] = m;
-            ss[0] = sum;
-        }
-    }
-    __syncthreads();
-    m = sm[0];
-    const float inv = ss[0] > 0.f ? 1.f / ss[0] : 0.f;
+    ember_block_max_sumexp(m, sum);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
     for (int j = threadIdx.x; j < ld; j += blockDim.x) {
         float v = 0.f;
         if (j >= j_lo && j <= j_hi) {

@@ -98,6 +98,43 @@ static inline void ember_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block,
     (void)cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
 }
 
+/* Online-softmax pair (m, s) = (max, sum exp(x - max)) of the whole block
+ * from each thread's own pair (Milakov & Gimelshein 2018): warp shuffles,
+ * then warp 0 over the warps; every thread returns with the block's pair.
+ * blockDim.x must be a multiple of 32; all threads must call it. */
+__device__ __forceinline__ void ember_block_max_sumexp(float &m, float &s)
+{
+    __shared__ float sm[32], ss[32];
+    auto merge = [](float &m1, float &s1) {
+        for (int o = 16; o > 0; o >>= 1) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m1, o), s2 = __shfl_xor_sync(0xffffffffu, s1, o);
+            const float mm = fmaxf(m1, m2);
+            s1 = (m1 == -INFINITY ? 0.f : s1 * __expf(m1 - mm)) + (m2 == -INFINITY ? 0.f : s2 * __expf(m2 - mm));
+            m1 = mm;
+        }
+    };
+    merge(m, s);
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();   /* sm/ss may still be read by an earlier call */
+    if (lane == 0) {
+        sm[w] = m;
+        ss[w] = s;
+    }
+    __syncthreads();
+    if (w == 0) {
+        m = lane < nw ? sm[lane] : -INFINITY;
+        s = lane < nw ? ss[lane] : 0.f;
+        merge(m, s);
+        if (lane == 0) {
+            sm[0] = m;
+            ss[0] = s;
+        }
+    }
+    __syncthreads();
+    m = sm[0];
+    s = ss[0];
+}
+
 /* Device tables of cuda_ops.cu (the GELU lookup); ember_cuda_new calls it. */
 ember_status ember_cuda_ops_init(ember_cuda *cu);
 

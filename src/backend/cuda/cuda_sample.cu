@@ -61,34 +61,6 @@ __device__ void sort_desc(unsigned long long *s, int n)
     }
 }
 
-/* block-wide (max, sum exp(x - max)) of each thread's (m, s) */
-__device__ void block_lse(float &m, float &s)
-{
-    __shared__ float sm[32], ss[32];
-    for (int o = 16; o > 0; o >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        const float mm = fmaxf(m, m2);
-        s = (m == -INFINITY ? 0.f : s * __expf(m - mm)) + (m2 == -INFINITY ? 0.f : s2 * __expf(m2 - mm));
-        m = mm;
-    }
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
-    if (lane == 0) {
-        sm[w] = m;
-        ss[w] = s;
-    }
-    __syncthreads();
-    if (w == 0) {
-        m = lane < nw ? sm[lane] : -INFINITY;
-        s = lane < nw ? ss[lane] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-            const float mm = fmaxf(m, m2);
-            s = (m == -INFINITY ? 0.f : s * __expf(m - mm)) + (m2 == -INFINITY ? 0.f : s2 * __expf(m2 - mm));
-            m = mm;
-        }
-    }
-}
-
 __device__ unsigned long long block_max_key(unsigned long long v)
 {
     __shared__ unsigned long long sk[32];
@@ -147,7 +119,7 @@ __global__ void k_top_pass1(const float *__restrict__ logits, row_offsets ro, lo
         if (threadIdx.x == 0) out[0] = best;
     }
     __syncthreads();
-    block_lse(m, s);
+    ember_block_max_sumexp(m, s);
     if (threadIdx.x == 0) stats[(long long)r * n_chunks + c] = make_float2(m, s);
 }
 

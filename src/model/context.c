@@ -624,14 +624,17 @@ ember_status ember_seq_checkpoint(ember_context *c, ember_seq_id seq)
 
 /* Decode seq's recorded tokens [from, to) again (no logits), after its KV
  * cache was cut to `from` and its state set to stand for [0, from). The
- * last decode's logits (and hidden states) stay readable: the replay asks for
- * no rows, so their buffers are not written, and its bookkeeping is put back
+ * last decode's logits (and hidden states) stay readable: they are brought
+ * to the host first (a deferring backend reuses its output buffers in the
+ * replay's steps), the replay asks for no rows, and its bookkeeping is put back
  * (an engine rolls back one slot's drafts before it reads the next slot's
  * logits of the same step). */
 static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, ember_pos to)
 {
     const int32_t n_last = c->n_last, n_out_last = c->n_out_last, n_layer_last = c->n_layer_last;
-    const bool pending = c->logits_pending;
+    /* the replay's steps reuse the backend's output buffers: bring the
+     * last decode's logits to the host first, so they stay readable */
+    logits_sync(c);
     memcpy(c->out_map_save, c->out_map, (size_t)n_last * sizeof *c->out_map);
     ember_status st = EMBER_OK;
     ember_batch *b = &c->replay;
@@ -650,7 +653,7 @@ static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, e
     c->n_last = n_last;
     c->n_out_last = n_out_last;
     c->n_layer_last = n_layer_last;
-    c->logits_pending = pending;
+    c->logits_pending = false;
     return st;
 }
 

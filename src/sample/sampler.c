@@ -460,6 +460,12 @@ ember_token ember_sampler_sample(ember_sampler *s, const float *logits)
     return ember_sampler_draw(s, c, n);
 }
 
+static int cmp_id(const void *x, const void *y)
+{
+    const ember_candidate *a = x, *b = y;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
 int32_t ember_sampler_top_k(const ember_sampler *s)
 {
     if (!s || s->p.n_logit_bias > 0 || penalties_on(s))
@@ -522,6 +528,12 @@ ember_status ember_sampler_sample_top(ember_sampler *s, const ember_logits_top *
             return ember_error(EMBER_ERR_RANGE, "sampler: min_p survivors past a head of %d", n);
     }
 whole:
+    if (!(saved.top_k > 0 && saved.top_k < s->n_vocab) && !(saved.top_p < 1.0f)) {
+        /* nothing sorts the full row on this chain (min-p alone or
+         * temperature alone): it filters and draws in id order, so the
+         * head's survivors must be in id order too for the same draw */
+        qsort(c, (size_t)n, sizeof *c, cmp_id);
+    }
     s->p.top_k = 0;   /* already applied */
     const ember_candidate *cc;
     const int32_t m = chain(s, c, n, &cc);

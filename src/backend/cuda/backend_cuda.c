@@ -869,19 +869,24 @@ static void op_logits_sync(ember_backend *be, float *host, size_t bytes)
 }
 
 /* Grow a device (or pinned host) buffer outside any step. */
-static void grow_dev(cuda_backend *b, void **p, size_t *have, size_t want, bool host)
+static ember_status grow_dev(cuda_backend *b, void **p, size_t *have, size_t want, bool host)
 {
-    if (want <= *have) return;
-    CK("logits_top buffers", ember_cuda_synchronize(b->cu));
+    if (want <= *have) return EMBER_OK;
+    ember_status st = ember_cuda_synchronize(b->cu);
+    if (st != EMBER_OK) return st;
     if (host) ember_cuda_host_free(b->cu, *p, *have);
     else ember_cuda_mfree(b->cu, *p, *have);
     *p = NULL;
     *have = 0;
     want += want / 2;
-    CK("logits_top buffers", host ? ember_cuda_host_alloc(b->cu, want, p) : ember_cuda_malloc(b->cu, want, p));
-    *have = want;
+    st = host ? ember_cuda_host_alloc(b->cu, want, p) : ember_cuda_malloc(b->cu, want, p);
+    if (st == EMBER_OK) *have = want;
+    return st;
 }
 
+/* The heads of rows on the device when they all lie in the block the last
+ * step left there; else (or when the device path cannot run: no memory, a
+ * vocabulary past its sort) the host pass over the downloaded rows. */
 static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
                           ember_logits_top *out)
 {
@@ -890,27 +895,29 @@ static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n
     const float *lh = b->lg_host;
     for (int32_t r = 0; on_device && r < n_rows; r++)
         on_device = rows[r] >= lh && (size_t)(rows[r] + n_vocab - lh) * sizeof(float) <= b->lg_bytes;
-    if (!on_device) {   /* rows on the host (or some of them): read them there */
-        if (b->lg_pending) op_logits_sync(be, b->lg_host, b->lg_bytes);
-        ember_logits_top_host(rows, n_rows, n_vocab, k, out);
-        return;
-    }
-    if (n_rows > b->top_off_n) {
+    if (on_device && n_rows > b->top_off_n) {
         int64_t *o = realloc(b->top_off, sizeof *o * (size_t)n_rows);
-        if (!o) {
-            ember_error(EMBER_ERR_NOMEM, "logits_top: %d row offsets", n_rows);
-            die("logits_top");
+        if (o) {
+            b->top_off = o;
+            b->top_off_n = n_rows;
+        } else {
+            on_device = false;
         }
-        b->top_off = o;
-        b->top_off_n = n_rows;
     }
-    for (int32_t r = 0; r < n_rows; r++) b->top_off[r] = rows[r] - lh;
-    grow_dev(b, &b->top_work, &b->top_work_bytes, ember_cuda_logits_top_work_bytes(n_rows, n_vocab, k), false);
-    const size_t rb = ember_cuda_logits_top_result_bytes(n_rows, k);
-    grow_dev(b, &b->top_res_dev, &b->top_res_bytes, rb, false);
-    grow_dev(b, &b->top_res_host, &b->top_res_host_bytes, rb, true);
-    CK("logits_top", ember_cuda_logits_top(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work,
-                                           b->top_work_bytes, b->top_res_dev, b->top_res_host, out));
+    if (on_device) {
+        for (int32_t r = 0; r < n_rows; r++) b->top_off[r] = rows[r] - lh;
+        const size_t rb = ember_cuda_logits_top_result_bytes(n_rows, k);
+        on_device =
+            grow_dev(b, &b->top_work, &b->top_work_bytes, ember_cuda_logits_top_work_bytes(n_rows, n_vocab, k), false) == EMBER_OK &&
+            grow_dev(b, &b->top_res_dev, &b->top_res_bytes, rb, false) == EMBER_OK &&
+            grow_dev(b, &b->top_res_host, &b->top_res_host_bytes, rb, true) == EMBER_OK &&
+            ember_cuda_logits_top(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work, b->top_work_bytes,
+                                  b->top_res_dev, b->top_res_host, out) == EMBER_OK;
+        if (on_device) return;
+    }
+    /* rows on the host (or some of them), or the device path failed */
+    if (b->lg_pending) op_logits_sync(be, b->lg_host, b->lg_bytes);
+    ember_logits_top_host(rows, n_rows, n_vocab, k, out);
 }
 
 /* ---- ops ----------------------------------------------------------------- */

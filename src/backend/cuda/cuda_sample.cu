@@ -35,6 +35,7 @@ struct row_offsets {
 __device__ __forceinline__ unsigned long long make_key(float l, int id)
 {
     if (l != l) l = -INFINITY;
+    if (l == 0.f) l = 0.f;   /* -0 ties with +0, as on the CPU (lower id first) */
     unsigned u = __float_as_uint(l);
     u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
     return ((unsigned long long)u << 32) | (unsigned long long)(~(unsigned)id);
@@ -192,18 +193,17 @@ static ember_status launch_top(ember_cuda *cu, const float *logits, const int64_
     const int n_pow2 = KP > 1 ? pow2_at_least(n_chunks * KP) : 1;
     const size_t smem2 = KP > 1 ? (size_t)n_pow2 * sizeof(unsigned long long) : 0;
     if (KP > 1) {
-        static bool attr_set[2];
-        bool &set = attr_set[KP == 128];
-        if (!set) {
-            ember_status st = ember_cuda_check(
-                cudaFuncSetAttribute(k_top_pass2<KP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem2 > 49152 ? 227 * 1024 : 49152),
-                "logits_top (shared memory)");
-            if (st != EMBER_OK) return st;
-            set = true;
-        }
         if (smem2 > 227 * 1024)
             return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: logits_top: n_vocab %lld needs %zu B of shared memory",
                                (long long)n_vocab, smem2);
+        /* every call (a host-side attribute, per device and kernel; cheap):
+         * a first call with a small vocabulary must not cap a later one */
+        if (smem2 > 48 * 1024) {
+            ember_status st = ember_cuda_check(
+                cudaFuncSetAttribute(k_top_pass2<KP>, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024),
+                "logits_top (shared memory)");
+            if (st != EMBER_OK) return st;
+        }
     }
     for (int32_t r0 = 0; r0 < n_rows; r0 += ROWS_PER_LAUNCH) {
         const int nr = n_rows - r0 < ROWS_PER_LAUNCH ? n_rows - r0 : ROWS_PER_LAUNCH;

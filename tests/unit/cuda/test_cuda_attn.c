@@ -368,6 +368,13 @@ static void test_attn_prompt_runs(void **state)
             seq[i] = s;
         }
         check_mode(&f, 130, pos, seq, true);
+        if (k == 0) {   /* more queries than one chunk (1024): two chunks */
+            for (int i = 0; i < 1100; i++) {
+                pos[i] = 250 + i;
+                seq[i] = s;
+            }
+            check_mode(&f, 1100, pos, seq, true);
+        }
         fixture_free(&f);
     }
 }

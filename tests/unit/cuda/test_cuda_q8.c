@@ -261,7 +261,7 @@ static void test_matmul_q8_matches_cpu(void **state)
 {
     (void)state;
     TEST_NEED_GPU();
-    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 16, .max_head_dim = 256};
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2560, .max_kv_tokens = 16, .max_head_dim = 256};
     ember_backend *cpu = NULL;
     assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
     print_message("CPU variant %s\n", ember_cpu_variant_name(ember_cpu_variant_active()));
@@ -271,8 +271,9 @@ static void test_matmul_q8_matches_cpu(void **state)
     long identical = 0, total = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const bool k = types[ti][3] == 'K';
-        const int64_t shapes[2] = {k ? 1024 : 640, k ? 2048 : 576};
-        for (int si = 0; si < 2; si++)
+        /* K types: 4, 8 and 10 super-blocks (2560: E4B's width, a tail of 2 for the 4-block step) */
+        const int64_t shapes[3] = {k ? 1024 : 640, k ? 2048 : 576, k ? 2560 : 1088};
+        for (int si = 0; si < 3; si++)
             for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {
                 /* 301 rows: not a multiple of the 4 rows of a CTA */
                 const case_result r = run_case(cpu, types[ti], shapes[si], 301, cols[ci]);
@@ -295,16 +296,16 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
 {
     (void)state;
     TEST_NEED_GPU();
-    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2048, .max_kv_tokens = 16, .max_head_dim = 256};
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2560, .max_kv_tokens = 16, .max_head_dim = 256};
     ember_backend *cpu = NULL;
     assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
     static const char *const types[] = {"Q5_0", "Q8_0", "Q4_K", "Q6_K"};
-    const int64_t rows[3] = {301, 64, 129}, n_cols_set[2] = {1, 5};
+    const int64_t rows[3] = {301, 64, 129}, n_cols_set[2] = {1, 11};   /* 11: two column passes (8 + 3) */
     long bad = 0, total = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         test_blocks bl;
         test_blocks_load(types[ti], &bl);
-        const int64_t ne0 = types[ti][3] == 'K' ? 1024 : 640;
+        const int64_t ne0 = types[ti][3] == 'K' ? 2560 : 640;
         for (int ci = 0; ci < 2; ci++) {
             const int64_t n_cols = n_cols_set[ci];
             uint8_t *raw[3];

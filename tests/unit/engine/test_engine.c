@@ -11,6 +11,9 @@
 
 #include "../../common/fake_model.h"
 #include "engine/engine_internal.h"
+#include "backend/logits_top.h"
+
+#include <math.h>
 
 typedef struct fixture {
     fake_model *m;
@@ -400,6 +403,99 @@ static void test_logprobs_and_seeded_sampling(void **state)
     fx_free(&f);
 }
 
+/* The row-head seam (engine.h logits_top / sampler_top_k /
+ * sampler_sample_top): a greedy runtime that reduces rows to heads on its
+ * side must give the text and logprobs the full rows give, and the engine
+ * must not read a full row for them. The heads come from the host
+ * reduction the CPU backend uses (backend/logits_top.c), the reference from
+ * the toy model's full rows through the engine's own full-row path. */
+static int n_full_rows, n_head_calls;
+
+static const float *counting_get_logits(void *ctx, int32_t i)
+{
+    n_full_rows++;
+    return fake_get_logits(ctx, i);
+}
+
+static ember_status toy_logits_top(void *ctx, int32_t n, const int32_t *entries, int32_t k, ember_logits_top *out)
+{
+    n_head_calls++;
+    const float *rows[64];
+    if (n > 64) return EMBER_ERR_INVALID_ARG;
+    for (int32_t r = 0; r < n; r++)
+        if (!(rows[r] = fake_get_logits(ctx, entries[r]))) return EMBER_ERR_INVALID_ARG;
+    ember_logits_top_host(rows, n, FAKE_N_VOCAB, k, out);
+    return EMBER_OK;
+}
+
+static int32_t toy_top_k(void *ctx, const ember_sampler *s) { return ((const fake_sampler *)s)->p.temp <= 0 ? 1 : 0; }
+
+static ember_status toy_sample_top(void *ctx, ember_sampler *s, const ember_logits_top *h, ember_token *out)
+{
+    *out = h->id[0];
+    return EMBER_OK;
+}
+
+static void run_greedy_logprobs(bool heads, engine_req **out2)
+{
+    fixture f;
+    fx_init(&f, 2, 128, 256, 32, 4);
+    f.rt.get_logits = counting_get_logits;
+    if (heads) {
+        f.rt.logits_top = toy_logits_top;
+        f.rt.sampler_top_k = toy_top_k;
+        f.rt.sampler_sample_top = toy_sample_top;
+    }
+    engine_free(f.e);   /* again with the runtime table above */
+    engine_config cfg = {.n_slots = 2, .n_ctx = 128, .n_batch = 32, .n_queue_max = 4};
+    assert_int_equal(engine_new(&cfg, &f.rt, &f.vocab, &f.e), EMBER_OK);
+    ember_token t[2][64];
+    engine_req_params p[2] = {{0}, {0}};
+    const char *text[2] = {"heads one", "heads two, longer"};
+    for (int i = 0; i < 2; i++) {
+        p[i].prompt = t[i];
+        p[i].n_prompt = make_prompt(t[i], text[i]);
+        p[i].n_predict = 25;
+        p[i].sampling.temp = 0.0f;
+        p[i].logprobs = true;
+        p[i].top_logprobs = 3;
+        assert_int_equal(engine_submit(f.e, &p[i], &out2[i]), EMBER_OK);
+    }
+    run_until_done(&f, out2, 2);
+    fx_free(&f);
+}
+
+static void test_row_heads_match_full_rows(void **state)
+{
+    (void)state;
+    engine_req *full[2], *head[2];
+    n_full_rows = n_head_calls = 0;
+    run_greedy_logprobs(false, full);
+    assert_true(n_full_rows > 0);
+    assert_int_equal(n_head_calls, 0);
+    n_full_rows = n_head_calls = 0;
+    run_greedy_logprobs(true, head);
+    assert_int_equal(n_full_rows, 0);   /* no row came to the "host" */
+    assert_true(n_head_calls > 0);
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(full[i]->text, head[i]->text);
+        assert_int_equal(full[i]->n_toks, head[i]->n_toks);
+        assert_int_equal(head[i]->n_toks, 25);
+        for (int j = 0; j < head[i]->n_toks; j++) {
+            const engine_tok *a = &full[i]->toks[j], *b = &head[i]->toks[j];
+            assert_int_equal(a->token, b->token);
+            assert_int_equal(a->n_top, b->n_top);
+            assert_true(fabsf(a->logprob - b->logprob) <= 1e-5f);
+            for (int k = 0; k < a->n_top; k++) {
+                assert_int_equal(a->top[k], b->top[k]);
+                assert_true(fabsf(a->top_logprob[k] - b->top_logprob[k]) <= 1e-5f);
+            }
+        }
+        engine_req_release(full[i]);
+        engine_req_release(head[i]);
+    }
+}
+
 /* The step thread: submit from this thread, wait on the request. */
 static void test_thread(void **state)
 {
@@ -436,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_submit_errors),
         cmocka_unit_test(test_pool_pressure),
         cmocka_unit_test(test_logprobs_and_seeded_sampling),
+        cmocka_unit_test(test_row_heads_match_full_rows),
         cmocka_unit_test(test_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

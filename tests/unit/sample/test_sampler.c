@@ -286,7 +286,53 @@ static void test_head_draws_follow_reference(void **state)
 }
 
 /* With top-k on, the head holds exactly the chain's survivors in the
- * chain's order: the same seed draws the same tokens as the full row. */
+ * chain's order; with min-p alone they are drawn in id order on both
+ * paths: the same seed draws the same tokens as the full row. */
+static void same_tokens(const gcase *g, int draws)
+{
+    ember_sampler *a = case_sampler(g), *b = case_sampler(g);
+    ember_logits_top h;
+    case_head(g, ember_sampler_top_k(b), &h);
+    for (int d = 0; d < draws; d++) {
+        ember_token tb = -1;
+        assert_int_equal(ember_sampler_sample_top(b, &h, &tb), EMBER_OK);
+        const ember_token ta = ember_sampler_sample(a, g->logits);
+        if (ta != tb) fail_msg("%s: draw %d: full row %d, head %d", g->name, d, ta, tb);
+    }
+    ember_sampler_free(a);
+    ember_sampler_free(b);
+}
+
+static void test_head_min_p_same_tokens(void **state)
+{
+    (void)state;
+    /* 1000 tokens, ~5 of them within min_p of the top: the head of 128
+     * decides, and the draw must follow the full row's id order */
+    gcase g;
+    memset(&g, 0, sizeof g);
+    g.name = "min_p_0.3_vocab_1000";
+    g.n_vocab = 1000;
+    g.logits = malloc(sizeof(float) * 1000);
+    uint64_t x = 12345;
+    for (int i = 0; i < 1000; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        g.logits[i] = (float)((x >> 40) % 1000) / 100.f - 5.f;
+    }
+    g.logits[900] = 6.0f;
+    g.logits[17] = 5.5f;
+    g.logits[500] = 5.2f;
+    g.logits[3] = 5.9f;
+    g.logits[777] = 5.0f;
+    g.p = ember_sampler_default_params();
+    g.p.temp = 1.0f;
+    g.p.top_k = 0;
+    g.p.top_p = 1.0f;
+    g.p.min_p = 0.3f;
+    g.p.seed = 42;
+    same_tokens(&g, 2000);
+    free(g.logits);
+}
+
 static void test_head_same_tokens_as_full_row(void **state)
 {
     (void)state;
@@ -296,8 +342,13 @@ static void test_head_same_tokens_as_full_row(void **state)
     for (size_t c = 0; c < json_array_size(cases); c++) {
         gcase g;
         case_load(json_array_get(cases, c), &g);
-        if (g.p.top_k > 0 && g.p.n_logit_bias == 0 && g.p.repeat_penalty == 1.0f && g.p.presence_penalty == 0.0f &&
-            g.p.frequency_penalty == 0.0f) {
+        const bool plain = g.p.n_logit_bias == 0 && g.p.repeat_penalty == 1.0f && g.p.presence_penalty == 0.0f &&
+                           g.p.frequency_penalty == 0.0f;
+        const bool min_p_only = g.p.temp > 0 && g.p.top_k <= 0 && g.p.top_p >= 1.0f && g.p.min_p > 0.0f;
+        if (plain && min_p_only) {
+            same_tokens(&g, 2000);
+            n++;
+        } else if (g.p.top_k > 0 && plain) {
             ember_sampler *a = case_sampler(&g), *b = case_sampler(&g);
             ember_logits_top h;
             case_head(&g, ember_sampler_top_k(b), &h);
@@ -313,7 +364,7 @@ static void test_head_same_tokens_as_full_row(void **state)
         case_free(&g);
     }
     json_decref(root);
-    assert_true(n >= 3);
+    assert_true(n >= 5);
 }
 
 static void draw_seq(uint64_t seed, ember_token *out, int n, const float *logits, int32_t n_vocab)
@@ -448,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_draws_follow_reference),
         cmocka_unit_test(test_head_draws_follow_reference),
         cmocka_unit_test(test_head_same_tokens_as_full_row),
+        cmocka_unit_test(test_head_min_p_same_tokens),
         cmocka_unit_test(test_same_seed_same_draws),
         cmocka_unit_test(test_bad_params_are_errors),
         cmocka_unit_test(test_nan_and_all_masked_logits),

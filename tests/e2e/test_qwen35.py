@@ -45,7 +45,7 @@ def test_server_matches_cold_runs(ember_bin):
     want = [cold(ember_bin, p) for p in PROMPTS]
     assert len(set(want)) == len(PROMPTS)
     port = free_port()
-    srv = Server([ember_bin, "serve", "-m", MODEL, "--port", str(port), "-np", "2", "-c", "128", "-t", "2",
+    srv = Server([ember_bin, "serve", "-m", MODEL, "--port", str(port), "-np", "2", "-c", "256", "--kv-unified-per-slot", "128", "-t", "2",
                   "-ngl", "0"], port)
     try:
         def ask(ids):
@@ -103,7 +103,7 @@ def test_speculation_rolls_back_recurrent_state(ember_bin, tmp_path):
         prompts.append(p + cold_ids(p) + p)
     want = [cold_text(p) for p in prompts]
     port = free_port()
-    srv = Server([ember_bin, "serve", "-m", MODEL, "--port", str(port), "-np", "2", "-c", "128", "-t", "2",
+    srv = Server([ember_bin, "serve", "-m", MODEL, "--port", str(port), "-np", "2", "-c", "256", "--kv-unified-per-slot", "128", "-t", "2",
                   "-ngl", "0", "--spec-type", "ngram", "--spec-adaptive", "off", "--metrics"], port)
     try:
         import concurrent.futures as cf

@@ -400,3 +400,34 @@ void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x)
     ember_project(r, g, ub->n_out, &r->m->output, ub->logits, NULL, NULL, NULL, NULL);
     if (hp->final_softcap > 0.0f) op->softcap(r->be, ub->logits, hp->final_softcap, (int64_t)ub->n_out * hp->n_vocab);
 }
+
+ember_status ember_model_bind_experts(ember_model *m, const char *name, int64_t n_in, int64_t n_out, int32_t n_split,
+                                      int32_t n_expert, ember_weight **outs)
+{
+    const ember_gguf_tensor *t = ember_gguf_get_tensor(m->gguf, name);
+    if (!t) return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor '%s' (architecture %s)", m->path, name, m->arch_name);
+    if (t->ne[0] != n_in || t->ne[1] != n_out * n_split || t->ne[2] != n_expert || t->ne[3] != 1)
+        return ember_error(EMBER_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %d]", m->path, name,
+                           (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in,
+                           (long long)(n_out * n_split), n_expert);
+    const ember_quant_traits *tr = ember_quant_traits_get(t->type);
+    uint64_t rb;
+    if (!tr || !tr->vec_dot || !ember_type_row_bytes(t->type, (uint64_t)n_in, &rb) ||
+        rb * (uint64_t)(n_out * n_split) * (uint64_t)n_expert != t->nbytes)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' (%s) has no CPU kernels or rows of %lld are not whole blocks",
+                           m->path, name, ember_type_name(t->type), (long long)n_in);
+    for (int32_t k = 0; k < n_split; k++) {
+        outs[k] = calloc((size_t)n_expert, sizeof(ember_weight));
+        if (!outs[k]) return ember_error(EMBER_ERR_NOMEM, "%s: out of memory for the experts of '%s'", m->arch_name, name);
+        for (int32_t e = 0; e < n_expert; e++) {
+            ember_weight *w = &outs[k][e];
+            w->type = t->type;
+            w->n_in = n_in;
+            w->n_out = n_out;
+            w->row_bytes = (size_t)rb;
+            w->data = (const uint8_t *)t->data + ((size_t)e * (size_t)n_split + (size_t)k) * (size_t)n_out * (size_t)rb;
+            w->name = t->name;
+        }
+    }
+    return EMBER_OK;
+}

@@ -198,6 +198,14 @@ ember_status ember_model_bind_layer_vector(ember_model *m, int32_t il, const cha
  * every layer, shapes from m->hp; with qk_norm also attn_q_norm/attn_k_norm
  * ([head_dim_k] each, per-head RMSNorm weights). Errors as the binds above. */
 ember_status ember_model_bind_decoder_layers(ember_model *m, bool qk_norm);
+/* Bind the stacked expert tensor `name` (GGUF ne = {n_in, n_out * n_split,
+ * n_expert}) as n_split weights per expert: outs[k][e] holds rows
+ * [k * n_out, (k + 1) * n_out) of expert e. Errors name the tensor:
+ * EMBER_ERR_NOT_FOUND, EMBER_ERR_FORMAT (shape), EMBER_ERR_UNSUPPORTED (a type
+ * without CPU kernels or rows of partial blocks), EMBER_ERR_NOMEM; outs[k]
+ * are calloc'd arrays of n_expert the caller frees (MoE of gemma4, qwen35moe). */
+ember_status ember_model_bind_experts(ember_model *m, const char *name, int64_t n_in, int64_t n_out, int32_t n_split,
+                                      int32_t n_expert, ember_weight **outs);
 /* "<arch>.<suffix>" metadata getters; required ones report the full key. */
 ember_status ember_model_get_u32(const ember_model *m, const char *suffix, bool required, int32_t *out);
 ember_status ember_model_get_f32(const ember_model *m, const char *suffix, bool required, float *out);

@@ -155,40 +155,6 @@ static ember_status bind_f32_2d(ember_model *m, const char *name, int64_t ne0, i
     return EMBER_OK;
 }
 
-/* Bind the stacked expert tensor `name` (GGUF ne = {n_in, n_out * n_split,
- * n_expert}) as n_split weights per expert: outs[k][e] holds rows
- * [k * n_out, (k + 1) * n_out) of expert e. Errors name the tensor. */
-static ember_status bind_experts(ember_model *m, const char *name, int64_t n_in, int64_t n_out, int32_t n_split,
-                                 int32_t n_expert, ember_weight **outs)
-{
-    const ember_gguf_tensor *t = ember_gguf_get_tensor(m->gguf, name);
-    if (!t) return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor '%s' (architecture %s)", m->path, name, m->arch_name);
-    if (t->ne[0] != n_in || t->ne[1] != n_out * n_split || t->ne[2] != n_expert || t->ne[3] != 1)
-        return ember_error(EMBER_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %d]", m->path, name,
-                           (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)n_in,
-                           (long long)(n_out * n_split), n_expert);
-    const ember_quant_traits *tr = ember_quant_traits_get(t->type);
-    uint64_t rb;
-    if (!tr || !tr->vec_dot || !ember_type_row_bytes(t->type, (uint64_t)n_in, &rb) ||
-        rb * (uint64_t)(n_out * n_split) * (uint64_t)n_expert != t->nbytes)
-        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: tensor '%s' (%s) has no CPU kernels or rows of %lld are not whole blocks",
-                           m->path, name, ember_type_name(t->type), (long long)n_in);
-    for (int32_t k = 0; k < n_split; k++) {
-        outs[k] = calloc((size_t)n_expert, sizeof(ember_weight));
-        if (!outs[k]) return ember_error(EMBER_ERR_NOMEM, "qwen35moe: out of memory");
-        for (int32_t e = 0; e < n_expert; e++) {
-            ember_weight *w = &outs[k][e];
-            w->type = t->type;
-            w->n_in = n_in;
-            w->n_out = n_out;
-            w->row_bytes = (size_t)rb;
-            w->data = (const uint8_t *)t->data + ((size_t)e * (size_t)n_split + (size_t)k) * (size_t)n_out * (size_t)rb;
-            w->name = t->name;
-        }
-    }
-    return EMBER_OK;
-}
-
 /* qwen35moe: expert hyperparameters (sets hp.n_ff to the widest expert so
  * that hb / hb2 and the matmul scratch fit them) and the layer's tensors. */
 static ember_status load_moe_hparams(ember_model *m, q35_model *q)
@@ -226,17 +192,17 @@ static ember_status load_moe_layer(ember_model *m, q35_model *q, int32_t il)
     ember_weight *gu[2] = {NULL, NULL};
     snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", il);
     if (ember_gguf_get_tensor(m->gguf, name)) {
-        if ((st = bind_experts(m, name, n_embd, q->n_ff_exp, 2, E, gu))) { free(gu[0]); return st; }
+        if ((st = ember_model_bind_experts(m, name, n_embd, q->n_ff_exp, 2, E, gu))) { free(gu[0]); return st; }
     } else {
         snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", il);
-        if ((st = bind_experts(m, name, n_embd, q->n_ff_exp, 1, E, &gu[0]))) return st;
+        if ((st = ember_model_bind_experts(m, name, n_embd, q->n_ff_exp, 1, E, &gu[0]))) return st;
         snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", il);
-        if ((st = bind_experts(m, name, n_embd, q->n_ff_exp, 1, E, &gu[1]))) { free(gu[0]); return st; }
+        if ((st = ember_model_bind_experts(m, name, n_embd, q->n_ff_exp, 1, E, &gu[1]))) { free(gu[0]); return st; }
     }
     Q->exp_gate = gu[0];
     Q->exp_up = gu[1];
     snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", il);
-    return bind_experts(m, name, q->n_ff_exp, n_embd, 1, E, &Q->exp_down);
+    return ember_model_bind_experts(m, name, q->n_ff_exp, n_embd, 1, E, &Q->exp_down);
 }
 
 static ember_status qwen35_load(ember_model *m)

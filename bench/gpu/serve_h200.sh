@@ -40,7 +40,7 @@ log "commit $(cat .carry/commit 2>/dev/null)"
 
 if [ "${TESTS:-1}" = 1 ]; then
   log "=== GPU unit tests $(el)"
-  for t in test_seam test_runtime test_cuda_sample test_cuda_ops test_cuda_matmul test_cuda_attn test_cuda_q8 test_cuda_backend_attn test_cuda_exact; do
+  for t in test_seam test_runtime test_cuda_head test_cuda_sample test_cuda_ops test_cuda_matmul test_cuda_attn test_cuda_q8 test_cuda_backend_attn test_cuda_exact; do
     [ -x $B/tests/$t ] || continue
     timeout 120 $B/tests/$t > /tmp/$t.txt 2>&1; rc=$?
     log "$t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"

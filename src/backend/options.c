@@ -53,6 +53,8 @@ static const opt_row rows[] = {
      "0: no CUDA graphs (decode steps run op by op)"},
     {"EMBER_CUDA_FUSE", OPT_BOOL, F(cuda_fuse), 1, 0, 1, NULL,
      "0: no fusion of RMSNorm, power-of-two scales and GLU into the neighbouring kernels"},
+    {"EMBER_CUDA_FUSE_HEAD", OPT_BOOL, F(cuda_fuse_head), 1, 0, 1, NULL,
+     "0: a layer's per-head norms, RoPE and K/V store run as separate kernels (1: one kernel, the same bits)"},
     {"EMBER_CUDA_Q8", OPT_BOOL, F(cuda_q8), 1, 0, 1, NULL,
      "0: decode matmuls on rounded F32 activations instead of the CPU-identical Q8 integer kernels"},
     {"EMBER_CUDA_F32_ACT", OPT_BOOL, F(cuda_f32_act), 0, 0, 1, NULL,

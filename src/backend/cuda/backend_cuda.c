@@ -158,11 +158,20 @@ typedef struct cuda_backend {
      * folded into the attention scale (exact: it commutes with f16
      * rounding of q) */
     bool fuse_on;
+    bool fuse_head;          /* the head preparation below (EMBER_CUDA_FUSE_HEAD=0: off) */
     bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
     bool attn_tc;            /* prompt runs of >= ATTN_TC_MIN_RUN queries on the tensor cores (EMBER_CUDA_ATTN_TC=0: off) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
+    /* a layer's head preparation (per-head norms, RoPE, the K/V store),
+     * recorded as the ops come and launched as one ember_cuda_head_prep
+     * (cuda_head.cu) by the next op that is not one of them. Ops join it
+     * only while no scale or GLU waits (a kv_store also while a scale waits
+     * on another tensor: they commute), so everything it holds comes before
+     * whatever else waits, and flush() launches it first. */
+    struct { int32_t n_parts, head_dim; bool store; const int32_t *cells; ember_cuda_head_part part[3]; } ph;
+    ember_cuda_fusion_counts fused;
     /* cu_upload: host inputs of a step (gemma4's per-layer embeddings) */
     bool host_in;            /* this step called cu_upload */
     void *up_pin;            /* pinned copy the captured memcpy reads; refilled each time the step runs */
@@ -257,11 +266,71 @@ static void flush_glu(cuda_backend *b)
     CK("glu", ember_cuda_glu(b->cu, b->pg.act, b->pg.gate, b->pg.up, b->pg.gate, b->pg.n));
 }
 
+static const int32_t *step_pos(cuda_backend *b);
+
+static void flush_head(cuda_backend *b)
+{
+    if (!b->ph.n_parts) return;
+    ember_cuda_head_args a = {.n_tokens = b->s_n, .head_dim = b->ph.head_dim, .n_parts = b->ph.n_parts,
+                              .pos = step_pos(b), .cells = b->ph.cells};
+    memcpy(a.part, b->ph.part, sizeof a.part);
+    b->ph.n_parts = 0;
+    b->ph.store = false;
+    b->ph.cells = NULL;
+    if (skip(b)) return;
+    CK("head_prep", ember_cuda_head_prep(b->cu, &a));
+    b->fused.head_prep++;
+}
+
 static void flush(cuda_backend *b)
 {
+    flush_head(b);
     flush_norm(b);
     flush_scale(b);
     flush_glu(b);
+}
+
+/* ---- head preparation (cuda_backend.ph) ---------------------------------- */
+
+static bool ph_on(const cuda_backend *b) { return b->fuse_head && !b->exact_attn && b->in_step && b->s_n > 0; }
+
+static ember_cuda_head_part *ph_find(cuda_backend *b, const float *x)
+{
+    for (int32_t i = 0; i < b->ph.n_parts; i++)
+        if (b->ph.part[i].x == x) return &b->ph.part[i];
+    return NULL;
+}
+
+/* A new part for x ([s_n, n_head, head_dim]), or NULL when none fits. */
+static ember_cuda_head_part *ph_add(cuda_backend *b, float *x, int64_t n_head, int64_t head_dim)
+{
+    if (b->ph.n_parts == 3 || b->ph.store || n_head <= 0 || n_head > 4096 || head_dim > 1024 || head_dim % 2 ||
+        (b->ph.n_parts && b->ph.head_dim != head_dim))
+        return NULL;
+    ember_cuda_head_part *P = &b->ph.part[b->ph.n_parts++];
+    memset(P, 0, sizeof *P);
+    P->x = x;
+    P->n_head = (int32_t)n_head;
+    b->ph.head_dim = (int32_t)head_dim;
+    return P;
+}
+
+/* The waiting RMSNorm joins the head preparation when it is a per-head norm
+ * in place (rows a multiple of the step's tokens) of a tensor not there
+ * yet; true when nothing waits any more (none, or it joined) and no scale
+ * or GLU waits. */
+static bool ph_take_norm(cuda_backend *b)
+{
+    if (!ph_on(b) || b->ps.on || b->pg.on) return false;
+    if (!b->pn.on) return true;
+    if (b->pn.x != b->pn.y || b->pn.n_rows % b->s_n || ph_find(b, b->pn.y)) return false;
+    ember_cuda_head_part *P = ph_add(b, b->pn.y, b->pn.n_rows / b->s_n, b->pn.n);
+    if (!P) return false;
+    P->norm = true;
+    P->norm_w = b->pn.w;
+    P->eps = b->pn.eps;
+    b->pn.on = false;
+    return true;
 }
 
 static bool pow2(float s)
@@ -1068,7 +1137,9 @@ static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float
     mix(b, (uint64_t)(n_rows * 131 + n));
     mixp(b, w);
     const size_t len = (size_t)(n_rows * n);
-    flush(b);
+    /* a per-head norm in place: the one before it may join the head preparation */
+    const bool head_like = x == y && is_act(b, x) && ph_on(b) && n_rows % b->s_n == 0;
+    if (!(head_like && ph_take_norm(b))) flush(b);
     const float *dx = in_f(b, 0, x, len);
     float *dy = y == x ? (float *)dx : out_f(b, 1, y, len);
     const float *dw = vec(b, w, n);
@@ -1112,7 +1183,8 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
     /* a pending RMSNorm or GLU that produces x quantizes it in its own
      * kernel (the same bytes as ember_cuda_quantize_q8) */
     const bool fuse_norm = same && b->pn.on && b->pn.y == x && b->pn.n == n_in && b->pn.n_rows == n_tokens &&
-                           (fmt[0] == EMBER_TYPE_Q8_0 || fmt[0] == EMBER_TYPE_Q8_1);
+                           (fmt[0] == EMBER_TYPE_Q8_0 || fmt[0] == EMBER_TYPE_Q8_1 ||
+                            (fmt[0] == EMBER_TYPE_Q8_K && n_in % 256 == 0));
     const bool fuse_glu = same && !fuse_norm && b->pg.on && b->pg.gate == x && b->pg.n == n && fmt[0] == EMBER_TYPE_Q8_K;
     const float *nx = b->pn.x, *nw = b->pn.w, *gup = b->pg.up;
     const float neps = b->pn.eps;
@@ -1190,6 +1262,7 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
     const float neps = b->pn.eps;
     if (fuse_round) {
         b->pn.on = false;
+        flush_head(b);
         flush_scale(b);
         flush_glu(b);
     } else {
@@ -1310,7 +1383,6 @@ static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n
                         const float *freq_factors)
 {
     cuda_backend *b = (cuda_backend *)be;
-    flush(b);
     mix(b, 105);
     mix(b, (uint64_t)(n_tokens * 1000003 + n_head * 1009 + head_dim * 17 + n_rot) * 4 + (uint64_t)mode);
     mixf(b, base);
@@ -1324,6 +1396,25 @@ static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n
     int32_t n_pos = 0, n_tab = 0;
     const float *tab = rope_table(b, base, freq_scale, n_rot, freq_factors, &n_pos, &n_tab);
     mixp(b, tab);
+    if (tab && is_act(b, x) && !b->ph.store && n_tokens == b->s_n && dpos == step_pos(b) && ph_take_norm(b)) {
+        /* joins the head preparation, after the norm of x if that waits there */
+        ember_cuda_head_part *P = ph_find(b, d);
+        if (P && (P->rope || P->n_head != n_head || b->ph.head_dim != head_dim)) P = NULL;
+        else if (!P) P = ph_add(b, d, n_head, head_dim);
+        if (P) {
+            P->rope = true;
+            P->neox = mode == EMBER_ROPE_NEOX;
+            P->n_rot = n_rot;
+            P->n_pos = n_pos;
+            P->n_tab = n_tab;
+            P->tab = tab;
+            P->theta_scale = powf(base, -2.0f / (float)n_rot);
+            P->freq_scale = freq_scale;
+            P->ff = dff;
+            return;
+        }
+    }
+    flush(b);
     if (skip(b)) return;
     if (tab) {
         CK("rope", ember_cuda_rope_tab_pairs(b->cu, d, dpos, n_tokens, n_head, head_dim, n_rot,
@@ -1383,6 +1474,7 @@ static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
     mix(b, (uint64_t)n);
     if (b->pn.on && b->pn.y == x && b->pn.n * b->pn.n_rows == n && is_act(b, y) && b->pn.x != y) {
         b->pn.on = false;   /* y += rms_norm(..) in one kernel (it still writes the norm's output) */
+        flush_head(b);
         flush_scale(b);
         mixp(b, y);
         if (skip(b)) return;
@@ -1404,9 +1496,11 @@ static void cu_scale(ember_backend *be, float *x, float s, int64_t n)
     mix(b, 111);
     mix(b, (uint64_t)n);
     mixf(b, s);
-    flush(b);
+    const bool defer = b->fuse_on && !b->exact_attn && b->in_step && is_act(b, x) && pow2(s);
+    /* a waiting head preparation stays: it comes before this scale */
+    if (!defer || b->pn.on || b->pg.on || b->ps.on) flush(b);
     float *d = io_f(b, 0, x, (size_t)n);
-    if (b->fuse_on && !b->exact_attn && b->in_step && is_act(b, x) && pow2(s)) {
+    if (defer) {
         b->ps.on = true;   /* folded into the attention that reads x, or launched by the next op */
         b->ps.x = d;
         b->ps.s = s;
@@ -1432,13 +1526,11 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
 {
     cuda_backend *b = (cuda_backend *)be;
     check_kv(kv);
-    flush_norm(b);
-    flush_glu(b);
-    if (b->ps.on && (b->ps.x == k || b->ps.x == v)) flush_scale(b);
     mix(b, 112);
     mix(b, (uint64_t)n);
     mixp(b, kv->k);
     const int32_t *dcells;
+    bool step_rows = true;
     if (b->in_step && rows == b->s_kv_row && n <= b->s_n) {
         dcells = step_cells(b);
         mix(b, 1);
@@ -1446,6 +1538,7 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
         dcells = step_cells_swa(b);
         mix(b, 2);
     } else {
+        step_rows = false;
         int32_t *cells = host_i32(b, (size_t)n);
         for (int32_t i = 0; i < n; i++) cells[i] = (int32_t)rows[i];
         dcells = up_i32(b, 2, cells, (size_t)n);
@@ -1454,6 +1547,27 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
     uint16_t *dk = kv_dev(b, kv->k, kv->k_row_bytes * (size_t)kv->n_rows);
     uint16_t *dv = kv_dev(b, kv->v, kv->v_row_bytes * (size_t)kv->n_rows);
     const float *sk = in_f(b, 0, k, (size_t)(n * rk)), *sv = in_f(b, 1, v, (size_t)(n * rv));
+    const int64_t D = b->ph.head_dim;
+    if (ph_on(b) && b->ph.n_parts > 0 && !b->ph.store && step_rows && n == b->s_n && !b->pn.on && !b->pg.on &&
+        !(b->ps.on && (b->ps.x == sk || b->ps.x == sv)) && is_act(b, k) && is_act(b, v) && sk != sv &&
+        rk % D == 0 && rv % D == 0) {
+        /* the store joins the head preparation: K and V rows go to the
+         * cache from the kernel that normalises and turns them */
+        ember_cuda_head_part *pk = ph_find(b, sk), *pv = ph_find(b, sv);
+        if (!pk) pk = ph_add(b, (float *)sk, rk / D, D);
+        if (pk && !pv) pv = ph_add(b, (float *)sv, rv / D, D);
+        if (pk && pv && !pk->cache && !pv->cache && pk->n_head == rk / D && pv->n_head == rv / D) {
+            pk->cache = dk;
+            pv->cache = dv;
+            b->ph.cells = dcells;
+            b->ph.store = true;
+            return;
+        }
+    }
+    flush_head(b);
+    flush_norm(b);
+    flush_glu(b);
+    if (b->ps.on && (b->ps.x == k || b->ps.x == v)) flush_scale(b);
     if (skip(b)) return;
     CK("kv_store", ember_cuda_kv_store2(b->cu, sk, rk, sv, rv, n, dcells, dk, dv));
 }
@@ -1482,14 +1596,12 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         ember_error(EMBER_ERR_UNSUPPORTED, "head_dim_k %d != head_dim_v %d", p->head_dim_k, p->head_dim_v);
         die("attention");
     }
-    flush_norm(b);
-    flush_glu(b);
     float q_scale = 1.f;
     if (b->ps.on && b->ps.x == q && b->ps.n == (int64_t)n * p->n_head * p->head_dim_k) {
         b->ps.on = false;   /* q * 2^k rounds to f16 exactly as q does */
         q_scale = b->ps.s;
     }
-    flush_scale(b);
+    flush(b);   /* the head preparation first: it writes q and the K/V rows */
     mix(b, 113);
     mix(b, (uint64_t)n);
     mixp(b, kv->k);
@@ -1849,6 +1961,7 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
     b->rope_tab_on = o.cuda_rope_table;
     b->graphs_on = o.cuda_graphs;
     b->fuse_on = o.cuda_fuse;
+    b->fuse_head = o.cuda_fuse && o.cuda_fuse_head;
     b->exact_attn = o.cuda_exact;
     b->attn_tc = o.cuda_attn_tc;
     /* F16 KV only; activations on the device; graphs key on the batch
@@ -1891,6 +2004,11 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
 }
 
 /* The memory report (cuda_report.c prints it) from what the backend holds. */
+void ember_backend_cuda_fusion_counts(const ember_backend *be, ember_cuda_fusion_counts *out)
+{
+    *out = ((const cuda_backend *)be)->fused;
+}
+
 static void op_print_memory(const ember_backend *be, FILE *f)
 {
     const cuda_backend *b = (const cuda_backend *)be;

@@ -26,6 +26,15 @@
 ember_status ember_backend_cuda_new(const ember_backend_options *opt, const ember_backend_limits *lim,
                                     ember_backend **out);
 
+/* Fused launches a CUDA backend has made (eagerly or into a captured
+ * graph; replays are not counted), for tests that must see a fusion
+ * happen: head_prep counts ember_cuda_head_prep launches, each standing for
+ * a layer's per-head norms, RoPE and K/V store. be must be a CUDA backend. */
+typedef struct ember_cuda_fusion_counts {
+    int64_t head_prep;
+} ember_cuda_fusion_counts;
+void ember_backend_cuda_fusion_counts(const ember_backend *be, ember_cuda_fusion_counts *out);
+
 /* What a CUDA backend holds, for the memory report (bytes unless said). */
 typedef struct ember_cuda_report {
     int64_t n_ctx, n_ubatch;          /* the limits it was sized for, tokens */

@@ -274,7 +274,7 @@ ember_status ember_cuda_glu_round_q8K(ember_cuda *cu, ember_cuda_act act, const 
                                       float *out, float *r, int64_t n);
 /* y = rms_norm(x) * w (ember_cuda_rms_norm; y may equal x) and buf =
  * ember_cuda_quantize_q8(act_type, y) in one kernel (cuda_ops.cu);
- * act_type Q8_0 or Q8_1, n % 32 == 0, n_rows rows. */
+ * act_type Q8_0 or Q8_1 (n % 32 == 0) or Q8_K (n % 256 == 0), n_rows rows. */
 ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t act_type, const float *x, const float *w,
                                           float *y, void *buf, int64_t n, int64_t n_rows, float eps);
 /* out = act(gate) * up (ember_cuda_glu) and buf = ember_cuda_quantize_q8(
@@ -291,6 +291,40 @@ ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float *x, const 
 /* ember_cuda_kv_store for K (rows of rk) and V (rows of rv) in one launch. */
 ember_status ember_cuda_kv_store2(ember_cuda *cu, const float *k, int64_t rk, const float *v, int64_t rv,
                                   int64_t n_tokens, const int32_t *cells, uint16_t *k_cache, uint16_t *v_cache);
+/* One part of ember_cuda_head_prep: a tensor of attention heads. */
+typedef struct ember_cuda_head_part {
+    float *x;                /* device [n_tokens, n_head, head_dim], rewritten in place when norm or rope */
+    int32_t n_head;
+    bool norm;               /* rms-normalise each head row (ember_cuda_rms_norm's arithmetic) */
+    const float *norm_w;     /* device [head_dim] weight, or NULL (no weight) */
+    float eps;
+    bool rope;               /* then rotate it (ember_cuda_rope_tab_pairs's arithmetic) */
+    bool neox;
+    int32_t n_rot, n_pos, n_tab;
+    const float *tab;        /* device [n_pos][n_tab] (cos, sin) */
+    float theta_scale;       /* powf(freq_base, -2 / n_rot) */
+    float freq_scale;
+    const float *ff;         /* device [n_rot / 2] frequency factors, or NULL */
+    uint16_t *cache;         /* device F16 KV rows [cells][n_head * head_dim] to store the result into, or NULL */
+} ember_cuda_head_part;
+
+/* What a layer does to its fresh Q, K and V heads before attention, in one
+ * launch (issue 15 item 2: norm + RoPE + KV store): for each part, per
+ * (token, head) row, y = rms_norm(x) * w when norm, then RoPE when rope (in
+ * that order), x = y, and y rounded to F16 into cache row cells[t] when
+ * cache (cells < 0 skip). The same bits as ember_cuda_rms_norm,
+ * ember_cuda_rope_tab_pairs and ember_cuda_kv_store2 run one after another
+ * (the norm uses ember_norm_threads(head_dim) threads as the lone kernel
+ * does). pos and cells: device int32 [n_tokens]. 1 to 3 parts, each
+ * head_dim wide (even, <= 1024); n_tokens <= 65535. */
+typedef struct ember_cuda_head_args {
+    int32_t n_tokens, head_dim, n_parts;
+    const int32_t *pos;
+    const int32_t *cells;
+    ember_cuda_head_part part[3];
+} ember_cuda_head_args;
+ember_status ember_cuda_head_prep(ember_cuda *cu, const ember_cuda_head_args *a);
+
 /* x[i] *= s over n elements. */
 ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n);
 /* x[i] = cap * tanhf(x[i] / cap) over n elements (logit soft-capping,

@@ -135,6 +135,70 @@ __device__ __forceinline__ void ember_block_max_sumexp(float &m, float &s)
     s = ss[0];
 }
 
+/* Sum over the CTA in double (blockDim.x a multiple of 32, <= 1024); every
+ * thread returns the sum. All threads must call it. */
+__device__ __forceinline__ double ember_block_sum_d(double v)
+{
+    __shared__ double red_d[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) red_d[warp] = v;
+    __syncthreads();
+    const int nw = blockDim.x >> 5;
+    v = lane < nw ? red_d[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* 1 / sqrt(mean(x^2) + eps) for one row xr[0..n) read by the whole CTA, as
+ * the CPU backend computes it (ggml_rms_norm): squares in f32, summed in
+ * double, mean rounded to f32, then an IEEE sqrt and division, so both
+ * backends scale rows alike (no measurable cost on the H200:
+ * bench/results/cuda-h200.md, leases 4-5). The double sum's order follows
+ * blockDim.x: kernels that must agree bit for bit launch
+ * ember_norm_threads(n) threads. */
+__device__ __forceinline__ float ember_row_inv_rms(const float *xr, int64_t n, float eps)
+{
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
+    ss = ember_block_sum_d(ss);
+    const float mean = (float)(ss / (double)n);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+/* Threads of a CTA that normalises rows of n elements. */
+static inline int ember_norm_threads(int64_t n)
+{
+    return n >= 1024 ? 512 : (n >= 256 ? 256 : (n > 64 ? 128 : 32));
+}
+
+/* (cos, sin) of RoPE pair i at position p (cuda_rope_tab.cu says why):
+ * from tab [n_pos][n_tab] (cos, sin) when p is in [0, n_pos) and i < n_tab,
+ * else the angle by ggml_rope's f32 steps (theta_base = p, times
+ * theta_scale once per pair, / ff[i] when ff, * freq_scale), then glibc's
+ * small-angle results below 2^-12 or sincosf. */
+__device__ __forceinline__ void ember_rope_tab_cs(int32_t p, int i, const float2 *__restrict__ tab, int32_t n_pos,
+                                                  int n_tab, float theta_scale, float freq_scale,
+                                                  const float *__restrict__ ff, float &c, float &s)
+{
+    if (p >= 0 && p < n_pos && i < n_tab) {
+        const float2 cs = tab[(int64_t)p * n_tab + i];
+        c = cs.x;
+        s = cs.y;
+        return;
+    }
+    float tb = (float)p;
+    for (int k = 0; k < i; k++) tb = __fmul_rn(tb, theta_scale);
+    const float theta = __fmul_rn(freq_scale, ff ? __fdiv_rn(tb, ff[i]) : tb);
+    if (fabsf(theta) < 0x1p-12f) {   /* glibc's small-angle results */
+        s = theta;
+        c = 1.0f;
+    } else {
+        sincosf(theta, &s, &c);
+    }
+}
+
 /* Device tables of cuda_ops.cu (the GELU lookup); ember_cuda_new calls it. */
 ember_status ember_cuda_ops_init(ember_cuda *cu);
 

@@ -13,34 +13,6 @@
 
 namespace {
 
-/* Sum over the CTA in double (blockDim.x a multiple of 32, <= 1024). */
-__device__ double block_sum_d(double v)
-{
-    __shared__ double red_d[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();
-    if (lane == 0) red_d[warp] = v;
-    __syncthreads();
-    const int nw = blockDim.x >> 5;
-    v = lane < nw ? red_d[lane] : 0.0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* 1 / sqrt(mean(x^2) + eps) for one row, as the CPU backend computes it
- * (ggml_rms_norm): squares in f32, summed in double, mean rounded to f32,
- * then an IEEE sqrt and division, so both backends scale rows alike (no
- * measurable cost on the H200: bench/results/cuda-h200.md, leases 4-5). */
-__device__ float row_inv_rms(const float *xr, int64_t n, float eps)
-{
-    double ss = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
-    ss = block_sum_d(ss);
-    const float mean = (float)(ss / (double)n);
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-}
-
 /* ADD = false: y = norm(x) * w; ADD = true: y += norm(x) * w. One CTA per row. */
 template <bool ADD>
 __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict__ w, float *y, int64_t n, float eps)
@@ -48,7 +20,7 @@ __global__ void k_rms_norm(const float *__restrict__ x, const float *__restrict_
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
-    const float inv = row_inv_rms(xr, n, eps);
+    const float inv = ember_row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
         /* explicit roundings: an FMA of (x*inv)*w + y would not be the CPU's norm-then-add */
@@ -159,7 +131,7 @@ __global__ void k_rms_norm_add_out(const float *x, const float *__restrict__ w, 
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n, *rr = residual + (int64_t)blockIdx.x * n;
-    const float inv = row_inv_rms(xr, n, eps);
+    const float inv = ember_row_inv_rms(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
         yr[i] = v;
@@ -210,7 +182,7 @@ __global__ void k_rms_norm_round_q8(const float *x, const float *__restrict__ w,
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n, *rr = r + (int64_t)blockIdx.x * n;
-    const float inv = row_inv_rms(xr, n, eps);
+    const float inv = ember_row_inv_rms(xr, n, eps);
     const int64_t warp0 = threadIdx.x & ~31;
     for (int64_t base = warp0; base < n; base += blockDim.x) {
         const int64_t i = base + (threadIdx.x & 31);
@@ -262,10 +234,6 @@ unsigned elementwise_grid(int64_t n)
     return (unsigned)(g > 65535 ? 65535 : (g < 1 ? 1 : g));
 }
 
-int norm_threads(int64_t n)
-{
-    return n >= 1024 ? 512 : (n >= 256 ? 256 : (n > 64 ? 128 : 32));
-}
 
 /* y = rms_norm(x) * w and its Q8_0 / Q8_1 blocks (cuda_q8.cu's activation
  * buffer: qs [n_rows * n], d at d_off bytes, s after d) in one pass, with
@@ -278,7 +246,7 @@ __global__ void k_rms_norm_quant_q8(const float *x, const float *__restrict__ w,
     ember_pdl_wait();
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
-    const float inv = row_inv_rms(xr, n, eps);
+    const float inv = ember_row_inv_rms(xr, n, eps);
     const int64_t warp0 = threadIdx.x & ~31;
     const int lane = threadIdx.x & 31;
     for (int64_t base = warp0; base < n; base += blockDim.x) {
@@ -301,6 +269,42 @@ __global__ void k_rms_norm_quant_q8(const float *x, const float *__restrict__ w,
             qd[g] = __half2float(__float2half_rn(d));
             if (Q81) qsum[g] = __half2float(__float2half_rn(__fmul_rn(__int2float_rn(sum), d)));
         }
+    }
+}
+
+/* y = rms_norm(x) * w and its Q8_K blocks (ggml quantize_row_q8_K as
+ * cuda_q8.cu k_quant_q8_K: id = 127/amax, q = rint(y * id), d = 1/id, 0 for
+ * an all-zero block). One CTA per row, one warp per block of 256 (lane l
+ * holds elements 8l..8l+7); n % 256 == 0. */
+__global__ void k_rms_norm_quant_q8K(const float *x, const float *__restrict__ w, float *y, int8_t *qs, float *qd,
+                                     int64_t n, float eps)
+{
+    ember_pdl_wait();
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    const float inv = ember_row_inv_rms(xr, n, eps);
+    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int64_t nb = n / 256;
+    for (int64_t blk = threadIdx.x >> 5; blk < nb; blk += nw) {
+        float v[8], amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int64_t j = blk * 256 + 8 * lane + i;
+            v[i] = __fmul_rn(__fmul_rn(xr[j], inv), w ? w[j] : 1.f);
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        uint32_t wq[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            yr[blk * 256 + 8 * lane + i] = v[i];
+            const int q = __float2int_rn(__fmul_rn(v[i], id));
+            wq[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
+        }
+        *reinterpret_cast<uint2 *>(qs + (int64_t)blockIdx.x * n + blk * 256 + 8 * lane) = make_uint2(wq[0], wq[1]);
+        if (lane == 0) qd[(int64_t)blockIdx.x * nb + blk] = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
     }
 }
 
@@ -374,7 +378,7 @@ extern "C" ember_status ember_cuda_rms_norm(ember_cuda *cu, const float *x, cons
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm: bad shape [%lld, %lld]", (long long)n_rows,
                            (long long)n);
-    ember_launch(k_rms_norm<false>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, n, eps);
+    ember_launch(k_rms_norm<false>, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y, n, eps);
     return ember_cuda_launched("rms_norm");
 }
 
@@ -387,7 +391,7 @@ extern "C" ember_status ember_cuda_rms_norm_add(ember_cuda *cu, const float *x, 
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add: bad shape [%lld, %lld]",
                            (long long)n_rows, (long long)n);
-    ember_launch(k_rms_norm<true>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, residual, n, eps);
+    ember_launch(k_rms_norm<true>, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, residual, n, eps);
     return ember_cuda_launched("rms_norm_add");
 }
 
@@ -466,7 +470,7 @@ extern "C" ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float 
     if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_add_out: bad shape [%lld, %lld]",
                            (long long)n_rows, (long long)n);
-    ember_launch(k_rms_norm_add_out, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, residual, n, eps);
+    ember_launch(k_rms_norm_add_out, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y, residual, n, eps);
     return ember_cuda_launched("rms_norm_add_out");
 }
 
@@ -502,7 +506,7 @@ extern "C" ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float
     if (n <= 0 || n % 32 != 0 || n_rows <= 0 || n_rows > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_round_q8: bad shape [%lld, %lld]",
                            (long long)n_rows, (long long)n);
-    ember_launch(k_rms_norm_round_q8, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y, r, n, eps);
+    ember_launch(k_rms_norm_round_q8, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y, r, n, eps);
     return ember_cuda_launched("rms_norm_round_q8");
 }
 
@@ -567,11 +571,14 @@ extern "C" ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t ac
                            (long long)n_rows, (long long)n);
     float *d = q8_d(buf, n, n_rows);
     if (act_type == EMBER_TYPE_Q8_0)
-        ember_launch(k_rms_norm_quant_q8<false>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y,
+        ember_launch(k_rms_norm_quant_q8<false>, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y,
                      (int8_t *)buf, d, (float *)NULL, n, eps);
     else if (act_type == EMBER_TYPE_Q8_1)
-        ember_launch(k_rms_norm_quant_q8<true>, (unsigned)n_rows, norm_threads(n), 0, cu->stream, x, w, y,
+        ember_launch(k_rms_norm_quant_q8<true>, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y,
                      (int8_t *)buf, d, d + n_rows * (n / 32), n, eps);
+    else if (act_type == EMBER_TYPE_Q8_K && n % 256 == 0)
+        ember_launch(k_rms_norm_quant_q8K, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y,
+                     (int8_t *)buf, d, n, eps);
     else
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: rms_norm_quant_q8: activation type %s",
                            ember_type_name(act_type));

@@ -37,21 +37,7 @@ __global__ void k_rope_tab(float *x, const int32_t *__restrict__ pos, int n_head
     const int half = n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float c, s;
-        if (p >= 0 && p < n_pos && i < n_tab) {
-            const float2 cs = tab[(int64_t)p * n_tab + i];
-            c = cs.x;
-            s = cs.y;
-        } else {
-            float tb = (float)p;
-            for (int k = 0; k < i; k++) tb = __fmul_rn(tb, theta_scale);
-            const float theta = __fmul_rn(freq_scale, ff ? __fdiv_rn(tb, ff[i]) : tb);
-            if (fabsf(theta) < 0x1p-12f) {   /* glibc's small-angle results */
-                s = theta;
-                c = 1.0f;
-            } else {
-                sincosf(theta, &s, &c);
-            }
-        }
+        ember_rope_tab_cs(p, i, tab, n_pos, n_tab, theta_scale, freq_scale, ff, c, s);
         const int i0 = neox ? i : 2 * i;
         const int i1 = neox ? i + half : 2 * i + 1;
         const float x0 = xh[i0], x1 = xh[i1];

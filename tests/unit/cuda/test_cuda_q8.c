@@ -120,7 +120,7 @@ static void test_quantize_matches_cpu(void **state)
     assert_int_equal(bad, 0);
 }
 
-/* The fused producers (RMSNorm + Q8_0/Q8_1, GELU-GLU + Q8_K): their q8
+/* The fused producers (RMSNorm + Q8_0/Q8_1/Q8_K, GELU-GLU + Q8_K): their q8
  * blocks must be the CPU quantizer's blocks of the CPU op's output. */
 static void test_fused_quantize_matches_cpu(void **state)
 {
@@ -142,13 +142,13 @@ static void test_fused_quantize_matches_cpu(void **state)
     float *dx = dev_new(x, sizeof(float) * n * rows), *dw = dev_new(w, sizeof(float) * n),
           *du = dev_new(u, sizeof(float) * n * rows), *dy = dev_new(NULL, sizeof(float) * n * rows);
     int bad = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {   /* norm + Q8_0, Q8_1, Q8_K; GLU + Q8_K */
         const uint32_t at = k == 0 ? EMBER_TYPE_Q8_0 : k == 1 ? EMBER_TYPE_Q8_1 : EMBER_TYPE_Q8_K;
         const size_t qb = ember_cuda_q8_bytes(at, n, rows);
         void *dq = dev_new(NULL, qb);
         uint8_t *g = malloc(qb);
         assert_non_null(g);
-        if (k < 2) {
+        if (k < 3) {
             CU_OK(ember_cuda_rms_norm_quant_q8(test_cu, at, dx, dw, dy, dq, n, rows, 1e-6f));
             cpu->ops->rms_norm(cpu, ref, x, w, rows, n, 1e-6f);
         } else {
@@ -157,7 +157,7 @@ static void test_fused_quantize_matches_cpu(void **state)
             cpu->ops->geglu(cpu, ref, u, n * rows);
         }
         dev_get(g, dq, qb);
-        bad += compare_q8(k < 2 ? "rms_norm_quant_q8" : "glu_quant_q8K", at, ref, g, n, rows);
+        bad += compare_q8(k < 3 ? "rms_norm_quant_q8" : "glu_quant_q8K", at, ref, g, n, rows);
         float *y = malloc(sizeof(float) * n * rows);
         assert_non_null(y);
         dev_get(y, dy, sizeof(float) * n * rows);

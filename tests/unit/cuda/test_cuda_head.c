@@ -1,0 +1,213 @@
+/* The CUDA backend's head preparation (backend_cuda.c cuda_backend.ph:
+ * per-head RMSNorm, RoPE and the K/V store recorded as the ops come and
+ * launched as one cuda_head.cu kernel) inside real steps: the attention
+ * layer's op sequence of Gemma 3 (q/k norms, NEOX RoPE, a power-of-two q
+ * scale, store), Gemma 4 (q/k norms and a weightless v norm, 512-wide heads,
+ * q's RoPE between) and Llama (RoPE only, normal mode), as a prompt step of
+ * 5 tokens and then decode steps (the second one of a shape is captured as
+ * a CUDA graph, the third replays it). Every step's attention output must be
+ * bit-identical to the same backend with this fusion off (cuda_fuse_head =
+ * false: the lone kernels, which the kernel tests check) and
+ * within 1e-2 of max |cpu| of the CPU backend's ops (f16 KV on both sides;
+ * a wrong head, angle, norm or cell is off by O(1)).
+ * Without EMBER_CUDA or a GPU every case skips. */
+#include "cuda_test.h"
+
+#ifdef EMBER_CUDA
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+#include "../../common/cpu_backend.h"
+
+typedef enum { SEQ_GEMMA3, SEQ_GEMMA4, SEQ_LLAMA } seq_kind;
+
+typedef struct hcase {
+    const char *name;
+    seq_kind kind;
+    int n_head, n_head_kv, head_dim;
+} hcase;
+
+typedef struct layer_data {
+    float *q, *k_act, *v_act;   /* activations (act_alloc: one set per backend for all steps, as the engine keeps its scratch) */
+    float *wq, *wk;   /* norm weights [head_dim] */
+    int32_t *blocks;
+    uint16_t *k, *v;  /* host KV layer (the CPU backend's; the GPU keeps its own copy) */
+} layer_data;
+
+/* One step of n tokens at positions pos0.. through backend be; out: host
+ * [n, n_head, head_dim]. */
+static void run_step(ember_backend *be, const hcase *c, const layer_data *L, const ember_kv_layer_view *view, int pos0,
+                     int n, const float *q_h, const float *k_h, const float *v_h, float *out)
+{
+    const int D = c->head_dim, H = c->n_head, Hk = c->n_head_kv, bt = view->block_tokens;
+    const size_t nq = (size_t)n * H * D, nk = (size_t)n * Hk * D;
+    ember_token tok[8] = {0};
+    ember_pos pos[8];
+    int64_t rows[8];
+    ember_attn_query qs[8];
+    for (int i = 0; i < n; i++) {
+        pos[i] = pos0 + i;
+        rows[i] = (int64_t)L->blocks[(pos0 + i) / bt] * bt + (pos0 + i) % bt;
+        qs[i].blocks = L->blocks;
+        qs[i].pos = pos0 + i;
+    }
+    const ember_backend_step st = {.n = n, .token = tok, .pos = pos, .kv_row = rows, .query = qs, .kv_row_swa = rows,
+                                   .query_swa = qs, .block_tokens = bt};
+    float *q = L->q, *k = L->k_act, *v = L->v_act;
+    const ember_attn_params ap = {.n_head = H, .n_head_kv = Hk, .head_dim_k = D, .head_dim_v = D,
+                                  .kq_scale = c->kind == SEQ_GEMMA3 ? 1.0f : 1.0f / sqrtf((float)D)};
+    const ember_backend_ops *op = be->ops;
+    for (int pass = 0; pass < 2; pass++) {   /* a second pass when a replay did not match */
+        if (pass == 0 && op->step_begin(be, &st)) fail_msg("a step without logits cannot skip its forward pass");
+        op->upload(be, q, q_h, (int64_t)nq);
+        op->upload(be, k, k_h, (int64_t)nk);
+        op->upload(be, v, v_h, (int64_t)nk);
+        switch (c->kind) {
+        case SEQ_GEMMA3:
+            op->rms_norm(be, q, q, L->wq, (int64_t)n * H, D, 1e-6f);
+            op->rms_norm(be, k, k, L->wk, (int64_t)n * Hk, D, 1e-6f);
+            op->rope(be, q, n, H, D, D, pos, 10000.f, 1.0f, EMBER_ROPE_NEOX);
+            op->rope(be, k, n, Hk, D, D, pos, 10000.f, 1.0f, EMBER_ROPE_NEOX);
+            op->scale(be, q, 0.0625f, (int64_t)nq);
+            break;
+        case SEQ_GEMMA4:
+            op->rms_norm(be, q, q, L->wq, (int64_t)n * H, D, 1e-6f);
+            op->rope(be, q, n, H, D, D, pos, 1e6f, 1.0f, EMBER_ROPE_NEOX);
+            op->rms_norm(be, k, k, L->wk, (int64_t)n * Hk, D, 1e-6f);
+            op->rms_norm(be, v, v, NULL, (int64_t)n * Hk, D, 1e-6f);
+            op->rope(be, k, n, Hk, D, D, pos, 1e6f, 1.0f, EMBER_ROPE_NEOX);
+            break;
+        case SEQ_LLAMA:
+            op->rope(be, q, n, H, D, D, pos, 500000.f, 1.0f, EMBER_ROPE_NORM);
+            op->rope(be, k, n, Hk, D, D, pos, 500000.f, 1.0f, EMBER_ROPE_NORM);
+            break;
+        }
+        op->kv_store(be, view, k, v, rows, n);
+        op->attention(be, view, &ap, q, qs, n, out);
+        if (op->step_end(be)) break;
+        assert_int_equal(pass, 0);
+    }
+}
+
+static void run_case(const hcase *c)
+{
+    const int bt = 16, n_ctx = 64, n_blocks = n_ctx / bt, D = c->head_dim, H = c->n_head, Hk = c->n_head_kv;
+    const int64_t row = (int64_t)Hk * D;
+    ember_backend_limits lim = {.max_tokens = 8, .max_n_in = 4096, .max_kv_tokens = n_ctx, .max_head_dim = D};
+    ember_backend *be[3] = {NULL, NULL, NULL};   /* CPU, CUDA fused, CUDA unfused */
+    CU_OK(test_cpu_backend_new(2, &lim, &be[0]));
+    ember_backend_options go = ember_backend_options_default();
+    CU_OK(ember_backend_cuda_new(&go, &lim, &be[1]));
+    go.cuda_fuse_head = false;
+    CU_OK(ember_backend_cuda_new(&go, &lim, &be[2]));
+    layer_data L[3];
+    ember_kv_layer_view view[3];
+    float *wq = malloc(sizeof(float) * D), *wk = malloc(sizeof(float) * D);
+    int32_t *blocks = malloc(sizeof(int32_t) * n_blocks);
+    assert_true(wq && wk && blocks);
+    for (int i = 0; i < D; i++) {
+        wq[i] = test_randf(0.5f, 1.5f);
+        wk[i] = test_randf(0.5f, 1.5f);
+    }
+    for (int i = 0; i < n_blocks; i++) blocks[i] = n_blocks - 1 - i;   /* reversed: the cell matters */
+    for (int b = 0; b < 3; b++) {
+        L[b] = (layer_data){.wq = wq, .wk = wk, .blocks = blocks, .k = calloc((size_t)(n_ctx * row), 2),
+                            .v = calloc((size_t)(n_ctx * row), 2)};
+        assert_true(L[b].k && L[b].v);
+        L[b].q = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * H * D);
+        L[b].k_act = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * row);
+        L[b].v_act = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * row);
+        assert_true(L[b].q && L[b].k_act && L[b].v_act);
+        view[b] = (ember_kv_layer_view){.type_k = EMBER_TYPE_F16, .type_v = EMBER_TYPE_F16, .k = L[b].k, .v = L[b].v,
+                                        .k_row_bytes = (size_t)row * 2, .v_row_bytes = (size_t)row * 2,
+                                        .block_tokens = bt, .n_rows = n_ctx};
+    }
+    const int steps[][2] = {{0, 5}, {5, 1}, {6, 1}, {7, 1}, {8, 1}};   /* (pos0, n) */
+    const size_t max_q = (size_t)5 * H * D, max_k = (size_t)5 * row;
+    float *qh = malloc(sizeof(float) * max_q), *kh = malloc(sizeof(float) * max_k), *vh = malloc(sizeof(float) * max_k);
+    float *out[3];
+    for (int b = 0; b < 3; b++) out[b] = malloc(sizeof(float) * max_q);
+    assert_true(qh && kh && vh && out[0] && out[1] && out[2]);
+    for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+        const int pos0 = steps[s][0], n = steps[s][1];
+        const size_t nq = (size_t)n * H * D, nk = (size_t)n * row;
+        for (size_t i = 0; i < nq; i++) qh[i] = test_randf(-2.f, 2.f);
+        for (size_t i = 0; i < nk; i++) {
+            kh[i] = test_randf(-2.f, 2.f);
+            vh[i] = test_randf(-1.f, 1.f);
+        }
+        for (int b = 0; b < 3; b++) run_step(be[b], c, &L[b], &view[b], pos0, n, qh, kh, vh, out[b]);
+        double md = 0, mr = 0;
+        size_t n_diff = 0, first = 0;
+        for (size_t i = 0; i < nq; i++) {
+            if (memcmp(&out[1][i], &out[2][i], sizeof(float)) != 0 && n_diff++ == 0) first = i;
+            const double d = fabs((double)out[1][i] - out[0][i]);
+            if (d > md || d != d) md = d;
+            if (fabs(out[0][i]) > mr) mr = fabs(out[0][i]);
+        }
+        printf("# %s step %zu (pos %d, %d tokens): max|fused - cpu| %.3g, max|cpu| %.3g, %zu of %zu outputs differ from "
+               "unfused\n", c->name, s, pos0, n, md, mr, n_diff, nq);
+        assert_true(mr > 0.01);
+        if (!(md <= 1e-2 * mr)) fail_msg("%s step %zu: max|fused - cpu| %g > 1e-2 * %g", c->name, s, md, mr);
+        if (n_diff)
+            fail_msg("%s step %zu: %zu outputs differ from the unfused kernels; first [%zu]: %a vs %a", c->name, s,
+                     n_diff, first, (double)out[1][first], (double)out[2][first]);
+    }
+    ember_cuda_fusion_counts fc[2];
+    ember_backend_cuda_fusion_counts(be[1], &fc[0]);
+    ember_backend_cuda_fusion_counts(be[2], &fc[1]);
+    printf("# %s: %lld fused head launches (unfused backend: %lld)\n", c->name, (long long)fc[0].head_prep,
+           (long long)fc[1].head_prep);
+    /* steps 0-2 launch one each (the third into its capture), 3 and 4 replay the graph */
+    if (fc[0].head_prep < 3) fail_msg("%s: only %lld fused head launches in 5 steps", c->name, (long long)fc[0].head_prep);
+    assert_int_equal(fc[1].head_prep, 0);
+    for (int b = 0; b < 3; b++) {
+        free(out[b]);
+        be[b]->ops->act_free(be[b], L[b].q);
+        be[b]->ops->act_free(be[b], L[b].k_act);
+        be[b]->ops->act_free(be[b], L[b].v_act);
+        free(L[b].k);
+        free(L[b].v);
+        ember_backend_free(be[b]);
+    }
+    free(qh);
+    free(kh);
+    free(vh);
+    free(wq);
+    free(wk);
+    free(blocks);
+}
+
+static void test_head_prep_matches_unfused_and_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const hcase cases[] = {
+        {"gemma3 (4 x 256, 1 KV head)", SEQ_GEMMA3, 4, 1, 256},
+        {"gemma4 (8 x 512, 2 KV heads)", SEQ_GEMMA4, 8, 2, 512},
+        {"llama (4 x 64, 2 KV heads)", SEQ_LLAMA, 4, 2, 64},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_head_prep_matches_unfused_and_cpu),
+    };
+    return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);
+}
+
+#else
+
+static void test_cuda_not_built(void **state)
+{
+    (void)state;
+    skip();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_cuda_not_built)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#endif

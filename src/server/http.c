@@ -940,8 +940,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
     const char *path = strip_v1(url);
     const char *allow = NULL;
     if (!strcmp(method, "OPTIONS")) return send_options(s, mc);
-    if (!strcmp(url, "/") || !strcmp(url, "/index.html")) {   /* the web chat (webui.h): public, as llama-server's */
-        if (!get) { allow = ALLOW_GET; goto method; }
+    if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html"))) {   /* the web chat (webui.h): public, as llama-server's */
         struct MHD_Response *r = webui_response();
         if (!r) return MHD_NO;
         add_common_headers(s, mc, r);

@@ -107,10 +107,12 @@ def test_page_served_without_key(think_srv):
         assert r.headers["X-Content-Type-Options"] == "nosniff"
     # the API behind it still needs the key
     assert requests.get(think_srv.base + "/v1/models", timeout=30).status_code == 401
-    r = requests.post(think_srv.base + "/", timeout=30)
-    assert r.status_code == 405 and r.headers["Allow"] == "GET, OPTIONS"
-    assert requests.get(think_srv.base + "/index.htm", headers={"Authorization": "Bearer " + KEY},
-                        timeout=30).status_code == 404
+    # only GET of the page is public: other methods and paths need the key as before
+    assert requests.post(think_srv.base + "/", timeout=30).status_code == 401
+    auth = {"Authorization": "Bearer " + KEY}
+    assert requests.post(think_srv.base + "/", headers=auth, timeout=30).status_code == 404
+    assert requests.get(think_srv.base + "/index.htm", headers=auth, timeout=30).status_code == 404
+    assert requests.get(think_srv.base + "/v1/", headers=auth, timeout=30).status_code == 404
 
 
 # ---- the page in Chromium ----

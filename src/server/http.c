@@ -39,6 +39,7 @@
 #include "server/chat_tools.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/webui.h"
 
 struct server {
     server_config cfg;
@@ -939,6 +940,14 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
     const char *path = strip_v1(url);
     const char *allow = NULL;
     if (!strcmp(method, "OPTIONS")) return send_options(s, mc);
+    if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html"))) {   /* the web chat (webui.h): public, as llama-server's */
+        struct MHD_Response *r = webui_response();
+        if (!r) return MHD_NO;
+        add_common_headers(s, mc, r);
+        enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
     if (!strcmp(path, "/health")) {
         if (!get) { allow = ALLOW_GET; goto method; }
         return send_json(s, mc, 200, json_pack("{s:s}", "status", "ok"));

@@ -115,6 +115,9 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: out is NULL");
     *out = NULL;
     if (!m) return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: model is NULL");
+    if (m->arch->draft_only)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_context_new: %s is a %s draft head, not a model of its own (it runs as a speculative draft of its target)",
+                           m->path, m->arch->name);
     ember_context_params p = params ? *params : ember_context_default_params();
     if (p.n_kv_tokens == 0) p.n_kv_tokens = p.n_ctx;
     if (p.n_ubatch == 0 || p.n_ubatch > p.n_batch) p.n_ubatch = p.n_batch;

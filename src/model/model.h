@@ -156,8 +156,15 @@ struct ember_arch {
     /* "<arch>.feed_forward_length" may be absent (MoE-only files such as
      * qwen35moe); load then sets hp.n_ff (it sizes hb / hb2 scratch). */
     bool ffn_optional;
+    /* A draft head, not a model of its own (dflash: it reads the target's
+     * hidden states and may borrow its embedding and LM head): forward is
+     * NULL, token_embd / output are optional (n_vocab then comes from the
+     * vocabulary) and ember_context_new refuses it; the speculative
+     * proposer (src/engine/spec/) runs it over the bound weights. */
+    bool draft_only;
 };
 
+extern const ember_arch ember_arch_dflash;
 extern const ember_arch ember_arch_gemma3;
 extern const ember_arch ember_arch_gemma4;
 extern const ember_arch ember_arch_llama;

@@ -381,9 +381,9 @@ void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, con
     const int64_t n_embd = r->m->hp.n_embd;
     for (int32_t j = 0; j < r->n_capture; j++) {
         if (r->capture_layer[j] != il) continue;
-        for (int32_t i = 0; i < ub->n_out; i++)
+        for (int32_t i = 0; i < ub->n; i++)
             memcpy(ub->hidden + ((size_t)i * (size_t)r->n_capture + (size_t)j) * (size_t)n_embd,
-                   x + (size_t)ub->out_idx[i] * (size_t)n_embd, (size_t)n_embd * sizeof(float));
+                   x + (size_t)i * (size_t)n_embd, (size_t)n_embd * sizeof(float));
     }
 }
 

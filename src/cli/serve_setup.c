@@ -44,9 +44,12 @@ char *serve_read_file(const char *path)
 
 const char serve_spec_usage[] =
     "      --spec-type T           speculative decoding: none (default), ngram (prompt lookup), draft (-md),\n"
-    "                              layerskip (the model's own first --spec-layers layers draft); output stays\n"
+    "                              layerskip (the model's own first --spec-layers layers draft), draft-dflash\n"
+    "                              (a DFlash block draft over the model's hidden states; CPU); output stays\n"
     "                              identical (lossless)\n"
-    "  -md, --model-draft FILE     draft model for --spec-type draft (same vocabulary as -m)\n"
+    "  -md, --model-draft, --spec-draft-model FILE\n"
+    "                              draft model for --spec-type draft (same vocabulary as -m) or draft-dflash\n"
+    "                              (a dflash GGUF made by convert_hf_to_gguf.py --target-model-dir)\n"
     "      --spec-layers K         layers the layerskip draft runs before the LM head (default: half)\n"
     "      --spec-draft-n-max N    most draft tokens per slot and step (default 16, at most 32)\n"
     "      --spec-draft-n-min N    drop drafts shorter than N (default 0)\n"
@@ -60,6 +63,7 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     bool is_spec = !strcmp(a, "--spec-type") || !strcmp(a, "-md") || !strcmp(a, "--model-draft") ||
+                   !strcmp(a, "--spec-draft-model") ||
                    !strcmp(a, "--spec-draft-n-max") || !strcmp(a, "--draft-max") ||
                    !strcmp(a, "--spec-draft-n-min") || !strcmp(a, "--draft-min") ||
                    !strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min") || !strcmp(a, "--spec-adaptive") ||
@@ -70,10 +74,10 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
     char *end;
     if (!strcmp(a, "--spec-type")) {
         if (!spec_parse_type(v, &o->spec.type)) {
-            fprintf(stderr, "ember: --spec-type expects none, ngram, draft or layerskip, got '%s'\n", v);
+            fprintf(stderr, "ember: --spec-type expects none, ngram, draft, layerskip or draft-dflash, got '%s'\n", v);
             return -1;
         }
-    } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
+    } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft") || !strcmp(a, "--spec-draft-model")) {
         o->draft_path = v;
     } else if (!strcmp(a, "--spec-adaptive")) {
         if (!strcmp(v, "on")) o->spec.adaptive = true;
@@ -130,6 +134,10 @@ static ember_status open_spec(const serve_opts *o, serve_model *m, FILE *log)
     case SPEC_DRAFT:
         if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft needs -md FILE");
         st = spec_draft_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &prop);
+        break;
+    case SPEC_DFLASH:
+        if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft-dflash needs --spec-draft-model FILE");
+        st = spec_dflash_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &prop);
         break;
     case SPEC_LAYERSKIP: {
         int32_t k = o->spec.n_layer_draft > 0 ? o->spec.n_layer_draft : ember_model_n_layer(m->model) / 2;

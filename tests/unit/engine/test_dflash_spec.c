@@ -1,0 +1,173 @@
+/* DFlash speculation (src/engine/spec/dflash.c) end to end on the tiny golden
+ * files of tests/golden/dflash/ (tests/golden/make_dflash.py): the engine
+ * over the real runtime, the Gemma 4 target with its DFlash draft, two slots
+ * decoding in the same batches at temperature 0.
+ * - the target alone: its greedy continuation of the recorded prompt is
+ *   transformers' (tiny-dflash.json greedy_continuation), so the files and
+ *   the target forward are right;
+ * - lossless: with --spec-type draft-dflash (n_max 7, p_min 0, adaptive
+ *   off) every request's text is the plain greedy continuation token for
+ *   token, drafts were made and verified, and the block drafts stay within
+ *   block_size - 1;
+ * - a draft file that is not `dflash`, or one that does not fit the target,
+ *   is refused with an error. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ember.h"
+#include "engine/engine.h"
+#include "engine/runtime_ember.h"
+#include "engine/spec/spec.h"
+
+#define TARGET "tests/golden/dflash/tiny-dflash-target.gguf"
+#define DRAFT "tests/golden/dflash/tiny-dflash-draft.gguf"
+#define N_PRED 24
+#define MAX_POS 96
+#define N_REQ 2
+
+/* tiny-dflash.json: "prompt" and transformers' "greedy_continuation" */
+static const ember_token prompt0[] = {2, 50, 38, 41, 234, 551, 346, 226, 113, 122, 512, 292};
+static const ember_token hf_greedy0[N_PRED] = {113, 43, 417, 417, 417, 417, 417, 417, 417, 417, 417, 417,
+                                               417, 417, 417, 417, 417, 417, 417, 417, 417, 417, 417, 417};
+static const ember_token prompt1[] = {2, 17, 301, 88, 45, 9, 560, 120, 77};
+
+static int32_t piece(void *ud, ember_token t, char *buf, int32_t cap)
+{
+    (void)ud;
+    return snprintf(buf, (size_t)cap, "<%d>", t);
+}
+static bool never_eog(void *ud, ember_token t) { (void)ud; (void)t; return false; }
+
+static ember_context *new_ctx(ember_model *m, uint32_t n_seq)
+{
+    ember_context_params p = ember_context_default_params();
+    p.n_ctx = MAX_POS;
+    p.n_seq_max = n_seq;
+    p.n_batch = 32;
+    p.n_ubatch = 32;
+    p.n_threads = 1;
+    p.type_k = p.type_v = EMBER_KV_F32;
+    ember_context *c = NULL;
+    assert_int_equal(ember_context_new(m, &p, &c), EMBER_OK);
+    return c;
+}
+
+/* Greedy continuation of prompt[n] by plain decoding, one token at a time. */
+static void greedy(ember_context *c, const ember_token *prompt, int32_t n, int32_t n_vocab, ember_token *out)
+{
+    ember_batch b;
+    assert_int_equal(ember_batch_init(MAX_POS, &b), EMBER_OK);
+    ember_seq_remove(c, 0);
+    b.n_tokens = n;
+    for (int i = 0; i < n; i++) { b.token[i] = prompt[i]; b.pos[i] = i; b.seq_id[i] = 0; b.logits[i] = i == n - 1; }
+    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    for (int g = 0; g < N_PRED; g++) {
+        const float *l = ember_get_logits(c, -1);
+        int best = 0;
+        for (int j = 1; j < n_vocab; j++) if (l[j] > l[best]) best = j;
+        out[g] = best;
+        b.n_tokens = 1;
+        b.token[0] = best; b.pos[0] = n + g; b.seq_id[0] = 0; b.logits[0] = 1;
+        assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    }
+    ember_batch_free(&b);
+}
+
+static void test_dflash_lossless(void **st)
+{
+    (void)st;
+    ember_model *m = NULL;
+    assert_int_equal(ember_model_load(TARGET, NULL, &m), EMBER_OK);
+    const int32_t V = ember_model_n_vocab(m), E = ember_model_n_embd(m);
+    const ember_token *prompts[N_REQ] = {prompt0, prompt1};
+    const int32_t n_prompts[N_REQ] = {(int32_t)(sizeof prompt0 / sizeof *prompt0), (int32_t)(sizeof prompt1 / sizeof *prompt1)};
+    ember_token want[N_REQ][N_PRED];
+    ember_context *ref = new_ctx(m, 1);
+    for (int q = 0; q < N_REQ; q++) greedy(ref, prompts[q], n_prompts[q], V, want[q]);
+    ember_context_free(ref);
+    for (int g = 0; g < N_PRED; g++)
+        if (want[0][g] != hf_greedy0[g]) fail_msg("target greedy token %d: %d, transformers %d", g, want[0][g], hf_greedy0[g]);
+
+    ember_context *c = new_ctx(m, N_REQ);
+    spec_proposer prop;
+    assert_int_equal(spec_dflash_new(DRAFT, m, N_REQ, MAX_POS, 1, &prop), EMBER_OK);
+    assert_int_equal(prop.n_hidden_layers, 4);
+    const int32_t want_layers[4] = {0, 2, 3, 4};   /* HF target_layer_ids: GGUF target_layers - 1 */
+    for (int k = 0; k < 4; k++) assert_int_equal(prop.hidden_layers[k], want_layers[k]);
+    spec_params sp = spec_default_params();
+    sp.type = SPEC_DFLASH;
+    sp.n_max = 7;
+    sp.p_min = 0;
+    sp.adaptive = false;
+    spec_engine *se;
+    assert_int_equal(spec_engine_new(&sp, prop, N_REQ, &se), EMBER_OK);
+    engine_runtime rt = engine_runtime_ember(c, V, E);
+    engine_vocab vocab = {.token_piece = piece, .is_eog = never_eog};
+    engine_config cfg = {.n_slots = N_REQ, .n_ctx = MAX_POS, .n_batch = 32, .n_queue_max = 4, .spec = se};
+    engine *e;
+    assert_int_equal(engine_new(&cfg, &rt, &vocab, &e), EMBER_OK);
+    engine_req *req[N_REQ];
+    for (int q = 0; q < N_REQ; q++) {
+        engine_req_params p = {0};
+        p.prompt = prompts[q];
+        p.n_prompt = n_prompts[q];
+        p.n_predict = N_PRED;
+        p.sampling = ember_sampler_default_params();
+        p.sampling.temp = 0;
+        p.ignore_eos = true;
+        assert_int_equal(engine_submit(e, &p, &req[q]), EMBER_OK);
+    }
+    for (int guard = 0; guard < 1000 && (req[0]->finish == ENGINE_RUNNING || req[1]->finish == ENGINE_RUNNING); guard++)
+        engine_step(e);
+    for (int q = 0; q < N_REQ; q++) {
+        char w[1024] = "";
+        for (int g = 0; g < N_PRED; g++) {
+            char t[16];
+            snprintf(t, sizeof t, "<%d>", want[q][g]);
+            strcat(w, t);
+        }
+        assert_string_equal(req[q]->text, w);
+        assert_true(req[q]->n_draft > 0);
+        print_message("request %d: %d drafted, %d accepted\n", q, (int)req[q]->n_draft, (int)req[q]->n_draft_accepted);
+    }
+    assert_true(se->st.n_drafts > 0);
+    for (int i = 7; i < SPEC_MAX_DRAFT; i++) assert_int_equal(se->st.drafted_at[i], 0);   /* block_size - 1 = 7 */
+    for (int q = 0; q < N_REQ; q++) engine_req_release(req[q]);
+    engine_free(e);
+    spec_engine_free(se);
+    ember_context_free(c);
+    ember_model_free(m);
+}
+
+static void test_dflash_refusals(void **st)
+{
+    (void)st;
+    ember_model *m = NULL;
+    assert_int_equal(ember_model_load(TARGET, NULL, &m), EMBER_OK);
+    spec_proposer prop;
+    /* not a dflash file */
+    assert_int_equal(spec_dflash_new(TARGET, m, 1, 64, 1, &prop), EMBER_ERR_INVALID_ARG);
+    ember_model_free(m);
+    /* a target it does not fit (4 layers of n_embd 48) */
+    assert_int_equal(ember_model_load("tests/golden/gemma4/tiny-gemma4-kv.gguf", NULL, &m), EMBER_OK);
+    assert_int_equal(spec_dflash_new(DRAFT, m, 1, 64, 1, &prop), EMBER_ERR_INVALID_ARG);
+    ember_model_free(m);
+    spec_type t;
+    assert_true(spec_parse_type("draft-dflash", &t));
+    assert_int_equal(t, SPEC_DFLASH);
+    assert_string_equal(spec_type_name(SPEC_DFLASH), "draft-dflash");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dflash_lossless),
+        cmocka_unit_test(test_dflash_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -10,7 +10,12 @@
  *   token, drafts were made and verified, and the block drafts stay within
  *   block_size - 1;
  * - a draft file that is not `dflash`, or one that does not fit the target,
- *   is refused with an error. */
+ *   is refused with an error;
+ * - against llama.cpp: the drafted block at each step of llama.cpp's own run
+ *   (tiny-dflash.llama-drafts.json, recorded by bench/gpu/dflash_record.sh
+ *   with the prebuilt llama-speculative-simple) equals the block ember's
+ *   draft forward gives for the same committed tokens in >= 95% of steps
+ *   (skipped until the record is committed). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -19,7 +24,10 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <jansson.h>
+
 #include "ember.h"
+#include "model/dflash.h"
 #include "engine/engine.h"
 #include "engine/runtime_ember.h"
 #include "engine/spec/spec.h"
@@ -163,11 +171,105 @@ static void test_dflash_refusals(void **st)
     assert_string_equal(spec_type_name(SPEC_DFLASH), "draft-dflash");
 }
 
+#define RECORD "tests/golden/dflash/tiny-dflash.llama-drafts.json"
+
+static void test_dflash_matches_llama_record(void **st)
+{
+    (void)st;
+    json_error_t jerr;
+    json_t *rec = json_load_file(RECORD, 0, &jerr);
+    if (!rec) { print_message("no %s yet (bench/gpu/dflash_record.sh makes it)\n", RECORD); skip(); }
+    json_t *jp = json_object_get(rec, "prompt_ids"), *jsteps = json_object_get(rec, "steps");
+    assert_true(json_is_array(jp) && json_is_array(jsteps) && json_array_size(jsteps) > 0);
+    ember_model *m = NULL, *dm = NULL;
+    assert_int_equal(ember_model_load(TARGET, NULL, &m), EMBER_OK);
+    assert_int_equal(ember_model_load(DRAFT, NULL, &dm), EMBER_OK);
+    const ember_dflash *d = ember_model_dflash(dm);
+    const int32_t V = ember_model_n_vocab(m), E = ember_model_n_embd(m), nl = d->n_target_layers;
+    /* the committed sequence: the prompt and the target's greedy continuation */
+    enum { N_SEQ = 192 };
+    ember_token seq[N_SEQ];
+    int32_t n_prompt = (int32_t)json_array_size(jp);
+    assert_true(n_prompt >= 2 && n_prompt < N_SEQ / 2);
+    for (int32_t i = 0; i < n_prompt; i++) seq[i] = (ember_token)json_integer_value(json_array_get(jp, (size_t)i));
+    ember_context_params cp = ember_context_default_params();
+    cp.n_ctx = N_SEQ;
+    cp.n_batch = cp.n_ubatch = N_SEQ;
+    cp.n_threads = 1;
+    cp.type_k = cp.type_v = EMBER_KV_F32;
+    ember_context *c = NULL;
+    assert_int_equal(ember_context_new(m, &cp, &c), EMBER_OK);
+    ember_batch b;
+    assert_int_equal(ember_batch_init(N_SEQ, &b), EMBER_OK);
+    int32_t n = n_prompt;
+    b.n_tokens = n;
+    for (int i = 0; i < n; i++) { b.token[i] = seq[i]; b.pos[i] = i; b.seq_id[i] = 0; b.logits[i] = i == n - 1; }
+    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    for (; n < N_SEQ - 8; n++) {
+        const float *l = ember_get_logits(c, -1);
+        int best = 0;
+        for (int j = 1; j < V; j++) if (l[j] > l[best]) best = j;
+        seq[n] = best;
+        b.n_tokens = 1; b.token[0] = best; b.pos[0] = n; b.seq_id[0] = 0; b.logits[0] = 1;
+        assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    }
+    /* every position's features in one forward pass */
+    int32_t layers[EMBER_DFLASH_MAX_TARGET_LAYERS];
+    for (int k = 0; k < nl; k++) layers[k] = d->target_layers[k] - 1;
+    assert_int_equal(ember_set_hidden_layers(c, nl, layers), EMBER_OK);
+    ember_seq_remove(c, 0);
+    b.n_tokens = n;
+    for (int i = 0; i < n; i++) { b.token[i] = seq[i]; b.pos[i] = i; b.seq_id[i] = 0; b.logits[i] = i == n - 1; }
+    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    float *feat = malloc(sizeof(float) * (size_t)n * (size_t)nl * (size_t)E);
+    float *logits = malloc(sizeof(float) * 7 * (size_t)V);
+    assert_non_null(feat);
+    assert_non_null(logits);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < nl; k++)
+            memcpy(feat + ((size_t)i * nl + k) * (size_t)E, ember_get_hidden(c, i, k), sizeof(float) * (size_t)E);
+    ember_dflash_ctx *dc = NULL;
+    assert_int_equal(ember_dflash_ctx_new(dm, m, 1, N_SEQ, 1, &dc), EMBER_OK);
+    size_t n_steps = json_array_size(jsteps), n_same = 0, n_cmp = 0;
+    for (size_t sidx = 0; sidx < n_steps; sidx++) {
+        json_t *stp = json_array_get(jsteps, sidx), *jd = json_object_get(stp, "draft");
+        const int32_t P = (int32_t)json_integer_value(json_object_get(stp, "n_past"));
+        const int32_t nd = (int32_t)json_array_size(jd);
+        if (P < 1 || P + 8 > n || nd < 1 || nd > 7) continue;
+        n_cmp++;
+        ember_dflash_truncate(dc, 0, 0);
+        assert_int_equal(ember_dflash_inject(dc, 0, P, feat), EMBER_OK);
+        ember_token blk[8] = {seq[P]};
+        for (int i = 1; i < 8; i++) blk[i] = d->mask_token;
+        assert_int_equal(ember_dflash_block(dc, 0, blk, 8, logits), EMBER_OK);
+        bool same = true;
+        for (int32_t i = 0; i < nd; i++) {
+            const float *l = logits + (size_t)i * (size_t)V;
+            int best = 0;
+            for (int j = 1; j < V; j++) if (l[j] > l[best]) best = j;
+            if (best != (ember_token)json_integer_value(json_array_get(jd, (size_t)i))) same = false;
+        }
+        n_same += same;
+    }
+    print_message("llama.cpp record: %zu of %zu compared blocks equal\n", n_same, n_cmp);
+    assert_true(n_cmp > 0);
+    assert_true(n_same * 100 >= n_cmp * 95);
+    ember_dflash_ctx_free(dc);
+    free(feat);
+    free(logits);
+    ember_batch_free(&b);
+    ember_context_free(c);
+    ember_model_free(dm);
+    ember_model_free(m);
+    json_decref(rec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dflash_lossless),
         cmocka_unit_test(test_dflash_refusals),
+        cmocka_unit_test(test_dflash_matches_llama_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

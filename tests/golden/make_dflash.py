@@ -11,6 +11,16 @@ Writes tests/golden/dflash/:
                            no embedding or LM head of its own (it uses the
                            target's, as the published Gemma 4 drafts do);
                            block_size 8, mask token 4 (<mask>)
+  tiny-dflash-draft-const.gguf  the same draft shape with n_ff 128 whose last
+                           FFN adds a constant 100 * e (e: the unit target
+                           embedding of the token the target repeats in
+                           its greedy continuation), so it drafts that token
+                           at every block position: drafts are then accepted
+                           (once the target repeats it) and rejected (before),
+                           which the lossless test needs; how: with the
+                           FFN input h = RMSNorm(x) (weight 1), units +h_i and
+                           -h_i give silu(h_i) h_i + silu(-h_i)(-h_i) = h_i^2,
+                           whose sum is n_embd whatever x is
   tiny-dflash.json         what was made: configs, target_layer_ids (HF) and
                            the target_layers the converter wrote (HF + 1)
 
@@ -59,12 +69,12 @@ def target_config(n_vocab):
     return mt.gemma4_e_config(n_vocab)
 
 
-def draft_config(n_vocab, n_embd):
+def draft_config(n_vocab, n_embd, n_ff=96):
     return {
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
         "hidden_size": n_embd,
-        "intermediate_size": 96,
+        "intermediate_size": n_ff,
         "num_hidden_layers": 2,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
@@ -109,6 +119,19 @@ def draft_tensors(cfg, n_embd_target, gen):
     return out
 
 
+def make_const(tensors, cfg, e_unit):
+    """The last layer's FFN adds 100 * e_unit for any input (see the docstring)."""
+    H, ff, last = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"] - 1
+    assert ff == 2 * H
+    p = f"model.layers.{last}."
+    eye = torch.eye(H)
+    tensors[p + "post_attention_layernorm.weight"] = torch.ones(H)
+    tensors[p + "mlp.gate_proj.weight"] = torch.cat([eye, -eye]).contiguous()
+    tensors[p + "mlp.up_proj.weight"] = torch.cat([eye, -eye]).contiguous()
+    tensors[p + "mlp.down_proj.weight"] = (100.0 / H * e_unit[:, None].expand(H, ff)).contiguous()
+    return tensors
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama", type=Path, required=True, help="llama.cpp tree (the sdist's vendor/llama.cpp)")
@@ -139,15 +162,27 @@ def main():
         prompt = [tcfg.bos_token_id] + torch.randint(5, n_vocab, (11,), generator=gen).tolist()
         with torch.no_grad():
             g = model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False)[0].tolist()
+
+        # the constant draft: the token the continuation repeats most
+        cont = g[len(prompt):]
+        const_tok = max(set(cont), key=cont.count)
+        e = model.model.embed_tokens.weight[const_tok].detach().float()
+        cd = Path(tmp) / "tiny-dflash-draft-const"
+        cd.mkdir()
+        ccfg = draft_config(n_vocab, tcfg.hidden_size, n_ff=2 * tcfg.hidden_size)
+        (cd / "config.json").write_text(json.dumps(ccfg, indent=2))
+        ct = make_const(draft_tensors(ccfg, tcfg.hidden_size, torch.Generator().manual_seed(1617)), ccfg, e / e.norm())
+        save_file(ct, str(cd / "model.safetensors"), metadata={"format": "pt"})
+        mt.convert(args.llama, cd, OUT / "tiny-dflash-draft-const.gguf", None, ["--target-model-dir", str(td)])
     rec = {
         "transformers": transformers.__version__, "torch": torch.__version__, "n_vocab": n_vocab,
         "target_config": json.loads(tcfg.to_json_string()), "draft_config": dcfg,
         "target_layer_ids": TARGET_LAYER_IDS, "gguf_target_layers": [i + 1 for i in TARGET_LAYER_IDS],
         "block_size": BLOCK_SIZE, "mask_token_id": MASK_TOKEN_ID,
-        "prompt": prompt, "greedy_continuation": g[len(prompt):],
+        "prompt": prompt, "greedy_continuation": g[len(prompt):], "const_draft_token": const_tok,
     }
     (OUT / "tiny-dflash.json").write_text(json.dumps(rec, indent=1))
-    for f in ("tiny-dflash-target.gguf", "tiny-dflash-draft.gguf"):
+    for f in ("tiny-dflash-target.gguf", "tiny-dflash-draft.gguf", "tiny-dflash-draft-const.gguf"):
         print(f, (OUT / f).stat().st_size, "bytes")
 
 

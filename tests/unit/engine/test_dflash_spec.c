@@ -5,7 +5,9 @@
  * - the target alone: its greedy continuation of the recorded prompt is
  *   transformers' (tiny-dflash.json greedy_continuation), so the files and
  *   the target forward are right;
- * - lossless: with --spec-type draft-dflash (n_max 7, p_min 0, adaptive
+ * - lossless: with --spec-type draft-dflash, for the random draft and for
+ *   the constant one (tiny-dflash-draft-const, whose blocks are accepted
+ *   once the target repeats its token) (n_max 7, p_min 0, adaptive
  *   off) every request's text is the plain greedy continuation token for
  *   token, drafts were made and verified, and the block drafts stay within
  *   block_size - 1;
@@ -86,9 +88,11 @@ static void greedy(ember_context *c, const ember_token *prompt, int32_t n, int32
     ember_batch_free(&b);
 }
 
-static void test_dflash_lossless(void **st)
+/* Greedy decoding of two requests through the engine with draft `draft`;
+ * every text must be the plain greedy continuation. Returns the drafted
+ * and accepted counts of request 0 (prompt0). */
+static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accepted)
 {
-    (void)st;
     ember_model *m = NULL;
     assert_int_equal(ember_model_load(TARGET, NULL, &m), EMBER_OK);
     const int32_t V = ember_model_n_vocab(m), E = ember_model_n_embd(m);
@@ -103,7 +107,7 @@ static void test_dflash_lossless(void **st)
 
     ember_context *c = new_ctx(m, N_REQ);
     spec_proposer prop;
-    assert_int_equal(spec_dflash_new(DRAFT, m, N_REQ, MAX_POS, 1, &prop), EMBER_OK);
+    assert_int_equal(spec_dflash_new(draft, m, N_REQ, MAX_POS, 1, &prop), EMBER_OK);
     assert_int_equal(prop.n_hidden_layers, 4);
     const int32_t want_layers[4] = {0, 2, 3, 4};   /* HF target_layer_ids: GGUF target_layers - 1 */
     for (int k = 0; k < 4; k++) assert_int_equal(prop.hidden_layers[k], want_layers[k]);
@@ -141,8 +145,11 @@ static void test_dflash_lossless(void **st)
         }
         assert_string_equal(req[q]->text, w);
         assert_true(req[q]->n_draft > 0);
-        print_message("request %d: %d drafted, %d accepted\n", q, (int)req[q]->n_draft, (int)req[q]->n_draft_accepted);
+        print_message("%s request %d: %d drafted, %d accepted\n", draft, q, (int)req[q]->n_draft,
+                      (int)req[q]->n_draft_accepted);
     }
+    *n_drafted = req[0]->n_draft;
+    *n_accepted = req[0]->n_draft_accepted;
     assert_true(se->st.n_drafts > 0);
     for (int i = 7; i < SPEC_MAX_DRAFT; i++) assert_int_equal(se->st.drafted_at[i], 0);   /* block_size - 1 = 7 */
     for (int q = 0; q < N_REQ; q++) engine_req_release(req[q]);
@@ -150,6 +157,28 @@ static void test_dflash_lossless(void **st)
     spec_engine_free(se);
     ember_context_free(c);
     ember_model_free(m);
+}
+
+/* the random draft: its blocks are rejected */
+static void test_dflash_lossless(void **st)
+{
+    (void)st;
+    int64_t nd, na;
+    run_lossless(DRAFT, &nd, &na);
+    assert_true(nd > 0);
+}
+
+/* the constant draft (tiny-dflash-draft-const: it drafts token 417, which
+ * the target repeats after its first two tokens): blocks are accepted in
+ * full and rejected, and the output is still the plain greedy one */
+static void test_dflash_lossless_accepting(void **st)
+{
+    (void)st;
+    int64_t nd, na;
+    run_lossless("tests/golden/dflash/tiny-dflash-draft-const.gguf", &nd, &na);
+    assert_true(na > 0);
+    assert_true(na < nd);
+    assert_true(na * 2 > nd);   /* 22 of the 24 tokens are 417 */
 }
 
 static void test_dflash_refusals(void **st)
@@ -268,6 +297,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dflash_lossless),
+        cmocka_unit_test(test_dflash_lossless_accepting),
         cmocka_unit_test(test_dflash_refusals),
         cmocka_unit_test(test_dflash_matches_llama_record),
     };

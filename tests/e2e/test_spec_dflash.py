@@ -1,0 +1,98 @@
+"""DFlash speculation through the real server (`--spec-type draft-dflash
+--spec-draft-model FILE`, llama-server's flags) on the tiny golden files of
+tests/golden/dflash/ (tests/golden/make_dflash.py: a Gemma 4 target and
+DFlash drafts for it, converted by llama.cpp's convert_hf_to_gguf.py).
+
+Lossless: at temperature 0 the completion's tokens equal those of the same
+server without speculation, with the constant draft (its blocks are
+accepted once the target repeats its token: timings.draft_n_accepted > 0)
+and the random one (rejected). Servers run with EMBER_NO_GEMM=1 as in
+test_spec.py (batch-invariant matmuls). Bad set-ups are refused at start.
+"""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import requests
+
+from serverutil import Server, free_port
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "dflash"
+TARGET = str(GOLDEN / "tiny-dflash-target.gguf")
+DRAFT = str(GOLDEN / "tiny-dflash-draft.gguf")
+DRAFT_CONST = str(GOLDEN / "tiny-dflash-draft-const.gguf")
+# token ids: tiny-dflash.json's prompt, after which the target repeats the
+# constant draft's token ("call", 417) from its third token on
+PROMPTS = [[2, 50, 38, 41, 234, 551, 346, 226, 113, 122, 512, 292], "the model and the user",
+           "hello world weather city Paris"]
+
+
+def start(ember_bin, *extra):
+    port = free_port()
+    env_old = os.environ.get("EMBER_NO_GEMM")
+    os.environ["EMBER_NO_GEMM"] = "1"
+    try:
+        return Server([ember_bin, "serve", "-m", TARGET, "-c", "512", "-np", "2", "-t", "2", "--port", str(port),
+                       *extra], port)
+    finally:
+        if env_old is None:
+            del os.environ["EMBER_NO_GEMM"]
+        else:
+            os.environ["EMBER_NO_GEMM"] = env_old
+
+
+def complete(srv, prompt, n=32):
+    r = requests.post(srv.base + "/v1/completions", timeout=120, json={
+        "prompt": prompt, "max_tokens": n, "temperature": 0, "logprobs": 1})
+    r.raise_for_status()
+    d = r.json()
+    return d["choices"][0]["logprobs"]["tokens"], d["timings"]
+
+
+@pytest.fixture(scope="module")
+def reference(ember_bin):
+    srv = start(ember_bin)
+    try:
+        yield [complete(srv, p)[0] for p in PROMPTS]
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("draft,accepting", [(DRAFT_CONST, True), (DRAFT, False)])
+def test_dflash_greedy_identical(ember_bin, reference, draft, accepting):
+    srv = start(ember_bin, "--spec-type", "draft-dflash", "--spec-draft-model", draft, "--spec-draft-n-max", "7",
+                "--spec-draft-p-min", "0", "--spec-adaptive", "off")
+    try:
+        n_drafted = n_accepted = 0
+        for p, want in zip(PROMPTS, reference):
+            toks, timings = complete(srv, p)
+            assert toks == want, p
+            assert len(toks) == 32
+            n_drafted += timings.get("draft_n", 0)
+            n_accepted += timings.get("draft_n_accepted", 0)
+        assert n_drafted > 0
+        if accepting:
+            assert 0 < n_accepted < n_drafted
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--spec-type", "draft-dflash"], "--spec-draft-model"),
+    (["--spec-type", "draft-dflash", "--spec-draft-model", TARGET], "not dflash"),
+    (["--spec-type", "draft-dflash", "--spec-draft-model", str(GOLDEN / "missing.gguf")], "missing.gguf"),
+])
+def test_dflash_bad_setup_refused(ember_bin, args, needle):
+    p = subprocess.run([ember_bin, "serve", "-m", TARGET, "--port", "0", *args], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0
+    assert needle in p.stderr, p.stderr
+
+
+def test_dflash_draft_does_not_fit_target(ember_bin):
+    small = str(GOLDEN.parent / "gemma4" / "tiny-gemma4-kv.gguf")
+    p = subprocess.run([ember_bin, "serve", "-m", small, "--port", "0", "--spec-type", "draft-dflash",
+                        "--spec-draft-model", DRAFT], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "target_layers" in p.stderr, p.stderr

@@ -137,7 +137,7 @@ static ember_status open_spec(const serve_opts *o, serve_model *m, FILE *log)
         break;
     case SPEC_DFLASH:
         if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft-dflash needs --spec-draft-model FILE");
-        st = spec_dflash_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &prop);
+        st = spec_dflash_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, o->spec.n_max, &prop);
         break;
     case SPEC_LAYERSKIP: {
         int32_t k = o->spec.n_layer_draft > 0 ? o->spec.n_layer_draft : ember_model_n_layer(m->model) / 2;

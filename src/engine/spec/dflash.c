@@ -34,6 +34,7 @@ typedef struct dflash {
     ember_dflash_ctx *c;
     char path[256];
     int32_t n_slots, n_ctx, n_vocab, n_in;
+    int32_t n_block;        /* masked positions of every block: min(--spec-draft-n-max, block_size - 1) */
     int32_t layers[EMBER_DFLASH_MAX_TARGET_LAYERS];   /* ember layers: target_layers[k] - 1 */
     ember_token *kv_tok;    /* [n_slots][n_ctx] the token at each held position */
     float *feat;            /* [32][n_in] gathered feature rows */
@@ -94,13 +95,17 @@ static int32_t dflash_propose(void *self, const spec_input *in, int32_t n_max, f
         memcmp(f->kv_tok + (size_t)slot * (size_t)f->n_ctx, in->tokens, sizeof(ember_token) * (size_t)anchor) != 0)
         return 0;
     ember_dflash_truncate(f->c, slot, anchor);   /* drop rejected drafts' positions */
-    int32_t n = n_max < f->d->block_size - 1 ? n_max : f->d->block_size - 1;
-    if (n <= 0 || anchor + 1 + n > f->n_ctx) return 0;
+    /* the block always has n_block masked positions, however many drafts
+     * this step may use (the block attends both ways, so its length changes
+     * every row; llama.cpp's is --spec-draft-n-max + 1 too, speculative.cpp:1203) */
+    const int32_t n = f->n_block;
+    if (n_max <= 0 || anchor + 1 + n > f->n_ctx) return 0;
     f->block[0] = in->tokens[anchor];
     for (int32_t i = 1; i <= n; i++) f->block[i] = f->d->mask_token;
     if (ember_dflash_block(f->c, slot, f->block, n + 1, f->logits) != EMBER_OK) return 0;
+    if (n_max > n) n_max = n;
     int32_t k = 0;
-    for (; k < n; k++) {
+    for (; k < n_max; k++) {
         float p;
         const ember_token t = top1(f->logits + (size_t)k * (size_t)f->n_vocab, f->n_vocab, &p);
         if (p < p_min) break;
@@ -117,8 +122,9 @@ static void dflash_describe(void *self, char *buf, size_t cap)
     size_t o = 0;
     for (int32_t k = 0; k < f->d->n_target_layers && o + 8 < sizeof layers; k++)
         o += (size_t)snprintf(layers + o, sizeof layers - o, "%s%d", k ? "," : "", f->d->target_layers[k]);
-    snprintf(buf, cap, "DFlash draft %s, %d layers, block_size=%d, mask_token_id=%d, n_extract=%d (target layers %s)",
-             f->path, ember_model_n_layer(f->m), f->d->block_size, f->d->mask_token, f->d->n_target_layers, layers);
+    snprintf(buf, cap, "DFlash draft %s, %d layers, block_size=%d, mask_token_id=%d, n_extract=%d (target layers %s), "
+             "blocks of 1 + %d", f->path, ember_model_n_layer(f->m), f->d->block_size, f->d->mask_token,
+             f->d->n_target_layers, layers, f->n_block);
 }
 
 static void dflash_free(void *self)
@@ -135,7 +141,7 @@ static void dflash_free(void *self)
 }
 
 ember_status spec_dflash_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
-                             spec_proposer *out)
+                             int32_t n_max, spec_proposer *out)
 {
     dflash *f = calloc(1, sizeof *f);
     if (!f) return ember_error(EMBER_ERR_NOMEM, "DFlash draft");
@@ -159,6 +165,7 @@ ember_status spec_dflash_new(const char *path, const ember_model *target, int32_
     f->n_ctx = n_ctx;
     f->n_vocab = ember_model_n_vocab(target);
     f->n_in = f->d->n_target_layers * f->d->n_embd_target;
+    f->n_block = n_max < 1 ? 1 : n_max < f->d->block_size - 1 ? n_max : f->d->block_size - 1;
     for (int32_t k = 0; k < f->d->n_target_layers; k++) f->layers[k] = f->d->target_layers[k] - 1;
     f->kv_tok = calloc((size_t)n_slots * (size_t)n_ctx, sizeof *f->kv_tok);
     f->feat = malloc(sizeof(float) * 32 * (size_t)f->n_in);

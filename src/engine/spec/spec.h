@@ -230,13 +230,15 @@ ember_status spec_layerskip_new(ember_context *target, const ember_model *m, int
  * draft (src/model/dflash.h) with its own K/V per slot, fed by absorb with
  * the target's hidden states of every decoded position (the inputs of the
  * draft's target_layers: ember layers target_layers[k] - 1); propose runs
- * one noise block [last token, mask x n] and drafts the argmax of each
- * masked row (at most block_size - 1), stopping where its probability
+ * one noise block [last token, mask x n], n = min(n_max, block_size - 1)
+ * (--spec-draft-n-max, clamped as llama.cpp does, speculative.cpp:1014-1021;
+ * the same n every step, as the block's rows see each other) and drafts the
+ * argmax of each masked row, at most the step's n_max, stopping where its probability
  * within the top 10 falls below p_min (common/speculative.cpp:1027-1034,
  * 1251-1272). A slot whose positions were not all seen (a prefix-cache hit)
  * drafts nothing until they are. Errors: those of loading the draft,
  * ember_dflash_check_target, EMBER_ERR_NOMEM. target must outlive it. */
 ember_status spec_dflash_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
-                             spec_proposer *out);
+                             int32_t n_max, spec_proposer *out);
 
 #endif

@@ -9,8 +9,11 @@
  *   the constant one (tiny-dflash-draft-const, whose blocks are accepted
  *   once the target repeats its token) (n_max 7, p_min 0, adaptive
  *   off) every request's text is the plain greedy continuation token for
- *   token, drafts were made and verified, and the block drafts stay within
- *   block_size - 1;
+ *   token, drafts were made and verified (for the 70-token prompt too,
+ *   whose features came in three prefill chunks: a missing position would
+ *   stop its drafts), the block drafts stay within
+ *   block_size - 1, and each draft the engine got equals the block computed
+ *   directly from one forward pass over the final sequence (>= 95%);
  * - a draft file that is not `dflash`, or one that does not fit the target,
  *   is refused with an error;
  * - against llama.cpp: the drafted block at each step of llama.cpp's own run
@@ -44,7 +47,129 @@
 static const ember_token prompt0[] = {2, 50, 38, 41, 234, 551, 346, 226, 113, 122, 512, 292};
 static const ember_token hf_greedy0[N_PRED] = {113, 43, 417, 417, 417, 417, 417, 417, 417, 417, 417, 417,
                                                417, 417, 417, 417, 417, 417, 417, 417, 417, 417, 417, 417};
-static const ember_token prompt1[] = {2, 17, 301, 88, 45, 9, 560, 120, 77};
+/* 70 tokens: a prefill of three chunks (n_batch 32), absorbed chunk by chunk */
+static const ember_token prompt1[] = {2,   17,  301, 88,  45,  9,   560, 120, 77,  5,   33,  410, 251, 90,
+                                      66,  480, 12,  199, 305, 71,  8,   444, 23,  150, 99,  380, 41,  222,
+                                      17,  515, 60,  333, 7,   88,  290, 145, 501, 36,  11,  470, 260, 19,
+                                      95,  350, 48,  180, 572, 27,  130, 402, 64,  310, 85,  590, 6,   240,
+                                      115, 460, 52,  205, 377, 13,  161, 533, 74,  289, 39,  421, 102, 58};
+
+static ember_context *new_ctx(ember_model *m, uint32_t n_seq);
+
+/* A proposer around the DFlash one that records every draft it makes. */
+typedef struct drec {
+    int32_t q, anchor, n;
+    ember_token draft[8];
+} drec;
+typedef struct wrap {
+    spec_proposer inner;
+    const ember_token *prompts[2];
+    int32_t n_prompts[2];
+    drec rec[512];
+    int32_t n_rec;
+} wrap;
+
+static int32_t wrap_propose(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *draft, float *q)
+{
+    wrap *w = self;
+    int32_t k = w->inner.propose(w->inner.self, in, n_max, p_min, draft, q);
+    if (k > 0 && w->n_rec < 512) {
+        drec *r = &w->rec[w->n_rec++];
+        r->q = in->n_prompt == w->n_prompts[0] && !memcmp(in->tokens, w->prompts[0], sizeof(ember_token) * (size_t)in->n_prompt) ? 0 : 1;
+        r->anchor = in->n_tokens - 1;
+        r->n = k < 8 ? k : 8;
+        memcpy(r->draft, draft, sizeof(ember_token) * (size_t)r->n);
+    }
+    return k;
+}
+static void wrap_absorb(void *self, int32_t slot, ember_pos pos0, const ember_token *tok, int32_t n,
+                        const float *(*get)(void *ctx, int32_t i, int32_t j), void *ctx, int32_t i0)
+{
+    wrap *w = self;
+    w->inner.absorb(w->inner.self, slot, pos0, tok, n, get, ctx, i0);
+}
+static void wrap_free(void *self)
+{
+    wrap *w = self;
+    w->inner.free(w->inner.self);
+}
+
+/* The drafts the engine got (features absorbed step by step, prompt chunk
+ * by chunk, rejected positions cut) against blocks computed directly from
+ * one forward pass over each final sequence: >= 95% equal (a near-tie may
+ * flip between batch shapes). */
+static void check_drafts(ember_model *m, const char *draft, const wrap *w, const ember_token want[][N_PRED])
+{
+    ember_model *dm = NULL;
+    assert_int_equal(ember_model_load(draft, NULL, &dm), EMBER_OK);
+    const ember_dflash *d = ember_model_dflash(dm);
+    const int32_t V = ember_model_n_vocab(m), E = ember_model_n_embd(m), nl = d->n_target_layers;
+    ember_context *c = new_ctx(m, 1);
+    int32_t layers[EMBER_DFLASH_MAX_TARGET_LAYERS];
+    for (int k = 0; k < nl; k++) layers[k] = d->target_layers[k] - 1;
+    assert_int_equal(ember_set_hidden_layers(c, nl, layers), EMBER_OK);
+    ember_dflash_ctx *dc = NULL;
+    assert_int_equal(ember_dflash_ctx_new(dm, m, 1, MAX_POS, 1, &dc), EMBER_OK);
+    float *feat = malloc(sizeof(float) * MAX_POS * (size_t)nl * (size_t)E), *logits = malloc(sizeof(float) * 7 * (size_t)V);
+    assert_non_null(feat);
+    assert_non_null(logits);
+    ember_batch b;
+    assert_int_equal(ember_batch_init(MAX_POS, &b), EMBER_OK);
+    int32_t n_same = 0, n_cmp = 0;
+    for (int q = 0; q < N_REQ; q++) {
+        ember_token seq[MAX_POS];
+        const int32_t n = w->n_prompts[q] + N_PRED;
+        memcpy(seq, w->prompts[q], sizeof(ember_token) * (size_t)w->n_prompts[q]);
+        memcpy(seq + w->n_prompts[q], want[q], sizeof(ember_token) * N_PRED);
+        ember_seq_remove(c, 0);
+        for (int32_t p0 = 0; p0 < n; p0 += 32) {   /* n_batch 32 */
+            const int32_t k = n - p0 < 32 ? n - p0 : 32;
+            b.n_tokens = k;
+            for (int i = 0; i < k; i++) { b.token[i] = seq[p0 + i]; b.pos[i] = p0 + i; b.seq_id[i] = 0; b.logits[i] = 0; }
+            assert_int_equal(ember_decode(c, &b), EMBER_OK);
+            for (int i = 0; i < k; i++)
+                for (int j = 0; j < nl; j++)
+                    memcpy(feat + ((size_t)(p0 + i) * nl + j) * (size_t)E, ember_get_hidden(c, i, j), sizeof(float) * (size_t)E);
+        }
+        for (int32_t r = 0; r < w->n_rec; r++) {
+            const drec *x = &w->rec[r];
+            if (x->q != q) continue;
+            n_cmp++;
+            ember_dflash_truncate(dc, 0, 0);
+            assert_int_equal(ember_dflash_inject(dc, 0, x->anchor, feat), EMBER_OK);
+            ember_token blk[8] = {seq[x->anchor]};
+            for (int i = 1; i < 8; i++) blk[i] = d->mask_token;
+            assert_int_equal(ember_dflash_block(dc, 0, blk, 8, logits), EMBER_OK);
+            bool same = true;
+            for (int32_t i = 0; i < x->n; i++) {
+                const float *l = logits + (size_t)i * (size_t)V;
+                int best = 0;
+                for (int j = 1; j < V; j++) if (l[j] > l[best]) best = j;
+                same &= best == x->draft[i];
+            }
+            if (!same) {
+                print_message("differs: request %d anchor %d:", q, x->anchor);
+                for (int32_t i = 0; i < x->n; i++) {
+                    const float *l = logits + (size_t)i * (size_t)V;
+                    int best = 0;
+                    for (int j = 1; j < V; j++) if (l[j] > l[best]) best = j;
+                    print_message(" %d/%d", x->draft[i], best);
+                }
+                print_message("\n");
+            }
+            n_same += same;
+        }
+    }
+    print_message("%s: %d of %d engine drafts equal the direct blocks\n", draft, n_same, n_cmp);
+    assert_true(n_cmp > 0);
+    assert_true(n_same * 100 >= n_cmp * 95);
+    ember_batch_free(&b);
+    free(feat);
+    free(logits);
+    ember_dflash_ctx_free(dc);
+    ember_context_free(c);
+    ember_model_free(dm);
+}
 
 static int32_t piece(void *ud, ember_token t, char *buf, int32_t cap)
 {
@@ -58,6 +183,7 @@ static ember_context *new_ctx(ember_model *m, uint32_t n_seq)
     ember_context_params p = ember_context_default_params();
     p.n_ctx = MAX_POS;
     p.n_seq_max = n_seq;
+    p.n_kv_tokens = MAX_POS * n_seq;
     p.n_batch = 32;
     p.n_ubatch = 32;
     p.n_threads = 1;
@@ -73,9 +199,14 @@ static void greedy(ember_context *c, const ember_token *prompt, int32_t n, int32
     ember_batch b;
     assert_int_equal(ember_batch_init(MAX_POS, &b), EMBER_OK);
     ember_seq_remove(c, 0);
-    b.n_tokens = n;
-    for (int i = 0; i < n; i++) { b.token[i] = prompt[i]; b.pos[i] = i; b.seq_id[i] = 0; b.logits[i] = i == n - 1; }
-    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    for (int32_t p0 = 0; p0 < n; p0 += 32) {   /* n_batch 32 */
+        const int32_t k = n - p0 < 32 ? n - p0 : 32;
+        b.n_tokens = k;
+        for (int i = 0; i < k; i++) {
+            b.token[i] = prompt[p0 + i]; b.pos[i] = p0 + i; b.seq_id[i] = 0; b.logits[i] = p0 + i == n - 1;
+        }
+        assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    }
     for (int g = 0; g < N_PRED; g++) {
         const float *l = ember_get_logits(c, -1);
         int best = 0;
@@ -107,7 +238,11 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
 
     ember_context *c = new_ctx(m, N_REQ);
     spec_proposer prop;
-    assert_int_equal(spec_dflash_new(draft, m, N_REQ, MAX_POS, 1, &prop), EMBER_OK);
+    assert_int_equal(spec_dflash_new(draft, m, N_REQ, MAX_POS, 1, 7, &prop), EMBER_OK);
+    static wrap w;
+    memset(&w, 0, sizeof w);
+    w.inner = prop;
+    for (int q = 0; q < N_REQ; q++) { w.prompts[q] = prompts[q]; w.n_prompts[q] = n_prompts[q]; }
     assert_int_equal(prop.n_hidden_layers, 4);
     const int32_t want_layers[4] = {0, 2, 3, 4};   /* HF target_layer_ids: GGUF target_layers - 1 */
     for (int k = 0; k < 4; k++) assert_int_equal(prop.hidden_layers[k], want_layers[k]);
@@ -117,7 +252,12 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
     sp.p_min = 0;
     sp.adaptive = false;
     spec_engine *se;
-    assert_int_equal(spec_engine_new(&sp, prop, N_REQ, &se), EMBER_OK);
+    spec_proposer wp = prop;
+    wp.self = &w;
+    wp.propose = wrap_propose;
+    wp.absorb = wrap_absorb;
+    wp.free = wrap_free;
+    assert_int_equal(spec_engine_new(&sp, wp, N_REQ, &se), EMBER_OK);
     engine_runtime rt = engine_runtime_ember(c, V, E);
     engine_vocab vocab = {.token_piece = piece, .is_eog = never_eog};
     engine_config cfg = {.n_slots = N_REQ, .n_ctx = MAX_POS, .n_batch = 32, .n_queue_max = 4, .spec = se};
@@ -143,6 +283,8 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
             snprintf(t, sizeof t, "<%d>", want[q][g]);
             strcat(w, t);
         }
+        if (req[q]->finish == ENGINE_FINISH_ERROR) fail_msg("request %d: %s", q, req[q]->err);
+        assert_non_null(req[q]->text);
         assert_string_equal(req[q]->text, w);
         assert_true(req[q]->n_draft > 0);
         print_message("%s request %d: %d drafted, %d accepted\n", draft, q, (int)req[q]->n_draft,
@@ -156,6 +298,7 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
     engine_free(e);
     spec_engine_free(se);
     ember_context_free(c);
+    check_drafts(m, draft, &w, (const ember_token(*)[N_PRED])want);
     ember_model_free(m);
 }
 
@@ -188,11 +331,11 @@ static void test_dflash_refusals(void **st)
     assert_int_equal(ember_model_load(TARGET, NULL, &m), EMBER_OK);
     spec_proposer prop;
     /* not a dflash file */
-    assert_int_equal(spec_dflash_new(TARGET, m, 1, 64, 1, &prop), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(spec_dflash_new(TARGET, m, 1, 64, 1, 7, &prop), EMBER_ERR_INVALID_ARG);
     ember_model_free(m);
     /* a target it does not fit (4 layers of n_embd 48) */
     assert_int_equal(ember_model_load("tests/golden/gemma4/tiny-gemma4-kv.gguf", NULL, &m), EMBER_OK);
-    assert_int_equal(spec_dflash_new(DRAFT, m, 1, 64, 1, &prop), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(spec_dflash_new(DRAFT, m, 1, 64, 1, 7, &prop), EMBER_ERR_INVALID_ARG);
     ember_model_free(m);
     spec_type t;
     assert_true(spec_parse_type("draft-dflash", &t));

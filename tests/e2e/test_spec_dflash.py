@@ -96,3 +96,20 @@ def test_dflash_draft_does_not_fit_target(ember_bin):
                         "--spec-draft-model", DRAFT], capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert "target_layers" in p.stderr, p.stderr
+
+
+def test_dflash_llama_server_command_line(ember_bin, reference):
+    """The issue's llama-server DFlash flags (without --spec-draft-p-min: llama.cpp's
+    default 0 drafts the whole block) start a server that logs llama.cpp's
+    DFlash parameters and stays lossless."""
+    srv = start(ember_bin, "--spec-type", "draft-dflash", "--spec-draft-model", DRAFT_CONST, "--spec-draft-n-max", "7",
+                "--spec-draft-ngl", "999")
+    try:
+        toks, _ = complete(srv, PROMPTS[0])
+        assert toks == reference[0]
+        log = Path(srv.log.name).read_text() if srv.log.name != os.devnull else None
+    finally:
+        srv.stop()
+    if log is not None:
+        assert "block_size=8, mask_token_id=4, n_extract=4" in log, log
+        assert "p_min 0.00" in log, log

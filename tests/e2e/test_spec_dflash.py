@@ -113,3 +113,29 @@ def test_dflash_llama_server_command_line(ember_bin, reference):
     if log is not None:
         assert "block_size=8, mask_token_id=4, n_extract=4" in log, log
         assert "p_min 0.00" in log, log
+
+
+def test_dflash_sampled_identical_with_seed(ember_bin):
+    """At temperature > 0 the verifier draws each emitted token once from the
+    target with the request's seeded sampler (spec.h: accept iff the draw
+    equals the draft), so a seeded sampled completion is the same with and
+    without DFlash, accepted blocks included (a wrong acceptance rule, e.g.
+    accepting a draft the draw did not give, changes the tokens)."""
+    def run(*extra):
+        srv = start(ember_bin, *extra)
+        try:
+            out = []
+            for p in PROMPTS:
+                r = requests.post(srv.base + "/v1/completions", timeout=120, json={
+                    "prompt": p, "max_tokens": 32, "temperature": 0.5, "seed": 1, "logprobs": 1})
+                r.raise_for_status()
+                d = r.json()
+                out.append((d["choices"][0]["logprobs"]["tokens"], d["timings"].get("draft_n_accepted", 0)))
+            return out
+        finally:
+            srv.stop()
+    plain = run()
+    spec = run("--spec-type", "draft-dflash", "--spec-draft-model", DRAFT_CONST, "--spec-draft-n-max", "7",
+               "--spec-adaptive", "off")
+    assert [t for t, _ in spec] == [t for t, _ in plain]
+    assert sum(a for _, a in spec) > 0

@@ -6,7 +6,9 @@
  * embedding_length 64, fc.weight ne [256, 64], no token_embd / output: the
  * target's are used; the vocabulary of 594 tokens is transformers' tokenizer
  * size in tiny-dflash.json), fits its target, is refused by a target it
- * does not fit, and cannot be run as a model of its own. */
+ * does not fit, and cannot be run as a model of its own; malformed drafts
+ * (written here with the GGUF writer) get errors that name the key or
+ * tensor; the forward's entry points refuse bad arguments. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -15,6 +17,11 @@
 
 #include "ember.h"
 #include "model/dflash.h"
+#include "gguf/gguf.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #define DRAFT "tests/golden/dflash/tiny-dflash-draft.gguf"
 #define TARGET "tests/golden/dflash/tiny-dflash-target.gguf"
@@ -76,12 +83,124 @@ static void test_dflash_is_no_model_of_its_own(void **st)
     ember_model_free(d);
 }
 
+/* A minimal dflash file: 1 layer, n_embd 8, 2 heads of 4 (1 KV head),
+ * n_ff 8, target_layers [1] of an 8-wide target; `bad` breaks one thing. */
+enum { OK_FILE, NO_TARGET_LAYERS, ZERO_LAYER, DFLASH2, FC_WIDTH, NO_MASK, BLOCK_1, NO_FC };
+static const char *write_draft(int bad, char *path)
+{
+    snprintf(path, 64, "/tmp/ember-test-dflash-%d-%d.gguf", (int)getpid(), bad);
+    ember_gguf_writer *w = NULL;
+    assert_int_equal(ember_gguf_writer_new(0, &w), EMBER_OK);
+    ember_gguf_writer_set_str(w, "general.architecture", "dflash");
+    ember_gguf_writer_set_u32(w, "dflash.context_length", 64);
+    ember_gguf_writer_set_u32(w, "dflash.embedding_length", 8);
+    ember_gguf_writer_set_u32(w, "dflash.block_count", 1);
+    ember_gguf_writer_set_u32(w, "dflash.feed_forward_length", 8);
+    ember_gguf_writer_set_u32(w, "dflash.attention.head_count", 2);
+    ember_gguf_writer_set_u32(w, "dflash.attention.head_count_kv", 1);
+    ember_gguf_writer_set_u32(w, "dflash.attention.key_length", 4);
+    ember_gguf_writer_set_u32(w, "dflash.attention.value_length", 4);
+    ember_gguf_writer_set_f32(w, "dflash.attention.layer_norm_rms_epsilon", 1e-6f);
+    const int32_t tl[2] = {bad == ZERO_LAYER ? 0 : 1, 2};
+    if (bad != NO_TARGET_LAYERS) ember_gguf_writer_set_arr(w, "dflash.target_layers", EMBER_GGUF_I32, tl, 2);
+    ember_gguf_writer_set_u32(w, "dflash.block_size", bad == BLOCK_1 ? 1 : 4);
+    if (bad != NO_MASK) ember_gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", 3);
+    static float z[16 * 8];
+    const int64_t v8[1] = {8}, v4[1] = {4};
+    const int64_t fc[2] = {bad == FC_WIDTH ? 15 : 16, 8}, sq[2] = {8, 8}, kv[2] = {8, 4};
+    if (bad != NO_FC) ember_gguf_writer_add_tensor(w, "fc.weight", EMBER_TYPE_F32, 2, fc, z);
+    ember_gguf_writer_add_tensor(w, "enc.output_norm.weight", EMBER_TYPE_F32, 1, v8, z);
+    ember_gguf_writer_add_tensor(w, "output_norm.weight", EMBER_TYPE_F32, 1, v8, z);
+    if (bad == DFLASH2) ember_gguf_writer_add_tensor(w, "selector_hidden.weight", EMBER_TYPE_F32, 2, sq, z);
+    const char *mats[] = {"attn_q", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    char name[64];
+    for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) {
+        snprintf(name, sizeof name, "blk.0.%s.weight", mats[i]);
+        ember_gguf_writer_add_tensor(w, name, EMBER_TYPE_F32, 2, sq, z);
+    }
+    ember_gguf_writer_add_tensor(w, "blk.0.attn_k.weight", EMBER_TYPE_F32, 2, kv, z);
+    ember_gguf_writer_add_tensor(w, "blk.0.attn_v.weight", EMBER_TYPE_F32, 2, kv, z);
+    ember_gguf_writer_add_tensor(w, "blk.0.attn_norm.weight", EMBER_TYPE_F32, 1, v8, z);
+    ember_gguf_writer_add_tensor(w, "blk.0.ffn_norm.weight", EMBER_TYPE_F32, 1, v8, z);
+    ember_gguf_writer_add_tensor(w, "blk.0.attn_q_norm.weight", EMBER_TYPE_F32, 1, v4, z);
+    ember_gguf_writer_add_tensor(w, "blk.0.attn_k_norm.weight", EMBER_TYPE_F32, 1, v4, z);
+    assert_int_equal(ember_gguf_writer_write_file(w, path), EMBER_OK);
+    ember_gguf_writer_free(w);
+    return path;
+}
+
+static void test_dflash_malformed(void **st)
+{
+    (void)st;
+    const struct { int bad; ember_status want; const char *needle; } cases[] = {
+        {NO_TARGET_LAYERS, EMBER_ERR_NOT_FOUND, "dflash.target_layers"},
+        {ZERO_LAYER, EMBER_ERR_FORMAT, "dflash.target_layers'[0]"},
+        {DFLASH2, EMBER_ERR_UNSUPPORTED, "selector_hidden.weight"},
+        {FC_WIDTH, EMBER_ERR_FORMAT, "fc.weight"},
+        {NO_MASK, EMBER_ERR_NOT_FOUND, "mask_token_id"},
+        {BLOCK_1, EMBER_ERR_FORMAT, "block_size"},
+        {NO_FC, EMBER_ERR_NOT_FOUND, "fc.weight"},
+    };
+    char path[64];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ember_model *m = NULL;
+        write_draft(cases[i].bad, path);
+        ember_status got = ember_model_load(path, NULL, &m);
+        const char *msg = ember_last_error();
+        if (got != cases[i].want || !strstr(msg, cases[i].needle))
+            fail_msg("case %d: status %d, message '%s' (want %d naming %s)", cases[i].bad, got, msg, cases[i].want,
+                     cases[i].needle);
+        assert_null(m);
+        unlink(path);
+    }
+    /* the well-formed one gets past the draft's own checks (it has no vocabulary) */
+    ember_model *m = NULL;
+    write_draft(OK_FILE, path);
+    assert_int_not_equal(ember_model_load(path, NULL, &m), EMBER_OK);
+    assert_null(strstr(ember_last_error(), "dflash."));
+    unlink(path);
+}
+
+static void test_dflash_forward_bad_args(void **st)
+{
+    (void)st;
+    ember_model *d = NULL, *t = NULL;
+    assert_int_equal(ember_model_load(DRAFT, NULL, &d), EMBER_OK);
+    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
+    ember_dflash_ctx *c = NULL;
+    assert_int_equal(ember_dflash_ctx_new(d, t, 0, 16, 1, &c), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_dflash_ctx_new(t, t, 1, 16, 1, &c), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_dflash_ctx_new(d, t, 1, 16, 1, &c), EMBER_OK);
+    static float feat[20 * 256];
+    float logits[7 * 594];
+    const ember_token blk[8] = {2, 4, 4, 4, 4, 4, 4, 4}, bad_tok[2] = {2, 594};
+    assert_int_equal(ember_dflash_inject(c, 1, 1, feat), EMBER_ERR_INVALID_ARG);     /* no sequence 1 */
+    assert_int_equal(ember_dflash_inject(c, 0, 17, feat), EMBER_ERR_RANGE);          /* past n_ctx 16 */
+    assert_int_equal(ember_dflash_n_pos(c, 0), 0);
+    assert_int_equal(ember_dflash_inject(c, 0, 5, feat), EMBER_OK);
+    assert_int_equal(ember_dflash_n_pos(c, 0), 5);
+    assert_int_equal(ember_dflash_block(c, 0, blk, 1, logits), EMBER_ERR_INVALID_ARG);     /* < 2 */
+    assert_int_equal(ember_dflash_block(c, 0, blk, 9, logits), EMBER_ERR_INVALID_ARG);     /* > block_size 8 */
+    assert_int_equal(ember_dflash_block(c, 0, bad_tok, 2, logits), EMBER_ERR_INVALID_ARG); /* token 594 */
+    assert_int_equal(ember_dflash_block(c, 0, blk, 8, logits), EMBER_OK);
+    assert_int_equal(ember_dflash_n_pos(c, 0), 5);   /* the block's K/V are not kept */
+    ember_dflash_truncate(c, 0, 2);
+    assert_int_equal(ember_dflash_n_pos(c, 0), 2);
+    ember_dflash_truncate(c, 0, 9);                  /* never grows */
+    assert_int_equal(ember_dflash_n_pos(c, 0), 2);
+    ember_dflash_ctx_free(c);
+    ember_model_free(t);
+    ember_model_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dflash_loads),
         cmocka_unit_test(test_dflash_fits_its_target),
         cmocka_unit_test(test_dflash_is_no_model_of_its_own),
+        cmocka_unit_test(test_dflash_malformed),
+        cmocka_unit_test(test_dflash_forward_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,10 @@ Writes tests/golden/dflash/:
                            -h_i give silu(h_i) h_i + silu(-h_i)(-h_i) = h_i^2,
                            whose sum is n_embd whatever x is
   tiny-dflash.json         what was made: configs, target_layer_ids (HF) and
-                           the target_layers the converter wrote (HF + 1)
+                           the target_layers the converter wrote (HF + 1),
+                           transformers' greedy continuation of a prompt and
+                           its hidden states at the prompt's positions after
+                           each target_layer_id (hidden_states[id + 1])
 
 Conversion is llama.cpp's own convert_hf_to_gguf.py with its gguf-py, the
 draft with `--target-model-dir` (the converter takes the draft's vocabulary
@@ -162,6 +165,10 @@ def main():
         prompt = [tcfg.bos_token_id] + torch.randint(5, n_vocab, (11,), generator=gen).tolist()
         with torch.no_grad():
             g = model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False)[0].tolist()
+            # the states the draft reads: transformers' hidden_states[i + 1] (the
+            # input of layer i + 1 = the output of layer i) for i in target_layer_ids
+            hs = model(input_ids=torch.tensor([prompt]), output_hidden_states=True, use_cache=False).hidden_states
+            feats = {str(i): [[round(v, 6) for v in row] for row in hs[i + 1][0].float().tolist()] for i in TARGET_LAYER_IDS}
 
         # the constant draft: the token the continuation repeats most
         cont = g[len(prompt):]
@@ -180,6 +187,7 @@ def main():
         "target_layer_ids": TARGET_LAYER_IDS, "gguf_target_layers": [i + 1 for i in TARGET_LAYER_IDS],
         "block_size": BLOCK_SIZE, "mask_token_id": MASK_TOKEN_ID,
         "prompt": prompt, "greedy_continuation": g[len(prompt):], "const_draft_token": const_tok,
+        "prompt_hidden_states": feats,
     }
     (OUT / "tiny-dflash.json").write_text(json.dumps(rec, indent=1))
     for f in ("tiny-dflash-target.gguf", "tiny-dflash-draft.gguf", "tiny-dflash-draft-const.gguf"):

@@ -8,7 +8,12 @@
  * size in tiny-dflash.json), fits its target, is refused by a target it
  * does not fit, and cannot be run as a model of its own; malformed drafts
  * (written here with the GGUF writer) get errors that name the key or
- * tensor; the forward's entry points refuse bad arguments. */
+ * tensor; the forward's entry points refuse bad arguments;
+ * - the target states the draft reads: ember's gemma4 hidden states after
+ *   layers target_layers[k] - 1 at every prompt position (rows without
+ *   logits included) equal transformers' hidden_states[id + 1] for HF's
+ *   target_layer_ids (tiny-dflash.json prompt_hidden_states), so the layer
+ *   mapping HF id -> GGUF id + 1 -> ember layer id holds. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -19,9 +24,11 @@
 #include "model/dflash.h"
 #include "gguf/gguf.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <jansson.h>
 
 #define DRAFT "tests/golden/dflash/tiny-dflash-draft.gguf"
 #define TARGET "tests/golden/dflash/tiny-dflash-target.gguf"
@@ -193,6 +200,65 @@ static void test_dflash_forward_bad_args(void **st)
     ember_model_free(d);
 }
 
+static void test_dflash_target_states_match_transformers(void **st)
+{
+    (void)st;
+    json_error_t jerr;
+    json_t *rec = json_load_file("tests/golden/dflash/tiny-dflash.json", 0, &jerr);
+    assert_non_null(rec);
+    json_t *jp = json_object_get(rec, "prompt"), *jh = json_object_get(rec, "prompt_hidden_states");
+    assert_true(json_is_array(jp) && json_is_object(jh));
+    ember_model *d = NULL, *t = NULL;
+    assert_int_equal(ember_model_load(DRAFT, NULL, &d), EMBER_OK);
+    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
+    const ember_dflash *df = ember_model_dflash(d);
+    int32_t layers[EMBER_DFLASH_MAX_TARGET_LAYERS];
+    for (int k = 0; k < df->n_target_layers; k++) layers[k] = df->target_layers[k] - 1;
+    ember_context_params cp = ember_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = cp.n_ubatch = 64;
+    cp.n_threads = 1;
+    cp.type_k = cp.type_v = EMBER_KV_F32;
+    ember_context *c = NULL;
+    assert_int_equal(ember_context_new(t, &cp, &c), EMBER_OK);
+    assert_int_equal(ember_set_hidden_layers(c, df->n_target_layers, layers), EMBER_OK);
+    const int32_t n = (int32_t)json_array_size(jp), E = ember_model_n_embd(t);
+    ember_batch b;
+    assert_int_equal(ember_batch_init(n, &b), EMBER_OK);
+    b.n_tokens = n;
+    for (int i = 0; i < n; i++) {
+        b.token[i] = (ember_token)json_integer_value(json_array_get(jp, (size_t)i));
+        b.pos[i] = i; b.seq_id[i] = 0; b.logits[i] = i == n - 1;
+    }
+    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    double worst = 0;
+    for (int k = 0; k < df->n_target_layers; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", layers[k]);   /* HF target_layer_id */
+        json_t *rows = json_object_get(jh, key);
+        assert_true(json_is_array(rows) && (int32_t)json_array_size(rows) == n);
+        for (int i = 0; i < n; i++) {
+            const float *h = ember_get_hidden(c, i, k);
+            assert_non_null(h);
+            json_t *row = json_array_get(rows, (size_t)i);
+            double scale = 0;
+            for (int e = 0; e < E; e++) scale = fmax(scale, fabs(json_real_value(json_array_get(row, (size_t)e))));
+            for (int e = 0; e < E; e++) {
+                const double want = json_real_value(json_array_get(row, (size_t)e));
+                const double err = fabs(h[e] - want) / (scale + 1e-6);
+                if (err > worst) worst = err;
+                if (err > 2e-3) fail_msg("layer %d position %d element %d: %f, transformers %f", layers[k], i, e, h[e], want);
+            }
+        }
+    }
+    print_message("target hidden states vs transformers: max error %.2g of the row scale\n", worst);
+    ember_batch_free(&b);
+    ember_context_free(c);
+    ember_model_free(t);
+    ember_model_free(d);
+    json_decref(rec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_dflash_is_no_model_of_its_own),
         cmocka_unit_test(test_dflash_malformed),
         cmocka_unit_test(test_dflash_forward_bad_args),
+        cmocka_unit_test(test_dflash_target_states_match_transformers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,6 +79,7 @@ static bool admit(engine *e, engine_req *r)
         if (e->rt.seq_fork(e->rt.ctx, donor->id, target->id, k) == EMBER_OK) {
             memcpy(target->tokens, donor->tokens, sizeof *P * (size_t)k);
             n_keep = k;
+            if (e->cfg.spec && e->cfg.spec->prop.fork) e->cfg.spec->prop.fork(e->cfg.spec->prop.self, donor->id, target->id, k);
         } else {
             e->rt.seq_remove(e->rt.ctx, target->id);
         }

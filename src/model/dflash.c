@@ -261,6 +261,16 @@ int32_t ember_dflash_n_pos(const ember_dflash_ctx *c, int32_t seq)
     return seq >= 0 && seq < c->n_seq ? c->n_pos[seq] : 0;
 }
 
+void ember_dflash_fork(ember_dflash_ctx *c, int32_t src, int32_t dst, int32_t n)
+{
+    if (src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq || src == dst || n < 0) return;
+    if (n > c->n_pos[src]) { c->n_pos[dst] = 0; return; }
+    for (int32_t il = 0; il < c->m->hp.n_layer; il++)
+        for (int kv = 0; kv < 2; kv++)
+            memcpy(kv_at(c, dst, il, kv, 0), kv_at(c, src, il, kv, 0), (size_t)n * (size_t)c->n_k * sizeof(float));
+    c->n_pos[dst] = n;
+}
+
 void ember_dflash_truncate(ember_dflash_ctx *c, int32_t seq, int32_t n_pos)
 {
     if (seq >= 0 && seq < c->n_seq && n_pos >= 0 && n_pos < c->n_pos[seq]) c->n_pos[seq] = n_pos;

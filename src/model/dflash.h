@@ -56,6 +56,9 @@ ember_status ember_dflash_ctx_new(const ember_model *draft, const ember_model *t
 void ember_dflash_ctx_free(ember_dflash_ctx *c);
 /* Positions of seq whose K/V are injected (0 .. n_pos - 1). */
 int32_t ember_dflash_n_pos(const ember_dflash_ctx *c, int32_t seq);
+/* Make dst hold src's first n positions (a copy of their K/V); when src
+ * holds fewer, dst holds none. */
+void ember_dflash_fork(ember_dflash_ctx *c, int32_t src, int32_t dst, int32_t n);
 /* Forget positions >= n_pos (no-op when n_pos >= the current count). */
 void ember_dflash_truncate(ember_dflash_ctx *c, int32_t seq, int32_t n_pos);
 /* Inject n target positions at n_pos .. n_pos + n - 1 (dflash.cpp:607-674):

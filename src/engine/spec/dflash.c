@@ -11,8 +11,9 @@
  * before the held positions first cuts them back to its start). Before a
  * block is drafted the held positions are cut to the slot's committed ones
  * (tokens[0, n_tokens - 1)); when they do not match those tokens (a new
- * request, a prefix-cache hit that skipped positions) the slot drafts
- * nothing. Draft tokens are argmaxes (q = one-hot), verified by the engine
+ * request, a prefix-cache hit on the slot's own cache that it never saw)
+ * the slot drafts nothing; a prefix forked from another slot's cache comes
+ * with that slot's features (fork). Draft tokens are argmaxes (q = one-hot), verified by the engine
  * with the rule in spec.h, so output stays lossless whatever the draft says.
  */
 #include "engine/spec/spec.h"
@@ -62,6 +63,14 @@ static void dflash_absorb(void *self, int32_t slot, ember_pos pos0, const ember_
         if (ember_dflash_inject(f->c, slot, k, f->feat) != EMBER_OK) return;
         memcpy(f->kv_tok + (size_t)slot * (size_t)f->n_ctx + (size_t)(pos0 + r0), tok + r0, sizeof(ember_token) * (size_t)k);
     }
+}
+
+static void dflash_fork(void *self, int32_t src, int32_t dst, int32_t n)
+{
+    dflash *f = self;
+    if (src < 0 || src >= f->n_slots || dst < 0 || dst >= f->n_slots || n < 0 || n > f->n_ctx) return;
+    ember_dflash_fork(f->c, src, dst, n);
+    memcpy(f->kv_tok + (size_t)dst * (size_t)f->n_ctx, f->kv_tok + (size_t)src * (size_t)f->n_ctx, sizeof(ember_token) * (size_t)n);
 }
 
 /* Index of the largest of l[n] and its probability within the top
@@ -177,7 +186,7 @@ ember_status spec_dflash_new(const char *path, const ember_model *target, int32_
     }
     *out = (spec_proposer){.name = "draft-dflash", .self = f, .costly = true,
                            .n_hidden_layers = f->d->n_target_layers, .hidden_layers = f->layers,
-                           .propose = dflash_propose, .absorb = dflash_absorb,
+                           .propose = dflash_propose, .absorb = dflash_absorb, .fork = dflash_fork,
                            .describe = dflash_describe, .free = dflash_free};
     return EMBER_OK;
 fail:

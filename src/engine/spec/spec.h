@@ -108,6 +108,10 @@ typedef struct spec_proposer {
      * llama.cpp's common_speculative_process (common/speculative.cpp:1087). */
     void (*absorb)(void *self, int32_t slot, ember_pos pos0, const ember_token *tok, int32_t n,
                    const float *(*get)(void *ctx, int32_t i, int32_t j), void *ctx, int32_t i0);
+    /* Optional: the engine gave slot dst the first n positions of slot src
+     * (a prefix-cache fork, seq_fork); a proposer keeping per-position state
+     * copies its own. */
+    void (*fork)(void *self, int32_t src, int32_t dst, int32_t n);
     void (*slot_reset)(void *self, int32_t slot);
     void (*describe)(void *self, char *buf, size_t cap);
     void (*free)(void *self);
@@ -235,8 +239,9 @@ ember_status spec_layerskip_new(ember_context *target, const ember_model *m, int
  * the same n every step, as the block's rows see each other) and drafts the
  * argmax of each masked row, at most the step's n_max, stopping where its probability
  * within the top 10 falls below p_min (common/speculative.cpp:1027-1034,
- * 1251-1272). A slot whose positions were not all seen (a prefix-cache hit)
- * drafts nothing until they are. Errors: those of loading the draft,
+ * 1251-1272). A prefix forked from another slot comes with its features
+ * (fork); a slot missing some positions' features drafts nothing for that
+ * request. Errors: those of loading the draft,
  * ember_dflash_check_target, EMBER_ERR_NOMEM. target must outlive it. */
 ember_status spec_dflash_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
                              int32_t n_max, spec_proposer *out);

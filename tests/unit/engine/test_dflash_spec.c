@@ -14,6 +14,8 @@
  *   stop its drafts), the block drafts stay within
  *   block_size - 1, and each draft the engine got equals the block computed
  *   directly from one forward pass over the final sequence (>= 95%);
+ * - a prompt forked from another slot's cache drafts at once (its
+ *   features are forked too) and stays lossless;
  * - a draft file that is not `dflash`, or one that does not fit the target,
  *   is refused with an error;
  * - against llama.cpp: the drafted block at each step of llama.cpp's own run
@@ -87,6 +89,11 @@ static void wrap_absorb(void *self, int32_t slot, ember_pos pos0, const ember_to
 {
     wrap *w = self;
     w->inner.absorb(w->inner.self, slot, pos0, tok, n, get, ctx, i0);
+}
+static void wrap_fork(void *self, int32_t src, int32_t dst, int32_t n)
+{
+    wrap *w = self;
+    w->inner.fork(w->inner.self, src, dst, n);
 }
 static void wrap_free(void *self)
 {
@@ -256,6 +263,7 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
     wp.self = &w;
     wp.propose = wrap_propose;
     wp.absorb = wrap_absorb;
+    wp.fork = wrap_fork;
     wp.free = wrap_free;
     assert_int_equal(spec_engine_new(&sp, wp, N_REQ, &se), EMBER_OK);
     engine_runtime rt = engine_runtime_ember(c, V, E);
@@ -341,6 +349,77 @@ static void test_dflash_refusals(void **st)
     assert_true(spec_parse_type("draft-dflash", &t));
     assert_int_equal(t, SPEC_DFLASH);
     assert_string_equal(spec_type_name(SPEC_DFLASH), "draft-dflash");
+}
+
+/* The prefix cache: a request whose prompt extends a busy slot's tokens is
+ * admitted to the other slot with that prefix forked (seq_fork); the draft's
+ * features come along (fork), so it drafts from its first step, and the
+ * output stays the plain greedy one. */
+static void test_dflash_prefix_fork(void **st)
+{
+    (void)st;
+    ember_model *m = NULL;
+    assert_int_equal(ember_model_load(TARGET, NULL, &m), EMBER_OK);
+    const int32_t V = ember_model_n_vocab(m), E = ember_model_n_embd(m);
+    const int32_t na = (int32_t)(sizeof prompt1 / sizeof *prompt1);
+    ember_token pb[80];
+    memcpy(pb, prompt1, sizeof prompt1);
+    pb[na] = 300; pb[na + 1] = 301;   /* the same 70 tokens, then two more */
+    const int32_t nb = na + 2;
+    ember_token want[N_PRED];
+    ember_context *ref = new_ctx(m, 1);
+    greedy(ref, pb, nb, V, want);
+    ember_context_free(ref);
+    ember_context *c = new_ctx(m, 2);
+    spec_proposer prop;
+    assert_int_equal(spec_dflash_new(DRAFT, m, 2, MAX_POS, 1, 7, &prop), EMBER_OK);
+    spec_params sp = spec_default_params();
+    sp.type = SPEC_DFLASH;
+    sp.n_max = 7;
+    sp.p_min = 0;
+    sp.adaptive = false;
+    spec_engine *se;
+    assert_int_equal(spec_engine_new(&sp, prop, 2, &se), EMBER_OK);
+    engine_runtime rt = engine_runtime_ember(c, V, E);
+    engine_vocab vocab = {.token_piece = piece, .is_eog = never_eog};
+    engine_config cfg = {.n_slots = 2, .n_ctx = MAX_POS, .n_batch = 32, .n_queue_max = 4, .spec = se};
+    engine *e;
+    assert_int_equal(engine_new(&cfg, &rt, &vocab, &e), EMBER_OK);
+    engine_req_params p = {0};
+    p.sampling = ember_sampler_default_params();
+    p.sampling.temp = 0;
+    p.ignore_eos = true;
+    p.prompt = prompt1;
+    p.n_prompt = na;
+    p.n_predict = 20;
+    engine_req *ra, *rb;
+    assert_int_equal(engine_submit(e, &p, &ra), EMBER_OK);
+    for (int guard = 0; guard < 100 && ra->n_draft == 0; guard++) engine_step(e);   /* A is generating */
+    assert_true(ra->finish == ENGINE_RUNNING);
+    p.prompt = pb;
+    p.n_prompt = nb;
+    p.n_predict = N_PRED;
+    assert_int_equal(engine_submit(e, &p, &rb), EMBER_OK);
+    /* B's prefill is 3 tokens (70 forked, the last prompt token decoded again) */
+    engine_step(e);
+    engine_step(e);
+    assert_true(rb->n_draft > 0);   /* without the features of the forked 70 positions it would not draft */
+    for (int guard = 0; guard < 1000 && (ra->finish == ENGINE_RUNNING || rb->finish == ENGINE_RUNNING); guard++)
+        engine_step(e);
+    char w[1024] = "";
+    for (int g = 0; g < N_PRED; g++) {
+        char t[16];
+        snprintf(t, sizeof t, "<%d>", want[g]);
+        strcat(w, t);
+    }
+    assert_non_null(rb->text);
+    assert_string_equal(rb->text, w);
+    engine_req_release(ra);
+    engine_req_release(rb);
+    engine_free(e);
+    spec_engine_free(se);
+    ember_context_free(c);
+    ember_model_free(m);
 }
 
 #define RECORD "tests/golden/dflash/tiny-dflash.llama-drafts.json"
@@ -454,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_dflash_lossless),
         cmocka_unit_test(test_dflash_lossless_accepting),
         cmocka_unit_test(test_dflash_refusals),
+        cmocka_unit_test(test_dflash_prefix_fork),
         cmocka_unit_test(test_dflash_matches_llama_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -256,16 +256,17 @@ uint32_t ember_kv_free_tokens(const ember_context *ctx);
  *   them before a full decode attends to them. Errors: EMBER_ERR_INVALID_ARG
  *   (n_layer outside [0, model n_layer]), EMBER_ERR_UNSUPPORTED (the
  *   architecture always runs every layer: gemma4).
- * - set_hidden_layers: later decodes keep, for every entry that asks for
- *   logits, the hidden state (the residual stream, [n_embd] floats, before
- *   any final norm) after each of layers[0, n) (0-based; draft heads such as
- *   EAGLE, MTP or DFlash read them). n = 0 turns it off. Errors:
- *   EMBER_ERR_INVALID_ARG (n outside [0, EMBER_MAX_HIDDEN_LAYERS], a layer
- *   outside [0, n_layer)), EMBER_ERR_UNSUPPORTED (architecture), NOMEM.
+ * - set_hidden_layers: later decodes keep, for every batch entry (logits
+ *   or not: a DFlash draft reads every prompt position), the hidden state
+ *   (the residual stream, [n_embd] floats, before any final norm) after
+ *   each of layers[0, n) (0-based; draft heads such as EAGLE, MTP or DFlash
+ *   read them; llama.cpp's "input of layer l + 1"). n = 0 turns it off.
+ *   Errors: EMBER_ERR_INVALID_ARG (n outside [0, EMBER_MAX_HIDDEN_LAYERS], a
+ *   layer outside [0, n_layer)), EMBER_ERR_UNSUPPORTED (architecture), NOMEM.
  * - get_hidden: that state for batch entry i (-1: the last entry with
- *   logits) and requested layer j of the last decode; NULL when the entry
- *   asked no logits, j is out of range or the decode stopped before that
- *   layer. Valid until the next ember_decode. */
+ *   logits) and requested layer j of the last decode; NULL when i or j is
+ *   out of range or the decode stopped before that layer. Valid until the
+ *   next ember_decode. */
 #define EMBER_MAX_HIDDEN_LAYERS 8
 ember_status ember_set_layer_limit(ember_context *ctx, int32_t n_layer);
 ember_status ember_set_hidden_layers(ember_context *ctx, int32_t n, const int32_t *layers);

@@ -27,7 +27,9 @@ typedef struct serve_opts {
     ember_kv_type type_k, type_v;
     const char *template_file;  /* --chat-template-file */
     spec_params spec;           /* --spec-type, --spec-draft-n-max/-n-min/-p-min, --spec-adaptive */
-    const char *draft_path;     /* -md: draft model for --spec-type draft */
+    const char *draft_path;     /* -md / --spec-draft-model: draft model for --spec-type draft or draft-dflash */
+    int32_t draft_ngl;          /* --spec-draft-ngl (accepted; drafts run on the CPU for now) */
+    bool p_min_given;           /* --spec-draft-p-min was given (draft-dflash defaults to llama.cpp's 0) */
 } serve_opts;
 
 typedef struct serve_model {

@@ -38,6 +38,7 @@ typedef struct slot {
     size_t pending_len, pending_cap;
     int32_t i_logits;
     int32_t n_batch_entries;  /* entries this slot put in the current batch */
+    int32_t i_batch0;         /* the first of them (they are consecutive) */
     /* constraints (slot_constrain_begin at admission, freed by slot_release) */
     struct ember_grammar_state *grammar; /* clone of req->p.grammar, or NULL */
     float *masked;            /* [n_vocab] logits copy for a grammar mask */

@@ -79,6 +79,7 @@ static bool admit(engine *e, engine_req *r)
         if (e->rt.seq_fork(e->rt.ctx, donor->id, target->id, k) == EMBER_OK) {
             memcpy(target->tokens, donor->tokens, sizeof *P * (size_t)k);
             n_keep = k;
+            if (e->cfg.spec && e->cfg.spec->prop.fork) e->cfg.spec->prop.fork(e->cfg.spec->prop.self, donor->id, target->id, k);
         } else {
             e->rt.seq_remove(e->rt.ctx, target->id);
         }
@@ -284,6 +285,16 @@ static int32_t step(engine *e)
         for (int32_t i = 0; i < n_slots; i++) n_draft_rows += e->slots[i].n_draft;
         spec_engine_step_time(e->cfg.spec, dt_cpu, n_total, n_draft_rows);
     }
+
+    /* proposers that keep every position's hidden state (DFlash) */
+    const spec_proposer *pr = e->cfg.spec ? &e->cfg.spec->prop : NULL;
+    if (pr && pr->absorb && e->rt.get_hidden)
+        for (int32_t i = 0; i < n_slots; i++) {
+            const slot *s = &e->slots[i];
+            if (s->n_batch_entries == 0) continue;
+            pr->absorb(pr->self, s->id, e->batch.pos[s->i_batch0], e->batch.token + s->i_batch0, s->n_batch_entries,
+                       e->rt.get_hidden, e->rt.ctx, s->i_batch0);
+        }
 
     slot_heads(e);
     int32_t n_sampled = 0;

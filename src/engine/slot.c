@@ -60,6 +60,7 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
     s->n_batch_entries = 0;
     if (budget <= 0) return 0;
     ember_batch *b = &e->batch;
+    s->i_batch0 = b->n_tokens;
     if (s->state == SLOT_GENERATE) {
         /* the last sampled token, then this slot's draft (verified in the same batch) */
         s->i_logits = b->n_tokens;

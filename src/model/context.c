@@ -115,6 +115,9 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     if (!out) return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: out is NULL");
     *out = NULL;
     if (!m) return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: model is NULL");
+    if (m->arch->draft_only)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_context_new: %s is a %s draft head, not a model of its own (it runs as a speculative draft of its target)",
+                           m->path, m->arch->name);
     ember_context_params p = params ? *params : ember_context_default_params();
     if (p.n_kv_tokens == 0) p.n_kv_tokens = p.n_ctx;
     if (p.n_ubatch == 0 || p.n_ubatch > p.n_batch) p.n_ubatch = p.n_batch;
@@ -336,7 +339,7 @@ ember_status ember_set_hidden_layers(ember_context *c, int32_t n, const int32_t 
     if (n < 0 || n > EMBER_MAX_HIDDEN_LAYERS || (n > 0 && !layers))
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_set_hidden_layers: %d layers not in [0, %d]", n,
                            EMBER_MAX_HIDDEN_LAYERS);
-    if (n > 0 && !c->m->arch->partial)
+    if (n > 0 && !c->m->arch->partial && !c->m->arch->hidden)
         return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_hidden_layers: architecture %s does not export hidden states",
                            c->m->arch->name);
     /* hidden rows are copied on the host from the scratch (ember_layer_end) */
@@ -346,14 +349,10 @@ ember_status ember_set_hidden_layers(ember_context *c, int32_t n, const int32_t 
         if (layers[j] < 0 || layers[j] >= hp->n_layer)
             return ember_error(EMBER_ERR_INVALID_ARG, "ember_set_hidden_layers: layers[%d] = %d not in [0, n_layer %d)", j,
                                layers[j], hp->n_layer);
-    float *h = NULL;
-    if (n > 0) {
-        h = malloc((size_t)c->logits_rows * (size_t)n * (size_t)hp->n_embd * sizeof(float));
-        if (!h) return ember_error(EMBER_ERR_NOMEM, "ember_set_hidden_layers: %lld rows", (long long)c->logits_rows);
-    }
+    /* rows are allocated by the next decode, one per batch entry */
     free(c->hidden);
-    c->hidden = h;
-    c->hidden_rows = n > 0 ? c->logits_rows : 0;
+    c->hidden = NULL;
+    c->hidden_rows = 0;
     c->n_capture = n;
     for (int32_t j = 0; j < n; j++) c->capture_layer[j] = layers[j];
     c->n_last = 0;
@@ -364,12 +363,12 @@ ember_status ember_set_hidden_layers(ember_context *c, int32_t n, const int32_t 
 const float *ember_get_hidden(ember_context *c, int32_t i, int32_t j)
 {
     if (!c || j < 0 || j >= c->n_capture || c->capture_layer[j] >= c->n_layer_last) return NULL;
-    if (i < 0) {
+    if (i < 0) {   /* the last entry with logits */
         if (c->n_out_last == 0) return NULL;
-        i = c->n_out_last - 1;
-    } else {
-        if (i >= c->n_last || c->out_map[i] < 0) return NULL;
-        i = c->out_map[i];
+        for (i = c->n_last - 1; i >= 0 && c->out_map[i] < 0; i--) {}
+        if (i < 0) return NULL;
+    } else if (i >= c->n_last) {
+        return NULL;
     }
     return c->hidden + ((size_t)i * (size_t)c->n_capture + (size_t)j) * (size_t)c->m->hp.n_embd;
 }
@@ -487,14 +486,14 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         c->logits = nl;
         c->logits_rows = n_out;
     }
-    if (c->n_capture > 0 && n_out > c->hidden_rows) {
-        float *nh = realloc(c->hidden, (size_t)n_out * (size_t)c->n_capture * (size_t)hp->n_embd * sizeof(float));
+    if (c->n_capture > 0 && n > c->hidden_rows) {   /* one row per entry, logits or not */
+        float *nh = realloc(c->hidden, (size_t)n * (size_t)c->n_capture * (size_t)hp->n_embd * sizeof(float));
         if (!nh) {
             for (int32_t i = n - 1; i >= 0; i--) ember_kv_seq_truncate(c->kv, b->seq_id[i], b->pos[i]);
-            return ember_error(EMBER_ERR_NOMEM, "ember_decode: cannot allocate hidden states for %d rows", n_out);
+            return ember_error(EMBER_ERR_NOMEM, "ember_decode: cannot allocate hidden states for %d rows", n);
         }
         c->hidden = nh;
-        c->hidden_rows = n_out;
+        c->hidden_rows = n;
     }
 
     int32_t o = 0;
@@ -530,7 +529,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .query_swa = (swa ? c->query_swa : c->query) + u0, .n_out = n_uo, .out_idx = c->out_idx,
             .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
             .hidden = c->n_capture == 0 ? NULL
-                      : c->hidden + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)c->n_capture * (size_t)hp->n_embd,
+                      : c->hidden + (size_t)u0 * (size_t)c->n_capture * (size_t)hp->n_embd,
             .seq = b->seq_id + u0,
         };
         const ember_backend_step bs = {
@@ -632,6 +631,8 @@ ember_status ember_seq_checkpoint(ember_context *c, ember_seq_id seq)
 static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, ember_pos to)
 {
     const int32_t n_last = c->n_last, n_out_last = c->n_out_last, n_layer_last = c->n_layer_last;
+    const int32_t n_capture = c->n_capture;   /* the replay keeps no hidden rows (they would overwrite the last decode's) */
+    c->n_capture = 0;
     /* the replay's steps reuse the backend's output buffers: bring the
      * last decode's logits to the host first, so they stay readable */
     logits_sync(c);
@@ -653,6 +654,7 @@ static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, e
     c->n_last = n_last;
     c->n_out_last = n_out_last;
     c->n_layer_last = n_layer_last;
+    c->n_capture = n_capture;
     c->logits_pending = false;
     return st;
 }

@@ -539,6 +539,9 @@ static void gemma4_forward(const ember_run *r, const ember_ubatch *ub)
             op->add(be, s->x, s->xb, n * n_embd);
         }
         if (G->out_scale != 1.0f) op->scale(be, s->x, G->out_scale, n * n_embd);
+        /* the residual stream after layer il = llama.cpp's input of layer il + 1
+         * (t_layer_inp, src/models/gemma4.cpp:196), which DFlash drafts read */
+        ember_layer_end(r, ub, il, s->x);
     }
     ember_output(r, ub, s->x);
 }
@@ -551,4 +554,5 @@ const ember_arch ember_arch_gemma4 = {
     /* scratch is read on the host only by MoE files, which set
      * ember_model.host_scratch */
     .device_scratch = true,
+    .hidden = true,
 };

@@ -20,6 +20,7 @@
 #include <string.h>
 
 static const ember_arch *const registry[] = {
+    &ember_arch_dflash,
     &ember_arch_gemma3,
     &ember_arch_gemma4,
     &ember_arch_llama,
@@ -296,19 +297,21 @@ ember_status ember_model_load(const char *path, const ember_model_params *params
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
         if (!strcmp(registry[i]->name, arch)) m->arch = registry[i];
     if (!m->arch) {
-        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3, qwen35, qwen35moe)", path, arch);
+        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3, qwen35, qwen35moe; dflash drafts)", path, arch);
         goto fail;
     }
     if ((st = load_common_hparams(m))) goto fail;
 
     const ember_gguf_tensor *te = ember_gguf_get_tensor(m->gguf, "token_embd.weight");
-    if (!te) { st = ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor 'token_embd.weight'", path); goto fail; }
-    if (te->ne[1] < 1 || te->ne[1] > INT32_MAX) { st = ember_error(EMBER_ERR_FORMAT, "%s: token_embd.weight has %lld rows", path, (long long)te->ne[1]); goto fail; }
-    m->hp.n_vocab = (int32_t)te->ne[1];
-    if ((st = ember_model_bind_matrix(m, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, &m->tok_embd))) goto fail;
+    /* a draft head may borrow the target's embedding and LM head (dflash) */
+    const bool borrow = !te && m->arch->draft_only;
+    if (!te && !borrow) { st = ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor 'token_embd.weight'", path); goto fail; }
+    if (te && (te->ne[1] < 1 || te->ne[1] > INT32_MAX)) { st = ember_error(EMBER_ERR_FORMAT, "%s: token_embd.weight has %lld rows", path, (long long)te->ne[1]); goto fail; }
+    m->hp.n_vocab = te ? (int32_t)te->ne[1] : 0;
+    if (te && (st = ember_model_bind_matrix(m, "token_embd.weight", m->hp.n_embd, m->hp.n_vocab, true, &m->tok_embd))) goto fail;
     if ((st = ember_model_bind_vector(m, "output_norm.weight", m->hp.n_embd, &m->output_norm))) goto fail;
-    if ((st = ember_model_bind_matrix(m, "output.weight", m->hp.n_embd, m->hp.n_vocab, false, &m->output))) goto fail;
-    if (!m->output.data) m->output = m->tok_embd;   /* tied embeddings */
+    if (te && (st = ember_model_bind_matrix(m, "output.weight", m->hp.n_embd, m->hp.n_vocab, false, &m->output))) goto fail;
+    if (te && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */
 
     m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) { st = ember_error(EMBER_ERR_NOMEM, "ember_model_load: out of memory"); goto fail; }
@@ -322,6 +325,7 @@ ember_status ember_model_load(const char *path, const ember_model_params *params
 
     for (int64_t i = 0; i < ember_gguf_n_tensors(m->gguf); i++) m->size_bytes += ember_gguf_tensor_at(m->gguf, i)->nbytes;
     if ((st = ember_model_load_vocab(m))) goto fail;
+    if (borrow) m->hp.n_vocab = ember_vocab_n_tokens(m->vocab);
     *out = m;
     return EMBER_OK;
 fail:
@@ -377,9 +381,9 @@ void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, con
     const int64_t n_embd = r->m->hp.n_embd;
     for (int32_t j = 0; j < r->n_capture; j++) {
         if (r->capture_layer[j] != il) continue;
-        for (int32_t i = 0; i < ub->n_out; i++)
+        for (int32_t i = 0; i < ub->n; i++)
             memcpy(ub->hidden + ((size_t)i * (size_t)r->n_capture + (size_t)j) * (size_t)n_embd,
-                   x + (size_t)ub->out_idx[i] * (size_t)n_embd, (size_t)n_embd * sizeof(float));
+                   x + (size_t)i * (size_t)n_embd, (size_t)n_embd * sizeof(float));
     }
 }
 

@@ -103,7 +103,7 @@ typedef struct ember_ubatch {
     int32_t n_out;
     const int32_t *out_idx;
     float *logits;
-    float *hidden;       /* [n_out][r->n_capture][n_embd]: states kept by ember_layer_end, or NULL */
+    float *hidden;       /* [n][r->n_capture][n_embd]: states kept by ember_layer_end (every entry), or NULL */
     const ember_seq_id *seq;   /* [n] each entry's sequence (recurrent state lookup, ember_run.rs) */
 } ember_ubatch;
 
@@ -153,11 +153,21 @@ struct ember_arch {
      * drafts, hidden states for draft heads); false: it always runs every
      * layer and keeps no hidden state. */
     bool partial;
+    /* forward calls ember_layer_end after each layer but always runs every
+     * layer (hidden states for draft heads without layer-skip: gemma4) */
+    bool hidden;
     /* "<arch>.feed_forward_length" may be absent (MoE-only files such as
      * qwen35moe); load then sets hp.n_ff (it sizes hb / hb2 scratch). */
     bool ffn_optional;
+    /* A draft head, not a model of its own (dflash: it reads the target's
+     * hidden states and may borrow its embedding and LM head): forward is
+     * NULL, token_embd / output are optional (n_vocab then comes from the
+     * vocabulary) and ember_context_new refuses it; the speculative
+     * proposer (src/engine/spec/) runs it over the bound weights. */
+    bool draft_only;
 };
 
+extern const ember_arch ember_arch_dflash;
 extern const ember_arch ember_arch_gemma3;
 extern const ember_arch ember_arch_gemma4;
 extern const ember_arch ember_arch_llama;
@@ -223,8 +233,8 @@ void ember_project(const ember_run *r, const float *x, int32_t n, const ember_we
 /* Store K/V of ub and attend; q [n, n_head*hd] -> out [n, n_head*hd_v]. */
 void ember_attend(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *q,
                   const float *k, const float *v, float kq_scale, int32_t n_swa, float *out);
-/* After layer il: copy rows ub->out_idx of the residual stream x [n, n_embd]
- * into ub->hidden for each r->capture_layer equal to il. */
+/* After layer il: copy every row of the residual stream x [n, n_embd] into
+ * ub->hidden for each r->capture_layer equal to il. */
 void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *x);
 /* Final norm + LM head over the rows in ub->out_idx. Uses s->xb as gather space. */
 void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x);

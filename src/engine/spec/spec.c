@@ -36,16 +36,17 @@ spec_params spec_default_params(void)
                          .row_cost = 0.35f, .ngram_min = 2, .ngram_max = 4};
 }
 
-static const char *const type_names[] = {"none", "ngram", "draft", "layerskip"};
+static const char *const type_names[] = {"none", "ngram", "draft", "layerskip", "draft-dflash"};
+#define N_TYPES (int)(sizeof type_names / sizeof type_names[0])
 
 bool spec_parse_type(const char *s, spec_type *out)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N_TYPES; i++)
         if (!strcmp(s, type_names[i])) { *out = (spec_type)i; return true; }
     return false;
 }
 
-const char *spec_type_name(spec_type t) { return (unsigned)t < 4 ? type_names[t] : "?"; }
+const char *spec_type_name(spec_type t) { return (int)t >= 0 && (int)t < N_TYPES ? type_names[t] : "?"; }
 
 ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n_slots, spec_engine **out)
 {

@@ -39,6 +39,7 @@ typedef enum spec_type {
     SPEC_NGRAM,      /* prompt lookup over the slot's tokens so far */
     SPEC_DRAFT,      /* a smaller model with the same vocabulary (-md) */
     SPEC_LAYERSKIP,  /* the target's first k layers + its LM head (self-speculative, layerskip.c) */
+    SPEC_DFLASH,     /* a DFlash block-diffusion draft over the target's hidden states (dflash.c) */
 } spec_type;
 
 /* What a proposer sees for one slot at one step. tokens[0, n_tokens) are the
@@ -98,6 +99,19 @@ typedef struct spec_proposer {
      * acceptance it tracks apart per slot. */
     int32_t (*match_len)(void *self);
     void (*feedback)(void *self, int32_t slot, int32_t n_drafted, int32_t n_accepted);
+    /* Optional (proposers that keep the target's hidden states of every
+     * position, DFlash): after every target decode, once per slot with
+     * entries in it, the slot's n consecutive entries (prefill chunk, or the
+     * last token and its drafts, rejected ones included) at positions
+     * pos0 .. pos0 + n - 1 with input tokens tok[n]; get(ctx, i0 + r, j) is
+     * entry r's state after hidden_layers[j] (NULL when missing). Like
+     * llama.cpp's common_speculative_process (common/speculative.cpp:1087). */
+    void (*absorb)(void *self, int32_t slot, ember_pos pos0, const ember_token *tok, int32_t n,
+                   const float *(*get)(void *ctx, int32_t i, int32_t j), void *ctx, int32_t i0);
+    /* Optional: the engine gave slot dst the first n positions of slot src
+     * (a prefix-cache fork, seq_fork); a proposer keeping per-position state
+     * copies its own. */
+    void (*fork)(void *self, int32_t src, int32_t dst, int32_t n);
     void (*slot_reset)(void *self, int32_t slot);
     void (*describe)(void *self, char *buf, size_t cap);
     void (*free)(void *self);
@@ -117,7 +131,7 @@ typedef struct spec_params {
 } spec_params;
 
 spec_params spec_default_params(void);
-/* "none", "ngram", "draft", "layerskip" -> type; false if unknown. */
+/* "none", "ngram", "draft", "layerskip", "draft-dflash" -> type; false if unknown. */
 bool spec_parse_type(const char *s, spec_type *out);
 const char *spec_type_name(spec_type t);
 
@@ -216,5 +230,20 @@ ember_status spec_draft_new(const char *path, ember_model *target, int32_t n_slo
  * Errors: EMBER_ERR_INVALID_ARG (n_layer not in [1, model n_layer)),
  * EMBER_ERR_UNSUPPORTED (the architecture cannot stop early), NOMEM. */
 ember_status spec_layerskip_new(ember_context *target, const ember_model *m, int32_t n_layer, spec_proposer *out);
+/* DFlash (--spec-type draft-dflash, --spec-draft-model FILE): a `dflash`
+ * draft (src/model/dflash.h) with its own K/V per slot, fed by absorb with
+ * the target's hidden states of every decoded position (the inputs of the
+ * draft's target_layers: ember layers target_layers[k] - 1); propose runs
+ * one noise block [last token, mask x n], n = min(n_max, block_size - 1)
+ * (--spec-draft-n-max, clamped as llama.cpp does, speculative.cpp:1014-1021;
+ * the same n every step, as the block's rows see each other) and drafts the
+ * argmax of each masked row, at most the step's n_max, stopping where its probability
+ * within the top 10 falls below p_min (common/speculative.cpp:1027-1034,
+ * 1251-1272). A prefix forked from another slot comes with its features
+ * (fork); a slot missing some positions' features drafts nothing for that
+ * request. Errors: those of loading the draft,
+ * ember_dflash_check_target, EMBER_ERR_NOMEM. target must outlive it. */
+ember_status spec_dflash_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
+                             int32_t n_max, spec_proposer *out);
 
 #endif

@@ -4,12 +4,13 @@
  * writes tiny_gemma3_partial.txt: per position the residual stream after
  * layers 1 and 2, and the logits of the model cut after its first 3 layers
  * (final norm + tied head, LayerSkip's early exit).
- * - hidden states of every logits row, in one prefill batch of two
+ * - hidden states of every row (logits or not), in one prefill batch of two
  *   micro-batches and token by token, match the oracle's;
  * - a layer-limited decode gives the oracle's early-exit logits;
  * - the layer-skip KV protocol (draft rows written by a limited decode, then
  *   truncated and decoded again in full) gives the full model's logits;
- * - argument errors, and architectures that cannot stop early (gemma4). */
+ * - argument errors, and architectures that cannot stop early (gemma4,
+ *   which still exports hidden states). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -101,18 +102,14 @@ static void test_hidden_states(void **st)
     ember_context *c = new_ctx();
     const int32_t layers[2] = {2, 1};   /* any order: j indexes this list */
     assert_int_equal(ember_set_hidden_layers(c, 2, layers), EMBER_OK);
-    /* prefill: every other row asks for logits (rows without logits have no hidden state) */
+    /* prefill: every other row asks for logits; every row keeps its hidden state */
     b.n_tokens = T;
     for (int i = 0; i < T; i++) add(i, tokens[i], i, 0, i % 2 == 1 || i == T - 1);
     assert_int_equal(ember_decode(c, &b), EMBER_OK);
     for (int i = 0; i < T; i++) {
-        if (!b.logits[i]) {
-            assert_null(ember_get_hidden(c, i, 0));
-            continue;
-        }
         check(ember_get_hidden(c, i, 0), h2[i], E, "prefill hidden after layer 2", i);
         check(ember_get_hidden(c, i, 1), h1[i], E, "prefill hidden after layer 1", i);
-        check(ember_get_logits(c, i), full[i], V, "prefill logits with capture on", i);
+        if (b.logits[i]) check(ember_get_logits(c, i), full[i], V, "prefill logits with capture on", i);
     }
     check(ember_get_hidden(c, -1, 0), h2[T - 1], E, "hidden of entry -1", T - 1);
     assert_null(ember_get_hidden(c, 0, 2));
@@ -200,7 +197,7 @@ static void test_errors(void **st)
     assert_int_equal(ember_context_new(g4, &p, &c4), EMBER_OK);
     const int32_t l0[1] = {0};
     assert_int_equal(ember_set_layer_limit(c4, 1), EMBER_ERR_UNSUPPORTED);
-    assert_int_equal(ember_set_hidden_layers(c4, 1, l0), EMBER_ERR_UNSUPPORTED);
+    assert_int_equal(ember_set_hidden_layers(c4, 1, l0), EMBER_OK);   /* gemma4 exports them (DFlash targets) */
     assert_int_equal(ember_set_layer_limit(c4, 0), EMBER_OK);
     ember_context_free(c4);
     ember_model_free(g4);

@@ -1,0 +1,410 @@
+/*
+ * dflash.c — the `dflash` architecture: binding a DFlash draft's weights and
+ * metadata (block-diffusion drafting, Chen et al. 2025, "DFlash: Block
+ * Diffusion for Flash Speculative Decoding"; file layout as llama.cpp
+ * 0.3.36 writes and reads it: conversion/qwen.py DFlashModel,
+ * src/models/dflash.cpp load_arch_hparams / load_arch_tensors; docs/dflash.md).
+ *
+ * Owns: the draft's hyperparameters beyond the common ones (target_layers,
+ * block_size, mask token, causal flag) and its tensors: fc, enc.output_norm,
+ * output_norm and Qwen3-shaped layers (attn_norm, attn_q/k/v/output with
+ * q/k norms, ffn_norm, SwiGLU ffn). Must not: run as a model of its own
+ * (ember_arch.draft_only: no ember_context); its forward is the
+ * ember_dflash_ctx below, which the speculative proposer drives.
+ *
+ * Supported: the plain DFlash1 draft. Refused with a clear error: DFlash2
+ * (selector/convolution tensors), DSpark (Markov head), DeepSeek-V4 stages
+ * (hyper-connections), reduced draft vocabularies (d2t), M-RoPE sections,
+ * sliding windows, attention sinks, shared K/V (no attn_v), GELU, post
+ * norms, value scale, layer output scales, RoPE frequency factors.
+ */
+#include "model/dflash.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "backend/options.h"
+
+#include <math.h>
+
+static ember_status refuse_tensor(ember_model *m, const char *name, const char *what)
+{
+    if (!ember_gguf_get_tensor(m->gguf, name)) return EMBER_OK;
+    return ember_error(EMBER_ERR_UNSUPPORTED, "%s: DFlash draft has tensor '%s' (%s), which is not supported", m->path,
+                       name, what);
+}
+
+static ember_status refuse_key(ember_model *m, const char *suffix, const char *what)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
+    if (ember_gguf_find_key(m->gguf, key) < 0) return EMBER_OK;
+    return ember_error(EMBER_ERR_UNSUPPORTED, "%s: DFlash draft has metadata key '%s' (%s), which is not supported",
+                       m->path, key, what);
+}
+
+static ember_status dflash_load(ember_model *m)
+{
+    ember_hparams *hp = &m->hp;
+    ember_status st;
+    if ((st = refuse_tensor(m, "selector_hidden.weight", "DFlash2 selector")) ||
+        (st = refuse_tensor(m, "markov_w1.weight", "DSpark Markov head")) ||
+        (st = refuse_tensor(m, "d2t", "reduced draft vocabulary")) ||
+        (st = refuse_tensor(m, "blk.0.attn_sinks.weight", "attention sinks")) ||
+        (st = refuse_key(m, "hyper_connection_count", "DeepSeek-V4 stages")) ||
+        (st = refuse_key(m, "rope.dimension_sections", "M-RoPE target")) ||
+        (st = refuse_key(m, "attention.sliding_window", "sliding window")) ||
+        (st = refuse_key(m, "attention.value_scale", "attention value scale")) ||
+        (st = refuse_tensor(m, "blk.0.post_attention_norm.weight", "post-attention norm")) ||
+        (st = refuse_tensor(m, "blk.0.post_ffw_norm.weight", "post-FFN norm")) ||
+        (st = refuse_tensor(m, "blk.0.layer_output_scale.weight", "layer output scale")) ||
+        (st = refuse_tensor(m, "rope_freqs.weight", "RoPE frequency factors")))
+        return st;
+    /* optional scales (llama.cpp dflash.cpp:9-10, 589, 691-693) */
+    if ((st = ember_model_get_f32(m, "embedding_scale", false, &hp->embd_scale))) return st;
+    {
+        float sc = 0.0f;
+        if ((st = ember_model_get_f32(m, "attention.scale", false, &sc))) return st;
+        if (sc != 0.0f) hp->attn_scale = sc;
+    }
+    if (hp->embd_scale == 0.0f) hp->embd_scale = 1.0f;
+    {
+        char key[160];
+        const char *act = NULL;
+        snprintf(key, sizeof key, "%s.hidden_act", m->arch_name);
+        if (ember_gguf_get_str(m->gguf, key, &act, NULL) == EMBER_OK && strcmp(act, "silu") != 0)
+            return ember_error(EMBER_ERR_UNSUPPORTED, "%s: %s = '%s' is not supported (silu)", m->path, key, act);
+    }
+    ember_dflash *d = calloc(1, sizeof *d);
+    if (!d) return ember_error(EMBER_ERR_NOMEM, "%s: DFlash draft", m->path);
+    m->arch_priv = d;
+
+    /* dflash.target_layers: required (llama.cpp dflash.cpp:37-39) */
+    char key[160];
+    snprintf(key, sizeof key, "%s.target_layers", m->arch_name);
+    ember_gguf_arr a;
+    st = ember_gguf_get_arr(m->gguf, key, &a);
+    if (st == EMBER_ERR_NOT_FOUND) return ember_error(st, "%s: DFlash draft requires metadata key '%s'", m->path, key);
+    if (st) return ember_error(st, "%s: metadata key '%s' is not an array", m->path, key);
+    const bool is_int = a.type == EMBER_GGUF_I32 || a.type == EMBER_GGUF_U32 || a.type == EMBER_GGUF_I64 ||
+                        a.type == EMBER_GGUF_U64 || a.type == EMBER_GGUF_I16 || a.type == EMBER_GGUF_U16 ||
+                        a.type == EMBER_GGUF_I8 || a.type == EMBER_GGUF_U8;
+    if (!is_int || a.n < 1 || a.n > EMBER_DFLASH_MAX_TARGET_LAYERS)
+        return ember_error(EMBER_ERR_FORMAT, "%s: '%s' must hold 1 to %d integers (has %llu of type %s)", m->path, key,
+                           EMBER_DFLASH_MAX_TARGET_LAYERS, (unsigned long long)a.n, ember_gguf_vtype_name(a.type));
+    const bool is_signed = a.type == EMBER_GGUF_I8 || a.type == EMBER_GGUF_I16 || a.type == EMBER_GGUF_I32 || a.type == EMBER_GGUF_I64;
+    d->n_target_layers = (int32_t)a.n;
+    for (int32_t k = 0; k < d->n_target_layers; k++) {
+        const ember_gguf_scalar v = ember_gguf_arr_scalar(&a, (uint64_t)k);
+        if (is_signed ? (v.i < 1 || v.i > EMBER_MAX_LAYERS) : (v.u < 1 || v.u > EMBER_MAX_LAYERS))
+            return ember_error(EMBER_ERR_FORMAT, "%s: '%s'[%d] is not in [1, %d]", m->path, key, k, EMBER_MAX_LAYERS);
+        d->target_layers[k] = is_signed ? (int32_t)v.i : (int32_t)v.u;
+    }
+    d->block_size = 16;   /* common/speculative.cpp:981 */
+    if ((st = ember_model_get_u32(m, "block_size", false, &d->block_size))) return st;
+    if (d->block_size < 2 || d->block_size > 1024)
+        return ember_error(EMBER_ERR_FORMAT, "%s: %s.block_size %d not in [2, 1024]", m->path, m->arch_name, d->block_size);
+    uint32_t mask;
+    st = ember_gguf_get_u32(m->gguf, "tokenizer.ggml.mask_token_id", &mask);
+    if (st == EMBER_ERR_NOT_FOUND)
+        return ember_error(st, "%s: DFlash draft requires metadata key 'tokenizer.ggml.mask_token_id'", m->path);
+    if (st || mask > INT32_MAX)
+        return ember_error(EMBER_ERR_FORMAT, "%s: 'tokenizer.ggml.mask_token_id' is not a token id", m->path);
+    d->mask_token = (ember_token)mask;
+    snprintf(key, sizeof key, "%s.attention.causal", m->arch_name);
+    d->causal = false;
+    st = ember_gguf_get_bool(m->gguf, key, &d->causal);
+    if (st && st != EMBER_ERR_NOT_FOUND) return ember_error(EMBER_ERR_FORMAT, "%s: '%s' is not a boolean", m->path, key);
+
+    /* fc [n_target_layers * n_embd_target] -> n_embd: the target's width from its shape */
+    const ember_gguf_tensor *fc = ember_gguf_get_tensor(m->gguf, "fc.weight");
+    if (!fc) return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor 'fc.weight' (architecture dflash)", m->path);
+    if (fc->ne[0] < 1 || fc->ne[0] % d->n_target_layers != 0)
+        return ember_error(EMBER_ERR_FORMAT, "%s: fc.weight input width %lld is not a multiple of %d target layers",
+                           m->path, (long long)fc->ne[0], d->n_target_layers);
+    d->n_embd_target = (int32_t)(fc->ne[0] / d->n_target_layers);
+    if ((st = ember_model_bind_matrix(m, "fc.weight", fc->ne[0], hp->n_embd, true, &d->fc))) return st;
+    if ((st = ember_model_bind_vector(m, "enc.output_norm.weight", hp->n_embd, &d->enc_norm))) return st;
+    if (!ember_gguf_get_tensor(m->gguf, "blk.0.attn_v.weight"))
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: DFlash draft without blk.0.attn_v.weight (K/V shared), which is not supported",
+                           m->path);
+    return ember_model_bind_decoder_layers(m, true);
+}
+
+static void dflash_free(ember_model *m)
+{
+    free(m->arch_priv);
+    m->arch_priv = NULL;
+}
+
+const ember_dflash *ember_model_dflash(const ember_model *m)
+{
+    return m && m->arch == &ember_arch_dflash ? m->arch_priv : NULL;
+}
+
+ember_status ember_dflash_check_target(const ember_model *draft, const ember_model *target)
+{
+    const ember_dflash *d = ember_model_dflash(draft);
+    if (!d) return ember_error(EMBER_ERR_INVALID_ARG, "DFlash: %s is not a dflash draft", draft ? draft->path : "(null)");
+    const ember_hparams *th = &target->hp;
+    for (int32_t k = 0; k < d->n_target_layers; k++)
+        if (d->target_layers[k] >= th->n_layer)
+            return ember_error(EMBER_ERR_INVALID_ARG, "DFlash draft %s: target_layers[%d] = %d, the target %s has %d layers (the input of layers 1..%d can be read)",
+                               draft->path, k, d->target_layers[k], target->path, th->n_layer, th->n_layer - 1);
+    if (d->n_embd_target != th->n_embd)
+        return ember_error(EMBER_ERR_INVALID_ARG, "DFlash draft %s: fc reads %d target layers of %d floats, the target %s has n_embd %d",
+                           draft->path, d->n_target_layers, d->n_embd_target, target->path, th->n_embd);
+    if (!draft->tok_embd.data && draft->hp.n_embd != th->n_embd)
+        return ember_error(EMBER_ERR_INVALID_ARG, "DFlash draft %s: n_embd %d differs from the target's %d, whose embedding and LM head it uses",
+                           draft->path, draft->hp.n_embd, th->n_embd);
+    if (draft->hp.n_vocab != th->n_vocab)
+        return ember_error(EMBER_ERR_INVALID_ARG, "DFlash draft %s: vocabulary of %d tokens, the target has %d", draft->path,
+                           draft->hp.n_vocab, th->n_vocab);
+    if (d->mask_token < 0 || d->mask_token >= th->n_vocab)
+        return ember_error(EMBER_ERR_INVALID_ARG, "DFlash draft %s: mask token %d outside the vocabulary of %d", draft->path,
+                           d->mask_token, th->n_vocab);
+    return EMBER_OK;
+}
+
+
+/* ---- the forward (llama.cpp dflash.cpp:571-846, DFlash1) ------------------ */
+
+struct ember_dflash_ctx {
+    const ember_model *m, *t;   /* the draft and its target (embedding, LM head) */
+    const ember_dflash *d;
+    ember_backend *be;          /* CPU: the attention below reads scratch on the host */
+    int32_t n_seq, n_ctx, n_rows;   /* n_rows: rows of one pass (block or injection chunk) */
+    int64_t n_q, n_k;           /* n_head * head_dim, n_head_kv * head_dim */
+    float *kv;                  /* [n_seq][n_layer][2][n_ctx + n_rows][n_k]: K then V per layer */
+    int32_t *n_pos;             /* [n_seq] positions 0 .. n_pos - 1 hold injected K/V */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *g, *sc;
+    ember_pos *pos;
+};
+
+static float *kv_at(const ember_dflash_ctx *c, int32_t seq, int32_t il, int kv, int64_t p)
+{
+    const int64_t per = (int64_t)(c->n_ctx + c->n_rows) * c->n_k;
+    return c->kv + (((int64_t)seq * c->m->hp.n_layer + il) * 2 + kv) * per + p * c->n_k;
+}
+
+void ember_dflash_ctx_free(ember_dflash_ctx *c)
+{
+    if (!c) return;
+    ember_backend_free(c->be);
+    free(c->kv);
+    free(c->n_pos);
+    free(c->x);
+    free(c->pos);
+    free(c);
+}
+
+ember_status ember_dflash_ctx_new(const ember_model *draft, const ember_model *target, int32_t n_seq, int32_t n_ctx,
+                                  int32_t n_threads, ember_dflash_ctx **out)
+{
+    *out = NULL;
+    ember_status st = ember_dflash_check_target(draft, target);
+    if (st) return st;
+    if (n_seq < 1 || n_ctx < 1 || n_ctx > (1 << 24))
+        return ember_error(EMBER_ERR_INVALID_ARG, "DFlash: %d sequences of %d positions out of range", n_seq, n_ctx);
+    const ember_hparams *hp = &draft->hp;
+    if (hp->head_dim_k != hp->head_dim_v)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: DFlash key_length %d != value_length %d", draft->path, hp->head_dim_k,
+                           hp->head_dim_v);
+    ember_dflash_ctx *c = calloc(1, sizeof *c);
+    if (!c) return ember_error(EMBER_ERR_NOMEM, "DFlash context");
+    c->m = draft;
+    c->t = target;
+    c->d = ember_model_dflash(draft);
+    c->n_seq = n_seq;
+    c->n_ctx = n_ctx;
+    c->n_rows = c->d->block_size > 32 ? c->d->block_size : 32;
+    c->n_q = (int64_t)hp->n_head * hp->head_dim_k;
+    c->n_k = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    const int64_t R = c->n_rows, n_in = (int64_t)c->d->n_target_layers * c->d->n_embd_target;
+    int64_t max_in = n_in > hp->n_ff ? n_in : hp->n_ff;
+    if (c->n_q > max_in) max_in = c->n_q;
+    if (hp->n_embd > max_in) max_in = hp->n_embd;
+    const ember_backend_limits lim = {.max_tokens = R, .max_n_in = max_in, .max_kv_tokens = n_ctx + R,
+                                      .max_head_dim = hp->head_dim_k};
+    ember_backend_options bo = ember_backend_options_default();
+    bo.n_threads = n_threads;
+    if ((st = ember_backend_cpu_new(&bo, &lim, &c->be))) { ember_dflash_ctx_free(c); return st; }
+    const size_t n_kv = (size_t)n_seq * (size_t)hp->n_layer * 2 * (size_t)(n_ctx + R) * (size_t)c->n_k;
+    const size_t n_scr = (size_t)R * (size_t)(2 * hp->n_embd + 2 * c->n_q + 2 * c->n_k + 2 * hp->n_ff + hp->n_embd) +
+                         (size_t)(n_ctx + R);
+    c->kv = calloc(n_kv, sizeof(float));
+    c->n_pos = calloc((size_t)n_seq, sizeof *c->n_pos);
+    c->x = malloc(n_scr * sizeof(float));
+    c->pos = malloc((size_t)R * sizeof *c->pos);
+    if (!c->kv || !c->n_pos || !c->x || !c->pos) {
+        ember_dflash_ctx_free(c);
+        return ember_error(EMBER_ERR_NOMEM, "DFlash: K/V of %d sequences x %d positions (%.1f MiB)", n_seq, n_ctx,
+                           (double)n_kv * 4.0 / 1048576.0);
+    }
+    c->xb = c->x + R * hp->n_embd;
+    c->q = c->xb + R * hp->n_embd;
+    c->att = c->q + R * c->n_q;
+    c->k = c->att + R * c->n_q;
+    c->v = c->k + R * c->n_k;
+    c->hb = c->v + R * c->n_k;
+    c->hb2 = c->hb + R * hp->n_ff;
+    c->g = c->hb2 + R * hp->n_ff;
+    c->sc = c->g + R * hp->n_embd;   /* [n_ctx + R] attention scores */
+    *out = c;
+    return EMBER_OK;
+}
+
+int32_t ember_dflash_n_pos(const ember_dflash_ctx *c, int32_t seq)
+{
+    return seq >= 0 && seq < c->n_seq ? c->n_pos[seq] : 0;
+}
+
+void ember_dflash_fork(ember_dflash_ctx *c, int32_t src, int32_t dst, int32_t n)
+{
+    if (src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq || src == dst || n < 0) return;
+    if (n > c->n_pos[src]) { c->n_pos[dst] = 0; return; }
+    for (int32_t il = 0; il < c->m->hp.n_layer; il++)
+        for (int kv = 0; kv < 2; kv++)
+            memcpy(kv_at(c, dst, il, kv, 0), kv_at(c, src, il, kv, 0), (size_t)n * (size_t)c->n_k * sizeof(float));
+    c->n_pos[dst] = n;
+}
+
+void ember_dflash_truncate(ember_dflash_ctx *c, int32_t seq, int32_t n_pos)
+{
+    if (seq >= 0 && seq < c->n_seq && n_pos >= 0 && n_pos < c->n_pos[seq]) c->n_pos[seq] = n_pos;
+}
+
+/* K = rope(k_norm(Wk x)), V = Wv x of rows x [n, n_embd] at positions c->pos,
+ * stored at K/V positions p0 .. p0 + n - 1 of seq, layer il. */
+static void store_kv(ember_dflash_ctx *c, int32_t seq, int32_t il, const float *x, int32_t n, int32_t p0)
+{
+    const ember_hparams *hp = &c->m->hp;
+    const ember_layer *L = &c->m->layers[il];
+    const ember_backend_ops *op = c->be->ops;
+    const ember_weight *ws[2] = {&L->wk, &L->wv};
+    float *ys[2] = {c->k, c->v};
+    op->matmul(c->be, x, n, 2, ws, ys);
+    op->rms_norm(c->be, c->k, c->k, L->attn_k_norm, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps);
+    op->rope(c->be, c->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
+    memcpy(kv_at(c, seq, il, 0, p0), c->k, (size_t)n * (size_t)c->n_k * sizeof(float));
+    memcpy(kv_at(c, seq, il, 1, p0), c->v, (size_t)n * (size_t)c->n_k * sizeof(float));
+}
+
+ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, const float *features)
+{
+    if (seq < 0 || seq >= c->n_seq || n < 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_inject: sequence %d / %d rows out of range", seq, n);
+    if (c->n_pos[seq] + n > c->n_ctx)
+        return ember_error(EMBER_ERR_RANGE, "ember_dflash_inject: %d + %d positions exceed the draft context of %d",
+                           c->n_pos[seq], n, c->n_ctx);
+    const ember_hparams *hp = &c->m->hp;
+    const int64_t n_in = (int64_t)c->d->n_target_layers * c->d->n_embd_target;
+    for (int32_t r0 = 0; r0 < n; r0 += c->n_rows) {
+        const int32_t k = n - r0 < c->n_rows ? n - r0 : c->n_rows;
+        const int32_t p0 = c->n_pos[seq];
+        for (int32_t i = 0; i < k; i++) c->pos[i] = p0 + i;
+        /* g = RMSNorm(fc f) * enc_norm (dflash.cpp:619-621) */
+        const ember_weight *w = &c->d->fc;
+        float *y = c->g;
+        c->be->ops->matmul(c->be, features + (size_t)r0 * (size_t)n_in, k, 1, &w, &y);
+        c->be->ops->rms_norm(c->be, c->g, c->g, c->d->enc_norm, k, hp->n_embd, hp->norm_eps);
+        for (int32_t il = 0; il < hp->n_layer; il++) store_kv(c, seq, il, c->g, k, p0);
+        c->n_pos[seq] = p0 + k;
+    }
+    return EMBER_OK;
+}
+
+/* Attention of rows q [n, n_head * hd] over K/V positions [0, n_keys(i)) of
+ * seq, layer il: n_keys = p0 + n (the whole block, non-causal) or p0 + i + 1. */
+static void attend(ember_dflash_ctx *c, int32_t seq, int32_t il, int32_t n, int32_t p0)
+{
+    const ember_hparams *hp = &c->m->hp;
+    const int32_t hd = hp->head_dim_k, grp = hp->n_head / hp->n_head_kv;
+    const float *K = kv_at(c, seq, il, 0, 0), *Vv = kv_at(c, seq, il, 1, 0);
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t n_keys = c->d->causal ? p0 + i + 1 : p0 + n;
+        for (int32_t h = 0; h < hp->n_head; h++) {
+            const float *qi = c->q + (size_t)i * c->n_q + (size_t)h * hd;
+            const int64_t off = (int64_t)(h / grp) * hd;
+            float mx = -INFINITY;
+            for (int32_t t = 0; t < n_keys; t++) {
+                const float *kt = K + (size_t)t * c->n_k + off;
+                float dot = 0;
+                for (int32_t e = 0; e < hd; e++) dot += qi[e] * kt[e];
+                c->sc[t] = dot * hp->attn_scale;
+                if (c->sc[t] > mx) mx = c->sc[t];
+            }
+            double sum = 0;
+            for (int32_t t = 0; t < n_keys; t++) { c->sc[t] = expf(c->sc[t] - mx); sum += c->sc[t]; }
+            float *o = c->att + (size_t)i * c->n_q + (size_t)h * hd;
+            for (int32_t e = 0; e < hd; e++) o[e] = 0;
+            for (int32_t t = 0; t < n_keys; t++) {
+                const float w = (float)(c->sc[t] / sum), *vt = Vv + (size_t)t * c->n_k + off;
+                for (int32_t e = 0; e < hd; e++) o[e] += w * vt[e];
+            }
+        }
+    }
+}
+
+ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
+{
+    if (seq < 0 || seq >= c->n_seq || n < 2 || n > c->d->block_size || n > c->n_rows)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d, %d tokens (2 .. block_size %d)", seq, n,
+                           c->d->block_size);
+    const ember_hparams *hp = &c->m->hp;
+    const int32_t p0 = c->n_pos[seq];
+    if (p0 + n > c->n_ctx + c->n_rows)
+        return ember_error(EMBER_ERR_RANGE, "ember_dflash_block: position %d + %d past the draft context", p0, n);
+    for (int32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= c->t->hp.n_vocab)
+            return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: token %d not in [0, %d)", tokens[i], c->t->hp.n_vocab);
+        c->pos[i] = p0 + i;
+    }
+    const ember_backend_ops *op = c->be->ops;
+    ember_backend *be = c->be;
+    const int64_t E = hp->n_embd;
+    /* the embedding rows, raw (times embedding_scale when set) */
+    const ember_model *io = c->m->tok_embd.data ? c->m : c->t;   /* the draft's own when it has them */
+    op->get_rows(be, &io->tok_embd, tokens, n, c->x);
+    if (hp->embd_scale != 1.0f) op->scale(be, c->x, hp->embd_scale, n * E);
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const ember_layer *L = &c->m->layers[il];
+        op->rms_norm(be, c->xb, c->x, L->attn_norm, n, E, hp->norm_eps);
+        const ember_weight *wq = &L->wq;
+        float *yq = c->q;
+        op->matmul(be, c->xb, n, 1, &wq, &yq);
+        op->rms_norm(be, c->q, c->q, L->attn_q_norm, (int64_t)n * hp->n_head, hp->head_dim_k, hp->norm_eps);
+        op->rope(be, c->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
+        /* the block's own K/V sit after the injected positions (scratch: never counted in n_pos) */
+        store_kv(c, seq, il, c->xb, n, p0);
+        attend(c, seq, il, n, p0);
+        const ember_weight *wo = &L->wo;
+        float *yo = c->xb;
+        op->matmul(be, c->att, n, 1, &wo, &yo);
+        op->add(be, c->x, c->xb, n * E);
+        op->rms_norm(be, c->xb, c->x, L->ffn_norm, n, E, hp->norm_eps);
+        const ember_weight *wf[2] = {&L->ffn_gate, &L->ffn_up};
+        float *yf[2] = {c->hb, c->hb2};
+        op->matmul(be, c->xb, n, 2, wf, yf);
+        op->swiglu(be, c->hb, c->hb2, (int64_t)n * hp->n_ff);
+        const ember_weight *wd = &L->ffn_down;
+        float *yd = c->xb;
+        op->matmul(be, c->hb, n, 1, &wd, &yd);
+        op->add(be, c->x, c->xb, n * E);
+    }
+    /* rows 1 .. n - 1 predict the block's masked tokens: final norm, the target's LM head */
+    op->rms_norm(be, c->xb, c->x + E, c->m->output_norm, n - 1, E, hp->norm_eps);
+    const ember_weight *wout = &io->output;
+    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);
+    return EMBER_OK;
+}
+
+const ember_arch ember_arch_dflash = {
+    .name = "dflash",
+    .load = dflash_load,
+    .forward = NULL,
+    .free = dflash_free,
+    .draft_only = true,
+};

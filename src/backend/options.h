@@ -44,6 +44,7 @@ typedef struct ember_backend_options {
     bool cuda_verify;        /* EMBER_CUDA_VERIFY: run every op on the CPU too and compare */
     bool cuda_graphs;        /* EMBER_CUDA_GRAPHS: capture and replay decode steps as CUDA graphs */
     bool cuda_fuse;          /* EMBER_CUDA_FUSE: fuse norm/scale/GLU into neighbouring kernels */
+    bool cuda_fuse_add;      /* EMBER_CUDA_FUSE_ADD: post-norm add + next pre-norm + quantize in one kernel */
     bool cuda_fuse_head;     /* EMBER_CUDA_FUSE_HEAD: per-head norms + RoPE + K/V store in one kernel */
     bool cuda_q8;            /* EMBER_CUDA_Q8: integer mat-vec on Q8 activations (CPU-identical) */
     bool cuda_f32_act;       /* EMBER_CUDA_F32_ACT: matmul on unrounded F32 activations */

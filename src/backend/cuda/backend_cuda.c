@@ -159,6 +159,7 @@ typedef struct cuda_backend {
      * rounding of q) */
     bool fuse_on;
     bool fuse_head;          /* the head preparation below (EMBER_CUDA_FUSE_HEAD=0: off) */
+    bool fuse_add;           /* pa below (EMBER_CUDA_FUSE_ADD=0: off) */
     bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
     bool attn_tc;            /* prompt runs of >= ATTN_TC_MIN_RUN queries on the tensor cores (EMBER_CUDA_ATTN_TC=0: off) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
@@ -171,6 +172,11 @@ typedef struct cuda_backend {
      * on another tensor: they commute), so everything it holds comes before
      * whatever else waits, and flush() launches it first. */
     struct { int32_t n_parts, head_dim; bool store; const int32_t *cells; ember_cuda_head_part part[3]; } ph;
+    /* Gemma's post-norm + residual add, held back so that the next block's
+     * pre-norm and the quantized input of its matmul come from the same
+     * kernel (ember_cuda_add_norm_quant_q8): launched by any other op. It
+     * always comes before a waiting norm; no head op joins while it waits. */
+    struct { bool on; const float *x, *w; float *y, *res; int64_t n, n_rows; float eps; } pa;
     ember_cuda_fusion_counts fused;
     /* cu_upload: host inputs of a step (gemma4's per-layer embeddings) */
     bool host_in;            /* this step called cu_upload */
@@ -242,8 +248,18 @@ static void mixf(cuda_backend *b, float f)
 static bool skip(const cuda_backend *b) { return b->mode == M_REPLAY || b->failed; }
 
 /* Launch what fusion held back (see cuda_backend.fuse_on). */
+static void flush_pa(cuda_backend *b)
+{
+    if (!b->pa.on) return;
+    b->pa.on = false;
+    if (skip(b)) return;
+    CK("rms_norm_add", ember_cuda_rms_norm_add_out(b->cu, b->pa.x, b->pa.w, b->pa.y, b->pa.res, b->pa.n,
+                                                   b->pa.n_rows, b->pa.eps));
+}
+
 static void flush_norm(cuda_backend *b)
 {
+    flush_pa(b);   /* it comes first: the norm may read its residual */
     if (!b->pn.on) return;
     b->pn.on = false;
     if (skip(b)) return;
@@ -285,6 +301,7 @@ static void flush_head(cuda_backend *b)
 static void flush(cuda_backend *b)
 {
     flush_head(b);
+    flush_pa(b);
     flush_norm(b);
     flush_scale(b);
     flush_glu(b);
@@ -321,7 +338,7 @@ static ember_cuda_head_part *ph_add(cuda_backend *b, float *x, int64_t n_head, i
  * or GLU waits. */
 static bool ph_take_norm(cuda_backend *b)
 {
-    if (!ph_on(b) || b->ps.on || b->pg.on) return false;
+    if (!ph_on(b) || b->ps.on || b->pg.on || b->pa.on) return false;
     if (!b->pn.on) return true;
     if (b->pn.x != b->pn.y || b->pn.n_rows % b->s_n || ph_find(b, b->pn.y)) return false;
     ember_cuda_head_part *P = ph_add(b, b->pn.y, b->pn.n_rows / b->s_n, b->pn.n);
@@ -1139,7 +1156,10 @@ static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float
     const size_t len = (size_t)(n_rows * n);
     /* a per-head norm in place: the one before it may join the head preparation */
     const bool head_like = x == y && is_act(b, x) && ph_on(b) && n_rows % b->s_n == 0;
-    if (!(head_like && ph_take_norm(b))) flush(b);
+    /* the pre-norm of the residual a post-norm add just wrote waits with it */
+    const bool after_add = b->pa.on && x == b->pa.res && y != x && n == b->pa.n && n_rows == b->pa.n_rows &&
+                           is_act(b, y) && !b->pn.on && !b->ps.on && !b->pg.on && !b->ph.n_parts;
+    if (!after_add && !(head_like && ph_take_norm(b))) flush(b);
     const float *dx = in_f(b, 0, x, len);
     float *dy = y == x ? (float *)dx : out_f(b, 1, y, len);
     const float *dw = vec(b, w, n);
@@ -1186,13 +1206,20 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
                            (fmt[0] == EMBER_TYPE_Q8_0 || fmt[0] == EMBER_TYPE_Q8_1 ||
                             (fmt[0] == EMBER_TYPE_Q8_K && n_in % 256 == 0));
     const bool fuse_glu = same && !fuse_norm && b->pg.on && b->pg.gate == x && b->pg.n == n && fmt[0] == EMBER_TYPE_Q8_K;
+    /* a post-norm add waiting before it: with the norm (its pre-norm reads
+     * the residual), or alone when x is that residual */
+    const bool q8_fmt = fmt[0] == EMBER_TYPE_Q8_0 || fmt[0] == EMBER_TYPE_Q8_1 || (fmt[0] == EMBER_TYPE_Q8_K && n_in % 256 == 0);
+    const bool fuse_add = same && q8_fmt && b->pa.on && b->pa.n == n_in && b->pa.n_rows == n_tokens && !fuse_glu &&
+                          (fuse_norm ? b->pn.x == b->pa.res : !b->pn.on && x == b->pa.res);
     const float *nx = b->pn.x, *nw = b->pn.w, *gup = b->pg.up;
     const float neps = b->pn.eps;
     const ember_cuda_act gact = b->pg.act;
+    const struct { const float *x, *w; float *y, *res; float eps; } pa = {b->pa.x, b->pa.w, b->pa.y, b->pa.res, b->pa.eps};
     if (fuse_norm) b->pn.on = false;
     if (fuse_glu) b->pg.on = false;
+    if (fuse_add) b->pa.on = false;
     flush(b);
-    mix(b, 114 + 1000 * (uint64_t)fuse_norm + 2000 * (uint64_t)fuse_glu);
+    mix(b, 114 + 1000 * (uint64_t)fuse_norm + 2000 * (uint64_t)fuse_glu + 4000 * (uint64_t)fuse_add);
     mix(b, (uint64_t)(n_tokens * 7 + n_w));
     const float *dx = in_f(b, 0, x, (size_t)n);
     const void *q[3];
@@ -1213,7 +1240,12 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
         }
         void *r = stage(b, SLOT_ROUND + k, ember_cuda_q8_bytes(fmt[k], n_in, n_tokens));
         if (skip(b)) return;
-        if (k == 0 && fuse_norm)
+        if (k == 0 && fuse_add) {
+            CK("matmul (post-norm add + norm + quantize)",
+               ember_cuda_add_norm_quant_q8(b->cu, fmt[0], pa.x, pa.w, pa.y, pa.res, pa.eps, nw, (float *)dx, r, n_in,
+                                            n_tokens, neps, fuse_norm));
+            b->fused.add_norm++;
+        } else if (k == 0 && fuse_norm)
             CK("matmul (norm + quantize)",
                ember_cuda_rms_norm_quant_q8(b->cu, fmt[0], nx, nw, (float *)dx, r, n_in, n_tokens, neps));
         else if (k == 0 && fuse_glu)
@@ -1263,6 +1295,7 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
     if (fuse_round) {
         b->pn.on = false;
         flush_head(b);
+        flush_pa(b);
         flush_scale(b);
         flush_glu(b);
     } else {
@@ -1475,8 +1508,20 @@ static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
     if (b->pn.on && b->pn.y == x && b->pn.n * b->pn.n_rows == n && is_act(b, y) && b->pn.x != y) {
         b->pn.on = false;   /* y += rms_norm(..) in one kernel (it still writes the norm's output) */
         flush_head(b);
+        flush_pa(b);
         flush_scale(b);
         mixp(b, y);
+        if (b->fuse_add && b->in_step && !b->f32_act) {   /* held back for the next block's pre-norm and matmul */
+            b->pa.on = true;
+            b->pa.x = b->pn.x;
+            b->pa.w = b->pn.w;
+            b->pa.y = b->pn.y;
+            b->pa.res = y;
+            b->pa.n = b->pn.n;
+            b->pa.n_rows = b->pn.n_rows;
+            b->pa.eps = b->pn.eps;
+            return;
+        }
         if (skip(b)) return;
         CK("rms_norm_add", ember_cuda_rms_norm_add_out(b->cu, b->pn.x, b->pn.w, b->pn.y, y, b->pn.n, b->pn.n_rows,
                                                        b->pn.eps));
@@ -1549,6 +1594,7 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
     const float *sk = in_f(b, 0, k, (size_t)(n * rk)), *sv = in_f(b, 1, v, (size_t)(n * rv));
     const int64_t D = b->ph.head_dim;
     if (ph_on(b) && b->ph.n_parts > 0 && !b->ph.store && step_rows && n == b->s_n && !b->pn.on && !b->pg.on &&
+        !b->pa.on &&
         !(b->ps.on && (b->ps.x == sk || b->ps.x == sv)) && is_act(b, k) && is_act(b, v) && sk != sv &&
         rk % D == 0 && rv % D == 0) {
         /* the store joins the head preparation: K and V rows go to the
@@ -1962,6 +2008,7 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
     b->graphs_on = o.cuda_graphs;
     b->fuse_on = o.cuda_fuse;
     b->fuse_head = o.cuda_fuse && o.cuda_fuse_head;
+    b->fuse_add = o.cuda_fuse && o.cuda_fuse_add;
     b->exact_attn = o.cuda_exact;
     b->attn_tc = o.cuda_attn_tc;
     /* F16 KV only; activations on the device; graphs key on the batch

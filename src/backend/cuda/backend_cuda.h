@@ -32,6 +32,7 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
  * a layer's per-head norms, RoPE and K/V store. be must be a CUDA backend. */
 typedef struct ember_cuda_fusion_counts {
     int64_t head_prep;
+    int64_t add_norm;    /* ember_cuda_add_norm_quant_q8: a post-norm add with the next matmul's input */
 } ember_cuda_fusion_counts;
 void ember_backend_cuda_fusion_counts(const ember_backend *be, ember_cuda_fusion_counts *out);
 

@@ -235,20 +235,43 @@ unsigned elementwise_grid(int64_t n)
 }
 
 
-/* y = rms_norm(x) * w and its Q8_0 / Q8_1 blocks (cuda_q8.cu's activation
- * buffer: qs [n_rows * n], d at d_off bytes, s after d) in one pass, with
- * the quantizer of cuda_q8.cu (ggml's x86 quantize_row_q8_0/1). One CTA per
- * row; n % 32 == 0. */
-template <bool Q81>
-__global__ void k_rms_norm_quant_q8(const float *x, const float *__restrict__ w, float *y, int8_t *qs, float *qd,
-                                    float *qsum, int64_t n, float eps)
+/* Row quantizers of the fused norm kernels (one CTA per row, all threads
+ * call them): y[i] = x[i] * inv * w[i] (w NULL: 1; inv 1 and w NULL: x as
+ * is) written to yr when yr, and its Q8 blocks with cuda_q8.cu's quantizers
+ * (ggml's x86 quantize_row_q8_0/1: d = amax/127, q = rint(y * 127/amax), d
+ * and s = sum(q) * d stored through f16; quantize_row_q8_K: id = 127/amax,
+ * q = rint(y * id), d = 1/id). qs, qd, qsum: this row's blocks. */
+template <int QM> /* 0: Q8_0, 1: Q8_1 (n % 32 == 0), 2: Q8_K (n % 256 == 0) */
+__device__ __forceinline__ void norm_quant_row(const float *xr, float inv, const float *__restrict__ w, float *yr,
+                                               int8_t *qs, float *qd, float *qsum, int64_t n)
 {
-    ember_pdl_wait();
-    const float *xr = x + (int64_t)blockIdx.x * n;
-    float *yr = y + (int64_t)blockIdx.x * n;
-    const float inv = ember_row_inv_rms(xr, n, eps);
-    const int64_t warp0 = threadIdx.x & ~31;
     const int lane = threadIdx.x & 31;
+    if (QM == 2) {
+        const int nw = blockDim.x >> 5;
+        for (int64_t blk = threadIdx.x >> 5; blk < n / 256; blk += nw) {
+            float v[8], amax = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int64_t j = blk * 256 + 8 * lane + i;
+                v[i] = __fmul_rn(__fmul_rn(xr[j], inv), w ? w[j] : 1.f);
+                amax = fmaxf(amax, fabsf(v[i]));
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+            uint32_t wq[2] = {0, 0};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                if (yr) yr[blk * 256 + 8 * lane + i] = v[i];
+                const int q = __float2int_rn(__fmul_rn(v[i], id));
+                wq[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
+            }
+            *reinterpret_cast<uint2 *>(qs + blk * 256 + 8 * lane) = make_uint2(wq[0], wq[1]);
+            if (lane == 0) qd[blk] = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
+        }
+        return;
+    }
+    const int64_t warp0 = threadIdx.x & ~31;
     for (int64_t base = warp0; base < n; base += blockDim.x) {
         const int64_t i = base + lane;
         const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
@@ -257,55 +280,50 @@ __global__ void k_rms_norm_quant_q8(const float *x, const float *__restrict__ w,
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
         const int q = __float2int_rn(__fmul_rn(v, id));
-        yr[i] = v;
-        qs[(int64_t)blockIdx.x * n + i] = (int8_t)q;
+        if (yr) yr[i] = v;
+        qs[i] = (int8_t)q;
         int sum = q;
-        if (Q81) {
+        if (QM == 1) {
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         }
         if (lane == 0) {
-            const int64_t g = (int64_t)blockIdx.x * (n / 32) + base / 32;
-            qd[g] = __half2float(__float2half_rn(d));
-            if (Q81) qsum[g] = __half2float(__float2half_rn(__fmul_rn(__int2float_rn(sum), d)));
+            qd[base / 32] = __half2float(__float2half_rn(d));
+            if (QM == 1) qsum[base / 32] = __half2float(__float2half_rn(__fmul_rn(__int2float_rn(sum), d)));
         }
     }
 }
 
-/* y = rms_norm(x) * w and its Q8_K blocks (ggml quantize_row_q8_K as
- * cuda_q8.cu k_quant_q8_K: id = 127/amax, q = rint(y * id), d = 1/id, 0 for
- * an all-zero block). One CTA per row, one warp per block of 256 (lane l
- * holds elements 8l..8l+7); n % 256 == 0. */
-__global__ void k_rms_norm_quant_q8K(const float *x, const float *__restrict__ w, float *y, int8_t *qs, float *qd,
-                                     int64_t n, float eps)
+/* One CTA per row of n. With ADD (Gemma's post-norm and residual add, as
+ * k_rms_norm_add_out): y1 = rms_norm(x) * w1, residual += y1, then the
+ * quantized row is of the new residual: y = rms_norm(residual) * w (NORM2)
+ * or the residual itself. Without ADD: y = rms_norm(x) * w. y (NULL: not
+ * written) and its Q8 blocks (qs [rows * n], qd / qsum per block, the
+ * cuda_q8.cu buffer). */
+template <int QM, bool ADD, bool NORM2>
+__global__ void k_norm_quant(const float *x, const float *__restrict__ w1, float *y1, float *residual, float eps1,
+                             const float *__restrict__ w, float *y, int8_t *qs, float *qd, float *qsum, int64_t n,
+                             float eps)
 {
     ember_pdl_wait();
-    const float *xr = x + (int64_t)blockIdx.x * n;
-    float *yr = y + (int64_t)blockIdx.x * n;
-    const float inv = ember_row_inv_rms(xr, n, eps);
-    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const int64_t nb = n / 256;
-    for (int64_t blk = threadIdx.x >> 5; blk < nb; blk += nw) {
-        float v[8], amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int64_t j = blk * 256 + 8 * lane + i;
-            v[i] = __fmul_rn(__fmul_rn(xr[j], inv), w ? w[j] : 1.f);
-            amax = fmaxf(amax, fabsf(v[i]));
+    const int64_t r = blockIdx.x;
+    const int64_t bs = QM == 2 ? 256 : 32;
+    const float *src = x + r * n;
+    if (ADD) {
+        const float *xr = x + r * n;
+        float *y1r = y1 + r * n, *rr = residual + r * n;
+        const float inv1 = ember_row_inv_rms(xr, n, eps1);
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+            const float v = __fmul_rn(__fmul_rn(xr[i], inv1), w1 ? w1[i] : 1.f);
+            y1r[i] = v;
+            rr[i] = __fadd_rn(rr[i], v); /* not contracted into an FMA with the norm's product */
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-        uint32_t wq[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            yr[blk * 256 + 8 * lane + i] = v[i];
-            const int q = __float2int_rn(__fmul_rn(v[i], id));
-            wq[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
-        }
-        *reinterpret_cast<uint2 *>(qs + (int64_t)blockIdx.x * n + blk * 256 + 8 * lane) = make_uint2(wq[0], wq[1]);
-        if (lane == 0) qd[(int64_t)blockIdx.x * nb + blk] = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
+        __syncthreads();   /* the row's new residual, written by all threads, is read by all */
+        src = rr;
     }
+    const float inv = !ADD || NORM2 ? ember_row_inv_rms(src, n, eps) : 1.0f;
+    norm_quant_row<QM>(src, inv, !ADD || NORM2 ? w : nullptr, y ? y + r * n : nullptr, qs + r * n, qd + r * (n / bs),
+                       QM == 1 ? qsum + r * (n / bs) : nullptr, n);
 }
 
 /* out = act(gate) * up (as k_glu) and its Q8_K blocks (cuda_q8.cu's
@@ -559,6 +577,36 @@ static float *q8_d(void *buf, int64_t n, int64_t n_rows)
     return (float *)((char *)buf + (((size_t)(n * n_rows) + 15) & ~(size_t)15));
 }
 
+template <bool ADD, bool NORM2>
+static void launch_norm_quant(ember_cuda *cu, uint32_t act_type, const float *x, const float *w1, float *y1,
+                              float *residual, float eps1, const float *w, float *y, void *buf, int64_t n,
+                              int64_t n_rows, float eps)
+{
+    float *d = q8_d(buf, n, n_rows);
+    const unsigned grid = (unsigned)n_rows;
+    const int th = ember_norm_threads(n);
+    if (act_type == EMBER_TYPE_Q8_0)
+        ember_launch(k_norm_quant<0, ADD, NORM2>, grid, th, 0, cu->stream, x, w1, y1, residual, eps1, w, y,
+                     (int8_t *)buf, d, (float *)NULL, n, eps);
+    else if (act_type == EMBER_TYPE_Q8_1)
+        ember_launch(k_norm_quant<1, ADD, NORM2>, grid, th, 0, cu->stream, x, w1, y1, residual, eps1, w, y,
+                     (int8_t *)buf, d, d + n_rows * (n / 32), n, eps);
+    else
+        ember_launch(k_norm_quant<2, ADD, NORM2>, grid, th, 0, cu->stream, x, w1, y1, residual, eps1, w, y,
+                     (int8_t *)buf, d, (float *)NULL, n, eps);
+}
+
+static ember_status norm_quant_check(uint32_t act_type, int64_t n, int64_t n_rows, const char *what)
+{
+    if (n <= 0 || n_rows <= 0 || n_rows > INT32_MAX || n % 32 != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: %s: bad shape [%lld, %lld]", what, (long long)n_rows,
+                           (long long)n);
+    if (act_type != EMBER_TYPE_Q8_0 && act_type != EMBER_TYPE_Q8_1 && !(act_type == EMBER_TYPE_Q8_K && n % 256 == 0))
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: %s: activation type %s for rows of %lld", what,
+                           ember_type_name(act_type), (long long)n);
+    return EMBER_OK;
+}
+
 extern "C" ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t act_type, const float *x, const float *w,
                                                      float *y, void *buf, int64_t n, int64_t n_rows, float eps)
 {
@@ -566,23 +614,28 @@ extern "C" ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t ac
     EMBER_CUDA_NONNULL(x);
     EMBER_CUDA_NONNULL(y);
     EMBER_CUDA_NONNULL(buf);
-    if (n <= 0 || n % 32 != 0 || n_rows <= 0 || n_rows > INT32_MAX)
-        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rms_norm_quant_q8: bad shape [%lld, %lld]",
-                           (long long)n_rows, (long long)n);
-    float *d = q8_d(buf, n, n_rows);
-    if (act_type == EMBER_TYPE_Q8_0)
-        ember_launch(k_rms_norm_quant_q8<false>, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y,
-                     (int8_t *)buf, d, (float *)NULL, n, eps);
-    else if (act_type == EMBER_TYPE_Q8_1)
-        ember_launch(k_rms_norm_quant_q8<true>, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y,
-                     (int8_t *)buf, d, d + n_rows * (n / 32), n, eps);
-    else if (act_type == EMBER_TYPE_Q8_K && n % 256 == 0)
-        ember_launch(k_rms_norm_quant_q8K, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y,
-                     (int8_t *)buf, d, n, eps);
-    else
-        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: rms_norm_quant_q8: activation type %s",
-                           ember_type_name(act_type));
+    ember_status st = norm_quant_check(act_type, n, n_rows, "rms_norm_quant_q8");
+    if (st) return st;
+    launch_norm_quant<false, false>(cu, act_type, x, NULL, NULL, NULL, 0.f, w, y, buf, n, n_rows, eps);
     return ember_cuda_launched("rms_norm_quant_q8");
+}
+
+extern "C" ember_status ember_cuda_add_norm_quant_q8(ember_cuda *cu, uint32_t act_type, const float *x,
+                                                     const float *w1, float *y1, float *residual, float eps1,
+                                                     const float *w, float *y, void *buf, int64_t n, int64_t n_rows,
+                                                     float eps, bool norm2)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y1);
+    EMBER_CUDA_NONNULL(residual);
+    EMBER_CUDA_NONNULL(buf);
+    if (norm2) EMBER_CUDA_NONNULL(y);
+    ember_status st = norm_quant_check(act_type, n, n_rows, "add_norm_quant_q8");
+    if (st) return st;
+    if (norm2) launch_norm_quant<true, true>(cu, act_type, x, w1, y1, residual, eps1, w, y, buf, n, n_rows, eps);
+    else launch_norm_quant<true, false>(cu, act_type, x, w1, y1, residual, eps1, NULL, NULL, buf, n, n_rows, eps);
+    return ember_cuda_launched("add_norm_quant_q8");
 }
 
 extern "C" ember_status ember_cuda_glu_quant_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate,

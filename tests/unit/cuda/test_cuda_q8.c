@@ -182,6 +182,80 @@ static void test_fused_quantize_matches_cpu(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* Gemma's post-norm + residual add followed by the next matmul's input
+ * (ember_cuda_add_norm_quant_q8): the CPU ops one after another, y1 =
+ * rms_norm(x) * w1, residual += y1, y = rms_norm(residual) * w (or the
+ * residual itself), then the CPU quantizer of y: every F32 output and every
+ * block identical. */
+static void test_add_norm_quantize_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2560, .max_kv_tokens = 16, .max_head_dim = 256};
+    ember_backend *cpu = NULL;
+    assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
+    const int64_t n = 2560, rows = 3;   /* E4B's width: 10 Q8_K blocks, 80 of 32 */
+    const size_t nb = sizeof(float) * n * rows;
+    float *x = malloc(nb), *res0 = malloc(nb), *w1 = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n),
+          *y1 = malloc(nb), *res = malloc(nb), *y = malloc(nb), *got = malloc(nb);
+    assert_true(x && res0 && w1 && w && y1 && res && y && got);
+    make_x(x, n, rows);
+    for (int64_t i = 0; i < n * rows; i++) res0[i] = test_randf(-30.f, 30.f);
+    for (int64_t i = 0; i < n; i++) {
+        w1[i] = test_randf(0.5f, 2.f);
+        w[i] = test_randf(0.5f, 2.f);
+    }
+    /* the CPU backend's ops in order */
+    cpu->ops->rms_norm(cpu, y1, x, w1, rows, n, 1e-6f);
+    memcpy(res, res0, nb);
+    cpu->ops->add(cpu, res, y1, n * rows);
+    cpu->ops->rms_norm(cpu, y, res, w, rows, n, 1e-6f);
+    float *dx = dev_new(x, nb), *dw1 = dev_new(w1, sizeof(float) * n), *dw = dev_new(w, sizeof(float) * n),
+          *dy1 = dev_new(NULL, nb), *dres = dev_new(NULL, nb), *dy = dev_new(NULL, nb);
+    int bad = 0;
+    for (int k = 0; k < 4; k++) {   /* with the pre-norm: Q8_0, Q8_1, Q8_K; without: Q8_K */
+        const uint32_t at = k == 0 ? EMBER_TYPE_Q8_0 : k == 1 ? EMBER_TYPE_Q8_1 : EMBER_TYPE_Q8_K;
+        const bool norm2 = k < 3;
+        const size_t qb = ember_cuda_q8_bytes(at, n, rows);
+        void *dq = dev_new(NULL, qb);
+        uint8_t *g = malloc(qb);
+        assert_non_null(g);
+        CU_OK(ember_cuda_upload(test_cu, dres, res0, nb));
+        CU_OK(ember_cuda_add_norm_quant_q8(test_cu, at, dx, dw1, dy1, dres, 1e-6f, dw, dy, dq, n, rows, 1e-6f, norm2));
+        dev_get(g, dq, qb);
+        bad += compare_q8(norm2 ? "add_norm_quant_q8" : "add_norm_quant_q8 (residual)", at, norm2 ? y : res, g, n, rows);
+        const float *want[3] = {y1, res, y};
+        float *have[3] = {dy1, dres, dy};
+        for (int o = 0; o < (norm2 ? 3 : 2); o++) {
+            dev_get(got, have[o], nb);
+            int obad = 0;
+            for (int64_t i = 0; i < n * rows; i++)
+                if (memcmp(&got[i], &want[o][i], 4) != 0 && obad++ < 3)
+                    print_error("  add_norm_quant_q8 output %d [%lld]: cpu %.9g gpu %.9g\n", o, (long long)i,
+                                want[o][i], got[i]);
+            bad += obad;
+        }
+        free(g);
+        dev_free(dq, qb);
+    }
+    dev_free(dx, nb);
+    dev_free(dw1, sizeof(float) * n);
+    dev_free(dw, sizeof(float) * n);
+    dev_free(dy1, nb);
+    dev_free(dres, nb);
+    dev_free(dy, nb);
+    free(x);
+    free(res0);
+    free(w1);
+    free(w);
+    free(y1);
+    free(res);
+    free(y);
+    free(got);
+    ember_backend_free(cpu);
+    assert_int_equal(bad, 0);
+}
+
 typedef struct case_result {
     long identical, total;
     double max_abs, max_rel;
@@ -402,6 +476,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantize_matches_cpu),
         cmocka_unit_test(test_fused_quantize_matches_cpu),
+        cmocka_unit_test(test_add_norm_quantize_matches_cpu),
         cmocka_unit_test(test_matmul_q8_matches_cpu),
         cmocka_unit_test(test_matmul_q8_multi_matches_cpu),
         cmocka_unit_test(test_matmul_q8_rejects),

@@ -20,7 +20,10 @@
 #include "base/status.h"
 #include "chat/formats/formats.h"
 
-enum mode { M_START, M_REASONING, M_CONTENT, M_TOOL };
+/* M_WRAP: inside the JSON string of a content wrapper (fmt_ops.wrap_header,
+ * generic's {"response": "..."}), decoded into content as it streams;
+ * M_WRAP_END: after its closing quote, where the object's '}' is dropped */
+enum mode { M_START, M_REASONING, M_CONTENT, M_TOOL, M_WRAP, M_WRAP_END };
 
 typedef struct parsed_call {
     char id[32];
@@ -51,6 +54,8 @@ struct ember_chat_parser {
     size_t ann_index;              /* its index in calls[] */
     fmt_buf ann_args;              /* arguments text sent so far */
     fmt_jtrack jt;                 /* JSON checker over the produced arguments text */
+    size_t region_calls;           /* calls announced from the current region (fmt_ops.partial_next) */
+    size_t ann_raw_at;             /* region offset of the announced call's arguments (raw formats) */
     size_t partial_at;             /* region bytes at the last look for progress (0: none) */
     uint64_t rng;
 };
@@ -319,10 +324,17 @@ static long add_call(ember_chat_parser *p, char *name, char *arguments)
 /* the calls a scan found; the first completes an announced call */
 static void emit_calls(ember_chat_parser *p)
 {
+    /* calls of this region that streaming already finished (partial_next) */
+    size_t done = p->region_calls - (p->ann ? 1 : 0);
     for (size_t i = 0; i < p->scratch.n && !p->oom; i++) {
         char *name = p->scratch.v[i].name, *args = p->scratch.v[i].arguments;
         p->scratch.v[i].name = p->scratch.v[i].arguments = NULL;
-        if (i == 0 && p->ann) {
+        if (i < done) {   /* sent in full: its arguments are the same raw slice */
+            free(name);
+            free(args);
+            continue;
+        }
+        if (i == done && p->ann) {
             parsed_call *c = &p->calls[p->ann_index];
             size_t al = strlen(args);
             free(name);
@@ -343,48 +355,81 @@ static void emit_calls(ember_chat_parser *p)
     fmt_calls_truncate(&p->scratch, 0);
 }
 
+/* announce a call of the current region (its arguments follow) */
+static bool announce(ember_chat_parser *p, char *name)
+{
+    long idx = add_call(p, name, NULL);
+    if (idx < 0) return false;
+    p->ann = true;
+    p->ann_index = (size_t)idx;
+    p->ann_args.len = 0;
+    memset(&p->jt, 0, sizeof p->jt);
+    p->region_calls++;
+    send(p, EMBER_CHAT_EV_TOOL_START, (size_t)idx, NULL, 0);
+    return true;
+}
+
+/* the announced call's arguments text so far is text[0..len): send what
+ * the checker says is final */
+static void feed_announced(ember_chat_parser *p, const char *text, size_t len)
+{
+    if (!p->ann || p->oom || len <= p->jt.pos) return;
+    size_t sent = p->ann_args.len;
+    fmt_jtrack_feed(&p->jt, text + p->jt.pos, len - p->jt.pos);
+    if (p->jt.ok_len > sent) {
+        fmt_buf_put(&p->ann_args, text + sent, p->jt.ok_len - sent);
+        mark_oom(p, &p->ann_args);
+        send(p, EMBER_CHAT_EV_TOOL_ARGS, p->ann_index, text + sent, p->jt.ok_len - sent);
+    }
+}
+
 /* stream_arguments: look at the region s[0..n); announce its call when the
- * header is decided and send what the checker says is final. Returns
- * whether the header is decided. */
+ * header is decided and send what the checker says is final; with
+ * partial_next, once a call's arguments object is complete, announce the
+ * next call of the region when its header is decided (the finished one is
+ * closed then). Returns whether a call of the region was announced. */
 static bool stream_progress(ember_chat_parser *p, const char *s, size_t n)
 {
-    char *name = NULL;
-    fmt_buf args = {0};
-    size_t raw_at = (size_t)-1;
-    bool hdr = p->fmt->partial(s, n, p->cfg.tools, &name, &args, &raw_at);
     p->partial_at = n;
-    if (args.oom) p->oom = true;
-    const char *text = args.p;
-    size_t len = args.len;
-    if (raw_at != (size_t)-1) {
-        text = s + raw_at;
-        len = n - raw_at;
-    }
-    if (hdr && !p->oom) {
-        if (!p->ann) {
-            long idx = add_call(p, name, NULL);
-            name = NULL;
-            if (idx >= 0) {
-                p->ann = true;
-                p->ann_index = (size_t)idx;
-                p->ann_args.len = 0;
-                memset(&p->jt, 0, sizeof p->jt);
-                send(p, EMBER_CHAT_EV_TOOL_START, (size_t)idx, NULL, 0);
-            }
+    if (p->region_calls <= 1) {
+        char *name = NULL;
+        fmt_buf args = {0};
+        size_t raw_at = (size_t)-1;
+        bool hdr = p->fmt->partial(s, n, p->cfg.tools, &name, &args, &raw_at);
+        if (args.oom) p->oom = true;
+        const char *text = args.p;
+        size_t len = args.len;
+        if (raw_at != (size_t)-1) {
+            text = s + raw_at;
+            len = n - raw_at;
         }
-        if (p->ann && len > p->jt.pos) {
-            size_t sent = p->ann_args.len;
-            fmt_jtrack_feed(&p->jt, text + p->jt.pos, len - p->jt.pos);
-            if (p->jt.ok_len > sent) {
-                fmt_buf_put(&p->ann_args, text + sent, p->jt.ok_len - sent);
-                mark_oom(p, &p->ann_args);
-                send(p, EMBER_CHAT_EV_TOOL_ARGS, p->ann_index, text + sent, p->jt.ok_len - sent);
+        if (hdr && !p->oom) {
+            if (p->region_calls == 0) {
+                announce(p, name);
+                name = NULL;
+                p->ann_raw_at = raw_at;
             }
+            feed_announced(p, text, len);
         }
+        free(name);
+        fmt_buf_free(&args);
+    } else {
+        feed_announced(p, s + p->ann_raw_at, n - p->ann_raw_at);
     }
-    free(name);
-    fmt_buf_free(&args);
-    return hdr;
+    while (p->ann && !p->oom && p->fmt->partial_next && p->ann_raw_at != (size_t)-1 && fmt_jtrack_done(&p->jt)) {
+        char *name = NULL;
+        size_t raw_at = 0;
+        if (!p->fmt->partial_next(s, n, p->ann_raw_at + p->jt.pos, &name, &raw_at)) break;
+        /* the announced call is complete: its arguments are all sent */
+        p->calls[p->ann_index].arguments = fmt_strndup(p->ann_args.p ? p->ann_args.p : "", p->ann_args.len);
+        if (!p->calls[p->ann_index].arguments) { p->oom = true; free(name); break; }
+        send(p, EMBER_CHAT_EV_TOOL_END, p->ann_index, NULL, 0);
+        p->ann = false;
+        if (!announce(p, name)) break;
+        p->ann_raw_at = raw_at;
+        feed_announced(p, s + raw_at, n - raw_at);
+    }
+    return p->region_calls > 0;
 }
 
 /* stream_arguments: the announced call's region turned out malformed;
@@ -409,6 +454,76 @@ static void close_broken_call(ember_chat_parser *p, const char *s, size_t n)
 }
 
 /* ------------------------------------------------------------ machine */
+
+static bool hex4(const char *s, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return false;
+        v = v << 4 | (uint32_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+static void put_utf8(fmt_buf *b, uint32_t cp)
+{
+    char u[4];
+    size_t k;
+    if (cp < 0x80) { u[0] = (char)cp; k = 1; }
+    else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 0x3F)); k = 2; }
+    else if (cp < 0x10000) {
+        u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | (cp >> 6 & 0x3F)); u[2] = (char)(0x80 | (cp & 0x3F)); k = 3;
+    } else {
+        u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+        u[2] = (char)(0x80 | (cp >> 6 & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); k = 4;
+    }
+    fmt_buf_put(b, u, k);
+}
+
+/* One JSON string escape at s[0] == '\\' (RFC 8259 section 7) appended to
+ * `out` as UTF-8. Returns 1 and *used, 0 when the text ends before it is
+ * decided, -1 when it is no escape. A surrogate that is not half of a pair
+ * becomes U+FFFD. */
+static int json_escape(const char *s, size_t n, fmt_buf *out, size_t *used)
+{
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    if (n < 2) return 0;
+    const char *q = s[1] ? strchr(from, s[1]) : NULL;
+    if (q) {
+        fmt_buf_putc(out, to[q - from]);
+        *used = 2;
+        return 1;
+    }
+    if (s[1] != 'u') return -1;
+    if (n < 6) {
+        for (size_t i = 2; i < n; i++) if (!strchr("0123456789abcdefABCDEF", s[i]) || !s[i]) return -1;
+        return 0;
+    }
+    uint32_t cp, lo;
+    if (!hex4(s + 2, &cp)) return -1;
+    *used = 6;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+        /* a high surrogate: a low one may follow as \uDC00..\uDFFF */
+        static const char pat[] = "\\u";
+        bool may = true;
+        for (size_t i = 6; i < n && i < 8 && may; i++) may = s[i] == pat[i - 6];
+        for (size_t i = 8; i < n && i < 12 && may; i++) may = s[i] && strchr("0123456789abcdefABCDEF", s[i]);
+        if (may && n < 12) return 0;
+        if (may && hex4(s + 8, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            *used = 12;
+        } else {
+            cp = 0xFFFD;
+        }
+    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+        cp = 0xFFFD;
+    }
+    put_utf8(out, cp);
+    return 1;
+}
 
 /* largest k < strlen(lit) with s[n-k..n) == lit[0..k) */
 static size_t partial_suffix(const char *s, size_t n, const char *lit)
@@ -512,7 +627,62 @@ static void run(ember_chat_parser *p, bool eof)
             emit_content(p, s, k);
             pos += eof ? n : k;
             break;
+        } else if (p->mode == M_WRAP) {
+            /* the wrapper's string, decoded: escapes whole, UTF-8 whole */
+            fmt_buf out = {0};
+            size_t i = 0;
+            int r = 1;
+            while (i < n && s[i] != '"') {
+                if (s[i] != '\\') {
+                    fmt_buf_putc(&out, s[i++]);
+                    continue;
+                }
+                size_t used = 0;
+                if ((r = json_escape(s + i, n - i, &out, &used)) <= 0) break;
+                i += used;
+            }
+            bool closed = i < n && s[i] == '"';
+            if (!closed && r >= 0 && !eof) {   /* hold back a character still arriving (raw bytes at the tail) */
+                size_t k = utf8_cut(out.p, out.len);
+                i -= out.len - k;
+                out.len = k;
+            }
+            mark_oom(p, &out);
+            if (out.len && !p->oom) emit_content(p, out.p, out.len);
+            fmt_buf_free(&out);
+            pos += i;
+            if (closed) {
+                pos++;
+                p->mode = M_WRAP_END;
+                continue;
+            }
+            if (r < 0) {                        /* not JSON any more: the rest is content */
+                p->mode = M_CONTENT;
+                continue;
+            }
+            if (eof) {                          /* cut inside the string: what was decoded is the reply */
+                pos += n - i;
+                p->mode = M_CONTENT;
+                continue;
+            }
+            break;
+        } else if (p->mode == M_WRAP_END) {
+            size_t i = fmt_skip_ws(s, n, 0);
+            if (i >= n && !eof) break;
+            pos += i < n && s[i] == '}' ? i + 1 : i;
+            p->mode = M_CONTENT;
         } else { /* M_TOOL */
+            if (p->fmt->wrap_header && p->region_calls == 0) {
+                size_t body = 0;
+                int w = p->fmt->wrap_header(s, n, &body);
+                if (w == 0 && !eof) break;
+                if (w == 1) {
+                    p->ws_content.len = 0;
+                    pos += body;
+                    p->mode = M_WRAP;
+                    continue;
+                }
+            }
             bool stream = p->cfg.stream_arguments && p->fmt->partial;
             if (!eof && p->tool_scanned && !rescan_due(p->fmt, s, n, p->tool_scanned, &p->tool_checked, &p->tool_trigger)) {
                 /* no decision yet; maybe progress: on every feed for raw JSON
@@ -556,6 +726,7 @@ static void run(ember_chat_parser *p, bool eof)
             p->tool_scanned = 0;
             p->tool_trigger = false;
             p->partial_at = 0;
+            p->region_calls = 0;
             if (n == 0) break;
         }
     }

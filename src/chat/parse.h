@@ -35,7 +35,14 @@
  *    content: its arguments are the longest such prefix before the first
  *    error, closed ("}" / "\"}" ...), and its remaining raw text is dropped.
  *    Stream and whole parses still agree. Without the flag, calls are
- *    announced whole and malformed ones become content (as above).
+ *    announced whole and malformed ones become content (as above). Where
+ *    one region holds several calls (the generic format's list), each call
+ *    is announced once the previous one's arguments are complete and its
+ *    own header is decided; elsewhere a region's later calls arrive whole.
+ *  - The generic format's {"response": "TEXT"}: TEXT (the JSON string,
+ *    decoded; a lone surrogate escape becomes U+FFFD) streams as content as
+ *    it arrives; the JSON around it is dropped; a reply cut inside the
+ *    string keeps what was written.
  *  - Content and reasoning are trimmed of leading and trailing whitespace;
  *    whitespace just before a tool call is dropped.
  *
@@ -69,8 +76,9 @@ typedef enum ember_tool_format {
     EMBER_TOOL_FORMAT_GEMMA4,     /* <|tool_call>call:N{k:<|"|>v<|"|>,n:1}<tool_call|> */
     EMBER_TOOL_FORMAT_LLAMA3,     /* {"name":..,"parameters":{..}} as the whole reply, optionally after <|python_tag|> */
     EMBER_TOOL_FORMAT_MISTRAL,    /* [TOOL_CALLS][{..},..] or [TOOL_CALLS]N[CALL_ID]id[ARGS]{..} */
-    EMBER_TOOL_FORMAT_GENERIC,    /* {"tool_calls":[{"name":..,"arguments":{..}},..]} as the whole reply: ember's own,
-                                     for templates with none (never detected; the server picks it) */
+    EMBER_TOOL_FORMAT_GENERIC,    /* {"tool_calls":[{"name":..,"arguments":{..}},..]} or {"response":"TEXT"} (TEXT is
+                                     content) as the whole reply: ember's own, for templates with none (never
+                                     detected; the server picks it) */
     EMBER_TOOL_FORMAT_COUNT
 } ember_tool_format;
 

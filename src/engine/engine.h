@@ -216,6 +216,7 @@ typedef struct engine_stats {
     uint64_t n_prompt_tokens, n_prompt_tokens_cached, n_gen_tokens;
     double t_prompt_s, t_gen_s;      /* step time spent on prefill / decode entries */
     uint64_t n_steps, n_requests_done, n_requests_cancelled;
+    uint64_t n_preemptions;          /* requests that waited for a full KV pool (scheduler.c) */
     uint32_t kv_free_tokens;
     int32_t max_batch_seen;
     bool spec_on;                    /* speculation configured; counters below */

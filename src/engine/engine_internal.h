@@ -5,6 +5,7 @@
  * Invariants:
  * - slot i uses sequence id i of the runtime; its KV holds tokens[0, n_past).
  * - an idle slot keeps its KV and tokens as a prefix cache until evicted.
+ * - a waiting (preempted) slot holds no KV: n_past == 0.
  * - only the engine thread touches slots and the runtime; the queue and the
  *   counters are guarded by engine.mu.
  */
@@ -15,8 +16,13 @@
 
 typedef enum slot_state {
     SLOT_IDLE = 0,
-    SLOT_PREFILL,   /* prompt tokens [n_past, n_prompt) still to decode */
+    SLOT_PREFILL,   /* tokens [n_past, prefill_end) still to decode */
     SLOT_GENERATE,  /* next entry is the last sampled token */
+    SLOT_WAIT,      /* preempted: the KV pool was full and this was the newest
+                     * request; its K/V was dropped, everything else (tokens,
+                     * sampler, grammar, pending text) is kept, and it is
+                     * prefilled again (tokens [0, n_tokens)) once the pool has
+                     * room (scheduler.c) */
 } slot_state;
 
 typedef struct slot {
@@ -27,6 +33,8 @@ typedef struct slot {
     int32_t n_tokens;
     int32_t n_past;           /* tokens whose K/V is in the pool */
     int32_t n_prompt;
+    int32_t prefill_end;      /* PREFILL decodes up to here: n_prompt, or n_tokens when a preempted
+                               * slot replays its prompt and the tokens it generated */
     int32_t n_generated;
     int32_t n_predict;        /* resolved limit (<= n_ctx - n_prompt) */
     ember_sampler *smpl;

@@ -5,7 +5,21 @@
  * make room in the KV pool, decode, then let each slot sample.
  *
  * Owns: slot choice, prefix-cache reuse (seq_truncate / seq_fork), KV-pool
- * pressure (evict idle caches, defer prefill, stop the newest request).
+ * pressure (evict idle caches, defer prefill, preempt the newest request).
+ *
+ * A full pool (the slots share one pool, -c tokens in all, and any slot may
+ * grow to n_ctx): idle prefix caches are evicted first (least recently used),
+ * then the newest prefill waits a step, then the newest request that holds
+ * K/V is preempted: its K/V is dropped and it waits (SLOT_WAIT) with its
+ * tokens, sampler and grammar kept, to be prefilled again when the pool has
+ * room. Waiting slots resume oldest first, before any queued request is
+ * admitted, so the oldest request always runs and nothing running is lost; a
+ * request stops for the pool only when it is the one request holding K/V
+ * (then it has all of the pool). A prompt that can never fit (n_prompt >=
+ * n_ctx) is refused by engine_submit. This is vLLM's recompute preemption
+ * (Kwon et al. 2023, "Efficient Memory Management for LLM Serving with
+ * PagedAttention", section 4.5); llama-server answers a full unified cache
+ * with an error for the batch instead.
  * Must not: sample or detokenize (slot.c), or block on HTTP.
  *
  * Fairness: decode tokens of all generating slots go first, so a long prompt
@@ -105,6 +119,7 @@ static bool admit(engine *e, engine_req *r)
     s->pending_len = 0;
     s->req = r;
     s->state = SLOT_PREFILL;
+    s->prefill_end = n;
     s->admitted = ++e->admit_no;
     s->n_draft = 0;
     s->n_hidden_rows = 0;
@@ -188,6 +203,55 @@ static bool evict_one_idle(engine *e)
     return true;
 }
 
+static bool slot_runs(const slot *s) { return s->state == SLOT_PREFILL || s->state == SLOT_GENERATE; }
+
+/* The pool is full and s is the newest request holding K/V: drop its K/V and
+ * let it wait (see the top of the file). */
+static void preempt(engine *e, slot *s)
+{
+    if (s->n_past > 0) e->rt.seq_remove(e->rt.ctx, s->id);
+    s->n_past = 0;
+    s->n_batch_entries = 0;
+    s->i_logits = -1;
+    s->n_draft = 0;
+    s->n_hidden_rows = 0;
+    s->state = SLOT_WAIT;
+    pthread_mutex_lock(&e->mu);
+    e->st.n_preemptions++;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Put waiting slots back into prefill, oldest first, while the pool (idle
+ * caches evicted as needed) holds all of a slot's tokens plus some room to
+ * grow (n_batch tokens, at most n_ctx / 4) when other requests run, or just
+ * its tokens when none does. Returns whether a slot still waits. */
+static bool resume_waiting(engine *e)
+{
+    for (;;) {
+        slot *w = NULL;
+        bool others = false;
+        for (int32_t i = 0; i < e->cfg.n_slots; i++) {
+            slot *s = &e->slots[i];
+            if (s->state == SLOT_WAIT && (!w || s->admitted < w->admitted)) w = s;
+            others |= slot_runs(s);
+        }
+        if (!w) return false;
+        int32_t room = e->cfg.n_batch < e->cfg.n_ctx / 4 ? e->cfg.n_batch : e->cfg.n_ctx / 4;
+        uint32_t need = (uint32_t)w->n_tokens + (others ? (uint32_t)room : 0);
+        while (e->rt.kv_free_tokens(e->rt.ctx) < need && evict_one_idle(e)) {}
+        if (e->rt.kv_free_tokens(e->rt.ctx) < need) {
+            if (others) return true;
+            /* alone and still no room (cannot happen while n_ctx <= the pool): do not spin */
+            release_busy(e, w, ENGINE_FINISH_LENGTH, NULL);
+            continue;
+        }
+        w->state = SLOT_PREFILL;
+        w->prefill_end = w->n_tokens;   /* prompt + generated; the last one's logits give the next token */
+        w->n_past = 0;
+        if (e->cfg.spec) spec_engine_slot_reset(e->cfg.spec, w->id);
+    }
+}
+
 static int32_t step(engine *e)
 {
     e->step_no++;
@@ -216,8 +280,10 @@ static int32_t step(engine *e)
         engine_req_release(dropped[i]);
     }
 
+    /* preempted requests come back before new ones are admitted */
+    bool waiting = resume_waiting(e);
     pthread_mutex_lock(&e->mu);
-    while (e->q_len > 0 && !e->stopping) {
+    while (e->q_len > 0 && !e->stopping && !waiting) {
         bool any_free = false;
         for (int32_t i = 0; i < n_slots; i++) any_free |= e->slots[i].state == SLOT_IDLE;
         if (!any_free) break;
@@ -243,7 +309,8 @@ static int32_t step(engine *e)
     double t0 = engine_now(), c0 = cpu_now();
     ember_status st;
     while ((st = e->rt.decode(e->rt.ctx, &e->batch)) == EMBER_ERR_RANGE) {
-        /* the pool is full: evict caches, then defer prefill, then stop the newest request */
+        /* the pool is full: evict caches, then defer the newest prefill, then
+         * preempt the newest request holding K/V (see the top of the file) */
         if (!evict_one_idle(e)) {
             slot *victim = NULL;
             for (int32_t i = 0; i < n_slots; i++) {
@@ -256,13 +323,19 @@ static int32_t step(engine *e)
                 deferred[victim->id] = true;
             } else {
                 victim = NULL;
+                int32_t n_holding = 0;
                 for (int32_t i = 0; i < n_slots; i++) {
                     slot *s = &e->slots[i];
-                    if (s->state != SLOT_IDLE && (!victim || s->admitted > victim->admitted)) victim = s;
+                    if (!slot_runs(s) || (s->n_past == 0 && s->n_batch_entries == 0)) continue;
+                    n_holding++;
+                    if (!victim || s->admitted > victim->admitted) victim = s;
                 }
                 if (!victim) break;
-                release_busy(e, victim, victim->state == SLOT_GENERATE ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_ERROR,
-                             "the KV cache pool is full; retry later or start the server with a larger pool");
+                if (n_holding > 1)
+                    preempt(e, victim);
+                else   /* alone, it has the whole pool: a generating request has reached the end of it */
+                    release_busy(e, victim, victim->state == SLOT_GENERATE ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_ERROR,
+                                 "the KV cache pool is full; start the server with a larger -c");
             }
         }
         n_prefill = build_batch(e, deferred);

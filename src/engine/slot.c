@@ -73,11 +73,11 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
         for (int32_t k = 0; k < s->n_draft; k++) batch_add(b, s->draft[k], s->n_past + 1 + k, s->id, true);
         s->n_batch_entries += s->n_draft;
     } else if (s->state == SLOT_PREFILL) {
-        int32_t n = s->n_prompt - s->n_past;
+        int32_t n = s->prefill_end - s->n_past;
         if (n > budget) n = budget;
         for (int32_t k = 0; k < n; k++) {
             int32_t pos = s->n_past + k;
-            bool last = pos == s->n_prompt - 1;
+            bool last = pos == s->prefill_end - 1;
             if (last) s->i_logits = b->n_tokens;
             batch_add(b, s->tokens[pos], pos, s->id, last);
         }

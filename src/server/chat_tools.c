@@ -183,8 +183,37 @@ static bool frame_for(ember_tool_format f, const char *tmpl, call_frame *fr)
 
 bool chat_tools_uses_generic(const chat_tools *ct, const oai_req *rq)
 {
+    /* "auto" under a client's own grammar (response_format / grammar) keeps that grammar and no tools */
     return ct->tool_format == EMBER_TOOL_FORMAT_NONE && rq->kind == OAI_CHAT && rq->tools &&
-           (rq->tool_choice == OAI_TOOL_CHOICE_REQUIRED || rq->tool_choice == OAI_TOOL_CHOICE_NAMED);
+           rq->tool_choice != OAI_TOOL_CHOICE_NONE && !rq->gbnf;
+}
+
+/* An assistant message of the history with tool_calls, rewritten with its
+ * calls as generic JSON content, as the model would have written them. NULL
+ * when it has none (or out of memory: it is then left as it is). */
+static json_t *generic_history_calls(json_t *msg)
+{
+    json_t *calls = json_object_get(msg, "tool_calls");
+    if (!json_is_array(calls) || !json_array_size(calls)) return NULL;
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < json_array_size(calls); i++) {
+        json_t *fn = json_object_get(json_array_get(calls, i), "function");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        json_t *a = json_is_string(args) ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL) : NULL;
+        if (!a) a = json_is_object(args) ? json_incref(args) : json_object();
+        json_array_append_new(list, json_pack("{s:O, s:o}", "name", json_is_string(name) ? name : json_string(""),
+                                              "arguments", a));
+    }
+    json_t *wrap = list ? json_pack("{s:o}", "tool_calls", list) : NULL;
+    char *text = wrap ? json_dumps(wrap, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(wrap);
+    json_t *m = text ? json_copy(msg) : NULL;
+    if (m) {
+        json_object_set_new(m, "content", json_string(text));
+        json_object_del(m, "tool_calls");
+    }
+    free(text);
+    return m;
 }
 
 json_t *chat_tools_generic_messages(const oai_req *rq)
@@ -204,8 +233,17 @@ json_t *chat_tools_generic_messages(const oai_req *rq)
     }
     sb_str(&d, "\nTo call functions, reply with only this JSON object: {\"tool_calls\": [{\"name\": \"FUNCTION\", "
                "\"arguments\": {ARGUMENTS}}]}");
+    if (rq->parallel_tool_calls && rq->tool_choice != OAI_TOOL_CHOICE_NAMED)
+        sb_str(&d, " (one object in the list per call; several calls may be made at once)");
+    if (rq->tool_choice == OAI_TOOL_CHOICE_AUTO)
+        sb_str(&d, "\nTo answer without calling a function, reply with only this JSON object: "
+                   "{\"response\": \"...\"} (your answer as the string)");
     if (d.oom) { free(d.p); return NULL; }
     json_t *msgs = json_copy(rq->messages);   /* the array; messages are shared, not changed */
+    for (size_t i = 0; msgs && i < json_array_size(msgs); i++) {
+        json_t *m = generic_history_calls(json_array_get(msgs, i));
+        if (m) json_array_set_new(msgs, i, m);
+    }
     json_t *first = json_array_get(msgs, 0);
     json_t *c = json_object_get(first, "content");
     const char *role = json_string_value(json_object_get(first, "role"));
@@ -235,13 +273,16 @@ ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f,
 {
     *out = NULL;
     *param = "tool_choice";
-    if (!rq->tools || (rq->tool_choice != OAI_TOOL_CHOICE_REQUIRED && rq->tool_choice != OAI_TOOL_CHOICE_NAMED))
+    /* generic under "auto": the reply is calls or {"response": TEXT}, both held by the grammar */
+    bool answer = f == EMBER_TOOL_FORMAT_GENERIC && rq->tool_choice == OAI_TOOL_CHOICE_AUTO;
+    if (!rq->tools ||
+        (rq->tool_choice != OAI_TOOL_CHOICE_REQUIRED && rq->tool_choice != OAI_TOOL_CHOICE_NAMED && !answer))
         return EMBER_OK;
     call_frame fr;
     if (!frame_for(f, chat_template, &fr))
         return ember_error(EMBER_ERR_UNSUPPORTED,
                            "tool_choice '%s' cannot be enforced: the chat template has no known tool-call format "
-                           "(supported: hermes, llama3, gemma4, qwen3_coder, mistral)",
+                           "(supported: hermes, llama3, gemma4, qwen3_coder, mistral, generic)",
                            rq->tool_choice == OAI_TOOL_CHOICE_NAMED ? "function" : "required");
     sbuf b = {0};
     sbuf calls = {0};
@@ -302,7 +343,20 @@ ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f,
             st = ember_error(EMBER_ERR_NOT_FOUND, "tool_choice names function '%s', which is not among 'tools'",
                              rq->tool_name);
         else
-            st = ember_error(EMBER_ERR_INVALID_ARG, "tool_choice 'required' needs at least one function in 'tools'");
+            st = ember_error(EMBER_ERR_INVALID_ARG, "tool_choice '%s' needs at least one function in 'tools'",
+                             answer ? "auto" : "required");
+    }
+    if (st == EMBER_OK && answer) {   /* the answer's JSON string */
+        json_t *str = json_pack("{s:s}", "type", "string");
+        char *g = NULL;
+        st = str ? ember_json_schema_to_gbnf_syntax(str, EMBER_SCHEMA_JSON, &g)
+                 : ember_error(EMBER_ERR_NOMEM, "tool grammar");
+        json_decref(str);
+        if (st == EMBER_OK) {
+            sb_prefixed(&b, g, "answer-");
+            sb_str(&b, "\nanswer ::= \"{\\\"response\\\": \" answer-root \"}\"\n");
+        }
+        free(g);
     }
     if (st == EMBER_OK) {
         sb_str(&b, "call ::= ");
@@ -310,7 +364,7 @@ ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f,
         sb_str(&b, "\n");
         /* a named function is called exactly once (OpenAI), whatever parallel_tool_calls says */
         bool many = rq->tool_choice != OAI_TOOL_CHOICE_NAMED && rq->parallel_tool_calls && fr.sep;
-        sb_str(&b, "root ::= ");
+        sb_str(&b, answer ? "root ::= answer | " : "root ::= ");
         if (*fr.open) { sb_literal(&b, fr.open); sb_str(&b, " "); }
         sb_str(&b, "call");
         if (many) {

@@ -53,15 +53,23 @@ ember_reasoning_syntax chat_tools_reasoning(const chat_tools *ct);
  * (no tool-call format), and those of ember_json_schema_to_gbnf_syntax. */
 ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f, const char *chat_template,
                                          char **out, const char **param);
-/* Whether `rq` forces a call (tool_choice required / named) while the chat
- * template has no tool-call format: then the call is written in ember's
+/* Whether `rq` has tools (tool_choice auto, required or named; auto only
+ * without a response_format / grammar of the client's) while the chat
+ * template has no tool-call format: then the reply is written in ember's
  * generic format (EMBER_TOOL_FORMAT_GENERIC, chat/formats/generic.c),
- * described to the model by chat_tools_generic_messages and enforced by the
- * grammar, so forced calls work with any model. */
+ * described to the model by chat_tools_generic_messages and held by the
+ * grammar chat_tools_choice_gbnf_tmpl gives for it:
+ *   {"tool_calls": [{"name": "N", "arguments": ARGS}, ...]}   (", " between
+ *   calls when parallel_tool_calls and the function is not named; one call
+ *   otherwise), or under "auto" also {"response": STRING}, whose text the
+ *   parser streams as content (llama.cpp's former generic format's shape).
+ * So tool_choice and parallel_tool_calls work with any model. */
 bool chat_tools_uses_generic(const chat_tools *ct, const oai_req *rq);
-/* rq's messages with the tools and the generic call shape described in the
- * system message (appended to a leading system message, else a new first
- * one). New reference; NULL when out of memory. */
+/* rq's messages with the tools and the generic reply shapes described in
+ * the system message (appended to a leading system message, else a new
+ * first one), and the history's assistant tool_calls rewritten as the
+ * generic JSON content that would have produced them. New reference; NULL
+ * when out of memory. */
 json_t *chat_tools_generic_messages(const oai_req *rq);
 
 /* The same with chat_template NULL. */

@@ -87,6 +87,9 @@ char *metrics_render(const metrics_input *in, size_t *len)
     put(&b, "ember_requests_finished_total", "counter", "Requests finished (any reason).", (double)st->n_requests_done);
     put(&b, "ember_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).",
         (double)st->n_requests_cancelled);
+    put(&b, "ember_requests_preempted_total", "counter",
+        "Times the newest request gave up its KV cache for a full pool and waited (it resumes by recomputing).",
+        (double)st->n_preemptions);
     put(&b, "ember_requests_processing", "gauge", "Requests holding a slot.", (double)st->n_busy);
     put(&b, "ember_requests_deferred", "gauge", "Requests waiting for a slot.", (double)st->n_queued);
     put(&b, "ember_slots", "gauge", "Slots (--parallel).", (double)st->n_slots);

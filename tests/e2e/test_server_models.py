@@ -323,6 +323,42 @@ def test_ctx_size_is_the_kv_cache_in_all(ember_bin, smollm2_path):
         assert s.stop() == 0
 
 
+
+def test_full_pool_newest_request_waits(ember_bin, smollm2_path):
+    """Issue 19 item 8: when the shared KV pool fills, the newest request
+    waits (its cache is dropped and recomputed later) and nothing running is
+    lost: -c 256 -np 2 and two greedy requests of ~20 + 200 tokens (either
+    fits alone, both do not) both give all 200 tokens, as when run alone;
+    before, the newer one was stopped short with "length"."""
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "256", "-np", "2", "-t", "2", "--port", str(port),
+                "--metrics"], port)
+    prompts = ["Once upon a time, in a quiet village by the sea,", "The three most useful kitchen tools are"]
+
+    def complete(p):
+        r = requests.post(s.base + "/v1/completions", json={"prompt": p, "max_tokens": 200, "temperature": 0,
+                                                            "ignore_eos": True}, timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    try:
+        with cf.ThreadPoolExecutor(2) as ex:
+            both = list(ex.map(complete, prompts))
+        for r in both:
+            assert r["usage"]["completion_tokens"] == 200 and r["choices"][0]["finish_reason"] == "length", r
+        fams = {f.name: f for f in text_string_to_metric_families(requests.get(s.base + "/metrics", timeout=10).text)}
+        assert fams["ember_requests_preempted"].samples[0].value >= 1
+        # alone: the older request never waited and is byte-equal; the newer
+        # one is equal up to where it was preempted (about 108 tokens in);
+        # its recomputed cache comes from the prompt kernels, not the decode
+        # ones, so a near-tie later may go the other way
+        alone = [complete(p)["choices"][0]["text"] for p in prompts]
+        texts = [r["choices"][0]["text"] for r in both]
+        assert alone[0] == texts[0] or alone[1] == texts[1]
+        assert all(a[:300] == t[:300] for a, t in zip(alone, texts))
+    finally:
+        assert s.stop() == 0
+
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                             "unit": {"enum": ["celsius", "fahrenheit"]}},
            "required": ["city", "unit"], "additionalProperties": False}
@@ -370,3 +406,132 @@ def test_generic_tool_calls_with_a_template_without_a_call_format(client, smol):
                 c["arguments"] += tc.function.arguments or ""
         assert [(c["name"], c["arguments"]) for c in calls.values()] == \
             [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]
+
+
+def stream_message(client, **kw):
+    """A streamed chat completion put back together the way OpenAI's clients
+    do: content deltas joined, tool-call deltas merged by index. Also returns
+    the number of argument deltas per call and of content deltas."""
+    content, calls, n_args, n_content, finish = "", {}, {}, 0, None
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        finish = chunk.choices[0].finish_reason or finish
+        if d.content:
+            content += d.content
+            n_content += 1
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": tc.id, "name": "", "arguments": ""})
+            assert tc.id is None or tc.id == c["id"]          # the id comes once, with the name
+            c["name"] += tc.function.name or ""
+            if tc.function.arguments:
+                c["arguments"] += tc.function.arguments
+                n_args[tc.index] = n_args.get(tc.index, 0) + 1
+    assert sorted(calls) == list(range(len(calls)))
+    return content, [calls[i] for i in sorted(calls)], n_args, n_content, finish
+
+
+def call_ok(name, args):
+    a = json.loads(args)
+    if name == "get_weather":
+        return weather_ok(args)
+    return name == "get_time" and set(a) <= {"zone"} and a.get("zone", "UTC") in ("UTC", "CET")
+
+
+def test_generic_parallel_tool_calls_stream_their_arguments(client, smol):
+    """Issue 19 item 4: with the generic format, tool_choice "required" and
+    parallel_tool_calls (its default) let the model make several calls in one
+    reply, each valid for its schema; streamed, each call is announced with
+    its id and name and its arguments come in several deltas, as OpenAI
+    streams them, and merge into valid calls.
+    parallel_tool_calls false gives exactly one call."""
+    ask = [{"role": "user", "content": "What is the weather like in Paris and in Berlin, and what time is it?"}]
+    n_multi = 0
+    for i in range(6):
+        kw = dict(model="smol", messages=ask, tools=TOOLS, tool_choice="required", temperature=1.0, seed=300 + i,
+                  max_tokens=200)
+        ch = client.chat.completions.create(**kw).choices[0]
+        if ch.finish_reason == "length":
+            continue
+        assert ch.finish_reason == "tool_calls" and ch.message.content is None, ch
+        calls = ch.message.tool_calls
+        assert calls and all(call_ok(t.function.name, t.function.arguments) for t in calls), calls
+        assert len({t.id for t in calls}) == len(calls)
+        n_multi += len(calls) > 1
+        # streamed (its own draw: the prompt now comes from the prefix cache,
+        # whose logits differ in rounding, so it is checked on its own)
+        content, streamed, n_args, _, finish = stream_message(client, **kw)
+        if finish == "length":
+            continue
+        assert content == "" and finish == "tool_calls" and streamed
+        assert all(c["id"].startswith("call_") and call_ok(c["name"], c["arguments"]) for c in streamed), streamed
+        assert len({c["id"] for c in streamed}) == len(streamed)
+        assert all(n_args[k] >= 2 for k in range(len(streamed))), n_args
+        n_multi += len(streamed) > 1
+    assert n_multi >= 3
+    for i in range(3):
+        ch = client.chat.completions.create(model="smol", messages=ask, tools=TOOLS, tool_choice="required",
+                                            temperature=1.0, seed=300 + i, max_tokens=200,
+                                            parallel_tool_calls=False).choices[0]
+        assert ch.finish_reason == "tool_calls" and len(ch.message.tool_calls) == 1
+
+
+def test_generic_auto_answers_or_calls(client, smol):
+    """Issue 19 item 4: tool_choice "auto" with the generic format: the
+    model either calls (tool_calls, content null) or answers; the answer is
+    the text of llama.cpp's generic {"response": ...} shape, returned and
+    streamed as plain content (never the JSON around it), in many deltas.
+    (Streamed and plain replies are separate draws: the second prompt comes
+    from the prefix cache, whose logits differ in rounding.)
+    tool_choice "none" is a plain reply."""
+    ask = [{"role": "user", "content": "Say hello to me."}]
+    kinds = set()
+    for i in range(8):
+        kw = dict(model="smol", messages=ask, tools=TOOLS, tool_choice="auto", temperature=1.0, seed=400 + i,
+                  max_tokens=60)
+        ch = client.chat.completions.create(**kw).choices[0]
+        if ch.message.tool_calls:
+            kinds.add("call")
+            assert ch.message.content is None and ch.finish_reason in ("tool_calls", "length")
+        else:
+            kinds.add("answer")
+            text = ch.message.content
+            assert text and not text.lstrip().startswith("{") and '"response"' not in text, text
+            assert ch.finish_reason in ("stop", "length")
+        content, calls, _, n_content, finish = stream_message(client, **kw)
+        if calls:
+            kinds.add("streamed call")
+            assert content == "" and finish in ("tool_calls", "length")
+        else:
+            kinds.add("streamed answer")
+            assert content and not content.lstrip().startswith("{") and '"response"' not in content, content
+            assert n_content >= 3 or len(content) < 8
+            assert finish in ("stop", "length")
+    assert kinds == {"call", "answer", "streamed call", "streamed answer"}
+    ch = client.chat.completions.create(model="smol", messages=ask, tools=TOOLS, tool_choice="none", temperature=0,
+                                        max_tokens=20).choices[0]
+    assert ch.message.tool_calls is None and ch.finish_reason in ("stop", "length")
+
+
+def test_generic_history_calls_are_rendered(smol):
+    """An assistant turn with tool_calls in the history reaches the model as
+    the generic JSON it would have written (the template itself drops
+    tool_calls): the prompt holds {"tool_calls": [{"name": "get_weather",
+    "arguments": {...}}]} after the user's turn."""
+    hist = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"}]
+    r = requests.post(smol.base + "/v1/chat/completions", headers=HDR, timeout=60,
+                      json={"model": "smol", "messages": hist, "tools": TOOLS, "max_tokens": 8, "temperature": 0})
+    assert r.status_code == 200, r.text
+    n = r.json()["usage"]["prompt_tokens"]
+    plain = requests.post(smol.base + "/v1/chat/completions", headers=HDR, timeout=60,
+                          json={"model": "smol", "messages": hist[:1] + [{"role": "assistant", "content": ""}] + hist[2:],
+                                "tools": TOOLS, "max_tokens": 8, "temperature": 0}).json()["usage"]["prompt_tokens"]
+    want = json.dumps({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}]},
+                      separators=(",", ":"))
+    k = len(requests.post(smol.base + "/tokenize", json={"content": want}, headers=HDR, timeout=10).json()["tokens"])
+    assert n == plain + k, (n, plain, k)

@@ -84,6 +84,19 @@ typedef struct fmt_ops {
     /* the arguments are raw JSON text of the output (partial copies a slice
      * and costs little), so progress can be looked for on every feed */
     bool raw_arguments;
+    /* Optional (raw_arguments formats whose region holds several calls,
+     * generic's list): the header of the call after the one whose arguments
+     * object ends at s[at] (one past its '}'), decided as `partial` decides
+     * the first: *name malloc'd, *raw_at where its arguments object starts.
+     * False while undecided or when no call follows. NULL: only a region's
+     * first call streams, the others arrive whole. */
+    bool (*partial_next)(const char *s, size_t n, size_t at, char **name, size_t *raw_at);
+    /* Optional: plain content wrapped in JSON at the start of the region
+     * (generic's {"response": "TEXT"}). 1: s[0..n) opens such a wrapper, and
+     * its JSON string body starts at *body_at; -1: it does not; 0: not yet
+     * decided (more bytes could go either way). The parser then decodes the
+     * string as content as it streams (parse.c). */
+    int (*wrap_header)(const char *s, size_t n, size_t *body_at);
 } fmt_ops;
 
 extern const fmt_ops fmt_hermes, fmt_qwen3_coder, fmt_gemma4, fmt_llama3, fmt_mistral, fmt_generic;

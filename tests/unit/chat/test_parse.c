@@ -307,7 +307,7 @@ static void fixtures(bool stream_arguments)
 {
     args_events_chunk1 = calls_chunk1 = 0;
     const char *root = "tests/data/tool_outputs";
-    static const char *const dirs[] = {"hermes", "qwen3_coder", "gemma4", "llama3", "mistral", "think"};
+    static const char *const dirs[] = {"hermes", "qwen3_coder", "gemma4", "llama3", "mistral", "think", "generic"};
     int n_fixtures = 0, n_streams = 0;
     for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
         char dir[256];
@@ -367,6 +367,9 @@ static const char *const pieces_gemma[] = {
 static const char *const pieces_llama[] = {
     "<|python_tag|>", "{\"name\": \"f\", \"parameters\": {}}", "; ", "{\"name\": \"g\", \"parameters\": {\"q\": [1]}}",
     "{\"name\":", "\"parameters\"", "<function=f>", "</function>", "<function=get_w>{\"q\": \"a\"}</function>"};
+static const char *const pieces_generic[] = {
+    "{\"tool_calls\": [", "]}", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}", ", ", "{\"response\": \"",
+    "\\u00e9", "\\ud83d", "\\ude00", "\\n", "\\\"", "\"}", "{\"name\": \"g\", \"arguments\": {}}"};
 static const char *const pieces_mistral[] = {
     "[TOOL_CALLS]", "f", "[ARGS]", "[CALL_ID]", "abc", "{\"a\": 1}", "[{\"name\": \"f\", \"arguments\": {}}]", "get_y"};
 
@@ -391,6 +394,9 @@ static void test_random_outputs(void **state)
          "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
         {EMBER_TOOL_FORMAT_MISTRAL, pieces_mistral, sizeof pieces_mistral / sizeof *pieces_mistral,
          "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"},
+        {EMBER_TOOL_FORMAT_GENERIC, pieces_generic, sizeof pieces_generic / sizeof *pieces_generic,
+         "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+         "{\"name\": \"now\", \"arguments\": {\"z\": [1, {\"k\": null}]}}]}"},
     };
     const size_t n_common = sizeof pieces_common / sizeof *pieces_common;
     json_error_t jerr;
@@ -685,6 +691,74 @@ static void test_generic_format(void **state)
     json_decref(m);
 }
 
+/* Streaming the generic format (issue 19 item 4), fed one byte at a time:
+ * every call of the list is announced as soon as its name is known and its
+ * arguments stream in several deltas (OpenAI streams each call's arguments
+ * in pieces), the first call ends before the second starts, and the
+ * {"response": ...} text arrives as content deltas while it is written.
+ * Expected names, arguments and text are the inputs' own. */
+typedef struct {
+    collector c;
+    size_t at;                 /* bytes fed so far */
+    size_t start_at[4];        /* bytes fed when call i was announced */
+    int args_events[4];
+    size_t first_content_at;
+} stream_log;
+
+static void on_event_log(void *user, const ember_chat_event *ev)
+{
+    stream_log *l = user;
+    on_event(&l->c, ev);
+    if (ev->kind == EMBER_CHAT_EV_TOOL_START && ev->tool_index < 4) l->start_at[ev->tool_index] = l->at;
+    if (ev->kind == EMBER_CHAT_EV_TOOL_ARGS && ev->tool_index < 4) l->args_events[ev->tool_index]++;
+    if (ev->kind == EMBER_CHAT_EV_CONTENT && !l->first_content_at) l->first_content_at = l->at;
+}
+
+static void feed_bytes(stream_log *l, const char *text)
+{
+    collector_init(&l->c);
+    ember_chat_parser_config cfg = {.tool_format = EMBER_TOOL_FORMAT_GENERIC, .stream_arguments = true,
+                                    .id_seed = 3, .on_event = on_event_log, .user = l};
+    ember_chat_parser *p;
+    assert_int_equal(ember_chat_parser_new(&cfg, &p), EMBER_OK);
+    for (l->at = 1; l->at <= strlen(text); l->at++)
+        assert_int_equal(ember_chat_parser_feed(p, text + l->at - 1, 1), EMBER_OK);
+    assert_int_equal(ember_chat_parser_finish(p), EMBER_OK);
+    ember_chat_parser_free(p);
+}
+
+static void test_generic_streams_each_call(void **state)
+{
+    (void)state;
+    const char *text = "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                       "\"unit\": \"celsius\"}}, {\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}]}";
+    stream_log l = {0};
+    feed_bytes(&l, text);
+    assert_int_equal(json_array_size(l.c.calls), 2);
+    const char *second = strstr(text, "\"get_time\", \"arguments\": {");
+    size_t second_args = (size_t)(second - text) + strlen("\"get_time\", \"arguments\": {");
+    assert_int_equal(l.start_at[0], strlen("{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {"));
+    assert_int_equal(l.start_at[1], second_args);      /* announced once its arguments begin, not at the end */
+    assert_true(l.args_events[0] >= 4 && l.args_events[1] >= 2);
+    json_t *f1 = json_object_get(json_array_get(l.c.calls, 1), "function");
+    assert_string_equal(json_string_value(json_object_get(f1, "name")), "get_time");
+    assert_string_equal(json_string_value(json_object_get(f1, "arguments")), "{\"zone\": \"UTC\"}");
+    collector_free(&l.c);
+
+    memset(&l, 0, sizeof l);
+    feed_bytes(&l, "{\"response\": \"Hello, world! How are you?\"}");
+    assert_string_equal(l.c.content.s, "Hello, world! How are you?");
+    assert_int_equal(l.first_content_at, strlen("{\"response\": \"H"));   /* streamed from the first letter */
+    assert_true(l.c.n_events > 10);
+    assert_int_equal(json_array_size(l.c.calls), 0);
+    collector_free(&l.c);
+
+    /* cut by max_tokens inside the reply: what was written is the content */
+    json_t *m = parse_cut(EMBER_TOOL_FORMAT_GENERIC, "{\"response\": \"Two plus two is fo", 3, true);
+    assert_string_equal(json_string_value(json_object_get(m, "content")), "Two plus two is fo");
+    json_decref(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -697,6 +771,7 @@ int main(void)
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_cut_output_leaks_no_markup),
         cmocka_unit_test(test_generic_format),
+        cmocka_unit_test(test_generic_streams_each_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -222,6 +222,51 @@ static void test_request_fields(void **state)
     oai_req_free(&r);
 }
 
+/* ember's generic format (chat/formats/generic.c): {"tool_calls": [...]}
+ * under required / named, and under auto also {"response": STRING}, the
+ * shapes of llama.cpp's former generic format; ", " between parallel calls. */
+static void test_generic(void **state)
+{
+    (void)state;
+    static const char *w = "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}]}";
+    static const char *two = "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}, "
+                             "{\"name\": \"now\", \"arguments\": {}}]}";
+    static const char *answer = "{\"response\": \"Hello! \\\"Hi\\\" \\u00e9\"}";
+    char *g = gbnf_for(",\"tool_choice\":\"required\"", EMBER_TOOL_FORMAT_GENERIC);
+    assert_true(accepts(g, w));
+    assert_true(accepts(g, two));
+    assert_false(accepts(g, answer));              /* required: a call, not an answer */
+    assert_false(accepts(g, "{\"tool_calls\": []}"));
+    assert_false(accepts(g, "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}"));
+    free(g);
+    g = gbnf_for(",\"tool_choice\":\"required\",\"parallel_tool_calls\":false", EMBER_TOOL_FORMAT_GENERIC);
+    assert_true(accepts(g, w));
+    assert_false(accepts(g, two));
+    free(g);
+    g = gbnf_for(",\"tool_choice\":\"auto\"", EMBER_TOOL_FORMAT_GENERIC);
+    assert_true(accepts(g, w));
+    assert_true(accepts(g, two));
+    assert_true(accepts(g, answer));
+    assert_false(accepts(g, "Hello!"));
+    assert_false(accepts(g, "{\"response\": 42}"));
+    free(g);
+    g = gbnf_for("", EMBER_TOOL_FORMAT_GENERIC);   /* auto is the default with tools */
+    assert_true(accepts(g, answer));
+    free(g);
+    oai_req r;
+    oai_error err;
+    assert_true(parse_req(",\"tool_choice\":\"none\"", &r, &err));
+    const char *param = NULL;
+    assert_int_equal(chat_tools_choice_gbnf(&r, EMBER_TOOL_FORMAT_GENERIC, &g, &param), EMBER_OK);
+    assert_null(g);                                /* none: a plain reply */
+    oai_req_free(&r);
+    /* auto leaves a native format free (its calls are parsed, not forced) */
+    assert_true(parse_req(",\"tool_choice\":\"auto\"", &r, &err));
+    assert_int_equal(chat_tools_choice_gbnf(&r, EMBER_TOOL_FORMAT_HERMES, &g, &param), EMBER_OK);
+    assert_null(g);
+    oai_req_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +275,7 @@ int main(void)
         cmocka_unit_test(test_required_gemma4),
         cmocka_unit_test(test_required_qwen3_coder),
         cmocka_unit_test(test_required_mistral),
+        cmocka_unit_test(test_generic),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_request_fields),
     };

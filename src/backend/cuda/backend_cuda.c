@@ -1542,8 +1542,10 @@ static void cu_scale(ember_backend *be, float *x, float s, int64_t n)
     mix(b, (uint64_t)n);
     mixf(b, s);
     const bool defer = b->fuse_on && !b->exact_attn && b->in_step && is_act(b, x) && pow2(s);
-    /* a waiting head preparation stays: it comes before this scale */
-    if (!defer || b->pn.on || b->pg.on || b->ps.on) flush(b);
+    /* a waiting head preparation stays: it comes before this scale; a
+     * waiting post-norm add goes first (a matmul may fuse it alone later,
+     * after the scale was launched) */
+    if (!defer || b->pn.on || b->pg.on || b->ps.on || b->pa.on) flush(b);
     float *d = io_f(b, 0, x, (size_t)n);
     if (defer) {
         b->ps.on = true;   /* folded into the attention that reads x, or launched by the next op */

@@ -221,6 +221,9 @@ static void test_add_norm_quantize_matches_cpu(void **state)
         uint8_t *g = malloc(qb);
         assert_non_null(g);
         CU_OK(ember_cuda_upload(test_cu, dres, res0, nb));
+        memset(got, 0xFF, nb);   /* NaN: an output left unwritten fails */
+        CU_OK(ember_cuda_upload(test_cu, dy1, got, nb));
+        CU_OK(ember_cuda_upload(test_cu, dy, got, nb));
         CU_OK(ember_cuda_add_norm_quant_q8(test_cu, at, dx, dw1, dy1, dres, 1e-6f, dw, dy, dq, n, rows, 1e-6f, norm2));
         dev_get(g, dq, qb);
         bad += compare_q8(norm2 ? "add_norm_quant_q8" : "add_norm_quant_q8 (residual)", at, norm2 ? y : res, g, n, rows);

@@ -3,11 +3,15 @@
  * server-sent events (see server.h).
  *
  * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION with an
- * internal polling thread). A non-stream completion waits on its request in
- * the access handler; a stream is a response callback that blocks until the
- * engine commits more text. Both poll the socket for POLLRDHUP every 50 ms
- * and cancel the request when the client has gone, so the engine frees the
- * slot within one step; the completion notification cancels it as well.
+ * internal polling thread). Every completion API goes through one handler
+ * (handle_generate: the API's body -> the common request -> completion.h);
+ * a non-stream answer waits for the finish in the access handler, a stream
+ * is a response callback that blocks until the engine commits more text:
+ * both are completion_next, one wait on the request's condition variable.
+ * A client that goes away is noticed by the watcher thread (epoll on the
+ * sockets of requests in flight, EPOLLRDHUP), which cancels its request, so
+ * the engine frees the slot within one step and wakes the reader; the
+ * completion notification cancels it as well.
  *
  * Limits against slow and greedy clients (docs/security.md): connections in
  * all and per client address, a short idle timeout until a request is

@@ -310,6 +310,15 @@ json_t *anth_to_oai(json_t *body, bool count_tokens, oai_error *err)
     json_t *ss = opt(body, "stop_sequences");
     if (ss) {
         if (!json_is_array(ss)) { json_decref(o); return fail(err, "stop_sequences", "Invalid type for 'stop_sequences': expected an array of strings."); }
+        if (json_array_size(ss) > 4) {   /* oai_parse's limit, named here in this API's terms */
+            json_decref(o);
+            return fail(err, "stop_sequences", "Invalid 'stop_sequences': at most 4, got %zu.", json_array_size(ss));
+        }
+        for (size_t i = 0; i < json_array_size(ss); i++)
+            if (!json_is_string(json_array_get(ss, i))) {
+                json_decref(o);
+                return fail(err, "stop_sequences", "Invalid type for 'stop_sequences[%zu]': expected a string.", i);
+            }
         json_object_set(o, "stop", ss);
     }
     json_t *tools = opt(body, "tools");

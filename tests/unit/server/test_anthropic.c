@@ -243,6 +243,10 @@ static void test_rejections(void **state)
     expect_bad(b, "thinking.budget_tokens");
     snprintf(b, sizeof b, "{\"max_tokens\":5,\"stop_sequences\":\"x\",%s}", hi);
     expect_bad(b, "stop_sequences");
+    snprintf(b, sizeof b, "{\"max_tokens\":5,\"stop_sequences\":[\"a\",\"b\",\"c\",\"d\",\"e\"],%s}", hi);
+    expect_bad(b, "stop_sequences");
+    snprintf(b, sizeof b, "{\"max_tokens\":5,\"stop_sequences\":[\"a\",1],%s}", hi);
+    expect_bad(b, "stop_sequences");
     snprintf(b, sizeof b, "{\"max_tokens\":5,\"output_config\":{\"format\":{\"type\":\"xml\"}},%s}", hi);
     expect_bad(b, "output_config.format");
     snprintf(b, sizeof b, "{\"max_tokens\":5,\"model\":5,%s}", hi);

@@ -295,3 +295,20 @@ def test_errors(client, srv):
     assert r.status_code == 405 and r.json()["type"] == "error"
     r = requests.post(srv.base + "/v1/messages", headers={"x-api-key": KEY}, data=b"{not json")
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_disconnect_mid_stream_frees_slot(srv):
+    """A Messages stream whose client leaves is cancelled (the watcher sees the
+    hang-up): the slot is free again at once."""
+    hdr = {"x-api-key": KEY}
+    body = {"model": "smol", "max_tokens": 400, "stream": True, "temperature": 1.5, "top_k": 0, "top_p": 1, "min_p": 0,
+            "ignore_eos": True, "messages": [{"role": "user", "content": "Tell me a long story."}]}
+    with requests.post(srv.base + "/v1/messages", json=body, headers=hdr, stream=True, timeout=60) as r:
+        n = 0
+        for line in r.iter_lines():
+            n += line.startswith(b"event: content_block_delta")
+            if n >= 3:
+                break
+        assert any(s["is_processing"] for s in requests.get(srv.base + "/slots", headers=hdr).json())
+    slots = srv.wait_idle(timeout=5, headers=hdr)
+    assert not any(s["is_processing"] for s in slots), slots

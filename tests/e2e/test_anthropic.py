@@ -312,3 +312,16 @@ def test_disconnect_mid_stream_frees_slot(srv):
         assert any(s["is_processing"] for s in requests.get(srv.base + "/slots", headers=hdr).json())
     slots = srv.wait_idle(timeout=5, headers=hdr)
     assert not any(s["is_processing"] for s in slots), slots
+
+
+def test_output_config_json_schema(client):
+    """output_config.format (structured output) is held by grammar: the text is
+    JSON of the schema's shape (Python's json parses it)."""
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+              "additionalProperties": False}
+    r = client.messages.create(model="smol", messages=[{"role": "user", "content": "What is 2+2? Answer in JSON."}],
+                               max_tokens=60, output_config={"format": {"type": "json_schema", "schema": schema}},
+                               **T0)
+    assert r.stop_reason == "end_turn"
+    v = json.loads(r.content[0].text)
+    assert set(v) == {"answer"} and isinstance(v["answer"], int)

@@ -83,6 +83,11 @@ int32_t ember_model_n_embd(const ember_model *m);
 int32_t ember_model_n_layer(const ember_model *m);
 /* Bytes of weights the model uses (mapped or uploaded). */
 uint64_t ember_model_size_bytes(const ember_model *m);
+/* The chat template the GGUF carries (tokenizer.chat_template, Jinja source
+ * as llama.cpp's converter writes it), or NULL when it has none. Not
+ * NUL-terminated: *len bytes (len may be NULL), owned by the model (the
+ * mapped file) and valid while it is loaded. */
+const char *ember_model_chat_template(const ember_model *m, size_t *len);
 /* The model's vocabulary (tokenizer.ggml.*), owned by the model; use it with
  * src/tokenizer/tokenizer.h. Never NULL for a loaded model. */
 struct ember_vocab;

@@ -40,7 +40,7 @@ static void usage(FILE *f)
             "  -ctv, --cache-type-v T      V cache type: f16 (default), q8_0, f32\n"
             "      --host ADDR             listen address (default 127.0.0.1)\n"
             "      --port N                listen port (default 8080; 0 picks a free one)\n"
-            "      --api-key KEY           require 'Authorization: Bearer KEY' (except /health, GET /)\n"
+            "      --api-key KEY           require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (except /health, GET /)\n"
             "      --api-key-file F        read KEY from the first line of file F (keeps it out of ps)\n"
             "      --alias NAME            model id reported to clients (default: the file name)\n"
             "      --chat-template-file F  Jinja chat template to use instead of the GGUF's\n"

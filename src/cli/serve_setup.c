@@ -223,7 +223,9 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
         tmpl = serve_read_file(o->template_file);
         if (!tmpl) { st = ember_error(EMBER_ERR_IO, "--chat-template-file %s: cannot read", o->template_file); goto fail; }
     }
-    st = text_ember_new(o->model_path, m->vocab, tmpl, &m->text);
+    size_t tmpl_len = 0;
+    const char *model_tmpl = ember_model_chat_template(m->model, &tmpl_len);   /* from the loaded model */
+    st = text_ember_new(model_tmpl, tmpl_len, m->vocab, tmpl, &m->text);
     free(tmpl);
     if (st != EMBER_OK) goto fail;
     if (text_ember_is_fallback(m->text))

@@ -158,6 +158,8 @@ typedef struct engine_req {
     engine_tok *toks;             /* generated tokens (when logprobs was asked) */
     int32_t n_toks, toks_cap;
     engine_finish finish;         /* ENGINE_RUNNING until done */
+    int32_t stop_index;           /* FINISH_STOP by a stop string: its index in p.stop (llama-server's
+                                     stopping_word, Anthropic's stop_sequence); -1 otherwise */
     char err[256];
     int32_t slot;                 /* slot id once admitted, -1 while queued */
     int32_t n_prompt;             /* prompt tokens */

@@ -143,6 +143,7 @@ static ember_status submit_checked(engine *e, const engine_req_params *p, engine
     atomic_init(&r->refs, 2);
     atomic_init(&r->cancel, false);
     r->slot = -1;
+    r->stop_index = -1;
     r->n_prompt = p->n_prompt;
     r->t_queued = engine_now();
     *hook_taken = true;   /* copy_params copies it first; req_free frees it from here on */

@@ -167,13 +167,17 @@ void slot_emit_text(engine *e, slot *s, const char *piece, int32_t n, bool final
     }
     const char *const *stop = (const char *const *)r->p.stop;
     size_t first = SIZE_MAX;
+    int32_t which = -1;
     for (int32_t i = 0; i < r->p.n_stop; i++) {
         size_t sl = strlen(stop[i]);
         if (sl > s->pending_len) continue;
         const char *hit = memmem(s->pending, s->pending_len, stop[i], sl);
-        if (hit && (size_t)(hit - s->pending) < first) first = (size_t)(hit - s->pending);
+        if (hit && (size_t)(hit - s->pending) < first) { first = (size_t)(hit - s->pending); which = i; }
     }
     if (first != SIZE_MAX) {
+        pthread_mutex_lock(&r->mu);
+        r->stop_index = which;
+        pthread_mutex_unlock(&r->mu);
         req_commit(r, s->pending, first);
         s->pending_len = 0;
         slot_release(e, s, ENGINE_FINISH_STOP, NULL);

@@ -350,6 +350,15 @@ int32_t ember_model_n_embd(const ember_model *m) { return m->hp.n_embd; }
 int32_t ember_model_n_layer(const ember_model *m) { return m->hp.n_layer; }
 uint64_t ember_model_size_bytes(const ember_model *m) { return m->size_bytes; }
 
+const char *ember_model_chat_template(const ember_model *m, size_t *len)
+{
+    const char *s = NULL;
+    size_t n = 0;
+    if (!m->gguf || ember_gguf_get_str(m->gguf, "tokenizer.chat_template", &s, &n) != EMBER_OK || !s) s = NULL, n = 0;
+    if (len) *len = n;
+    return s;
+}
+
 /* ---- shared transformer pieces ---------------------------------------------- */
 
 void ember_project(const ember_run *r, const float *x, int32_t n, const ember_weight *w0, float *y0,

@@ -3,11 +3,15 @@
  * server-sent events (see server.h).
  *
  * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION with an
- * internal polling thread). A non-stream completion waits on its request in
- * the access handler; a stream is a response callback that blocks until the
- * engine commits more text. Both poll the socket for POLLRDHUP every 50 ms
- * and cancel the request when the client has gone, so the engine frees the
- * slot within one step; the completion notification cancels it as well.
+ * internal polling thread). Every completion API goes through one handler
+ * (handle_generate: the API's body -> the common request -> completion.h);
+ * a non-stream answer waits for the finish in the access handler, a stream
+ * is a response callback that blocks until the engine commits more text:
+ * both are completion_next, one wait on the request's condition variable.
+ * A client that goes away is noticed by the watcher thread (epoll on the
+ * sockets of requests in flight, EPOLLRDHUP), which cancels its request, so
+ * the engine frees the slot within one step and wakes the reader; the
+ * completion notification cancels it as well.
  *
  * Limits against slow and greedy clients (docs/security.md): connections in
  * all and per client address, a short idle timeout until a request is
@@ -32,11 +36,15 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include "base/status.h"
 #include "chat/template.h"
+#include "server/anthropic.h"
 #include "server/chat_tools.h"
+#include "server/completion.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/webui.h"
@@ -51,8 +59,13 @@ struct server {
     atomic_uint_fast64_t n_http, n_http_errors, next_id;
     atomic_int n_active;      /* completions in flight (streams until their last byte) */
     chat_tools *ct;           /* grammars, tool calls, thinking */
-    int thinking_default;     /* enable_thinking when neither the request nor --chat-template-kwargs sets it:
-                                 -1 none (the template's own default), 0 false, 1 true (--reasoning) */
+    completion_ctx cc;        /* the completion pipeline over e, text, cfg and ct */
+    /* the client watcher: sockets of requests in flight (watch_add) */
+    pthread_mutex_t w_mu;
+    pthread_t w_thread;
+    int w_ep, w_wake;
+    struct watch_ent *w_ents;
+    uint32_t w_cap;
     /* parse/render memory of the requests being parsed and rendered, in all
      * (mem_enter): bytes reserved, and the cap */
     pthread_mutex_t mem_mu;
@@ -247,109 +260,136 @@ static json_t *parse_body(conn *c, oai_error *err)
     return j;
 }
 
-static void make_id(server *s, const char *prefix, char *out, size_t cap)
-{
-    uint64_t n = atomic_fetch_add(&s->next_id, 1);
-    uint64_t x = ((uint64_t)time(NULL) << 20) ^ (n * 0x9E3779B97F4A7C15ull);
-    snprintf(out, cap, "%s%016llx%04llx", prefix, (unsigned long long)x, (unsigned long long)(n & 0xffff));
-}
-
 static int32_t piece_fn(void *ud, ember_token t, char *buf, int32_t cap)
 {
     server *s = ud;
     return s->text.token_piece(s->text.ud, t, buf, cap);
 }
 
-/* --chat-template-kwargs merged with the request's own (new reference), over
- * the --reasoning default of enable_thinking. */
-static json_t *template_kwargs(const server *s, const oai_req *rq)
-{
-    json_t *kw = json_object();
-    if (s->thinking_default >= 0) json_object_set_new(kw, "enable_thinking", json_boolean(s->thinking_default));
-    if (s->cfg.template_kwargs) json_object_update(kw, s->cfg.template_kwargs);
-    if (rq->template_kwargs) json_object_update(kw, rq->template_kwargs);
-    return kw;
-}
+/* ---------- client watcher ---------- */
 
-/* A render that failed, as an answer: the template's own error, a message it
- * cannot continue and a render limit hit by the messages are the request's
- * (400); running out of memory or a broken context are the server's. */
-static bool render_failed(ember_status st, oai_error *err)
-{
-    bool client = st == EMBER_ERR_FORMAT || st == EMBER_ERR_RANGE;
-    oai_error_set(err, client ? 400 : 500, client ? "invalid_request_error" : "server_error", client ? "messages" : NULL,
-                  NULL, "The chat template failed on these messages: %s", ember_last_error());
-    return false;
-}
+/* A request waits on its engine request only (completion_next); a client
+ * that goes away while it waits is seen here: one thread waits on an epoll
+ * set of the sockets of the requests in flight (EPOLLRDHUP: HTTP clients do
+ * not half-close while waiting for an answer, so a hang-up means gone) and
+ * cancels the request, which the engine then finishes within one step and
+ * so wakes its reader. Each entry watches a dup of the socket, so the
+ * descriptor number stays ours until watch_del even if libmicrohttpd closes
+ * its own first. */
+typedef struct watch_ent { uint32_t gen; bool used; int fd; engine_req *r; } watch_ent;
 
-/* Render the request's messages (with its add_generation_prompt /
- * continue_final). */
-static bool render_chat(server *s, const oai_req *rq, char **prompt, oai_error *err)
+static void *watch_thread(void *arg)
 {
-    json_t *kw = template_kwargs(s, rq);
-    ember_status st = s->text.apply_template(s->text.ud, rq->messages, rq->tools, kw, rq->add_generation_prompt,
-                                             rq->continue_final, prompt);
-    json_decref(kw);
-    return st == EMBER_OK || render_failed(st, err);
-}
-
-/* A template that writes bos_token itself plus add_bos: keep one. */
-static void drop_double_bos(const server *s, ember_token *toks, int32_t *n)
-{
-    if (s->text.bos >= 0 && *n >= 2 && toks[0] == s->text.bos && toks[1] == s->text.bos) {
-        memmove(toks, toks + 1, sizeof *toks * (size_t)(*n - 1));
-        (*n)--;
+    server *s = arg;
+    struct epoll_event evs[32];
+    for (;;) {
+        int n = epoll_wait(s->w_ep, evs, 32, -1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return NULL;
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.u64 == UINT64_MAX) return NULL;   /* watch_stop */
+            uint32_t idx = (uint32_t)evs[i].data.u64, gen = (uint32_t)(evs[i].data.u64 >> 32);
+            pthread_mutex_lock(&s->w_mu);
+            if (idx < s->w_cap && s->w_ents[idx].used && s->w_ents[idx].gen == gen) engine_req_cancel(s->w_ents[idx].r);
+            pthread_mutex_unlock(&s->w_mu);
+        }
     }
 }
 
-static bool tokenize_prompt(server *s, const char *text, ember_token **toks, int32_t *n, oai_error *err)
+/* Watch `fd` for `r` (r must stay alive until watch_del). Returns a handle,
+ * or UINT64_MAX when it could not be watched (then only on_completed and the
+ * write path notice a client gone). */
+static uint64_t watch_add(server *s, int fd, engine_req *r)
 {
-    ember_status st = s->text.tokenize(s->text.ud, text, strlen(text), true, true, toks, n);
-    if (st != EMBER_OK) {
-        oai_error_set(err, 500, "server_error", NULL, NULL, "tokenizer: %s", ember_last_error());
+    if (fd < 0 || s->w_ep < 0) return UINT64_MAX;
+    int d = dup(fd);
+    if (d < 0) return UINT64_MAX;
+    pthread_mutex_lock(&s->w_mu);
+    uint32_t idx = 0;
+    while (idx < s->w_cap && s->w_ents[idx].used) idx++;
+    if (idx == s->w_cap) {
+        uint32_t cap = s->w_cap ? s->w_cap * 2 : 64;
+        watch_ent *e = realloc(s->w_ents, sizeof *e * cap);
+        if (!e) { pthread_mutex_unlock(&s->w_mu); close(d); return UINT64_MAX; }
+        memset(e + s->w_cap, 0, sizeof *e * (cap - s->w_cap));
+        s->w_ents = e;
+        s->w_cap = cap;
+    }
+    watch_ent *e = &s->w_ents[idx];
+    e->gen++;
+    e->used = true;
+    e->fd = d;
+    e->r = r;
+    uint64_t h = (uint64_t)e->gen << 32 | idx;
+    struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT, .data.u64 = h};
+    if (epoll_ctl(s->w_ep, EPOLL_CTL_ADD, d, &ev) != 0) {
+        e->used = false;
+        close(d);
+        h = UINT64_MAX;
+    }
+    pthread_mutex_unlock(&s->w_mu);
+    return h;
+}
+
+static void watch_del(server *s, uint64_t h)
+{
+    if (h == UINT64_MAX) return;
+    uint32_t idx = (uint32_t)h;
+    pthread_mutex_lock(&s->w_mu);
+    if (idx < s->w_cap && s->w_ents[idx].used && s->w_ents[idx].gen == (uint32_t)(h >> 32)) {
+        epoll_ctl(s->w_ep, EPOLL_CTL_DEL, s->w_ents[idx].fd, NULL);
+        close(s->w_ents[idx].fd);
+        s->w_ents[idx].used = false;
+        s->w_ents[idx].r = NULL;
+    }
+    pthread_mutex_unlock(&s->w_mu);
+}
+
+static bool watch_start(server *s)
+{
+    pthread_mutex_init(&s->w_mu, NULL);
+    s->w_ep = epoll_create1(EPOLL_CLOEXEC);
+    s->w_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+    if (s->w_ep < 0 || s->w_wake < 0 || epoll_ctl(s->w_ep, EPOLL_CTL_ADD, s->w_wake, &ev) != 0 ||
+        pthread_create(&s->w_thread, NULL, watch_thread, s) != 0) {
+        if (s->w_ep >= 0) close(s->w_ep);
+        if (s->w_wake >= 0) close(s->w_wake);
+        s->w_ep = s->w_wake = -1;
+        pthread_mutex_destroy(&s->w_mu);
         return false;
     }
-    drop_double_bos(s, *toks, n);
     return true;
 }
 
-/* The prompt tokens of a chat request: rendered and tokenized in one go when
- * the text side can (control-token text in contents stays text), else
- * rendered, then tokenized with parse_special. */
-static bool chat_prompt_tokens(server *s, const oai_req *rq, ember_token **toks, int32_t *n, oai_error *err)
+static void watch_stop(server *s)
 {
-    if (!s->text.render_tokens) {
-        char *prompt = NULL;
-        bool ok = render_chat(s, rq, &prompt, err) && tokenize_prompt(s, prompt, toks, n, err);
-        free(prompt);
-        return ok;
-    }
-    json_t *kw = template_kwargs(s, rq);
-    ember_status st = s->text.render_tokens(s->text.ud, rq->messages, rq->tools, kw, rq->add_generation_prompt,
-                                            rq->continue_final, toks, n);
-    json_decref(kw);
-    if (st != EMBER_OK) return render_failed(st, err);
-    drop_double_bos(s, *toks, n);
-    return true;
+    uint64_t one = 1;
+    if (write(s->w_wake, &one, sizeof one) < 0) { /* the thread reads nothing: a failed write cannot happen here */ }
+    pthread_join(s->w_thread, NULL);
+    for (uint32_t i = 0; i < s->w_cap; i++)
+        if (s->w_ents[i].used) close(s->w_ents[i].fd);
+    free(s->w_ents);
+    close(s->w_ep);
+    close(s->w_wake);
+    pthread_mutex_destroy(&s->w_mu);
 }
 
 /* ---------- streaming ---------- */
 
+typedef enum api_kind { API_OPENAI = 0, API_ANTHROPIC } api_kind;
+
 typedef struct stream {
     server *s;
-    oai_req rq;
-    engine_req *r;
+    api_kind api;
+    completion c;
+    uint64_t watch;
     int fd;
-    char id[64];
-    int64_t created;
-    size_t text_sent;
-    int32_t toks_sent;
-    bool first_sent, done;
+    bool done;
     char *out;
     size_t out_len, out_off, out_cap;
-    ember_chat_parser *parser;   /* chat with tools or thinking: deltas come from parser events */
-    json_t *deltas;              /* the events' delta objects of one produce round */
-    bool saw_tool_call;
+    json_t *deltas;              /* OpenAI: the parser events' delta objects of one update */
+    anth_stream *anth;           /* Anthropic: the open blocks */
 } stream;
 
 static void out_append(stream *st, const char *p, size_t n)
@@ -366,121 +406,91 @@ static void out_append(stream *st, const char *p, size_t n)
     st->out_len += n;
 }
 
-static void out_event(stream *st, json_t *j)
+/* One SSE event: "event: NAME\n" when named (Anthropic), "data: JSON\n\n". */
+static void out_named(void *ud, const char *name, json_t *j)
 {
+    stream *st = ud;
     char *d = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(j);
     if (!d) return;
+    if (name) {
+        out_append(st, "event: ", 7);
+        out_append(st, name, strlen(name));
+        out_append(st, "\n", 1);
+    }
     out_append(st, "data: ", 6);
     out_append(st, d, strlen(d));
     out_append(st, "\n\n", 2);
     free(d);
 }
 
-static void result_from(const stream *st, const engine_req *r, oai_result *res)
-{
-    *res = (oai_result){.id = st->id, .model = st->s->cfg.alias, .created = st->created, .finish = r->finish,
-                        .n_prompt = r->n_prompt, .n_cached = r->n_cached, .n_generated = r->n_generated,
-                        .draft_n = r->n_draft, .draft_n_accepted = r->n_draft_accepted,
-                        .t_start = r->t_start, .t_first_token = r->t_first_token, .t_end = r->t_end};
-}
+static void out_event(stream *st, json_t *j) { out_named(st, NULL, j); }
 
-static void on_chat_event(void *user, const ember_chat_event *ev)
+static void on_openai_event(void *user, const ember_chat_event *ev)
 {
     stream *st = user;
-    if (ev->kind == EMBER_CHAT_EV_TOOL_START) st->saw_tool_call = true;
-    /* no empty content / reasoning delta is ever sent */
-    if ((ev->kind == EMBER_CHAT_EV_CONTENT || ev->kind == EMBER_CHAT_EV_REASONING) && ev->len == 0) return;
     json_t *d = NULL;
     if (ember_chat_event_delta(ev, &d) == EMBER_OK && d) json_array_append_new(st->deltas, d);
 }
 
-/* The parser path of stream_produce: feed the new text, send one chunk per
- * event (logprobs ride on the first), and the finish chunk at the end. */
-static void stream_parsed(stream *st, const oai_result *res, const char *delta, size_t n_delta, int32_t tok_from,
-                          int32_t tok_to, bool fin)
+/* OpenAI's finish_reason for a finished request. */
+static const char *openai_finish(completion_stop stop)
 {
-    if (!st->first_sent) out_event(st, oai_chat_role_chunk(&st->rq, res));
-    if (n_delta) ember_chat_parser_feed(st->parser, delta, n_delta);
-    if (fin && res->finish == ENGINE_FINISH_LENGTH) ember_chat_parser_finish_cut(st->parser);
-    else if (fin) ember_chat_parser_finish(st->parser);
-    bool lp_sent = tok_to <= tok_from || !st->rq.logprobs;   /* a chunk with neither delta nor logprobs is not sent */
-    for (size_t i = 0; i < json_array_size(st->deltas); i++) {
-        out_event(st, oai_chat_delta_chunk(&st->rq, res, json_incref(json_array_get(st->deltas, i)), NULL,
-                                           lp_sent ? 0 : tok_from, lp_sent ? 0 : tok_to, piece_fn, st->s));
-        lp_sent = true;
+    return stop == COMPLETION_STOP_TOOL ? "tool_calls" : stop == COMPLETION_STOP_LENGTH ? "length" : "stop";
+}
+
+/* An update as OpenAI chunks: with the parser, one chunk per event (logprobs
+ * ride on the first), else one chunk of the new text; the finish chunk and
+ * the usage chunk at the end. */
+static void openai_stream_update(stream *st, const completion_update *u)
+{
+    const oai_req *rq = &st->c.rq;
+    const oai_result *res = &u->res;
+    bool fin = u->stop != COMPLETION_RUNNING;
+    if (u->stop == COMPLETION_ERROR || u->stop == COMPLETION_CANCELLED) {
+        oai_error err;
+        oai_error_set(&err, u->stop == COMPLETION_ERROR ? 500 : 503, "server_error", NULL, NULL, "%s", st->c.err);
+        out_event(st, oai_error_json(&err));
+    } else if (st->c.parser) {
+        if (u->first) out_event(st, oai_chat_role_chunk(rq, res));
+        int32_t tok_from = u->tok_from, tok_to = u->tok_to;
+        bool lp_sent = tok_to <= tok_from || !rq->logprobs;   /* a chunk with neither delta nor logprobs is not sent */
+        for (size_t i = 0; i < json_array_size(st->deltas); i++) {
+            out_event(st, oai_chat_delta_chunk(rq, res, json_incref(json_array_get(st->deltas, i)), NULL,
+                                               lp_sent ? 0 : tok_from, lp_sent ? 0 : tok_to, piece_fn, st->s));
+            lp_sent = true;
+        }
+        json_array_clear(st->deltas);
+        if (!lp_sent) out_event(st, oai_chat_delta_chunk(rq, res, NULL, NULL, tok_from, tok_to, piece_fn, st->s));
+        if (fin) out_event(st, oai_chat_delta_chunk(rq, res, NULL, openai_finish(u->stop), 0, 0, piece_fn, st->s));
+    } else {
+        if (rq->kind == OAI_CHAT && u->first) out_event(st, oai_chat_role_chunk(rq, res));
+        if (u->n_delta > 0 || (u->tok_to > u->tok_from && rq->logprobs))
+            out_event(st, oai_chunk_json(rq->kind, rq, res, u->delta, u->n_delta, u->tok_from, u->tok_to, false,
+                                         piece_fn, st->s));
+        if (fin) out_event(st, oai_chunk_json(rq->kind, rq, res, "", 0, 0, 0, true, piece_fn, st->s));
     }
-    json_array_clear(st->deltas);
-    if (!lp_sent) out_event(st, oai_chat_delta_chunk(&st->rq, res, NULL, NULL, tok_from, tok_to, piece_fn, st->s));
-    if (fin) {
-        const char *fr = st->saw_tool_call && res->finish != ENGINE_FINISH_LENGTH ? "tool_calls"
-                                                                                  : oai_finish_reason(res->finish);
-        out_event(st, oai_chat_delta_chunk(&st->rq, res, NULL, fr ? fr : "stop", 0, 0, piece_fn, st->s));
-    }
+    if (fin && rq->include_usage && u->stop != COMPLETION_ERROR && u->stop != COMPLETION_CANCELLED)
+        out_event(st, oai_usage_chunk(rq, res));
+    if (fin) out_append(st, "data: [DONE]\n\n", 14);
 }
 
 /* Wait for news from the engine and format it as SSE events. Returns false
- * when the client went away. */
+ * when the client went away (its request was cancelled). */
 static bool stream_produce(stream *st)
 {
-    engine_req *r = st->r;
-    engine_req_lock(r);
-    while (r->text_len == st->text_sent && r->n_toks == st->toks_sent && r->finish == ENGINE_RUNNING && st->first_sent) {
-        if (!engine_req_wait(r, 50)) {
-            engine_req_unlock(r);
-            if (client_gone(st->fd)) return false;
-            engine_req_lock(r);
-        }
-    }
-    size_t n_delta = r->text_len - st->text_sent;
-    char *delta = malloc(n_delta + 1);
-    if (delta && n_delta) memcpy(delta, r->text + st->text_sent, n_delta);
-    int32_t tok_to = r->n_toks, tok_from = st->toks_sent;
-    engine_tok *toks = NULL;
-    if (tok_to > tok_from) {
-        toks = malloc(sizeof *toks * (size_t)tok_to);
-        if (toks) memcpy(toks + tok_from, r->toks + tok_from, sizeof *toks * (size_t)(tok_to - tok_from));
-    }
-    oai_result res;
-    result_from(st, r, &res);
-    engine_req_unlock(r);
-    res.toks = toks;
-    res.n_toks = tok_to;
-    if (!delta) n_delta = 0;
-
-    bool fin = res.finish != ENGINE_RUNNING;
-    if (res.finish == ENGINE_FINISH_ERROR || res.finish == ENGINE_FINISH_CANCELLED) {
-        oai_error err;
-        engine_req_lock(r);
-        oai_error_set(&err, res.finish == ENGINE_FINISH_ERROR ? 500 : 503, "server_error", NULL, NULL, "%s",
-                      r->err[0] ? r->err : "the request was cancelled");
-        engine_req_unlock(r);
-        out_event(st, oai_error_json(&err));
-    } else if (st->parser) {
-        stream_parsed(st, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from, fin);
-    } else {
-        if (st->rq.kind == OAI_CHAT && !st->first_sent) out_event(st, oai_chat_role_chunk(&st->rq, &res));
-        if (n_delta > 0 || (toks && tok_to > tok_from && st->rq.logprobs))
-            out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, delta, n_delta, tok_from, toks ? tok_to : tok_from,
-                                         false, piece_fn, st->s));
-        if (fin) out_event(st, oai_chunk_json(st->rq.kind, &st->rq, &res, "", 0, 0, 0, true, piece_fn, st->s));
-    }
-    if (fin && st->rq.include_usage && res.finish != ENGINE_FINISH_ERROR && res.finish != ENGINE_FINISH_CANCELLED)
-        out_event(st, oai_usage_chunk(&st->rq, &res));
-    if (fin) {
-        out_append(st, "data: [DONE]\n\n", 14);
-        st->done = true;
-    }
-    st->first_sent = true;
-    st->text_sent += n_delta;
-    st->toks_sent = tok_to;
-    free(delta);
-    free(toks);
+    completion_update u;
+    completion_next(&st->c, false, &u);
+    if (u.stop == COMPLETION_CANCELLED && client_gone(st->fd)) return false;
+    if (st->api == API_ANTHROPIC) anth_stream_update(st->anth, &st->c, &u);
+    else openai_stream_update(st, &u);
+    if (u.stop != COMPLETION_RUNNING) st->done = true;
     return true;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
+    (void)pos;
     stream *st = cls;
     for (;;) {
         if (st->out_off < st->out_len) {
@@ -492,21 +502,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return (ssize_t)n;
         }
         if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!stream_produce(st)) {
-            engine_req_cancel(st->r);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+        if (!stream_produce(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
 
 static void stream_free(void *cls)
 {
     stream *st = cls;
+    watch_del(st->s, st->watch);
     atomic_fetch_sub(&st->s->n_active, 1);
-    engine_req_cancel(st->r);    /* no-op when finished; frees the slot when the client left */
-    engine_req_release(st->r);
-    oai_req_free(&st->rq);
-    ember_chat_parser_free(st->parser);
+    completion_free(&st->c);
+    anth_stream_free(st->anth);
     json_decref(st->deltas);
     free(st->out);
     free(st);
@@ -514,147 +520,77 @@ static void stream_free(void *cls)
 
 /* ---------- completions ---------- */
 
-/* Structured output, tool calls and thinking for one request: the grammar
- * (response_format / grammar / json_schema, or the one tool_choice required
- * / named needs), the reasoning-budget hook, and whether (and how) the
- * output goes through the chat parser. False with *err (400/500). */
-static bool prepare_structured(server *s, const oai_req *rq, const ember_token *toks, int32_t n_toks,
-                               engine_req_params *ep, ember_chat_parser_config *pcfg, bool *use_parser, oai_error *err)
-{
-    *use_parser = false;
-    memset(pcfg, 0, sizeof *pcfg);
-    char *tool_gbnf = NULL;
-    const char *gbnf = rq->gbnf;
-    bool open = false;
-    int32_t budget = -1;
-    if (rq->kind == OAI_CHAT) {
-        ember_tool_format tf = chat_tools_uses_generic(s->ct, rq) ? EMBER_TOOL_FORMAT_GENERIC
-                                                                  : chat_tools_tool_format(s->ct);
-        ember_reasoning_syntax rs = chat_tools_reasoning(s->ct);
-        const char *param = "tool_choice";
-        ember_status st = chat_tools_choice_gbnf_tmpl(rq, tf, s->text.chat_template, &tool_gbnf, &param);
-        if (st != EMBER_OK) {
-            oai_error_set(err, st == EMBER_ERR_NOMEM ? 500 : 400, "invalid_request_error", param, NULL, "%s",
-                          ember_last_error());
-            return false;
-        }
-        if (tool_gbnf) gbnf = tool_gbnf;
-        open = chat_tools_prompt_opens(s->ct, toks, n_toks);
-        budget = rq->reasoning_budget != -2 ? rq->reasoning_budget
-                 : s->cfg.has_reasoning_budget ? s->cfg.reasoning_budget : -1;
-        pcfg->tool_format = rq->tools && rq->tool_choice != OAI_TOOL_CHOICE_NONE ? tf : EMBER_TOOL_FORMAT_NONE;
-        pcfg->reasoning = s->cfg.reasoning_format_none ? EMBER_REASONING_NONE : rs;
-        pcfg->reasoning_open_at_start = open && pcfg->reasoning != EMBER_REASONING_NONE;
-        pcfg->stream_arguments = true;
-        *use_parser = pcfg->tool_format != EMBER_TOOL_FORMAT_NONE || pcfg->reasoning != EMBER_REASONING_NONE;
-    }
-    ember_status st = chat_tools_prepare(s->ct, gbnf, budget, open, ep);
-    free(tool_gbnf);
-    if (st != EMBER_OK) {
-        bool client = st == EMBER_ERR_FORMAT || st == EMBER_ERR_NOT_FOUND || st == EMBER_ERR_INVALID_ARG ||
-                      st == EMBER_ERR_UNSUPPORTED;
-        oai_error_set(err, client ? 400 : 500, client ? "invalid_request_error" : "server_error",
-                      rq->gbnf ? rq->gbnf_param : "tool_choice", NULL, "%s", ember_last_error());
-        return false;
-    }
-    return true;
-}
-
-/* Body -> validated request -> prompt tokens. False with *err. */
-static bool completion_prompt(server *s, conn *c, oai_kind kind, oai_req *rq, ember_token **toks, int32_t *n_toks,
-                              oai_error *err)
+/* Body -> the common request -> prompt tokens, within the parse/render
+ * memory reservation: `to_oai` (NULL for OpenAI's own bodies) rewrites
+ * another API's body as an OpenAI one first. False with *err. */
+static bool request_prompt(server *s, conn *c, oai_kind kind, json_t *(*to_oai)(json_t *, bool, oai_error *),
+                           bool count_only, oai_req *rq, ember_token **toks, int32_t *n_toks, oai_error *err)
 {
     memset(rq, 0, sizeof *rq);
+    *toks = NULL;
+    size_t held = mem_enter(s, c->len);
     json_t *body = parse_body(c, err);
-    if (!body) return false;
-    bool ok = oai_parse(body, kind, s->text.n_vocab, rq, err);
-    json_decref(body);
-    if (!ok) return false;
-    if (chat_tools_uses_generic(s->ct, rq)) {   /* a forced call, and the template has no call format */
-        json_t *m = chat_tools_generic_messages(rq);
-        if (!m) {
-            oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
-            return false;
-        }
-        json_decref(rq->messages);
-        rq->messages = m;
+    if (body && to_oai) {
+        json_t *o = to_oai(body, count_only, err);
+        json_decref(body);
+        body = o;
     }
-    if (kind == OAI_CHAT) return chat_prompt_tokens(s, rq, toks, n_toks, err);
-    if (rq->prompt) return tokenize_prompt(s, rq->prompt, toks, n_toks, err);
-    *toks = rq->prompt_tokens;
-    *n_toks = rq->n_prompt_tokens;
-    rq->prompt_tokens = NULL;
-    return true;
+    bool ok = body && oai_parse(body, kind, s->text.n_vocab, rq, err);
+    json_decref(body);
+    ok = ok && completion_prompt(&s->cc, rq, toks, n_toks, err);
+    if (tl_mem.over) mem_exceeded(s, held, err);
+    ok = ok && !tl_mem.over;
+    mem_leave(s, held);
+    if (!ok) {
+        free(*toks);
+        *toks = NULL;
+        oai_req_free(rq);
+    }
+    return ok;
 }
 
-static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, conn *c, oai_kind kind)
+static enum MHD_Result send_api_error(server *s, struct MHD_Connection *mc, api_kind api, const oai_error *err)
+{
+    if (api == API_ANTHROPIC) return send_json(s, mc, (unsigned)err->http_status, anth_error_json(err));
+    return send_error(s, mc, err);
+}
+
+/* The one completion handler: every API's request goes through
+ * request_prompt -> completion_start, and its answer through completion_next
+ * (a stream per update, a whole answer at the finish); only the JSON differs. */
+static enum MHD_Result handle_generate(server *s, struct MHD_Connection *mc, conn *c, api_kind api, oai_kind kind)
 {
     oai_error err;
     oai_req rq;
     ember_token *toks = NULL;
     int32_t n_toks = 0;
-    size_t held = mem_enter(s, c->len);
-    bool ok = completion_prompt(s, c, kind, &rq, &toks, &n_toks, &err);
-    if (tl_mem.over) mem_exceeded(s, held, &err);
-    ok = ok && !tl_mem.over;
-    mem_leave(s, held);
-    if (!ok) { free(toks); oai_req_free(&rq); return send_error(s, mc, &err); }
-
-    engine_req_params ep = {.prompt = toks, .n_prompt = n_toks, .n_predict = rq.max_tokens, .sampling = rq.sampling,
-                            .n_stop = rq.n_stop, .logprobs = rq.logprobs, .top_logprobs = rq.top_logprobs,
-                            .ignore_eos = rq.ignore_eos};
-    for (int32_t i = 0; i < rq.n_stop; i++) ep.stop[i] = rq.stop[i];
-    ember_chat_parser_config pcfg;
-    bool use_parser = false;
-    if (!prepare_structured(s, &rq, toks, n_toks, &ep, &pcfg, &use_parser, &err)) {
-        free(toks);
-        oai_req_free(&rq);
-        return send_error(s, mc, &err);
-    }
-    engine_req *r = NULL;
-    ember_status st = engine_submit(s->e, &ep, &r);
+    if (!request_prompt(s, c, kind, api == API_ANTHROPIC ? anth_to_oai : NULL, false, &rq, &toks, &n_toks, &err))
+        return send_api_error(s, mc, api, &err);
+    bool stream_it = rq.stream;
+    stream *sm = calloc(1, sizeof *sm);
+    const char *prefix = api == API_ANTHROPIC ? "msg_" : kind == OAI_CHAT ? "chatcmpl-" : "cmpl-";
+    if (!sm) { free(toks); oai_req_free(&rq); return MHD_NO; }
+    sm->s = s;
+    sm->api = api;
+    sm->watch = UINT64_MAX;
+    bool ok = completion_start(&s->cc, &rq, toks, n_toks, prefix, &sm->c, &err);
     free(toks);
-    if (st != EMBER_OK) {
-        const char *param = kind == OAI_CHAT ? "messages" : "prompt";
-        if (st == EMBER_ERR_RANGE) {
-            /* OpenAI's code, llama-server's type and numbers (its clients key on either) */
-            engine_stats es;
-            engine_get_stats(s->e, &es, NULL);
-            oai_error_set(&err, 400, OAI_ERR_EXCEED_CONTEXT, param, "context_length_exceeded", "%s",
-                          ember_last_error());
-            err.n_prompt_tokens = n_toks;
-            err.n_ctx = es.n_ctx;
-        } else if (st == EMBER_ERR_NOMEM || st == EMBER_ERR_IO)
-            oai_error_set(&err, 503, "server_error", NULL, NULL, "%s", ember_last_error());
-        else
-            oai_error_set(&err, 400, "invalid_request_error", param, NULL, "%s", ember_last_error());
-        oai_req_free(&rq);
-        return send_error(s, mc, &err);
-    }
-
+    oai_req_free(&rq);
+    if (!ok) { free(sm); return send_api_error(s, mc, api, &err); }
     atomic_fetch_add(&s->n_active, 1);
-    if (rq.stream) {
-        stream *sm = calloc(1, sizeof *sm);
-        if (!sm) {
-            atomic_fetch_sub(&s->n_active, 1);
-            engine_req_cancel(r);
-            engine_req_release(r);
-            oai_req_free(&rq);
-            return MHD_NO;
-        }
-        sm->s = s;
-        sm->rq = rq;
-        sm->r = r;
-        sm->fd = conn_fd(mc);
-        sm->created = (int64_t)time(NULL);
-        if (use_parser) {
-            pcfg.tools = sm->rq.tools;
-            pcfg.on_event = on_chat_event;
-            pcfg.user = sm;
+    sm->fd = conn_fd(mc);
+    sm->watch = watch_add(s, sm->fd, sm->c.r);
+
+    if (stream_it) {
+        ember_status st = EMBER_OK;
+        if (api == API_ANTHROPIC) {
+            sm->anth = anth_stream_new(&sm->c, out_named, sm);
+            st = sm->anth ? completion_stream_events(&sm->c, anth_stream_event, sm->anth) : EMBER_ERR_NOMEM;
+        } else {
             sm->deltas = json_array();
-            if (!sm->deltas || ember_chat_parser_new(&pcfg, &sm->parser) != EMBER_OK) { stream_free(sm); return MHD_NO; }
+            st = sm->deltas ? completion_stream_events(&sm->c, on_openai_event, sm) : EMBER_ERR_NOMEM;
         }
-        make_id(s, kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", sm->id, sizeof sm->id);
+        if (st != EMBER_OK) { stream_free(sm); return MHD_NO; }
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sm, stream_free);
         if (!resp) { stream_free(sm); return MHD_NO; }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
@@ -665,54 +601,56 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *mc, c
         return ret;
     }
 
-    int fd = conn_fd(mc);
-    c->req = r;
-    engine_req_lock(r);
-    double t_check = engine_now();
-    while (r->finish == ENGINE_RUNNING) {
-        engine_req_wait(r, 50);
-        if (engine_now() - t_check >= 0.05) {   /* tokens may wake us often: check by time */
-            t_check = engine_now();
-            engine_req_unlock(r);
-            if (client_gone(fd)) {
-                engine_req_cancel(r);
-                atomic_fetch_sub(&s->n_active, 1);
-                c->req = NULL;
-                engine_req_release(r);
-                oai_req_free(&rq);
-                return MHD_NO;
-            }
-            engine_req_lock(r);
-        }
-    }
-    engine_req_unlock(r);
+    c->req = sm->c.r;
+    completion_update u;
+    completion_next(&sm->c, true, &u);
     c->req = NULL;
     enum MHD_Result ret;
-    if (r->finish == ENGINE_FINISH_ERROR || r->finish == ENGINE_FINISH_CANCELLED) {
-        oai_error_set(&err, r->finish == ENGINE_FINISH_ERROR ? 500 : 503, "server_error", NULL, NULL, "%s",
-                      r->err[0] ? r->err : "the request was cancelled");
-        ret = send_error(s, mc, &err);
+    if (u.stop == COMPLETION_CANCELLED && client_gone(sm->fd)) {
+        ret = MHD_NO;
+    } else if (u.stop == COMPLETION_ERROR || u.stop == COMPLETION_CANCELLED) {
+        oai_error_set(&err, u.stop == COMPLETION_ERROR ? 500 : 503, "server_error", NULL, NULL, "%s", sm->c.err);
+        ret = send_api_error(s, mc, api, &err);
     } else {
-        char id[64];
-        make_id(s, kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
-        oai_result res = {.id = id, .model = s->cfg.alias, .created = (int64_t)time(NULL), .text = r->text,
-                          .text_len = r->text_len, .finish = r->finish, .n_prompt = r->n_prompt,
-                          .n_cached = r->n_cached, .n_generated = r->n_generated, .t_start = r->t_start,
-                          .draft_n = r->n_draft, .draft_n_accepted = r->n_draft_accepted,
-                          .t_first_token = r->t_first_token, .t_end = r->t_end, .toks = r->toks, .n_toks = r->n_toks};
-        if (use_parser) {
-            pcfg.tools = rq.tools;
-            if (ember_chat_parse_whole_cut(&pcfg, r->text, r->text_len, r->finish == ENGINE_FINISH_LENGTH,
-                                           &res.message) != EMBER_OK)
-                res.message = NULL;
-        }
-        ret = send_json(s, mc, 200, oai_result_json(kind, &rq, &res, piece_fn, s));
-        json_decref(res.message);
+        json_t *msg = completion_message(&sm->c, &u);
+        u.res.message = msg;
+        json_t *j = api == API_ANTHROPIC ? anth_message_json(&sm->c, &u, msg)
+                                         : oai_result_json(kind, &sm->c.rq, &u.res, piece_fn, s);
+        ret = send_json(s, mc, 200, j);
+        json_decref(msg);
     }
-    engine_req_release(r);
-    oai_req_free(&rq);
-    atomic_fetch_sub(&s->n_active, 1);
+    stream_free(sm);
     return ret;
+}
+
+static enum MHD_Result handle_chat(server *s, struct MHD_Connection *mc, conn *c)
+{
+    return handle_generate(s, mc, c, API_OPENAI, OAI_CHAT);
+}
+
+static enum MHD_Result handle_completions(server *s, struct MHD_Connection *mc, conn *c)
+{
+    return handle_generate(s, mc, c, API_OPENAI, OAI_COMPLETION);
+}
+
+static enum MHD_Result handle_messages(server *s, struct MHD_Connection *mc, conn *c)
+{
+    return handle_generate(s, mc, c, API_ANTHROPIC, OAI_CHAT);
+}
+
+/* POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt the same
+ * request to /v1/messages would decode (rendered with the template). */
+static enum MHD_Result handle_count_tokens(server *s, struct MHD_Connection *mc, conn *c)
+{
+    oai_error err;
+    oai_req rq;
+    ember_token *toks = NULL;
+    int32_t n_toks = 0;
+    if (!request_prompt(s, c, OAI_CHAT, anth_to_oai, true, &rq, &toks, &n_toks, &err))
+        return send_api_error(s, mc, API_ANTHROPIC, &err);
+    free(toks);
+    oai_req_free(&rq);
+    return send_json(s, mc, 200, json_pack("{s:i}", "input_tokens", n_toks));
 }
 
 /* ---------- small endpoints ---------- */
@@ -812,7 +750,7 @@ static enum MHD_Result handle_apply_template(server *s, struct MHD_Connection *m
     char *prompt = NULL;
     size_t held = mem_enter(s, c->len);
     json_t *body = parse_body(c, &err);
-    bool ok = body && oai_parse_messages(body, &rq, &err) && render_chat(s, &rq, &prompt, &err);
+    bool ok = body && oai_parse_messages(body, &rq, &err) && completion_render_text(&s->cc, &rq, &prompt, &err);
     json_decref(body);
     oai_req_free(&rq);
     if (tl_mem.over) mem_exceeded(s, held, &err);
@@ -893,8 +831,11 @@ static bool authorized(server *s, struct MHD_Connection *mc)
 {
     if (!s->cfg.api_key || !s->cfg.api_key[0]) return true;
     const char *h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;   /* RFC 7235: the scheme is case-insensitive */
-    const char *k = h + 7, *want = s->cfg.api_key;
+    const char *k;
+    if (h && !strncasecmp(h, "Bearer ", 7)) k = h + 7;   /* RFC 7235: the scheme is case-insensitive */
+    else if (!h && (h = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-api-key"))) k = h;   /* Anthropic's header */
+    else return false;
+    const char *want = s->cfg.api_key;
     size_t nk = strlen(k), nw = strlen(want);
     unsigned diff = (unsigned)(nk ^ nw);
     for (size_t i = 0; i < nw; i++) diff |= (unsigned)(want[i] ^ (i < nk ? k[i] : 0));   /* constant time */
@@ -925,7 +866,7 @@ static enum MHD_Result send_options(server *s, struct MHD_Connection *mc)
     add_common_headers(s, mc, r);
     if (cors_allow_origin(s, mc)) {
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
         MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     }
     enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, r);
@@ -933,14 +874,48 @@ static enum MHD_Result send_options(server *s, struct MHD_Connection *mc)
     return ret;
 }
 
+static enum MHD_Result handle_health(server *s, struct MHD_Connection *mc, conn *c)
+{
+    (void)c;
+    return send_json(s, mc, 200, json_pack("{s:s}", "status", "ok"));
+}
+static enum MHD_Result get_models(server *s, struct MHD_Connection *mc, conn *c) { (void)c; return handle_models(s, mc); }
+static enum MHD_Result get_slots(server *s, struct MHD_Connection *mc, conn *c) { (void)c; return handle_slots(s, mc); }
+static enum MHD_Result get_props(server *s, struct MHD_Connection *mc, conn *c) { (void)c; return handle_props(s, mc); }
+static enum MHD_Result get_metrics(server *s, struct MHD_Connection *mc, conn *c) { (void)c; return handle_metrics(s, mc); }
+
+/* Every endpoint, one row each. path: with any "/v1" prefix stripped (both
+ * forms are served, as llama-server does). open: answered without the API
+ * key (health checks). api: the shape of its errors. */
+typedef struct route_ent {
+    const char *path;
+    bool post;                   /* POST, else GET */
+    bool open;
+    api_kind api;
+    enum MHD_Result (*fn)(server *, struct MHD_Connection *, conn *);
+} route_ent;
+
+static const route_ent routes[] = {
+    {"/health", false, true, API_OPENAI, handle_health},
+    {"/chat/completions", true, false, API_OPENAI, handle_chat},
+    {"/completions", true, false, API_OPENAI, handle_completions},
+    {"/messages", true, false, API_ANTHROPIC, handle_messages},
+    {"/messages/count_tokens", true, false, API_ANTHROPIC, handle_count_tokens},
+    {"/tokenize", true, false, API_OPENAI, handle_tokenize},
+    {"/detokenize", true, false, API_OPENAI, handle_detokenize},
+    {"/apply-template", true, false, API_OPENAI, handle_apply_template},
+    {"/models", false, false, API_OPENAI, get_models},
+    {"/slots", false, false, API_OPENAI, get_slots},
+    {"/props", false, false, API_OPENAI, get_props},
+    {"/metrics", false, false, API_OPENAI, get_metrics},
+};
+
 static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *url, const char *method, conn *c)
 {
     atomic_fetch_add(&s->n_http, 1);
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-    const char *path = strip_v1(url);
-    const char *allow = NULL;
     if (!strcmp(method, "OPTIONS")) return send_options(s, mc);
-    if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html"))) {   /* the web chat (webui.h): public, as llama-server's */
+    if (!strcmp(method, "GET") && (!strcmp(url, "/") || !strcmp(url, "/index.html"))) {
+        /* the web chat (webui.h): public, as llama-server's */
         struct MHD_Response *r = webui_response();
         if (!r) return MHD_NO;
         add_common_headers(s, mc, r);
@@ -948,54 +923,39 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         MHD_destroy_response(r);
         return ret;
     }
-    if (!strcmp(path, "/health")) {
-        if (!get) { allow = ALLOW_GET; goto method; }
-        return send_json(s, mc, 200, json_pack("{s:s}", "status", "ok"));
+    const char *path = strip_v1(url);
+    const route_ent *re = NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0] && !re; i++)
+        if (!strcmp(path, routes[i].path)) re = &routes[i];
+    api_kind api = re ? re->api : API_OPENAI;
+    oai_error err;
+    /* an open route answers its method check before the key; the others after */
+    bool method_ok = re && !strcmp(method, re->post ? "POST" : "GET");
+    if (re && re->open && !method_ok) goto method;
+    if (!(re && re->open) && !authorized(s, mc)) {
+        oai_error_set(&err, 401, OAI_ERR_AUTH, NULL, "invalid_api_key", "%s",
+                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY' (or 'x-api-key: KEY').");
+        return send_api_error(s, mc, api, &err);
     }
-    if (!authorized(s, mc))
-        return fail(s, mc, 401, OAI_ERR_AUTH, NULL, "invalid_api_key",
-                    "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
     if (c->too_large) {
         char msg[160];
-        return fail(s, mc, 413, "invalid_request_error", NULL, "request_too_large",
-                    too_large_message(s, msg, sizeof msg));
+        oai_error_set(&err, 413, "invalid_request_error", NULL, "request_too_large", "%s",
+                      too_large_message(s, msg, sizeof msg));
+        return send_api_error(s, mc, api, &err);
     }
-
-    struct { const char *path; bool post; enum MHD_Result (*fn)(server *, struct MHD_Connection *, conn *); } posts[] = {
-        {"/tokenize", true, handle_tokenize},
-        {"/detokenize", true, handle_detokenize},
-        {"/apply-template", true, handle_apply_template},
-    };
-    if (!strcmp(path, "/chat/completions")) {
-        if (!post) { allow = ALLOW_POST; goto method; }
-        return handle_completion(s, mc, c, OAI_CHAT);
-    }
-    if (!strcmp(path, "/completions")) {
-        if (!post) { allow = ALLOW_POST; goto method; }
-        return handle_completion(s, mc, c, OAI_COMPLETION);
-    }
-    for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++)
-        if (!strcmp(path, posts[i].path)) {
-            if (!post) { allow = ALLOW_POST; goto method; }
-            return posts[i].fn(s, mc, c);
-        }
-    allow = ALLOW_GET;
-    if (!strcmp(path, "/models")) { if (!get) goto method; return handle_models(s, mc); }
-    if (!strcmp(path, "/slots")) { if (!get) goto method; return handle_slots(s, mc); }
-    if (!strcmp(path, "/props")) { if (!get) goto method; return handle_props(s, mc); }
-    if (!strcmp(path, "/metrics")) { if (!get) goto method; return handle_metrics(s, mc); }
-    {
+    if (!re) {
         char msg[300];
         snprintf(msg, sizeof msg, "Invalid URL (%s %.200s): no such endpoint.", method, url);
         return fail(s, mc, 404, "invalid_request_error", NULL, "not_found", msg);
     }
+    if (method_ok) return re->fn(s, mc, c);
 method: {
         /* RFC 9110 section 15.5.6: a 405 lists the methods the resource supports */
+        const char *allow = re->post ? ALLOW_POST : ALLOW_GET;
         char msg[300];
         snprintf(msg, sizeof msg, "Method %s is not allowed for %.200s (allowed: %s).", method, url, allow);
-        oai_error err;
         oai_error_set(&err, 405, "invalid_request_error", NULL, "method_not_allowed", "%s", msg);
-        return send_json_h(s, mc, 405, oai_error_json(&err), allow);
+        return send_json_h(s, mc, 405, api == API_ANTHROPIC ? anth_error_json(&err) : oai_error_json(&err), allow);
     }
 }
 
@@ -1145,9 +1105,10 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
     pthread_mutex_init(&s->mem_mu, NULL);
     pthread_cond_init(&s->mem_cv, NULL);
     json_set_alloc_funcs(mem_malloc, free);   /* process-wide; counts only inside mem_enter/mem_leave */
-    s->thinking_default = s->cfg.reasoning == SERVER_REASONING_ON    ? 1
-                          : s->cfg.reasoning == SERVER_REASONING_OFF ? 0
-                          : ember_chat_template_assumes_enable_thinking(s->text.chat_template) ? 1 : -1;
+    s->cc = (completion_ctx){.e = e, .text = &s->text, .cfg = &s->cfg, .ct = s->ct};
+    s->cc.thinking_default = s->cfg.reasoning == SERVER_REASONING_ON    ? 1
+                             : s->cfg.reasoning == SERVER_REASONING_OFF ? 0
+                             : ember_chat_template_assumes_enable_thinking(s->text.chat_template) ? 1 : -1;
 
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     struct sockaddr_in6 addr6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)cfg->port)};
@@ -1164,6 +1125,13 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
         return ember_error(EMBER_ERR_INVALID_ARG, "--host '%s' is not an IPv4 or IPv6 address",
                            cfg->host ? cfg->host : "");
     }
+    if (!watch_start(s)) {
+        chat_tools_free(s->ct);
+        pthread_mutex_destroy(&s->mem_mu);
+        pthread_cond_destroy(&s->mem_cv);
+        free(s);
+        return ember_error(EMBER_ERR_INTERNAL, "server: cannot start the client watcher (epoll)");
+    }
     /* Slow-loris budget: a connection idles at most header_timeout_s until its
      * whole request is in (on_request lifts it to timeout_s, on_completed puts
      * it back for the next keep-alive request); one client address holds at
@@ -1175,6 +1143,7 @@ ember_status server_start(const server_config *cfg, engine *e, const server_text
                             (unsigned)(s->cfg.max_connections_per_ip > 0 ? s->cfg.max_connections_per_ip : 0),
                             MHD_OPTION_END);
     if (!s->d) {
+        watch_stop(s);
         chat_tools_free(s->ct);
         free(s);
         return ember_error(EMBER_ERR_IO, "cannot listen on %s:%d (address in use or not permitted)", cfg->host,
@@ -1205,6 +1174,7 @@ void server_stop(server *s)
         nanosleep(&ts, NULL);
     }
     if (s->d) MHD_stop_daemon(s->d);
+    watch_stop(s);
     chat_tools_free(s->ct);
     pthread_mutex_destroy(&s->mem_mu);
     pthread_cond_destroy(&s->mem_cv);

@@ -6,10 +6,12 @@
  * Must not: touch the model (the engine thread owns it). HTTP threads only
  * parse, render the chat template, tokenize, enqueue and stream.
  *
- * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /health, GET /metrics, POST /tokenize, POST /detokenize,
- * POST /apply-template, GET /props, GET /slots (also without the /v1 prefix
- * where llama-server accepts that).
+ * Routes (one table in http.c): POST /v1/chat/completions, POST
+ * /v1/completions, POST /v1/messages and /v1/messages/count_tokens
+ * (Anthropic), GET /v1/models, GET /health, GET /metrics, POST /tokenize,
+ * POST /detokenize, POST /apply-template, GET /props, GET /slots (each also
+ * with or without the /v1 prefix, as llama-server accepts them). Every
+ * completion API is an adapter over completion.h.
  */
 #ifndef EMBER_SERVER_SERVER_H
 #define EMBER_SERVER_SERVER_H

@@ -16,7 +16,6 @@
 #include "base/status.h"
 #include "chat/jinja/jinja.h"
 #include "chat/template.h"
-#include "gguf/gguf.h"
 
 struct text_ember {
     const ember_vocab *vocab;
@@ -43,8 +42,8 @@ static char *token_text(const ember_vocab *v, ember_token t)
     return s;
 }
 
-ember_status text_ember_new(const char *gguf_path, const ember_vocab *vocab, const char *template_src,
-                            text_ember **out)
+ember_status text_ember_new(const char *model_template, size_t model_template_len, const ember_vocab *vocab,
+                            const char *template_src, text_ember **out)
 {
     *out = NULL;
     text_ember *t = calloc(1, sizeof *t);
@@ -52,20 +51,12 @@ ember_status text_ember_new(const char *gguf_path, const ember_vocab *vocab, con
     t->vocab = vocab;
     if (template_src) {
         t->src = strdup(template_src);
+    } else if (model_template) {
+        t->src = malloc(model_template_len + 1);
+        if (t->src) { memcpy(t->src, model_template, model_template_len); t->src[model_template_len] = 0; }
     } else {
-        ember_gguf *g = NULL;
-        ember_status st = ember_gguf_open(gguf_path, &g);
-        if (st != EMBER_OK) { free(t); return st; }
-        const char *s = NULL;
-        size_t len = 0;
-        if (ember_gguf_get_str(g, "tokenizer.chat_template", &s, &len) == EMBER_OK && s) {
-            t->src = malloc(len + 1);
-            if (t->src) { memcpy(t->src, s, len); t->src[len] = 0; }
-        } else {
-            t->src = strdup(fallback_template);
-            t->fallback = true;
-        }
-        ember_gguf_close(g);
+        t->src = strdup(fallback_template);
+        t->fallback = true;
     }
     t->bos_text = token_text(vocab, ember_vocab_bos(vocab));
     t->eos_text = token_text(vocab, ember_vocab_eos(vocab));

@@ -11,14 +11,15 @@
 
 typedef struct text_ember text_ember;
 
-/* Bind `vocab` (must outlive the result) and a chat template: the source in
- * `template_src` (e.g. from --chat-template-file) or else the GGUF's
- * tokenizer.chat_template read from `gguf_path`. A model without a template
- * gets ChatML, as llama-server does (the log says so).
- * Errors: EMBER_ERR_IO / EMBER_ERR_FORMAT (the file, or the template does not
- * parse: message with line and column), EMBER_ERR_NOMEM. */
-ember_status text_ember_new(const char *gguf_path, const ember_vocab *vocab, const char *template_src,
-                            text_ember **out);
+/* Bind `vocab` (must outlive the result) and a chat template: `template_src`
+ * (e.g. from --chat-template-file, NUL-terminated) or else the loaded
+ * model's own, `model_template` [model_template_len] bytes
+ * (ember_model_chat_template; NULL: the model has none). A model without a
+ * template gets ChatML, as llama-server does (the log says so).
+ * Errors: EMBER_ERR_FORMAT (the template does not parse: message with line
+ * and column), EMBER_ERR_NOMEM. */
+ember_status text_ember_new(const char *model_template, size_t model_template_len, const ember_vocab *vocab,
+                            const char *template_src, text_ember **out);
 void text_ember_free(text_ember *t);
 /* The server_text and engine_vocab tables for it. */
 server_text text_ember_server(text_ember *t);

@@ -282,6 +282,7 @@ static void test_stop_string_cuts_output(void **state)
         assert_true(r->text_len <= cut);
     }
     assert_int_equal(r->finish, ENGINE_FINISH_STOP);
+    assert_int_equal(r->stop_index, 1);  /* the string that matched (Anthropic's stop_sequence) */
     assert_int_equal(r->text_len, cut);
     assert_memory_equal(r->text ? r->text : "", want, cut);
     engine_req_release(r);
@@ -311,6 +312,7 @@ static void test_eos_finishes_with_stop(void **state)
     fake_reference(t, n, 300, 7, want, &eos);
     assert_true(eos);
     assert_int_equal(r->finish, ENGINE_FINISH_STOP);
+    assert_int_equal(r->stop_index, -1);  /* an end-of-generation token, no stop string */
     assert_string_equal(r->text ? r->text : "", want);
     assert_int_equal(r->n_generated, (int32_t)strlen(want) + 1);
     engine_req_release(r);

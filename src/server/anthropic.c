@@ -7,30 +7,20 @@
  */
 #include "server/anthropic.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---------- request ---------- */
 
-static json_t *fail(oai_error *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static json_t *fail(oai_error *err, const char *param, const char *fmt, ...)
+/* A 400 invalid_request_error naming param (oai_bad), in functions that
+ * return a JSON value. */
+static json_t *no_json(bool failed)
 {
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    oai_error_set(err, 400, "invalid_request_error", param, NULL, "%s", msg);
+    (void)failed;
     return NULL;
 }
-
-static json_t *opt(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
+#define fail(err, ...) no_json(oai_bad((err), __VA_ARGS__))
 
 /* A text block {"type": "text", "text": S} as an OpenAI content part. */
 static json_t *text_part(json_t *text) { return json_pack("{s:s, s:O}", "type", "text", "text", text); }
@@ -102,7 +92,7 @@ static bool convert_message(json_t *m, size_t i, json_t *out, oai_error *err)
             if (!json_is_string(id)) { fail(err, bp, "Invalid '%s.tool_use_id': expected a string.", bp); goto bad; }
             char cp[160];
             snprintf(cp, sizeof cp, "%s.content", bp);
-            json_t *text = tool_result_text(opt(b, "content"), cp, err);
+            json_t *text = tool_result_text(oai_opt(b, "content"), cp, err);
             if (!text) goto bad;
             json_array_append_new(out, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content", text));
         } else if (!strcmp(t, "tool_use") && !user) {
@@ -186,7 +176,7 @@ static json_t *convert_tools(json_t *tools, oai_error *err)
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
         json_t *name = json_object_get(t, "name"), *schema = json_object_get(t, "input_schema");
-        json_t *desc = opt(t, "description"), *type = opt(t, "type");
+        json_t *desc = oai_opt(t, "description"), *type = oai_opt(t, "type");
         char p[64];
         snprintf(p, sizeof p, "tools[%zu]", i);
         if (!json_is_object(t) || !json_is_string(name)) {
@@ -232,7 +222,7 @@ static bool convert_tool_choice(json_t *tc, json_t *o, oai_error *err)
         return fail(err, "tool_choice.type", "Invalid value for 'tool_choice.type': '%s'. Supported values are "
                     "'auto', 'any', 'tool' and 'none'.", t), false;
     }
-    json_t *dp = opt(tc, "disable_parallel_tool_use");
+    json_t *dp = oai_opt(tc, "disable_parallel_tool_use");
     if (dp && !json_is_boolean(dp))
         return fail(err, "tool_choice.disable_parallel_tool_use",
                     "Invalid type for 'tool_choice.disable_parallel_tool_use': expected a boolean."), false;
@@ -261,7 +251,7 @@ static bool convert_thinking(json_t *th, json_t *o, oai_error *err)
                     "'adaptive', 'between_tools' and 'disabled'.", t), false;
     json_object_set_new(kw, "enable_thinking", json_true());
     if (!enabled) return true;   /* the model decides how long it thinks: no budget */
-    json_t *b = opt(th, "budget_tokens");
+    json_t *b = oai_opt(th, "budget_tokens");
     if (b && (!json_is_integer(b) || json_integer_value(b) < 1))
         return fail(err, "thinking.budget_tokens", "Invalid 'thinking.budget_tokens': expected a positive integer."), false;
     if (b) json_object_set(o, "reasoning_budget", b);
@@ -271,7 +261,7 @@ static bool convert_thinking(json_t *th, json_t *o, oai_error *err)
 json_t *anth_to_oai(json_t *body, bool count_tokens, oai_error *err)
 {
     json_t *o = json_object();
-    json_t *model = opt(body, "model");
+    json_t *model = oai_opt(body, "model");
     if (model && !json_is_string(model)) { json_decref(o); return fail(err, "model", "Invalid type for 'model': expected a string."); }
     if (!count_tokens) {
         json_t *mt = json_object_get(body, "max_tokens");
@@ -291,7 +281,7 @@ json_t *anth_to_oai(json_t *body, bool count_tokens, oai_error *err)
     }
     json_t *out = json_array();
     json_object_set_new(o, "messages", out);
-    json_t *sys = opt(body, "system");
+    json_t *sys = oai_opt(body, "system");
     if (sys) {
         json_t *c = system_content(sys, err);
         if (!c) { json_decref(o); return NULL; }
@@ -304,10 +294,10 @@ json_t *anth_to_oai(json_t *body, bool count_tokens, oai_error *err)
     /* the same names and meanings in both APIs */
     static const char *same[] = {"stream", "temperature", "top_p", "top_k"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
-        json_t *v = opt(body, same[i]);
+        json_t *v = oai_opt(body, same[i]);
         if (v) json_object_set(o, same[i], v);
     }
-    json_t *ss = opt(body, "stop_sequences");
+    json_t *ss = oai_opt(body, "stop_sequences");
     if (ss) {
         if (!json_is_array(ss)) { json_decref(o); return fail(err, "stop_sequences", "Invalid type for 'stop_sequences': expected an array of strings."); }
         if (json_array_size(ss) > 4) {   /* oai_parse's limit, named here in this API's terms */
@@ -321,18 +311,18 @@ json_t *anth_to_oai(json_t *body, bool count_tokens, oai_error *err)
             }
         json_object_set(o, "stop", ss);
     }
-    json_t *tools = opt(body, "tools");
+    json_t *tools = oai_opt(body, "tools");
     if (tools) {
         json_t *t = convert_tools(tools, err);
         if (!t) { json_decref(o); return NULL; }
         if (json_array_size(t)) json_object_set_new(o, "tools", t);
         else json_decref(t);
     }
-    json_t *tc = opt(body, "tool_choice");
+    json_t *tc = oai_opt(body, "tool_choice");
     if (tc && !convert_tool_choice(tc, o, err)) { json_decref(o); return NULL; }
-    json_t *oc = opt(body, "output_config");
+    json_t *oc = oai_opt(body, "output_config");
     if (oc && !json_is_object(oc)) { json_decref(o); return fail(err, "output_config", "Invalid type for 'output_config': expected an object."); }
-    json_t *fmt = opt(oc, "format");
+    json_t *fmt = oai_opt(oc, "format");
     if (fmt) {
         /* structured output {"type": "json_schema", "schema": S} -> response_format json_schema */
         json_t *ft = json_object_get(fmt, "type"), *schema = json_object_get(fmt, "schema");
@@ -345,7 +335,7 @@ json_t *anth_to_oai(json_t *body, bool count_tokens, oai_error *err)
         json_object_set_new(o, "response_format", json_pack("{s:s, s:{s:s, s:O}}", "type", "json_schema",
                                                             "json_schema", "name", "output", "schema", schema));
     }
-    json_t *th = opt(body, "thinking");
+    json_t *th = oai_opt(body, "thinking");
     if (th && !convert_thinking(th, o, err)) { json_decref(o); return NULL; }
     return o;
 }

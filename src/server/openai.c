@@ -84,8 +84,7 @@ json_t *oai_error_json(const oai_error *err)
     return j;
 }
 
-static bool bad(oai_error *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool bad(oai_error *err, const char *param, const char *fmt, ...)
+bool oai_bad(oai_error *err, const char *param, const char *fmt, ...)
 {
     char msg[400];
     va_list ap;
@@ -96,8 +95,7 @@ static bool bad(oai_error *err, const char *param, const char *fmt, ...)
     return false;
 }
 
-/* Optional field lookup: NULL if absent or JSON null. */
-static json_t *opt(json_t *o, const char *key)
+json_t *oai_opt(json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
     return v && !json_is_null(v) ? v : NULL;
@@ -105,19 +103,19 @@ static json_t *opt(json_t *o, const char *key)
 
 static bool get_number(json_t *o, const char *key, double lo, double hi, double *out, oai_error *err)
 {
-    json_t *v = opt(o, key);
+    json_t *v = oai_opt(o, key);
     if (!v) return true;
-    if (!json_is_number(v)) return bad(err, key, "Invalid type for '%s': expected a number.", key);
+    if (!json_is_number(v)) return oai_bad(err, key, "Invalid type for '%s': expected a number.", key);
     double d = json_number_value(v);
     if (!(d >= lo && d <= hi))
-        return bad(err, key, "Invalid '%s': %g is out of range; expected a value in [%g, %g].", key, d, lo, hi);
+        return oai_bad(err, key, "Invalid '%s': %g is out of range; expected a value in [%g, %g].", key, d, lo, hi);
     *out = d;
     return true;
 }
 
 static bool get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, oai_error *err)
 {
-    json_t *v = opt(o, key);
+    json_t *v = oai_opt(o, key);
     if (!v) return true;
     int64_t x;
     if (json_is_integer(v)) {
@@ -125,10 +123,10 @@ static bool get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t 
     } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15) {
         x = (int64_t)json_real_value(v);
     } else {
-        return bad(err, key, "Invalid type for '%s': expected an integer.", key);
+        return oai_bad(err, key, "Invalid type for '%s': expected an integer.", key);
     }
     if (x < lo || x > hi)
-        return bad(err, key, "Invalid '%s': %lld is out of range; expected a value in [%lld, %lld].", key, (long long)x,
+        return oai_bad(err, key, "Invalid '%s': %lld is out of range; expected a value in [%lld, %lld].", key, (long long)x,
                    (long long)lo, (long long)hi);
     *out = x;
     return true;
@@ -136,9 +134,9 @@ static bool get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t 
 
 static bool get_bool(json_t *o, const char *key, bool *out, oai_error *err)
 {
-    json_t *v = opt(o, key);
+    json_t *v = oai_opt(o, key);
     if (!v) return true;
-    if (!json_is_boolean(v)) return bad(err, key, "Invalid type for '%s': expected a boolean.", key);
+    if (!json_is_boolean(v)) return oai_bad(err, key, "Invalid type for '%s': expected a boolean.", key);
     *out = json_is_true(v);
     return true;
 }
@@ -153,14 +151,14 @@ static bool normalize_content(json_t *msg, size_t i, const char *role, oai_error
     json_t *c = json_object_get(msg, "content");
     if (!c || json_is_null(c)) {
         if (!strcmp(role, "assistant")) return true;
-        return bad(err, param, "Invalid '%s': a %s message needs content.", param, role);
+        return oai_bad(err, param, "Invalid '%s': a %s message needs content.", param, role);
     }
     if (json_is_string(c)) return true;
     if (!json_is_array(c))
-        return bad(err, param, "Invalid type for '%s': expected a string or an array of content parts.", param);
+        return oai_bad(err, param, "Invalid type for '%s': expected a string or an array of content parts.", param);
     size_t len = 0, cap = 64;
     char *joined = malloc(cap);
-    if (!joined) return bad(err, param, "out of memory");
+    if (!joined) return oai_bad(err, param, "out of memory");
     joined[0] = 0;
     for (size_t k = 0; k < json_array_size(c); k++) {
         json_t *part = json_array_get(c, k);
@@ -168,22 +166,22 @@ static bool normalize_content(json_t *msg, size_t i, const char *role, oai_error
         json_t *text = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type)) {
             free(joined);
-            return bad(err, param, "Invalid '%s[%zu]': expected an object with a 'type'.", param, k);
+            return oai_bad(err, param, "Invalid '%s[%zu]': expected an object with a 'type'.", param, k);
         }
         if (strcmp(json_string_value(type), "text") != 0) {
             free(joined);
-            return bad(err, param, "Invalid '%s[%zu]': content part type '%s' is not supported (only 'text').", param, k,
+            return oai_bad(err, param, "Invalid '%s[%zu]': content part type '%s' is not supported (only 'text').", param, k,
                        json_string_value(type));
         }
         if (!json_is_string(text)) {
             free(joined);
-            return bad(err, param, "Invalid type for '%s[%zu].text': expected a string.", param, k);
+            return oai_bad(err, param, "Invalid type for '%s[%zu].text': expected a string.", param, k);
         }
         size_t n = json_string_length(text);
         if (len + n + 1 > cap) {
             while (len + n + 1 > cap) cap *= 2;
             char *nj = realloc(joined, cap);
-            if (!nj) { free(joined); return bad(err, param, "out of memory"); }
+            if (!nj) { free(joined); return oai_bad(err, param, "out of memory"); }
             joined = nj;
         }
         memcpy(joined + len, json_string_value(text), n);
@@ -223,7 +221,7 @@ static int nesting(const json_t *v, int limit)
 static bool check_nesting(const json_t *v, const char *param, oai_error *err)
 {
     if (nesting(v, OAI_MAX_NESTING) <= OAI_MAX_NESTING) return true;
-    return bad(err, param, "Invalid '%s': nested deeper than %d levels of arrays and objects.", param,
+    return oai_bad(err, param, "Invalid '%s': nested deeper than %d levels of arrays and objects.", param,
                OAI_MAX_NESTING);
 }
 
@@ -238,9 +236,9 @@ static bool parse_continuation(json_t *body, oai_req *out, oai_error *err)
 {
     out->add_generation_prompt = true;
     if (!get_bool(body, "add_generation_prompt", &out->add_generation_prompt, err)) return false;
-    json_t *cfm = opt(body, "continue_final_message");
+    json_t *cfm = oai_opt(body, "continue_final_message");
     if (cfm && !json_is_boolean(cfm))
-        return bad(err, "continue_final_message", "Invalid type for 'continue_final_message': expected a boolean.");
+        return oai_bad(err, "continue_final_message", "Invalid type for 'continue_final_message': expected a boolean.");
     json_t *msgs = out->messages;
     size_t n = json_array_size(msgs);
     bool cont = json_is_true(cfm);
@@ -248,16 +246,16 @@ static bool parse_continuation(json_t *body, oai_req *out, oai_error *err)
     bool calls = json_array_size(json_object_get(last, "tool_calls")) > 0;
     if (!cfm && !calls && !strcmp(msg_role(msgs, n - 1), "assistant")) {
         if (n >= 2 && !strcmp(msg_role(msgs, n - 2), "assistant"))
-            return bad(err, "messages", "Cannot have 2 or more assistant messages at the end of the list.");
+            return oai_bad(err, "messages", "Cannot have 2 or more assistant messages at the end of the list.");
         cont = true;
         out->add_generation_prompt = false;
     }
     if (!cont) return true;
     if (out->add_generation_prompt)
-        return bad(err, "continue_final_message",
+        return oai_bad(err, "continue_final_message",
                    "Cannot set both add_generation_prompt and continue_final_message to true.");
     if (calls)
-        return bad(err, "messages", "Cannot continue an assistant message that contains tool calls.");
+        return oai_bad(err, "messages", "Cannot continue an assistant message that contains tool calls.");
     json_t *c = json_object_get(last, "content");
     if (json_is_string(c) && json_string_length(c) == 0 && n >= 2) {
         json_array_remove(msgs, n - 1);   /* nothing to continue: the reply starts afresh */
@@ -271,36 +269,36 @@ static bool parse_continuation(json_t *body, oai_req *out, oai_error *err)
 bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
 {
     json_t *msgs = json_object_get(body, "messages");
-    if (!msgs) return bad(err, "messages", "Missing required parameter: 'messages'.");
-    if (!json_is_array(msgs)) return bad(err, "messages", "Invalid type for 'messages': expected an array.");
+    if (!msgs) return oai_bad(err, "messages", "Missing required parameter: 'messages'.");
+    if (!json_is_array(msgs)) return oai_bad(err, "messages", "Invalid type for 'messages': expected an array.");
     if (json_array_size(msgs) == 0)
-        return bad(err, "messages", "Invalid 'messages': empty array. Expected an array with minimum length 1.");
+        return oai_bad(err, "messages", "Invalid 'messages': empty array. Expected an array with minimum length 1.");
     if (json_array_size(msgs) > OAI_MAX_MESSAGES)
-        return bad(err, "messages",
+        return oai_bad(err, "messages",
                    "Invalid 'messages': array too long. Expected an array with maximum length %d, but got an array "
                    "with length %zu instead.", OAI_MAX_MESSAGES, json_array_size(msgs));
     json_t *copy = json_deep_copy(msgs);
-    if (!copy) return bad(err, "messages", "out of memory");
+    if (!copy) return oai_bad(err, "messages", "out of memory");
     out->messages = copy;
     for (size_t i = 0; i < json_array_size(copy); i++) {
         json_t *m = json_array_get(copy, i);
         char param[64];
         snprintf(param, sizeof param, "messages[%zu]", i);
-        if (!json_is_object(m)) return bad(err, param, "Invalid type for '%s': expected an object.", param);
+        if (!json_is_object(m)) return oai_bad(err, param, "Invalid type for '%s': expected an object.", param);
         json_t *role = json_object_get(m, "role");
         snprintf(param, sizeof param, "messages[%zu].role", i);
-        if (!role) return bad(err, param, "Missing required parameter: '%s'.", param);
-        if (!json_is_string(role)) return bad(err, param, "Invalid type for '%s': expected a string.", param);
+        if (!role) return oai_bad(err, param, "Missing required parameter: '%s'.", param);
+        if (!json_is_string(role)) return oai_bad(err, param, "Invalid type for '%s': expected a string.", param);
         const char *r = json_string_value(role);
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool") &&
             strcmp(r, "developer"))
-            return bad(err, param,
+            return oai_bad(err, param,
                        "Invalid value for '%s': '%s'. Supported values are: 'system', 'developer', 'user', "
                        "'assistant' and 'tool'.", param, r);
         if (!normalize_content(m, i, r, err)) return false;
-        json_t *tc = opt(m, "tool_calls");
+        json_t *tc = oai_opt(m, "tool_calls");
         snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
-        if (tc && !json_is_array(tc)) return bad(err, param, "Invalid type for '%s': expected an array.", param);
+        if (tc && !json_is_array(tc)) return oai_bad(err, param, "Invalid type for '%s': expected an array.", param);
         for (size_t k = 0; tc && k < json_array_size(tc); k++) {
             /* OpenAI sends arguments as a JSON string; templates expect the object
              * (Hugging Face's message shape), as llama-server converts too */
@@ -314,33 +312,33 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
         }
         if (!strcmp(r, "assistant") && json_is_null(json_object_get(m, "content")) && !tc)
             json_object_set_new(m, "content", json_string(""));
-        json_t *name = opt(m, "name");
+        json_t *name = oai_opt(m, "name");
         snprintf(param, sizeof param, "messages[%zu].name", i);
-        if (name && !json_is_string(name)) return bad(err, param, "Invalid type for '%s': expected a string.", param);
-        json_t *tcid = opt(m, "tool_call_id");
+        if (name && !json_is_string(name)) return oai_bad(err, param, "Invalid type for '%s': expected a string.", param);
+        json_t *tcid = oai_opt(m, "tool_call_id");
         snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
-        if (tcid && !json_is_string(tcid)) return bad(err, param, "Invalid type for '%s': expected a string.", param);
+        if (tcid && !json_is_string(tcid)) return oai_bad(err, param, "Invalid type for '%s': expected a string.", param);
     }
     if (!check_nesting(copy, "messages", err)) return false;   /* after tool_calls arguments became objects */
-    json_t *tools = opt(body, "tools");
+    json_t *tools = oai_opt(body, "tools");
     if (tools) {
-        if (!json_is_array(tools)) return bad(err, "tools", "Invalid type for 'tools': expected an array.");
+        if (!json_is_array(tools)) return oai_bad(err, "tools", "Invalid type for 'tools': expected an array.");
         if (!check_nesting(tools, "tools", err)) return false;
         for (size_t i = 0; i < json_array_size(tools); i++)
             if (!json_is_object(json_array_get(tools, i)))
-                return bad(err, "tools", "Invalid type for 'tools[%zu]': expected an object.", i);
+                return oai_bad(err, "tools", "Invalid type for 'tools[%zu]': expected an object.", i);
         if (json_array_size(tools) > 0) out->tools = json_incref(tools);
     }
-    json_t *kw = opt(body, "chat_template_kwargs");
+    json_t *kw = oai_opt(body, "chat_template_kwargs");
     if (kw) {
         if (!json_is_object(kw))
-            return bad(err, "chat_template_kwargs", "Invalid type for 'chat_template_kwargs': expected an object.");
+            return oai_bad(err, "chat_template_kwargs", "Invalid type for 'chat_template_kwargs': expected an object.");
         if (!check_nesting(kw, "chat_template_kwargs", err)) return false;
         const char *k;
         json_t *v;
         json_object_foreach(kw, k, v)
             if (ember_chat_kwarg_reserved(k))
-                return bad(err, "chat_template_kwargs", "Invalid 'chat_template_kwargs': it may not set '%s'.", k);
+                return oai_bad(err, "chat_template_kwargs", "Invalid 'chat_template_kwargs': it may not set '%s'.", k);
         out->template_kwargs = json_incref(kw);
     }
     return parse_continuation(body, out, err);
@@ -348,19 +346,19 @@ bool oai_parse_messages(json_t *body, oai_req *out, oai_error *err)
 
 static bool parse_stop(json_t *body, oai_req *out, oai_error *err)
 {
-    json_t *stop = opt(body, "stop");
+    json_t *stop = oai_opt(body, "stop");
     if (!stop) return true;
     if (json_is_string(stop)) {
         out->stop[out->n_stop++] = strdup(json_string_value(stop));
         return true;
     }
-    if (!json_is_array(stop)) return bad(err, "stop", "Invalid type for 'stop': expected a string or an array of strings.");
+    if (!json_is_array(stop)) return oai_bad(err, "stop", "Invalid type for 'stop': expected a string or an array of strings.");
     if (json_array_size(stop) > 4)
-        return bad(err, "stop", "Invalid 'stop': array too long. Expected an array with maximum length 4, but got an "
+        return oai_bad(err, "stop", "Invalid 'stop': array too long. Expected an array with maximum length 4, but got an "
                                 "array with length %zu instead.", json_array_size(stop));
     for (size_t i = 0; i < json_array_size(stop); i++) {
         json_t *s = json_array_get(stop, i);
-        if (!json_is_string(s)) return bad(err, "stop", "Invalid type for 'stop[%zu]': expected a string.", i);
+        if (!json_is_string(s)) return oai_bad(err, "stop", "Invalid type for 'stop[%zu]': expected a string.", i);
         out->stop[out->n_stop++] = strdup(json_string_value(s));
     }
     return true;
@@ -368,13 +366,13 @@ static bool parse_stop(json_t *body, oai_req *out, oai_error *err)
 
 static bool parse_logit_bias(json_t *body, int32_t n_vocab, oai_req *out, oai_error *err)
 {
-    json_t *lb = opt(body, "logit_bias");
+    json_t *lb = oai_opt(body, "logit_bias");
     if (!lb) return true;
-    if (!json_is_object(lb)) return bad(err, "logit_bias", "Invalid type for 'logit_bias': expected an object.");
+    if (!json_is_object(lb)) return oai_bad(err, "logit_bias", "Invalid type for 'logit_bias': expected an object.");
     size_t n = json_object_size(lb);
     if (n == 0) return true;
     out->logit_bias = calloc(n, sizeof *out->logit_bias);
-    if (!out->logit_bias) return bad(err, "logit_bias", "out of memory");
+    if (!out->logit_bias) return oai_bad(err, "logit_bias", "out of memory");
     const char *key;
     json_t *v;
     int32_t k = 0;
@@ -382,12 +380,12 @@ static bool parse_logit_bias(json_t *body, int32_t n_vocab, oai_req *out, oai_er
         char *end;
         long id = strtol(key, &end, 10);
         if (!*key || *end || id < 0 || id >= n_vocab)
-            return bad(err, "logit_bias", "Invalid 'logit_bias': key '%s' is not a token id in [0, %d).", key, n_vocab);
+            return oai_bad(err, "logit_bias", "Invalid 'logit_bias': key '%s' is not a token id in [0, %d).", key, n_vocab);
         if (!json_is_number(v))
-            return bad(err, "logit_bias", "Invalid type for 'logit_bias[\"%s\"]': expected a number.", key);
+            return oai_bad(err, "logit_bias", "Invalid type for 'logit_bias[\"%s\"]': expected a number.", key);
         double b = json_number_value(v);
         if (!(b >= -100 && b <= 100))
-            return bad(err, "logit_bias", "Invalid 'logit_bias[\"%s\"]': %g is out of range [-100, 100].", key, b);
+            return oai_bad(err, "logit_bias", "Invalid 'logit_bias[\"%s\"]': %g is out of range [-100, 100].", key, b);
         out->logit_bias[k].token = (ember_token)id;
         out->logit_bias[k].bias = b <= -100 ? -INFINITY : (float)b;
         k++;
@@ -400,7 +398,7 @@ static bool parse_logit_bias(json_t *body, int32_t n_vocab, oai_req *out, oai_er
 static bool parse_prompt(json_t *body, int32_t n_vocab, oai_req *out, oai_error *err)
 {
     json_t *p = json_object_get(body, "prompt");
-    if (!p) return bad(err, "prompt", "Missing required parameter: 'prompt'.");
+    if (!p) return oai_bad(err, "prompt", "Missing required parameter: 'prompt'.");
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);   /* a batch of one */
@@ -409,17 +407,17 @@ static bool parse_prompt(json_t *body, int32_t n_vocab, oai_req *out, oai_error 
         return true;
     }
     if (!json_is_array(p))
-        return bad(err, "prompt", "Invalid type for 'prompt': expected a string or an array of token ids.");
+        return oai_bad(err, "prompt", "Invalid type for 'prompt': expected a string or an array of token ids.");
     size_t n = json_array_size(p);
-    if (n == 0) return bad(err, "prompt", "Invalid 'prompt': empty array.");
+    if (n == 0) return oai_bad(err, "prompt", "Invalid 'prompt': empty array.");
     out->prompt_tokens = malloc(sizeof *out->prompt_tokens * n);
-    if (!out->prompt_tokens) return bad(err, "prompt", "out of memory");
+    if (!out->prompt_tokens) return oai_bad(err, "prompt", "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(p, i);
         if (json_is_string(t))
-            return bad(err, "prompt", "Invalid 'prompt': batches of several prompts are not supported.");
+            return oai_bad(err, "prompt", "Invalid 'prompt': batches of several prompts are not supported.");
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= n_vocab)
-            return bad(err, "prompt", "Invalid 'prompt[%zu]': expected a token id in [0, %d).", i, n_vocab);
+            return oai_bad(err, "prompt", "Invalid 'prompt[%zu]': expected a token id in [0, %d).", i, n_vocab);
         out->prompt_tokens[i] = (ember_token)json_integer_value(t);
     }
     out->n_prompt_tokens = (int32_t)n;
@@ -437,36 +435,36 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
      * (common/common.h: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, last_n 64) */
     out->sampling = (ember_sampler_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                                            .repeat_penalty = 1.0f, .penalty_last_n = 64, .seed = 0};
-    if (!json_is_object(body)) return bad(err, NULL, "The request body must be a JSON object.");
+    if (!json_is_object(body)) return oai_bad(err, NULL, "The request body must be a JSON object.");
     if (kind == OAI_CHAT) {
         if (!oai_parse_messages(body, out, err)) return false;
     } else {
         if (!parse_prompt(body, n_vocab, out, err)) return false;
-        json_t *suffix = opt(body, "suffix");
-        if (suffix) return bad(err, "suffix", "'suffix' is not supported.");
+        json_t *suffix = oai_opt(body, "suffix");
+        if (suffix) return oai_bad(err, "suffix", "'suffix' is not supported.");
         bool echo = false;
         if (!get_bool(body, "echo", &echo, err)) return false;
-        if (echo) return bad(err, "echo", "'echo' is not supported.");
+        if (echo) return oai_bad(err, "echo", "'echo' is not supported.");
     }
-    json_t *model = opt(body, "model");
-    if (model && !json_is_string(model)) return bad(err, "model", "Invalid type for 'model': expected a string.");
+    json_t *model = oai_opt(body, "model");
+    if (model && !json_is_string(model)) return oai_bad(err, "model", "Invalid type for 'model': expected a string.");
 
     if (!get_bool(body, "stream", &out->stream, err)) return false;
-    json_t *so = opt(body, "stream_options");
+    json_t *so = oai_opt(body, "stream_options");
     if (so) {
         if (!json_is_object(so))
-            return bad(err, "stream_options", "Invalid type for 'stream_options': expected an object.");
+            return oai_bad(err, "stream_options", "Invalid type for 'stream_options': expected an object.");
         if (!out->stream)
-            return bad(err, "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.");
-        json_t *iu = opt(so, "include_usage");
+            return oai_bad(err, "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.");
+        json_t *iu = oai_opt(so, "include_usage");
         if (iu && !json_is_boolean(iu))
-            return bad(err, "stream_options.include_usage",
+            return oai_bad(err, "stream_options.include_usage",
                        "Invalid type for 'stream_options.include_usage': expected a boolean.");
         out->include_usage = iu && json_is_true(iu);
     }
     int64_t n = 1;
     if (!get_int(body, "n", 1, 128, &n, err)) return false;
-    if (n != 1) return bad(err, "n", "Invalid 'n': only n = 1 is supported.");
+    if (n != 1) return oai_bad(err, "n", "Invalid 'n': only n = 1 is supported.");
 
     int64_t mt = -1;
     if (!get_int(body, "max_tokens", 1, INT32_MAX, &mt, err)) return false;
@@ -476,7 +474,7 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
     if (mt > 0) out->max_tokens = (int32_t)mt;
     mt = 0;
     if (!get_int(body, "n_predict", -1, INT32_MAX, &mt, err)) return false;   /* llama-server's name */
-    if (opt(body, "n_predict")) out->max_tokens = (int32_t)mt;
+    if (oai_opt(body, "n_predict")) out->max_tokens = (int32_t)mt;
 
     double d;
     d = out->sampling.temp;
@@ -497,14 +495,14 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
     d = 1;
     if (!get_number(body, "repeat_penalty", 0, 10, &d, err)) return false;
     if (!(d > 0))   /* logits are divided by it (sample/sampler.c) */
-        return bad(err, "repeat_penalty", "Invalid 'repeat_penalty': %g is out of range; expected a value in (0, 10].", d);
+        return oai_bad(err, "repeat_penalty", "Invalid 'repeat_penalty': %g is out of range; expected a value in (0, 10].", d);
     out->sampling.repeat_penalty = (float)d;
     int64_t k = out->sampling.top_k;
     if (!get_int(body, "top_k", 0, INT32_MAX, &k, err)) return false;
     out->sampling.top_k = (int32_t)k;
     int64_t seed = -1;
     if (!get_int(body, "seed", INT64_MIN, INT64_MAX, &seed, err)) return false;
-    if (opt(body, "seed")) {
+    if (oai_opt(body, "seed")) {
         out->sampling.seed = (uint64_t)seed;
     } else {
         static _Atomic uint64_t counter;
@@ -518,8 +516,8 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
         if (!get_bool(body, "logprobs", &out->logprobs, err)) return false;
         int64_t tl = 0;
         if (!get_int(body, "top_logprobs", 0, ENGINE_MAX_TOP_LOGPROBS, &tl, err)) return false;
-        if (opt(body, "top_logprobs") && !out->logprobs)
-            return bad(err, "top_logprobs", "Invalid 'top_logprobs': 'logprobs' must be true to use 'top_logprobs'.");
+        if (oai_opt(body, "top_logprobs") && !out->logprobs)
+            return oai_bad(err, "top_logprobs", "Invalid 'top_logprobs': 'logprobs' must be true to use 'top_logprobs'.");
         out->top_logprobs = (int32_t)tl;
     } else {
         int64_t lp = -1;
@@ -538,41 +536,41 @@ static bool parse_structured(json_t *body, oai_kind kind, oai_req *out, oai_erro
 {
     out->parallel_tool_calls = true;
     out->reasoning_budget = -2;
-    json_t *rf = opt(body, "response_format");
+    json_t *rf = oai_opt(body, "response_format");
     if (rf && !json_is_object(rf))
-        return bad(err, "response_format", "Invalid type for 'response_format': expected an object.");
+        return oai_bad(err, "response_format", "Invalid type for 'response_format': expected an object.");
     ember_status st = ember_grammar_from_request(body, &out->gbnf);
-    out->gbnf_param = opt(body, "grammar") ? "grammar" : opt(body, "json_schema") ? "json_schema" : "response_format";
-    if (st != EMBER_OK) return bad(err, out->gbnf_param, "Invalid '%s': %s", out->gbnf_param, ember_last_error());
+    out->gbnf_param = oai_opt(body, "grammar") ? "grammar" : oai_opt(body, "json_schema") ? "json_schema" : "response_format";
+    if (st != EMBER_OK) return oai_bad(err, out->gbnf_param, "Invalid '%s': %s", out->gbnf_param, ember_last_error());
     if (kind != OAI_CHAT) return true;
     if (!get_bool(body, "parallel_tool_calls", &out->parallel_tool_calls, err)) return false;
-    json_t *tc = opt(body, "tool_choice");
+    json_t *tc = oai_opt(body, "tool_choice");
     out->tool_choice = out->tools ? OAI_TOOL_CHOICE_AUTO : OAI_TOOL_CHOICE_NONE;
     if (tc && json_is_string(tc)) {
         const char *v = json_string_value(tc);
         if (!strcmp(v, "auto")) out->tool_choice = out->tools ? OAI_TOOL_CHOICE_AUTO : OAI_TOOL_CHOICE_NONE;
         else if (!strcmp(v, "none")) out->tool_choice = OAI_TOOL_CHOICE_NONE;
         else if (!strcmp(v, "required")) out->tool_choice = OAI_TOOL_CHOICE_REQUIRED;
-        else return bad(err, "tool_choice", "Invalid value for 'tool_choice': '%s'. Supported values are: 'none', "
+        else return oai_bad(err, "tool_choice", "Invalid value for 'tool_choice': '%s'. Supported values are: 'none', "
                                             "'auto', 'required' or an object naming a function.", v);
     } else if (tc) {
         json_t *name = json_object_get(json_object_get(tc, "function"), "name");
         if (!json_is_object(tc) || !json_is_string(name))
-            return bad(err, "tool_choice", "Invalid 'tool_choice': expected a string or "
+            return oai_bad(err, "tool_choice", "Invalid 'tool_choice': expected a string or "
                                            "{\"type\": \"function\", \"function\": {\"name\": ...}}.");
         out->tool_choice = OAI_TOOL_CHOICE_NAMED;
         out->tool_name = strdup(json_string_value(name));
     }
     if ((out->tool_choice == OAI_TOOL_CHOICE_REQUIRED || out->tool_choice == OAI_TOOL_CHOICE_NAMED) && !out->tools)
-        return bad(err, "tool_choice", "Invalid 'tool_choice': 'tools' must be given to require a tool call.");
+        return oai_bad(err, "tool_choice", "Invalid 'tool_choice': 'tools' must be given to require a tool call.");
     if (out->gbnf && (out->tool_choice == OAI_TOOL_CHOICE_REQUIRED || out->tool_choice == OAI_TOOL_CHOICE_NAMED))
-        return bad(err, "tool_choice", "A required tool call cannot be combined with 'response_format' or 'grammar'.");
+        return oai_bad(err, "tool_choice", "A required tool call cannot be combined with 'response_format' or 'grammar'.");
     int64_t rb = -2;
     if (!get_int(body, "reasoning_budget", -1, INT32_MAX, &rb, err)) return false;
     out->reasoning_budget = (int32_t)rb;
-    json_t *re = opt(body, "reasoning_effort");
+    json_t *re = oai_opt(body, "reasoning_effort");
     if (re && !json_is_string(re))
-        return bad(err, "reasoning_effort", "Invalid type for 'reasoning_effort': expected a string.");
+        return oai_bad(err, "reasoning_effort", "Invalid type for 'reasoning_effort': expected a string.");
     if (re && !strcmp(json_string_value(re), "none") &&
         !json_object_get(out->template_kwargs, "enable_thinking")) {
         /* thinking off unless chat_template_kwargs says otherwise */

@@ -76,6 +76,12 @@ typedef struct oai_error {
 
 void oai_error_set(oai_error *err, int status, const char *type, const char *param, const char *code,
                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* oai_error_set(err, 400, "invalid_request_error", param, NULL, fmt, ...)
+ * (the message cut at 400 bytes); returns false, for `return oai_bad(..)`
+ * in validators. */
+bool oai_bad(oai_error *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* json_object_get(o, key), or NULL when the field is absent or JSON null. */
+json_t *oai_opt(json_t *o, const char *key);
 /* {"error": {...}} (new reference). */
 json_t *oai_error_json(const oai_error *err);
 

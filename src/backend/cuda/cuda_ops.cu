@@ -235,6 +235,29 @@ unsigned elementwise_grid(int64_t n)
 }
 
 
+/* One Q8_K block of 256 values held 8 per lane (lane l: elements 8l..8l+7)
+ * (ggml quantize_row_q8_K, as cuda_q8.cu k_quant_q8_K): id = 127/amax,
+ * q = rint(v * id) into qs [256], d = 1/id (0 for an all-zero block) into
+ * *qd. The whole warp calls it. */
+__device__ __forceinline__ void quant_q8K_block(const float v[8], int8_t *qs, float *qd)
+{
+    const int lane = threadIdx.x & 31;
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    uint32_t wq[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int q = __float2int_rn(__fmul_rn(v[i], id));
+        wq[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
+    }
+    *reinterpret_cast<uint2 *>(qs + 8 * lane) = make_uint2(wq[0], wq[1]);
+    if (lane == 0) *qd = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
+}
+
 /* Row quantizers of the fused norm kernels (one CTA per row, all threads
  * call them): y[i] = x[i] * inv * w[i] (w NULL: 1; inv 1 and w NULL: x as
  * is) written to yr when yr, and its Q8 blocks with cuda_q8.cu's quantizers
@@ -249,25 +272,14 @@ __device__ __forceinline__ void norm_quant_row(const float *xr, float inv, const
     if (QM == 2) {
         const int nw = blockDim.x >> 5;
         for (int64_t blk = threadIdx.x >> 5; blk < n / 256; blk += nw) {
-            float v[8], amax = 0.f;
+            float v[8];
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 const int64_t j = blk * 256 + 8 * lane + i;
                 v[i] = __fmul_rn(__fmul_rn(xr[j], inv), w ? w[j] : 1.f);
-                amax = fmaxf(amax, fabsf(v[i]));
+                if (yr) yr[j] = v[i];
             }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-            uint32_t wq[2] = {0, 0};
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                if (yr) yr[blk * 256 + 8 * lane + i] = v[i];
-                const int q = __float2int_rn(__fmul_rn(v[i], id));
-                wq[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
-            }
-            *reinterpret_cast<uint2 *>(qs + blk * 256 + 8 * lane) = make_uint2(wq[0], wq[1]);
-            if (lane == 0) qd[blk] = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
+            quant_q8K_block(v, qs + blk * 256, qd + blk);
         }
         return;
     }
@@ -336,7 +348,7 @@ __global__ void k_glu_quant_q8K(const float *gate, const float *up, float *out, 
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= n_blocks) return;
     const int lane = threadIdx.x & 31;
-    float v[8], amax = 0.f;
+    float v[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         const int64_t j = blk * 256 + 8 * lane + i;
@@ -345,20 +357,9 @@ __global__ void k_glu_quant_q8K(const float *gate, const float *up, float *out, 
                         : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
                                                           : act_gelu_tanh_f16(g);
         v[i] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * up[j];
-        amax = fmaxf(amax, fabsf(v[i]));
+        out[j] = v[i];
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint32_t wq[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        out[blk * 256 + 8 * lane + i] = v[i];
-        const int q = __float2int_rn(__fmul_rn(v[i], id));
-        wq[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
-    }
-    *reinterpret_cast<uint2 *>(qs + blk * 256 + 8 * lane) = make_uint2(wq[0], wq[1]);
-    if (lane == 0) qd[blk] = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
+    quant_q8K_block(v, qs + blk * 256, qd + blk);
 }
 
 } /* namespace */

@@ -32,6 +32,7 @@ struct ember_cuda {
     size_t stack_threads;  /* SMs x resident threads per SM: the stack reservation's multiplier */
     bool capturing;
     bool gemm_f16;         /* quantized prefill GEMMs on f16 tensor cores (options: EMBER_CUDA_GEMM_F16) */
+    bool exact_mm;         /* decode mat-vecs in the CPU backend's float order (EMBER_CUDA_EXACT; cuda_q8.cu) */
     uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
 };
 

@@ -59,15 +59,17 @@ bench: build models
 	$(PY) bench/make_bench.py
 
 # Compile and link the CUDA backend and its tests when nvcc exists, so CI proves
-# it builds; the GPU tests run (and skip without a GPU) in `make cuda` builds.
+# it builds, and runs the host tests of kernel code (test_*_host.cu: no GPU needed); the GPU
+# tests run (and skip without a GPU) in `make cuda` builds.
 # No architecture is given, as in `make cuda`: CMakeLists.txt's default (sm_90
 # plus its PTX) is what is checked.
 NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 cuda-check: setup
 ifneq ($(NVCC),)
 	@CUDACXX=$(NVCC) cmake -S . -B build-cuda-check -DCMAKE_BUILD_TYPE=Release -DEMBER_CUDA=ON >/dev/null
-	@cmake --build build-cuda-check -j$(JOBS) --target test_cuda_matmul test_cuda_ops test_cuda_attn
+	@cmake --build build-cuda-check -j$(JOBS) --target test_cuda_matmul test_cuda_ops test_cuda_attn test_mmvq_host
 	@echo "cuda-check: the CUDA backend compiles and links (sm_90 + PTX)"
+	build-cuda-check/tests/test_mmvq_host
 else
 	@echo "cuda-check: nvcc not found; CUDA build not checked"
 endif

@@ -47,6 +47,7 @@ typedef struct ember_backend_options {
     bool cuda_fuse_add;      /* EMBER_CUDA_FUSE_ADD: post-norm add + next pre-norm + quantize in one kernel */
     bool cuda_fuse_head;     /* EMBER_CUDA_FUSE_HEAD: per-head norms + RoPE + K/V store in one kernel */
     bool cuda_q8;            /* EMBER_CUDA_Q8: integer mat-vec on Q8 activations (CPU-identical) */
+    bool cuda_mmvq;          /* EMBER_CUDA_MMVQ: Q8 mat-vecs in free float order (cuda_mmvq.cu) */
     bool cuda_f32_act;       /* EMBER_CUDA_F32_ACT: matmul on unrounded F32 activations */
     bool cuda_exact;         /* EMBER_CUDA_EXACT: every op in the CPU's order and rounding */
     bool cuda_rope_table;    /* EMBER_CUDA_ROPE_TABLE: RoPE angles from host-made tables */

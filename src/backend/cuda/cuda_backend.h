@@ -185,17 +185,18 @@ ember_status ember_cuda_quantize_q8(ember_cuda *cu, uint32_t act_type, const flo
 /* y[c][r] = W[r] . a[c] for c < n_cols, a = buf quantized by
  * ember_cuda_quantize_q8 to ember_cuda_q8_act_type(w->type) with
  * n = w->ne0; y: [n_cols, w->ne1] F32. Any n_cols (8 per kernel pass).
- * By default the exact integer block dots are summed in free float order
- * (cuda_mmvq.cu: within ~1e-6 of max |y| of the CPU backend); after
- * ember_cuda_set_exact_matvec(cu, true) (EMBER_CUDA_EXACT=1) in the CPU
- * backend's order, bit-identical to it (cuda_q8.cu).
+ * The exact integer block dots are summed in the CPU backend's order,
+ * bit-identical to it (cuda_q8.cu), or, after
+ * ember_cuda_set_exact_matvec(cu, false) (EMBER_CUDA_MMVQ=1), in free
+ * float order (cuda_mmvq.cu: within 1e-5 of max |y| of the CPU backend).
  * Errors: EMBER_ERR_UNSUPPORTED (type without an integer kernel),
  * EMBER_ERR_INVALID_ARG. */
 ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, const void *buf, int64_t n_cols,
                                   float *y);
 /* Choose the mat-vec kernels of ember_cuda_matmul_q8(_multi): true = the
- * CPU backend's float order (bit-identical; a debugging mode), false = the
- * fast default. ember_cuda_new sets it from the options' cuda_exact. */
+ * CPU backend's float order (bit-identical), false = free order (the fast
+ * kernels). ember_cuda_new sets it from the options: true unless cuda_mmvq
+ * and not cuda_exact. */
 void ember_cuda_set_exact_matvec(ember_cuda *cu, bool on);
 /* ember_cuda_matmul_q8 for n_w (1..3) weights of one type and row length
  * that read the same quantized activations (Q/K/V, gate/up), in one

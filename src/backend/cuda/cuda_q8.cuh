@@ -3,7 +3,7 @@
  * of the 32-element formats, the segment table of a multi-weight launch,
  * the Q8 activation buffer's view, and the Q4_K scale decoder.
  * cuda_q8.cu holds the exact kernels (the CPU backend's float order) and
- * the entry points; cuda_mmvq.cu the default fast kernels (free order).
+ * the entry points; cuda_mmvq.cu the fast kernels (free order, EMBER_CUDA_MMVQ=1).
  * Must not: be included from C code.
  */
 #ifndef EMBER_CUDA_Q8_CUH
@@ -29,9 +29,9 @@ static inline size_t align16(size_t v) { return (v + 15) & ~(size_t)15; }
  * bytes: unsigned levels (subtract OFF after the dot) or, for Q8_0, the
  * signed bytes. dm(blk): d and (formats with a min) m. */
 
-__device__ __forceinline__ uint32_t nib4(uint32_t q, int l) { return (q >> (4 * (l >> 2))) & 0x0F0F0F0Fu; }
+__host__ __device__ __forceinline__ uint32_t nib4(uint32_t q, int l) { return (q >> (4 * (l >> 2))) & 0x0F0F0F0Fu; }
 /* bits 4l..4l+3 of qh -> bit 4 of bytes 0..3 */
-__device__ __forceinline__ uint32_t hbit4(uint32_t qh, int l)
+__host__ __device__ __forceinline__ uint32_t hbit4(uint32_t qh, int l)
 {
     const uint32_t h = (qh >> (4 * l)) & 0xFu;
     return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25);
@@ -40,17 +40,17 @@ __device__ __forceinline__ uint32_t hbit4(uint32_t qh, int l)
 struct uq4_0 {
     static constexpr int BYTES = 18, OFF = 8;
     static constexpr bool MIN = false;
-    __device__ static uint32_t unit(const uint8_t *b, int l) { return nib4(ld_u32_a2(b + 2 + 4 * (l & 3)), l); }
+    __host__ __device__ static uint32_t unit(const uint8_t *b, int l) { return nib4(ld_u32_a2(b + 2 + 4 * (l & 3)), l); }
 };
 struct uq4_1 {
     static constexpr int BYTES = 20, OFF = 0;
     static constexpr bool MIN = true;
-    __device__ static uint32_t unit(const uint8_t *b, int l) { return nib4(ld_u32(b + 4 + 4 * (l & 3)), l); }
+    __host__ __device__ static uint32_t unit(const uint8_t *b, int l) { return nib4(ld_u32(b + 4 + 4 * (l & 3)), l); }
 };
 struct uq5_0 {
     static constexpr int BYTES = 22, OFF = 16;
     static constexpr bool MIN = false;
-    __device__ static uint32_t unit(const uint8_t *b, int l)
+    __host__ __device__ static uint32_t unit(const uint8_t *b, int l)
     {
         return nib4(ld_u32_a2(b + 6 + 4 * (l & 3)), l) | hbit4(ld_u32_a2(b + 2), l);
     }
@@ -58,7 +58,7 @@ struct uq5_0 {
 struct uq5_1 {
     static constexpr int BYTES = 24, OFF = 0;
     static constexpr bool MIN = true;
-    __device__ static uint32_t unit(const uint8_t *b, int l)
+    __host__ __device__ static uint32_t unit(const uint8_t *b, int l)
     {
         return nib4(ld_u32(b + 8 + 4 * (l & 3)), l) | hbit4(ld_u32(b + 4), l);
     }
@@ -66,7 +66,7 @@ struct uq5_1 {
 struct uq8_0 {
     static constexpr int BYTES = 34, OFF = 0;
     static constexpr bool MIN = false;
-    __device__ static uint32_t unit(const uint8_t *b, int l) { return ld_u32_a2(b + 2 + 4 * l); }
+    __host__ __device__ static uint32_t unit(const uint8_t *b, int l) { return ld_u32_a2(b + 2 + 4 * l); }
 };
 
 /* Up to 3 weights of one type and row length in one launch (Q/K/V, or

@@ -24,20 +24,20 @@
 
 namespace ember_cu {
 
-__device__ __forceinline__ float ld_f16(const uint8_t *p)
+__host__ __device__ __forceinline__ float ld_f16(const uint8_t *p)
 {
     return __half2float(*reinterpret_cast<const __half *>(p));
 }
-__device__ __forceinline__ uint32_t ld_u16(const uint8_t *p)
+__host__ __device__ __forceinline__ uint32_t ld_u16(const uint8_t *p)
 {
     return *reinterpret_cast<const uint16_t *>(p);
 }
 /* 4 bytes from a 2-byte-aligned address */
-__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p)
+__host__ __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p)
 {
     return ld_u16(p) | (ld_u16(p + 2) << 16);
 }
-__device__ __forceinline__ uint32_t ld_u32(const uint8_t *p)
+__host__ __device__ __forceinline__ uint32_t ld_u32(const uint8_t *p)
 {
     return *reinterpret_cast<const uint32_t *>(p);
 }

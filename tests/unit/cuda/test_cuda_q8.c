@@ -293,7 +293,6 @@ static case_result run_case(ember_backend *cpu, const char *tname, int64_t ne0, 
     CU_OK(ember_cuda_quantize_q8(test_cu, at, dx, ne0, n_cols, dq));
     ember_cuda_set_exact_matvec(test_cu, exact);
     CU_OK(ember_cuda_matmul_q8(test_cu, &t, dq, n_cols, dy));
-    ember_cuda_set_exact_matvec(test_cu, false);
     dev_get(yg, dy, sizeof(float) * n_rows * n_cols);
 
     case_result r = {0, 0, 0, 0};
@@ -337,8 +336,8 @@ static case_result run_case(ember_backend *cpu, const char *tname, int64_t ne0, 
 }
 
 /* Every type, 1..11 columns, rows of 2..10 (super-)blocks. exact: the
- * CPU-order kernels (EMBER_CUDA_EXACT), every output bit-identical; else
- * the default kernels (free float order over the same exact integer
+ * CPU-order kernels (the default), every output bit-identical; else
+ * the EMBER_CUDA_MMVQ kernels (free float order over the same exact integer
  * block dots): within 1e-5 of max |y| of the CPU backend's column. */
 static void matmul_q8_vs_cpu(bool exact)
 {
@@ -386,7 +385,7 @@ static void test_matmul_q8_exact_bits(void **state)
 /* Q/K/V-like weights of one type and row length in one launch
  * (ember_cuda_matmul_q8_multi), against the CPU backend's matmul of the
  * same three weights: with the exact kernels every output bit-identical,
- * with the default ones within 1e-5 of max |y|. */
+ * with the free-order ones within 1e-5 of max |y|. */
 static void test_matmul_q8_multi_matches_cpu(void **state)
 {
     (void)state;
@@ -428,10 +427,9 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
             float *dx = dev_new(x, sizeof(float) * ne0 * n_cols);
             void *dq = dev_new(NULL, qb);
             CU_OK(ember_cuda_quantize_q8(test_cu, at, dx, ne0, n_cols, dq));
-            for (int mode = 0; mode < 2; mode++) {   /* exact (bit-identical), then the default */
+            for (int mode = 0; mode < 2; mode++) {   /* exact (bit-identical), then free order (EMBER_CUDA_MMVQ) */
                 ember_cuda_set_exact_matvec(test_cu, mode == 0);
                 CU_OK(ember_cuda_matmul_q8_multi(test_cu, 3, tp, dq, n_cols, dy));
-                ember_cuda_set_exact_matvec(test_cu, false);
                 for (int k = 0; k < 3; k++) {
                     dev_get(yg[k], dy[k], sizeof(float) * rows[k] * n_cols);
                     double mc = 0;
@@ -460,7 +458,7 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
         test_blocks_free(&bl);
     }
     ember_backend_free(cpu);
-    print_message("multi-weight launches: %ld of %ld outputs off (exact: any bit; default: > 1e-5 of max |y|)\n", bad, total);
+    print_message("multi-weight launches: %ld of %ld outputs off (exact: any bit; free order: > 1e-5 of max |y|)\n", bad, total);
     assert_int_equal(bad, 0);
     /* weights of different types cannot share a launch */
     test_blocks b5, b4;

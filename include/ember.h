@@ -108,6 +108,9 @@ typedef struct ember_context_params {
                             * context's life */
     ember_kv_type type_k;  /* -ctk (default f16; q8_0 needs key_length % 32 == 0) */
     ember_kv_type type_v;  /* -ctv (default f16) */
+    uint32_t n_ctx_checkpoints; /* --ctx-checkpoints: models with recurrent layers keep up to
+                            * this many block checkpoints of each sequence's state
+                            * (ember_seq_ctx_checkpoint; default 8, 0..64, 0 = none) */
 } ember_context_params;
 
 ember_context_params ember_context_default_params(void);
@@ -241,12 +244,24 @@ ember_status ember_seq_fork(ember_context *ctx, ember_seq_id src, ember_seq_id d
 /* Models with recurrent layers: keep a copy of sequence seq's recurrent state
  * at its current length, so that a later truncate or fork to any position at
  * or after it can roll back to it (see above); replaces seq's previous
- * checkpoint (one per sequence; truncating below it or removing the
- * sequence drops it). Costs one copy of the sequence's state (the first call
- * allocates n_seq_max states, counted in ember_context_kv_bytes). OK and
- * nothing done for other models. Errors: EMBER_ERR_INVALID_ARG (seq not in
- * [0, n_seq_max)), EMBER_ERR_NOMEM. */
+ * rollback checkpoint (one per sequence; truncating below it or removing
+ * the sequence drops it). Costs one copy of the sequence's state (allocated
+ * on first use, counted in ember_context_kv_bytes). OK and nothing done for
+ * other models. Errors: EMBER_ERR_INVALID_ARG (seq not in [0, n_seq_max)),
+ * EMBER_ERR_NOMEM. */
 ember_status ember_seq_checkpoint(ember_context *ctx, ember_seq_id seq);
+/* The same, as one of the sequence's n_ctx_checkpoints block checkpoints
+ * (the prefix cache's: taken at block boundaries, kept beside the rollback
+ * one; when all are taken the oldest stays and, of the others, the one
+ * whose removal leaves the smallest gap goes).
+ * A truncate or fork uses the latest checkpoint at or before its position.
+ * No-op with n_ctx_checkpoints = 0 or without recurrent layers. Errors: as
+ * ember_seq_checkpoint. */
+ember_status ember_seq_ctx_checkpoint(ember_context *ctx, ember_seq_id seq);
+/* Whether the model keeps recurrent state (truncate and fork then need
+ * checkpoints) and block checkpoints are on: the engine then ends prefill
+ * chunks at block boundaries and calls ember_seq_ctx_checkpoint there. */
+bool ember_context_wants_checkpoints(const ember_context *ctx);
 /* Number of positions sequence `seq` holds (its next position). */
 ember_pos ember_seq_len(const ember_context *ctx, ember_seq_id seq);
 /* Free KV tokens left in the pool (free blocks x 32). */

@@ -91,7 +91,8 @@ static char *run_turn(serve_model *m, const char *prompt, const ember_sampler_pa
 
 int cmd_chat(int argc, char **argv)
 {
-    serve_opts o = {.n_parallel = 1, .n_batch = 512, .n_prefill_chunk = 0, .type_k = EMBER_KV_F16, .type_v = EMBER_KV_F16};
+    serve_opts o = {.n_parallel = 1, .n_batch = 512, .n_prefill_chunk = 0, .n_ctx_checkpoints = -1, .type_k = EMBER_KV_F16,
+                    .type_v = EMBER_KV_F16};
     ember_sampler_params sp = ember_sampler_default_params();
     sp.temp = 0.7f;
     sp.top_k = 40;

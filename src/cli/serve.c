@@ -36,6 +36,10 @@ static void usage(FILE *f)
             "  -t, --threads N             CPU threads (default: all cores)\n"
             "  -b, --batch-size N          most tokens decoded per step (default 512)\n"
             "      --prefill-chunk N       most prompt tokens per step while others generate (default 128)\n"
+            "  -ctxcp, --ctx-checkpoints N  models with recurrent layers (qwen35): state checkpoints kept per slot\n"
+            "                              for the prefix cache (default 8, 0..64, 0 = none)\n"
+            "  -cms, --checkpoint-min-step N  tokens between those checkpoints (default 256): a prefix-cache hit\n"
+            "                              replays fewer than N tokens\n"
             "  -ctk, --cache-type-k T      K cache type: f16 (default), q8_0, f32\n"
             "  -ctv, --cache-type-v T      V cache type: f16 (default), q8_0, f32\n"
             "      --host ADDR             listen address (default 127.0.0.1)\n"
@@ -92,7 +96,7 @@ static bool read_key_file(const char *path, char *buf, size_t n)
 
 int cmd_serve(int argc, char **argv)
 {
-    serve_opts o = {.n_parallel = 4, .n_batch = 512, .n_prefill_chunk = 128, .type_k = EMBER_KV_F16,
+    serve_opts o = {.n_parallel = 4, .n_batch = 512, .n_prefill_chunk = 128, .n_ctx_checkpoints = -1, .type_k = EMBER_KV_F16,
                     .type_v = EMBER_KV_F16, .spec = spec_default_params()};
     o.spec.row_cost_auto = true;   /* measured from step times unless --spec-row-cost is given */
     server_config sc = {.host = "127.0.0.1", .port = 8080};
@@ -116,6 +120,8 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!int_arg(a, TAKE(), -1, 1024, &x)) return 2; o.n_threads = (int32_t)x; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!int_arg(a, TAKE(), 1, 1 << 16, &x)) return 2; o.n_batch = (int32_t)x; }
         else if (!strcmp(a, "--prefill-chunk")) { if (!int_arg(a, TAKE(), 0, 1 << 16, &x)) return 2; o.n_prefill_chunk = (int32_t)x; }
+        else if (!strcmp(a, "-ctxcp") || !strcmp(a, "--ctx-checkpoints")) { if (!int_arg(a, TAKE(), 0, 64, &x)) return 2; o.n_ctx_checkpoints = (int32_t)x; }
+        else if (!strcmp(a, "-cms") || !strcmp(a, "--checkpoint-min-step")) { if (!int_arg(a, TAKE(), 1, 1 << 20, &x)) return 2; o.ckpt_interval = (int32_t)x; }
         else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) {
             if (!v || !serve_parse_kv_type(TAKE(), &o.type_k)) { fprintf(stderr, "ember serve: %s expects f16, q8_0 or f32\n", a); return 2; }
         } else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {

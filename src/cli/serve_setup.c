@@ -207,6 +207,7 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     cp.n_threads = o->n_threads;
     cp.type_k = o->type_k;
     cp.type_v = o->type_v;
+    if (o->n_ctx_checkpoints >= 0) cp.n_ctx_checkpoints = (uint32_t)o->n_ctx_checkpoints;
     if ((st = ember_context_new(m->model, &cp, &m->ctx)) != EMBER_OK) goto fail;
     /* A GPU backend uploads weights and allocates the KV cache on first
      * use: a one-token warm-up decode does that now, so the report below
@@ -236,7 +237,8 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     m->ev = text_ember_vocab(m->text);
     if ((st = open_spec(o, m, log)) != EMBER_OK) goto fail;
     engine_config ec = {.n_slots = o->n_parallel, .n_ctx = m->n_ctx, .n_batch = o->n_batch,
-                        .n_prefill_chunk = o->n_prefill_chunk, .n_queue_max = 256, .spec = m->spec};
+                        .n_prefill_chunk = o->n_prefill_chunk, .n_queue_max = 256, .ckpt_interval = o->ckpt_interval,
+                        .spec = m->spec};
     if ((st = engine_new(&ec, &m->rt, &m->ev, &m->e)) != EMBER_OK) goto fail;
 
     static const char *kv_names[] = {"f16", "q8_0", "f32"};

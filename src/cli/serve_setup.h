@@ -23,6 +23,8 @@ typedef struct serve_opts {
     int32_t n_threads;          /* -t; <= 0: all cores */
     int32_t n_batch;            /* -b */
     int32_t n_prefill_chunk;    /* --prefill-chunk */
+    int32_t n_ctx_checkpoints;  /* --ctx-checkpoints: block checkpoints of a recurrent state per slot (-1: default 8) */
+    int32_t ckpt_interval;      /* --checkpoint-min-step: tokens between them (0: 256) */
     int64_t kv_pool;            /* --kv-pool: the same as -c (older name); -c wins */
     ember_kv_type type_k, type_v;
     const char *template_file;  /* --chat-template-file */

@@ -41,6 +41,9 @@ typedef struct engine_runtime {
      * verifies drafts so that their rollback works for models with recurrent
      * layers (a no-op for the others) */
     ember_status (*seq_checkpoint)(void *ctx, ember_seq_id seq);
+    /* optional (NULL: none): ember_seq_ctx_checkpoint, the prefix cache's block
+     * checkpoints; set only when the runtime wants them (recurrent state) */
+    ember_status (*seq_ctx_checkpoint)(void *ctx, ember_seq_id seq);
     ember_pos (*seq_len)(void *ctx, ember_seq_id seq);
     uint32_t (*kv_free_tokens)(void *ctx);
     ember_status (*sampler_new)(void *ctx, const ember_sampler_params *p, int32_t n_vocab, ember_sampler **out);
@@ -83,6 +86,11 @@ typedef struct engine_config {
     int32_t n_prefill_chunk; /* most prefill entries per step while some slot generates
                               * (bounds the stall a long prompt causes); <= 0: n_batch */
     int32_t n_queue_max;  /* requests waiting beyond the slots before submit says NOMEM */
+    int32_t ckpt_interval; /* --checkpoint-min-step: with a runtime that wants checkpoints
+                            * (recurrent state), prefill chunks end at multiples of this
+                            * many tokens, and a slot's state is checkpointed there, at
+                            * its prompt's end and when decoding crosses a multiple, so a
+                            * prefix-cache hit replays less than this many tokens; <= 0: 256 */
     spec_engine *spec;    /* speculative decoding (src/engine/spec); NULL: none. Not owned. */
 } engine_config;
 

@@ -98,6 +98,8 @@ engine_req *engine_queue_pop(engine *e);           /* mu held */
 void engine_req_finish(engine_req *r, engine_finish f, const char *err);
 
 /* slot.c: the per-slot seam "propose / sample / accept". */
+/* tokens between the prefix cache's block checkpoints (engine_config.ckpt_interval) */
+static inline int32_t slot_ckpt_interval(const engine *e) { return e->cfg.ckpt_interval > 0 ? e->cfg.ckpt_interval : 256; }
 int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */
 void slot_heads(engine *e);                                /* after decode: reduce the rows slots sample from */
 int32_t slot_after_decode(engine *e, slot *s);             /* verify, sample, accept, emit; returns tokens sampled */

@@ -15,6 +15,7 @@ static ember_status rt_seq_remove(void *c, ember_seq_id s) { return ember_seq_re
 static ember_status rt_seq_truncate(void *c, ember_seq_id s, ember_pos n) { return ember_seq_truncate(c, s, n); }
 static ember_status rt_seq_fork(void *c, ember_seq_id a, ember_seq_id b, ember_pos n) { return ember_seq_fork(c, a, b, n); }
 static ember_status rt_seq_checkpoint(void *c, ember_seq_id s) { return ember_seq_checkpoint(c, s); }
+static ember_status rt_seq_ctx_checkpoint(void *c, ember_seq_id s) { return ember_seq_ctx_checkpoint(c, s); }
 static ember_pos rt_seq_len(void *c, ember_seq_id s) { return ember_seq_len(c, s); }
 static uint32_t rt_kv_free(void *c) { return ember_kv_free_tokens(c); }
 static ember_status rt_sampler_new(void *c, const ember_sampler_params *p, int32_t n_vocab, ember_sampler **out)
@@ -48,6 +49,7 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t
         .ctx = ctx, .n_vocab = n_vocab, .decode = rt_decode, .get_logits = rt_get_logits,
         .seq_remove = rt_seq_remove, .seq_truncate = rt_seq_truncate, .seq_fork = rt_seq_fork,
         .seq_checkpoint = rt_seq_checkpoint,
+        .seq_ctx_checkpoint = ember_context_wants_checkpoints(ctx) ? rt_seq_ctx_checkpoint : NULL,
         .seq_len = rt_seq_len, .kv_free_tokens = rt_kv_free, .sampler_new = rt_sampler_new,
         .sampler_free = rt_sampler_free, .sampler_sample = rt_sample, .sampler_accept = rt_accept,
         .sampler_sample_grammar = rt_sample_grammar,

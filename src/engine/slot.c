@@ -75,6 +75,10 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
     } else if (s->state == SLOT_PREFILL) {
         int32_t n = s->prefill_end - s->n_past;
         if (n > budget) n = budget;
+        if (e->rt.seq_ctx_checkpoint) {   /* end at the next block boundary (a checkpoint there) */
+            const int32_t I = slot_ckpt_interval(e), next = (s->n_past / I + 1) * I;
+            if (s->n_past + n > next) n = next - s->n_past;
+        }
         for (int32_t k = 0; k < n; k++) {
             int32_t pos = s->n_past + k;
             bool last = pos == s->prefill_end - 1;
@@ -438,6 +442,16 @@ static bool emit_token(engine *e, slot *s, ember_token t, const float *logits, c
     return s->req != NULL;
 }
 
+/* The prefix cache's block checkpoint of a recurrent state (engine.h,
+ * ckpt_interval): after a step that took s from n_past0 to s->n_past, at a
+ * block boundary, across one, or at the end of the prompt. */
+static void block_checkpoint(engine *e, slot *s, int32_t n_past0, bool prompt_end)
+{
+    if (!e->rt.seq_ctx_checkpoint || s->n_past <= 0) return;
+    const int32_t I = slot_ckpt_interval(e);
+    if (prompt_end || s->n_past / I != n_past0 / I) e->rt.seq_ctx_checkpoint(e->rt.ctx, s->id);   /* best effort */
+}
+
 int32_t slot_after_decode(engine *e, slot *s)
 {
     engine_req *r = s->req;
@@ -446,7 +460,11 @@ int32_t slot_after_decode(engine *e, slot *s)
     s->n_batch_entries = 0;
     int32_t n_draft = s->n_draft;
     s->n_draft = 0;
-    if (s->i_logits < 0) return 0;                   /* prefill continues next step */
+    if (s->i_logits < 0) {                           /* prefill continues next step */
+        block_checkpoint(e, s, n_past0, false);
+        return 0;
+    }
+    const bool prompt_end = s->state == SLOT_PREFILL;
     s->state = SLOT_GENERATE;
     int32_t i0 = s->i_logits;
     s->i_logits = -1;
@@ -504,5 +522,6 @@ int32_t slot_after_decode(engine *e, slot *s)
         }
         spec_engine_result(e->cfg.spec, s->id, n_draft, n_acc);
     }
+    block_checkpoint(e, s, n_past0, prompt_end);
     return n_sampled;
 }

@@ -17,8 +17,10 @@ struct ember_rs {
     float *mem;              /* [n_seq_max][cell] */
     float **ptr_conv;        /* [n_ubatch] */
     float **ptr_ssm;
-    float *snap;             /* [n_seq_max][cell] snapshots, NULL until the first save */
-    ember_pos *snap_pos;     /* [n_seq_max], -1 = none */
+    int32_t n_snap;          /* snapshots per sequence: 1 rollback + n_ckpt block checkpoints */
+    float **snap;            /* [n_seq_max * n_snap] cells, each allocated on its first save */
+    ember_pos *snap_pos;     /* [n_seq_max * n_snap], -1 = none */
+    uint64_t snap_cells;     /* cells allocated so far */
 };
 
 ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
@@ -35,8 +37,15 @@ ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
     rs->off_ssm = calloc((size_t)p->n_layer, sizeof *rs->off_ssm);
     rs->ptr_conv = calloc((size_t)p->n_ubatch, sizeof *rs->ptr_conv);
     rs->ptr_ssm = calloc((size_t)p->n_ubatch, sizeof *rs->ptr_ssm);
-    rs->snap_pos = malloc((size_t)p->n_seq_max * sizeof *rs->snap_pos);
-    if (!rs->off_conv || !rs->off_ssm || !rs->ptr_conv || !rs->ptr_ssm || !rs->snap_pos) {
+    if (p->n_ckpt < 0 || p->n_ckpt > EMBER_RS_MAX_CKPT) {
+        ember_rs_free(rs);
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_rs_new: %d checkpoints per sequence (0..%d)", p->n_ckpt,
+                           EMBER_RS_MAX_CKPT);
+    }
+    rs->n_snap = 1 + p->n_ckpt;
+    rs->snap = calloc((size_t)p->n_seq_max * (size_t)rs->n_snap, sizeof *rs->snap);
+    rs->snap_pos = malloc((size_t)p->n_seq_max * (size_t)rs->n_snap * sizeof *rs->snap_pos);
+    if (!rs->off_conv || !rs->off_ssm || !rs->ptr_conv || !rs->ptr_ssm || !rs->snap || !rs->snap_pos) {
         ember_rs_free(rs);
         return ember_error(EMBER_ERR_NOMEM, "ember_rs_new: out of memory");
     }
@@ -62,7 +71,7 @@ ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
         return ember_error(EMBER_ERR_NOMEM, "ember_rs_new: cannot allocate %zu bytes of recurrent state", bytes);
     }
     memset(rs->mem, 0, bytes);
-    for (int32_t s = 0; s < p->n_seq_max; s++) rs->snap_pos[s] = -1;
+    for (int32_t i = 0; i < p->n_seq_max * rs->n_snap; i++) rs->snap_pos[i] = -1;
     *out = rs;
     return EMBER_OK;
 }
@@ -74,6 +83,8 @@ void ember_rs_free(ember_rs *rs)
     free(rs->off_ssm);
     free(rs->ptr_conv);
     free(rs->ptr_ssm);
+    if (rs->snap)
+        for (int32_t i = 0; i < rs->n_seq_max * rs->n_snap; i++) free(rs->snap[i]);
     free(rs->snap_pos);
     free(rs->snap);
     free(rs->mem);
@@ -111,35 +122,121 @@ float *const *ember_rs_ssm_ptrs(ember_rs *rs, int32_t il, const ember_seq_id *se
     return rs->ptr_ssm;
 }
 
-ember_status ember_rs_snap_save(ember_rs *rs, ember_seq_id seq, ember_pos pos)
+/* snapshot j (0: rollback, 1..n_ckpt: checkpoints) of seq */
+static size_t snap_ix(const ember_rs *rs, ember_seq_id seq, int32_t j) { return (size_t)seq * (size_t)rs->n_snap + (size_t)j; }
+
+static bool seq_ok(const ember_rs *rs, ember_seq_id seq) { return rs && seq >= 0 && seq < rs->n_seq_max; }
+
+/* copy `from` into snapshot j of seq as standing for [0, pos) */
+static ember_status snap_put(ember_rs *rs, ember_seq_id seq, int32_t j, const float *from, ember_pos pos)
 {
-    if (!rs->snap) {
-        const size_t bytes = (size_t)rs->cell * (size_t)rs->n_seq_max * sizeof(float);
-        rs->snap = aligned_alloc(64, bytes);
-        if (!rs->snap) return ember_error(EMBER_ERR_NOMEM, "ember_rs_snap_save: cannot allocate %zu bytes of state snapshots", bytes);
+    const size_t ix = snap_ix(rs, seq, j), bytes = (size_t)rs->cell * sizeof(float);
+    if (!rs->snap[ix]) {
+        rs->snap[ix] = aligned_alloc(64, bytes);
+        if (!rs->snap[ix]) return ember_error(EMBER_ERR_NOMEM, "ember_rs: cannot allocate %zu bytes of state snapshot", bytes);
+        rs->snap_cells++;
     }
-    memcpy(rs->snap + (size_t)seq * (size_t)rs->cell, cell_of(rs, seq), (size_t)rs->cell * sizeof(float));
-    rs->snap_pos[seq] = pos;
+    memcpy(rs->snap[ix], from, bytes);
+    rs->snap_pos[ix] = pos;
     return EMBER_OK;
 }
 
-ember_pos ember_rs_snap_pos(const ember_rs *rs, ember_seq_id seq)
+ember_status ember_rs_snap_save(ember_rs *rs, ember_seq_id seq, ember_pos pos)
 {
-    return rs && seq >= 0 && seq < rs->n_seq_max ? rs->snap_pos[seq] : -1;
+    if (!seq_ok(rs, seq)) return ember_error(EMBER_ERR_INVALID_ARG, "ember_rs_snap_save: no sequence %d", seq);
+    return snap_put(rs, seq, 0, cell_of(rs, seq), pos);
 }
 
-void ember_rs_snap_restore(ember_rs *rs, ember_seq_id src, ember_seq_id dst)
+ember_status ember_rs_ckpt_save(ember_rs *rs, ember_seq_id seq, ember_pos pos)
 {
-    memcpy(cell_of(rs, dst), rs->snap + (size_t)src * (size_t)rs->cell, (size_t)rs->cell * sizeof(float));
-    if (dst != src) rs->snap_pos[dst] = -1;
+    if (!seq_ok(rs, seq)) return ember_error(EMBER_ERR_INVALID_ARG, "ember_rs_ckpt_save: no sequence %d", seq);
+    if (rs->n_snap < 2) return EMBER_OK;
+    const ember_pos *sp = rs->snap_pos + snap_ix(rs, seq, 0);
+    int32_t slot = -1;
+    for (int32_t j = 1; j < rs->n_snap && slot < 0; j++)
+        if (sp[j] == pos) slot = j;   /* the same position again: replace */
+    for (int32_t j = 1; j < rs->n_snap && slot < 0; j++)
+        if (sp[j] < 0) slot = j;
+    if (slot < 0) {
+        /* full: keep the oldest (prefixes shared from the start) and drop,
+         * among the others, the one whose removal leaves the smallest gap
+         * between its neighbours (the new checkpoint after the newest), so
+         * the kept ones spread over the sequence, denser near its end */
+        int32_t oldest = 1;
+        for (int32_t j = 2; j < rs->n_snap; j++)
+            if (sp[j] < sp[oldest]) oldest = j;
+        ember_pos best_gap = 0;
+        for (int32_t j = 1; j < rs->n_snap; j++) {
+            if (j == oldest && rs->n_snap > 2) continue;
+            ember_pos prev = 0, next = pos;
+            for (int32_t i = 1; i < rs->n_snap; i++) {
+                if (sp[i] < sp[j] && sp[i] > prev) prev = sp[i];
+                if (sp[i] > sp[j] && sp[i] < next) next = sp[i];
+            }
+            if (slot < 0 || next - prev < best_gap) {
+                slot = j;
+                best_gap = next - prev;
+            }
+        }
+    }
+    return snap_put(rs, seq, slot, cell_of(rs, seq), pos);
 }
 
-void ember_rs_snap_drop(ember_rs *rs, ember_seq_id seq)
+/* the snapshot of seq with the largest position <= max_pos, or -1 */
+static int32_t snap_best(const ember_rs *rs, ember_seq_id seq, ember_pos max_pos)
 {
-    if (rs && seq >= 0 && seq < rs->n_seq_max) rs->snap_pos[seq] = -1;
+    if (!seq_ok(rs, seq)) return -1;
+    const ember_pos *sp = rs->snap_pos + snap_ix(rs, seq, 0);
+    int32_t best = -1;
+    for (int32_t j = 0; j < rs->n_snap; j++)
+        if (sp[j] >= 0 && sp[j] <= max_pos && (best < 0 || sp[j] > sp[best])) best = j;
+    return best;
+}
+
+ember_pos ember_rs_snap_best(const ember_rs *rs, ember_seq_id seq, ember_pos max_pos)
+{
+    const int32_t j = snap_best(rs, seq, max_pos);
+    return j < 0 ? -1 : rs->snap_pos[snap_ix(rs, seq, j)];
+}
+
+ember_status ember_rs_snap_restore(ember_rs *rs, ember_seq_id src, ember_pos pos, ember_seq_id dst)
+{
+    const int32_t j = snap_best(rs, src, pos);
+    if (!seq_ok(rs, dst) || j < 0 || rs->snap_pos[snap_ix(rs, src, j)] != pos)
+        return ember_error(EMBER_ERR_RANGE, "ember_rs_snap_restore: sequence %d has no snapshot at %d", src, pos);
+    memcpy(cell_of(rs, dst), rs->snap[snap_ix(rs, src, j)], (size_t)rs->cell * sizeof(float));
+    return EMBER_OK;
+}
+
+void ember_rs_snap_drop_after(ember_rs *rs, ember_seq_id seq, ember_pos pos)
+{
+    if (!seq_ok(rs, seq)) return;
+    for (int32_t j = 0; j < rs->n_snap; j++)
+        if (rs->snap_pos[snap_ix(rs, seq, j)] > pos) rs->snap_pos[snap_ix(rs, seq, j)] = -1;
+}
+
+void ember_rs_snap_drop(ember_rs *rs, ember_seq_id seq) { ember_rs_snap_drop_after(rs, seq, -1); }
+
+ember_status ember_rs_ckpt_copy(ember_rs *rs, ember_seq_id src, ember_seq_id dst, ember_pos max_pos)
+{
+    if (!seq_ok(rs, src) || !seq_ok(rs, dst) || src == dst) return EMBER_OK;
+    ember_status st = EMBER_OK;
+    for (int32_t j = 1; j < rs->n_snap && st == EMBER_OK; j++) {
+        const ember_pos p = rs->snap_pos[snap_ix(rs, src, j)];
+        if (p >= 0 && p <= max_pos) st = snap_put(rs, dst, j, rs->snap[snap_ix(rs, src, j)], p);
+        else rs->snap_pos[snap_ix(rs, dst, j)] = -1;
+    }
+    return st;
+}
+
+int32_t ember_rs_ckpt_count(const ember_rs *rs, ember_seq_id seq)
+{
+    int32_t n = 0;
+    for (int32_t j = 1; seq_ok(rs, seq) && j < rs->n_snap; j++) n += rs->snap_pos[snap_ix(rs, seq, j)] >= 0;
+    return n;
 }
 
 uint64_t ember_rs_snap_bytes(const ember_rs *rs)
 {
-    return rs && rs->snap ? (uint64_t)rs->cell * (uint64_t)rs->n_seq_max * sizeof(float) : 0;
+    return rs ? rs->snap_cells * (uint64_t)rs->cell * sizeof(float) : 0;
 }

@@ -16,13 +16,15 @@
  * when a sequence (re)starts at position 0 and refuses a truncate or fork
  * to any other position (EMBER_ERR_RANGE; the engine then recomputes).
  *
- * Checkpoints: one snapshot cell per sequence (allocated on first use) holds
- * a copy of the live cell taken at a position (ember_rs_snap_save); the
- * context rolls a sequence back to any position p at or after it by restoring
- * the snapshot (ember_rs_snap_restore) and decoding the tokens in between
- * again (recompute from a checkpoint, e.g. after a speculative verify step).
- * Later: several snapshots per sequence at prefix-cache block boundaries, or
- * one per drafted position written by the ops themselves, in the same pool.
+ * Snapshots: per sequence one rollback snapshot (ember_rs_snap_save, taken
+ * before a speculative verify step) and up to n_ckpt block checkpoints
+ * (ember_rs_ckpt_save, taken by the engine at prefix-cache block boundaries);
+ * each holds a copy of the live cell as standing for positions [0, pos).
+ * The context rolls a sequence back to any position p by restoring the
+ * latest snapshot at or before p (ember_rs_snap_best / _restore) and decoding
+ * the tokens in between again (recompute from a checkpoint: the design of
+ * llama-server's context checkpoints, PR 15293, placed at block boundaries
+ * here). Snapshot cells are allocated on their first save and reused.
  */
 #ifndef EMBER_KV_RSTATE_H
 #define EMBER_KV_RSTATE_H
@@ -37,7 +39,10 @@ typedef struct ember_rs_params {
     const int64_t *n_ssm;    /* [n_layer] delta-rule state floats per sequence */
     int32_t n_seq_max;       /* sequence ids [0, n_seq_max) */
     int32_t n_ubatch;        /* most entries of one forward pass (sizes the pointer arrays) */
+    int32_t n_ckpt;          /* block checkpoints kept per sequence, 0..EMBER_RS_MAX_CKPT */
 } ember_rs_params;
+
+#define EMBER_RS_MAX_CKPT 64
 
 /* Allocate zeroed cells. Errors: EMBER_ERR_INVALID_ARG (non-positive sizes,
  * no recurrent layer), EMBER_ERR_NOMEM (names the bytes). Memory:
@@ -58,18 +63,30 @@ void ember_rs_seq_copy(ember_rs *rs, ember_seq_id src, ember_seq_id dst);
 float *const *ember_rs_conv_ptrs(ember_rs *rs, int32_t il, const ember_seq_id *seq, int32_t n);
 float *const *ember_rs_ssm_ptrs(ember_rs *rs, int32_t il, const ember_seq_id *seq, int32_t n);
 
-/* Snapshot seq's live state as standing for positions [0, pos) (replacing
- * its previous snapshot). The snapshot cells (n_seq_max * cell floats) are
- * allocated on the first call. Errors: EMBER_ERR_NOMEM. */
+/* Snapshot seq's live state as standing for positions [0, pos): the
+ * rollback snapshot (replacing the previous one). Errors: EMBER_ERR_NOMEM,
+ * EMBER_ERR_INVALID_ARG (no such sequence). */
 ember_status ember_rs_snap_save(ember_rs *rs, ember_seq_id seq, ember_pos pos);
-/* Position of seq's snapshot, or -1 when it has none. */
-ember_pos ember_rs_snap_pos(const ember_rs *rs, ember_seq_id seq);
-/* Live state of dst = snapshot of src (src == dst: roll back); dst's own
- * snapshot is dropped unless dst == src. Requires a snapshot (pos >= 0). */
-void ember_rs_snap_restore(ember_rs *rs, ember_seq_id src, ember_seq_id dst);
-/* Forget seq's snapshot (its sequence was cut below it, or removed). */
+/* A block checkpoint of seq's live state at pos: replaces one at the same
+ * pos, else takes a free one of the n_ckpt, else keeps the oldest and drops,
+ * among the others, the one whose removal leaves the smallest gap between
+ * its neighbours (pos after the newest), so the kept ones spread over the
+ * sequence. No-op with n_ckpt = 0. Errors: as ember_rs_snap_save. */
+ember_status ember_rs_ckpt_save(ember_rs *rs, ember_seq_id seq, ember_pos pos);
+/* Largest position <= max_pos of any snapshot of seq, or -1 when none. */
+ember_pos ember_rs_snap_best(const ember_rs *rs, ember_seq_id seq, ember_pos max_pos);
+/* Live state of dst = src's snapshot at exactly pos (src == dst: roll
+ * back). Errors: EMBER_ERR_RANGE (no snapshot of src at pos). */
+ember_status ember_rs_snap_restore(ember_rs *rs, ember_seq_id src, ember_pos pos, ember_seq_id dst);
+/* Forget seq's snapshots past pos (its sequence was cut to pos), or all of
+ * them (removed). */
+void ember_rs_snap_drop_after(ember_rs *rs, ember_seq_id seq, ember_pos pos);
 void ember_rs_snap_drop(ember_rs *rs, ember_seq_id seq);
+/* dst's block checkpoints = copies of src's at positions <= max_pos (a
+ * fork of src's first max_pos positions). Errors: EMBER_ERR_NOMEM. */
+ember_status ember_rs_ckpt_copy(ember_rs *rs, ember_seq_id src, ember_seq_id dst, ember_pos max_pos);
+/* Block checkpoints seq holds now. */
+int32_t ember_rs_ckpt_count(const ember_rs *rs, ember_seq_id seq);
 /* Bytes of snapshot cells allocated so far. */
 uint64_t ember_rs_snap_bytes(const ember_rs *rs);
-
 #endif

@@ -95,7 +95,7 @@ ember_context_params ember_context_default_params(void)
     ember_context_params p = {
         .n_ctx = 4096, .n_kv_tokens = 0, .n_seq_max = 1,
         .n_batch = 2048, .n_ubatch = 512, .n_threads = 0,
-        .type_k = EMBER_KV_F16, .type_v = EMBER_KV_F16,
+        .type_k = EMBER_KV_F16, .type_v = EMBER_KV_F16, .n_ctx_checkpoints = 8,
     };
     return p;
 }
@@ -122,7 +122,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     if (p.n_kv_tokens == 0) p.n_kv_tokens = p.n_ctx;
     if (p.n_ubatch == 0 || p.n_ubatch > p.n_batch) p.n_ubatch = p.n_batch;
     if (p.n_ctx < 1 || p.n_ctx > (1u << 24) || p.n_seq_max < 1 || p.n_seq_max > 4096 || p.n_batch < 1 ||
-        p.n_batch > (1u << 20) || p.n_kv_tokens > (1u << 28))
+        p.n_batch > (1u << 20) || p.n_kv_tokens > (1u << 28) || p.n_ctx_checkpoints > EMBER_RS_MAX_CKPT)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_context_new: n_ctx %u, n_seq_max %u, n_batch %u, n_kv_tokens %u out of range",
                            p.n_ctx, p.n_seq_max, p.n_batch, p.n_kv_tokens);
     uint32_t tk, tv;
@@ -187,7 +187,8 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
             goto fail;
         }
         const ember_rs_params rp = {.n_layer = hp->n_layer, .n_conv = hp->n_embd_r, .n_ssm = hp->n_embd_s,
-                                    .n_seq_max = (int32_t)p.n_seq_max, .n_ubatch = (int32_t)p.n_ubatch};
+                                    .n_seq_max = (int32_t)p.n_seq_max, .n_ubatch = (int32_t)p.n_ubatch,
+                                    .n_ckpt = (int32_t)p.n_ctx_checkpoints};
         if ((st = ember_rs_new(&rp, &c->rs))) goto fail;
         c->hist = calloc((size_t)p.n_seq_max * (size_t)p.n_ctx, sizeof *c->hist);
         if (!c->hist) {
@@ -621,6 +622,19 @@ ember_status ember_seq_checkpoint(ember_context *c, ember_seq_id seq)
     return ember_rs_snap_save(c->rs, seq, ember_kv_seq_len(c->kv, seq));
 }
 
+ember_status ember_seq_ctx_checkpoint(ember_context *c, ember_seq_id seq)
+{
+    if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_ctx_checkpoint: context is NULL");
+    if (seq < 0 || (uint32_t)seq >= c->p.n_seq_max)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_ctx_checkpoint: seq_id %d not in [0, n_seq_max %u)", seq,
+                           c->p.n_seq_max);
+    if (!c->rs) return EMBER_OK;
+    const ember_pos len = ember_kv_seq_len(c->kv, seq);
+    return len > 0 ? ember_rs_ckpt_save(c->rs, seq, len) : EMBER_OK;
+}
+
+bool ember_context_wants_checkpoints(const ember_context *c) { return c && c->rs && c->p.n_ctx_checkpoints > 0; }
+
 /* Decode seq's recorded tokens [from, to) again (no logits), after its KV
  * cache was cut to `from` and its state set to stand for [0, from). The
  * last decode's logits (and hidden states) stay readable: they are brought
@@ -664,18 +678,20 @@ ember_status ember_seq_truncate(ember_context *c, ember_seq_id seq, ember_pos n_
     if (!c) return ember_error(EMBER_ERR_INVALID_ARG, "ember_seq_truncate: context is NULL");
     const ember_pos len = ember_kv_seq_len(c->kv, seq);
     if (c->rs && n_keep > 0 && n_keep < len) {
-        const ember_pos ck = ember_rs_snap_pos(c->rs, seq);
-        if (ck < 0 || ck > n_keep)
+        const ember_pos ck = ember_rs_snap_best(c->rs, seq, n_keep);
+        if (ck < 0)
             return ember_error(EMBER_ERR_RANGE, "ember_seq_truncate: sequence %d of a model with recurrent layers cannot be cut back "
-                               "from %d to %d positions (its state has absorbed them; checkpoint: %d)", seq, len, n_keep, ck);
+                               "from %d to %d positions (its state has absorbed them, and no checkpoint is at or before %d)",
+                               seq, len, n_keep, n_keep);
         ember_status st = ember_kv_seq_truncate(c->kv, seq, ck);
+        if (st == EMBER_OK) st = ember_rs_snap_restore(c->rs, seq, ck, seq);
         if (st != EMBER_OK) return st;
-        ember_rs_snap_restore(c->rs, seq, seq);
+        ember_rs_snap_drop_after(c->rs, seq, n_keep);   /* [ck, n_keep) replays the same tokens: the rest stay valid */
         return replay(c, seq, ck, n_keep);
     }
     const ember_status st = ember_kv_seq_truncate(c->kv, seq, n_keep);
     if (st == EMBER_OK && n_keep == 0) ember_rs_seq_reset(c->rs, seq);
-    if (st == EMBER_OK && ember_rs_snap_pos(c->rs, seq) > n_keep) ember_rs_snap_drop(c->rs, seq);
+    if (st == EMBER_OK) ember_rs_snap_drop_after(c->rs, seq, n_keep);
     return st;
 }
 
@@ -685,10 +701,10 @@ ember_status ember_seq_fork(ember_context *c, ember_seq_id src, ember_seq_id dst
     const ember_pos len = ember_kv_seq_len(c->kv, src);
     ember_pos at = n;   /* where the KV fork happens; a replay on dst covers [at, n) */
     if (c->rs && n > 0 && n != len) {
-        at = ember_rs_snap_pos(c->rs, src);
-        if (at < 0 || at > n || n > len)
+        at = n > len ? -1 : ember_rs_snap_best(c->rs, src, n);
+        if (at < 0)
             return ember_error(EMBER_ERR_RANGE, "ember_seq_fork: sequence %d of a model with recurrent layers can be forked at its "
-                               "length %d, or at or after its checkpoint (%d), not at %d", src, len, at, n);
+                               "length %d, or at or after one of its checkpoints, not at %d", src, len, n);
     }
     ember_status st = ember_kv_seq_fork(c->kv, src, dst, at);
     if (st != EMBER_OK || !c->rs) return st;
@@ -699,9 +715,10 @@ ember_status ember_seq_fork(ember_context *c, ember_seq_id src, ember_seq_id dst
     } else if (at == n) {
         ember_rs_seq_copy(c->rs, src, dst);
     } else {
-        ember_rs_snap_restore(c->rs, src, dst);
-        st = replay(c, dst, at, n);
+        st = ember_rs_snap_restore(c->rs, src, at, dst);
+        if (st == EMBER_OK) st = replay(c, dst, at, n);
     }
+    if (st == EMBER_OK) st = ember_rs_ckpt_copy(c->rs, src, dst, n);   /* dst shares src's first n positions */
     return st;
 }
 

@@ -2,11 +2,12 @@
 tests/golden/qwen35 (its logits are checked against transformers and
 llama.cpp by tests/unit/model/test_qwen35.c).
 
-The server's prefix cache cannot reuse a slot's recurrent state from a middle
-position (truncate / fork answer EMBER_ERR_RANGE without a state checkpoint),
-so it recomputes: requests that share prefixes with earlier ones, and two
-slots decoding at once, must give exactly the tokens of a cold greedy
-`ember run`. With n-gram speculation the engine checkpoints each slot's state
+A slot's recurrent state cannot be cut back to a middle position directly:
+the server's prefix cache reuses it through block checkpoints (the engine
+keeps the state every --checkpoint-min-step tokens; truncate / fork restore
+the last one before the cut and decode the rest again) and recomputes where
+it has none: requests that share prefixes with earlier ones, and two slots
+decoding at once, must give exactly the tokens of a cold greedy `ember run`. With n-gram speculation the engine checkpoints each slot's state
 before a verify step and rolls rejected drafts back through it (restore, then
 decode the kept tokens again): the output must still be the cold run's.
 """
@@ -125,3 +126,46 @@ def test_speculation_rolls_back_recurrent_state(ember_bin, tmp_path):
         assert drafted >= 5 and accepted < drafted, (drafted, accepted)
     finally:
         assert srv.stop() == 0
+
+
+def test_prefix_cache_hits_through_block_checkpoints(ember_bin):
+    """A prompt that shares a long prefix with an earlier one (then differs)
+    takes the prefix from the cache through a block checkpoint of the slot's
+    recurrent state (--checkpoint-min-step 8: prefill stops and the state is
+    kept every 8 tokens): the runtime restores the last checkpoint at or before
+    the common prefix and decodes the few tokens up to it again, so
+    cached_tokens is the whole common prefix, and every reply is the cold
+    greedy run's. With --ctx-checkpoints 0 nothing can be reused."""
+    base = list(range(100, 141))                       # 41 shared tokens
+    prompts = [base + [7, 8, 9, 10], base + [20, 21], base[:30] + [5, 5, 5], base + [7, 8, 9, 10]]
+    want = [cold(ember_bin, p) for p in prompts]
+
+    def serve(extra):
+        port = free_port()
+        return Server([ember_bin, "serve", "-m", MODEL, "--port", str(port), "-np", "1", "-c", "256", "-t", "2",
+                       "-ngl", "0"] + extra, port)
+
+    def ask(srv, ids):
+        r = requests.post(srv.base + "/v1/completions", timeout=60, json={
+            "prompt": ids, "max_tokens": N, "temperature": 0, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        j = r.json()
+        return j["choices"][0]["text"], j["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    srv = serve(["--checkpoint-min-step", "8"])
+    try:
+        got = [ask(srv, p) for p in prompts]
+    finally:
+        assert srv.stop() == 0
+    assert [g[0] for g in got] == want
+    # 2nd: common prefix 41 (from the checkpoint at 40); 3rd: 30 (from 24); 4th: the
+    # 3rd's slot (30 + 3 + N tokens) shares 30 with it (from 24 again)
+    assert [g[1] for g in got] == [0, 41, 30, 30], got
+
+    srv = serve(["--ctx-checkpoints", "0"])
+    try:
+        got = [ask(srv, p) for p in prompts]
+    finally:
+        assert srv.stop() == 0
+    assert [g[0] for g in got] == want
+    assert [g[1] for g in got] == [0, 0, 0, 0], got

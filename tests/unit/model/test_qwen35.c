@@ -315,6 +315,72 @@ static void test_qwen35_checkpoint_rollback(void **st)
     ember_model_free(m);
 }
 
+/* Block checkpoints (ember_seq_ctx_checkpoint, the prefix cache's): taken at
+ * 32, 64 and 96, a truncate or fork to any later position restores the
+ * latest one at or before it and recomputes only the tokens in between; the
+ * logits that follow match transformers'. Below the first the edit is still
+ * refused. With 2 checkpoints a sequence keeps its oldest and its newest. */
+static void test_qwen35_block_checkpoints(void **st)
+{
+    (void)st;
+    ember_model *m = load();
+    oracle o;
+    oracle_load(LONG_JSON, &o);
+    ember_context *c = new_ctx(m, 3, 16);
+    assert_true(ember_context_wants_checkpoints(c));
+    ember_batch b;
+    assert_int_equal(ember_batch_init(512, &b), EMBER_OK);
+    double max_diff = 0.0, max_ref = 0.0;
+
+    for (int32_t p0 = 0; p0 < 96; p0 += 32) {
+        decode_range(c, &b, &o, 0, p0, p0 + 32, 16, &max_diff, &max_ref);
+        assert_int_equal(ember_seq_ctx_checkpoint(c, 0), EMBER_OK);
+    }
+    decode_range(c, &b, &o, 0, 96, 120, 24, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_truncate(c, 0, 70), EMBER_OK);   /* from 64: 64..69 again */
+    assert_int_equal(ember_seq_len(c, 0), 70);
+    decode_range(c, &b, &o, 0, 70, 100, 10, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_fork(c, 0, 1, 40), EMBER_OK);   /* from 32: 32..39 again */
+    decode_range(c, &b, &o, 1, 40, 60, 5, &max_diff, &max_ref);
+    /* the fork took seq 0's checkpoints up to 40: seq 1 can go back to 32 */
+    assert_int_equal(ember_seq_truncate(c, 1, 35), EMBER_OK);
+    decode_range(c, &b, &o, 1, 35, 50, 15, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_truncate(c, 0, 20), EMBER_ERR_RANGE);   /* before the first checkpoint */
+    check("block checkpoints: truncate and fork", max_diff, max_ref);
+    ember_batch_free(&b);
+    ember_context_free(c);
+
+    /* 2 checkpoints taken at 10, 20, 30: the oldest stays, 20 goes (a cut
+     * to 15 works only from 10) */
+    ember_context_params p = ember_context_default_params();
+    p.n_ctx = 512;
+    p.n_batch = 512;
+    p.n_seq_max = 1;
+    p.n_threads = 2;
+    p.type_k = p.type_v = EMBER_KV_F32;
+    p.n_ctx_checkpoints = 2;
+    assert_int_equal(ember_context_new(m, &p, &c), EMBER_OK);
+    assert_int_equal(ember_batch_init(512, &b), EMBER_OK);
+    for (int32_t p0 = 0; p0 < 30; p0 += 10) {
+        decode_range(c, &b, &o, 0, p0, p0 + 10, 10, &max_diff, &max_ref);
+        assert_int_equal(ember_seq_ctx_checkpoint(c, 0), EMBER_OK);
+    }
+    decode_range(c, &b, &o, 0, 30, 40, 10, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_truncate(c, 0, 15), EMBER_OK);   /* from 10; drops 30 */
+    decode_range(c, &b, &o, 0, 15, 45, 15, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_truncate(c, 0, 31), EMBER_OK);   /* from 10 again */
+    decode_range(c, &b, &o, 0, 31, 40, 9, &max_diff, &max_ref);
+    assert_int_equal(ember_seq_truncate(c, 0, 5), EMBER_ERR_RANGE);
+    check("two block checkpoints", max_diff, max_ref);
+    p.n_ctx_checkpoints = 65;
+    ember_context *bad = NULL;
+    assert_int_equal(ember_context_new(m, &p, &bad), EMBER_ERR_INVALID_ARG);
+    ember_batch_free(&b);
+    ember_context_free(c);
+    json_decref(o.root);
+    ember_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -326,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_qwen35moe_matches_transformers),
         cmocka_unit_test(test_qwen35_sequence_edits),
         cmocka_unit_test(test_qwen35_checkpoint_rollback),
+        cmocka_unit_test(test_qwen35_block_checkpoints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,4 +190,4 @@ static bool partial(const char *s, size_t n, const json_t *tools, char **name, f
     return *name != NULL;
 }
 
-const fmt_ops fmt_qwen3_coder = {markers, 1, false, scan, close_tag, NULL, partial, false, NULL, NULL};
+const fmt_ops fmt_qwen3_coder = {markers, 1, false, scan, close_tag, NULL, partial, false, NULL, NULL, true};

@@ -135,6 +135,13 @@ fx("qwen3_coder", "qwen35_close_then_call", "</think>\n\n" + PWD,
 fx("qwen3_coder", "qwen35_close_content_call", "</think>\n\nLet me inspect the current directory.\n" + PWD,
    {"content": "Let me inspect the current directory.", "tool_calls": [call("run_in_terminal", {"command": "pwd"})]},
    tools=[RUN], reasoning="think", open_at_start=True, source=L35 + "content between the thought and the call")
+TODO = tool("set_todos", {"todos": {"type": "array"}, "dry_run": {"type": "boolean"}, "verbose": {"type": "boolean"},
+                          "note": {"type": "null"}, "label": {"type": "string"}}, ["todos"])
+fx("qwen3_coder", "qwen35_python_literals", '<tool_call>\n<function=set_todos>\n<parameter=todos>\n[{"title": "buy milk", "done": false}]\n</parameter>\n<parameter=dry_run>\nTrue\n</parameter>\n<parameter=verbose>\nFalse\n</parameter>\n<parameter=note>\nNone\n</parameter>\n<parameter=label>\nTrue\n</parameter>\n</function>\n</tool_call>',
+   {"tool_calls": [call("set_todos", {"todos": [{"title": "buy milk", "done": False}], "dry_run": True, "verbose": False, "note": None, "label": "True"})]},
+   tools=[TODO], reasoning="think",
+   source="Qwen3.5-4B.jinja writes scalar arguments with '| string': jinja2 renders True/False/None "
+          "(tests/golden/jinja/expected.json, q35_call_typed_args); typed boolean/null they are JSON, typed string they stay text")
 
 # ---------------------------------------------------------------- gemma4
 GS = "google-gemma-4-31B-it.jinja: '<|tool_call>call:' + name + '{' + key:format_argument(value) ... + '}<tool_call|>'; strings in <|\"|>, keys bare, dictsort order"

@@ -5,7 +5,9 @@
  * values: the call text is cut from what jinja2 renders for an assistant
  * message with tool_calls in Qwen3.5-4B.jinja (tests/golden/jinja/
  * expected.json, conversation q35_content_then_calls), and the calls it must
- * parse to are that conversation's own (conversations.json). */
+ * parse to are that conversation's own (conversations.json). Last, the
+ * reasoning budget's forced close (parse.h: "\n</think>\n\n") when the
+ * slot's grammar refuses it. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -216,11 +218,70 @@ static void test_after_thought_errors(void **state)
     free(g);
 }
 
+/* ---- the reasoning budget's forced close, when the slot drops it ---- */
+
+static ember_status byte_tokenize(void *ud, const char *text, size_t len, bool add_special, bool parse_special,
+                                  ember_token **out, int32_t *n_out)
+{
+    (void)ud, (void)add_special, (void)parse_special;
+    *out = malloc(sizeof **out * (len ? len : 1));
+    for (size_t i = 0; i < len; i++) (*out)[i] = (unsigned char)text[i];
+    *n_out = (int32_t)len;
+    return EMBER_OK;
+}
+
+static int32_t byte_piece(void *ud, ember_token t, char *buf, int32_t cap)
+{
+    (void)ud;
+    if (cap < 1) return -1;
+    buf[0] = (char)t;
+    return 1;
+}
+
+/* One token as the engine hands it to the hook (slot.c): the force it gets back, if any. */
+static int32_t step(engine_req_hook *h, char c, const ember_token **force)
+{
+    int32_t n = 0;
+    *force = NULL;
+    h->on_token(h->ud, (unsigned char)c, &c, 1, force, &n);
+    return *force ? n : 0;
+}
+
+static void test_budget_close_offered_again(void **state)
+{
+    (void)state;
+    server_text text = {.tokenize = byte_tokenize, .token_piece = byte_piece, .bos = -1,
+                        .chat_template = "{{ '<|im_start|>assistant\n<think>\n' }}"};
+    chat_tools *ct = NULL;
+    assert_int_equal(chat_tools_new(&text, NULL, &ct), EMBER_OK);
+    assert_int_equal(chat_tools_reasoning(ct), EMBER_REASONING_THINK);
+    engine_req_params p = {0};
+    assert_int_equal(chat_tools_prepare(ct, NULL, 2, true, &p), EMBER_OK);
+    const ember_token *f;
+    assert_int_equal(step(&p.hook, 'a', &f), 0);
+    const char *close = "\n</think>\n\n";
+    int32_t n = step(&p.hook, 'b', &f);               /* 2 tokens thought: the close is forced */
+    assert_int_equal(n, (int32_t)strlen(close));
+    assert_int_equal(f[0], '\n');
+    /* the slot's grammar refused it (it draws 'x' instead): offered again at once */
+    n = step(&p.hook, 'x', &f);
+    assert_int_equal(n, (int32_t)strlen(close));
+    /* taken this time: no new force while the slot still holds this one */
+    for (int32_t i = 0; i < n; i++) {
+        const ember_token *g;
+        assert_int_equal(step(&p.hook, close[i], &g), 0);
+    }
+    assert_int_equal(step(&p.hook, 'y', &f), 0);       /* the thought is closed: answer freely */
+    p.hook.free(p.hook.ud);
+    chat_tools_free(ct);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_calls_fit_grammar_and_parse),
         cmocka_unit_test(test_after_thought_errors),
+        cmocka_unit_test(test_budget_close_offered_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

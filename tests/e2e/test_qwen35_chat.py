@@ -38,11 +38,11 @@ ON = {"enable_thinking": True}
 
 @pytest.fixture(scope="module")
 def srv(ember_bin, tmp_path_factory):
-    bindir = pathlib.Path(sys.executable).parent
     model = tmp_path_factory.mktemp("qwen35") / "tiny-qwen35-chat.gguf"
-    subprocess.run([str(bindir / "gguf-new-metadata"), "--chat-template-file", str(TEMPLATE), str(MODEL), str(model)],
-                   check=True, capture_output=True, timeout=120)
-    subprocess.run([str(bindir / "gguf-set-metadata"), "--force", str(model), "qwen35.context_length", "4096"],
+    gguf = [sys.executable, "-m", "gguf.scripts."]   # gguf-py's own scripts (requirements-test.txt: gguf)
+    subprocess.run(gguf[:2] + [gguf[2] + "gguf_new_metadata", "--chat-template-file", str(TEMPLATE), str(MODEL),
+                                str(model)], check=True, capture_output=True, timeout=120)
+    subprocess.run(gguf[:2] + [gguf[2] + "gguf_set_metadata", "--force", str(model), "qwen35.context_length", "4096"],
                    check=True, capture_output=True, timeout=120)
     port = free_port()
     s = Server([ember_bin, "serve", "-m", str(model), "-c", "8192", "-np", "4", "-t", "2", "-ngl", "0",

@@ -590,15 +590,21 @@ static void run(ember_chat_parser *p, bool eof)
                 p->r_open_checked = true;
                 continue;
             }
-            size_t f = fmt_find(s, n, 0, p->r_close);
+            size_t f = fmt_find(s, n, 0, p->r_close), hold = partial_suffix(s, n, p->r_close);
+            bool at_call = false;   /* the thought ends where a call begins (fmt_ops.markers_end_reasoning) */
+            for (size_t m = 0; p->fmt && p->fmt->markers_end_reasoning && m < p->fmt->n_markers; m++) {
+                size_t g = fmt_find(s, n, 0, p->fmt->markers[m]), h = partial_suffix(s, n, p->fmt->markers[m]);
+                if (g < f) { f = g; at_call = true; }
+                if (h > hold) hold = h;
+            }
             if (f != (size_t)-1) {
                 emit_reasoning(p, s, f);
                 p->ws_reasoning.len = 0;
-                pos += f + strlen(p->r_close);
+                pos += f + (at_call ? 0 : strlen(p->r_close));
                 p->mode = M_CONTENT;
                 continue;
             }
-            size_t k = eof ? n : utf8_cut(s, n - partial_suffix(s, n, p->r_close));
+            size_t k = eof ? n : utf8_cut(s, n - hold);
             emit_reasoning(p, s, k);
             pos += k;
             break;

@@ -43,6 +43,10 @@
  *    decoded; a lone surrogate escape becomes U+FFFD) streams as content as
  *    it arrives; the JSON around it is dropped; a reply cut inside the
  *    string keeps what was written.
+ *  - Qwen3-Coder XML format (Qwen3.5): a <tool_call> inside an open thought
+ *    ends the thought there, with or without </think> (as llama.cpp's
+ *    parser for these templates reads it), so a call made while thinking is
+ *    a call, not reasoning text.
  *  - Content and reasoning are trimmed of leading and trailing whitespace;
  *    whitespace just before a tool call is dropped.
  *

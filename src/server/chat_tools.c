@@ -382,6 +382,100 @@ ember_status chat_tools_choice_gbnf_tmpl(const oai_req *rq, ember_tool_format f,
     return EMBER_OK;
 }
 
+/* ---------- a thought before a forced call ---------- */
+
+/* GBNF for one byte class: [^...] of the given ASCII bytes. */
+static void sb_not(sbuf *b, const char *bytes)
+{
+    sb_str(b, "[^");
+    for (const char *c = bytes; *c; c++) {
+        char e[4] = {*c, 0};
+        if (*c == '\n') sb_str(b, "\\n");
+        else if (*c == ']' || *c == '\\' || *c == '^' || *c == '-') { e[0] = '\\'; e[1] = *c; sb_str(b, e); }
+        else sb_str(b, e);
+    }
+    sb_str(b, "]");
+}
+
+/* Rule `name` for the text after a proper prefix pre (pre[0] == lead) of
+ * one of `pats`: any byte that continues none of them and is not `lead`, or
+ * a `lead` (a new prefix begins), or a byte that continues one, followed by
+ * the rule for the longer prefix; a completed pattern has no alternative.
+ * Every pattern is ASCII, starts with `lead` and has no other `lead`. */
+static void sb_avoid_rule(sbuf *b, const char *const *pats, size_t n_pats, const char *pre, size_t len, int *id)
+{
+    char next[16] = {0};
+    size_t nn = 0;
+    for (size_t i = 0; i < n_pats; i++)
+        if (strlen(pats[i]) > len && !strncmp(pats[i], pre, len) && !strchr(next, pats[i][len]) && nn < 15)
+            next[nn++] = pats[i][len];
+    char excl[18];
+    snprintf(excl, sizeof excl, "%s%c", next, pre[0]);
+    int me = (*id)++;
+    char nm[32];
+    snprintf(nm, sizeof nm, "th-p%d", me);
+    sbuf alts = {0};
+    sb_not(&alts, excl);
+    sb_str(&alts, " | ");
+    char lead[2] = {pre[0], 0};
+    sb_literal(&alts, lead);
+    sb_str(&alts, " th-p0");
+    sbuf sub = {0};
+    for (size_t k = 0; k < nn; k++) {
+        char longer[64];
+        if (len + 1 >= sizeof longer) break;
+        memcpy(longer, pre, len);
+        longer[len] = next[k];
+        bool done = false;
+        for (size_t i = 0; i < n_pats; i++) done |= strlen(pats[i]) == len + 1 && !strncmp(pats[i], longer, len + 1);
+        if (done) continue;   /* the whole pattern: not text */
+        char ch[2] = {next[k], 0}, rn[32];
+        snprintf(rn, sizeof rn, " th-p%d", *id);
+        sb_str(&alts, " | ");
+        sb_literal(&alts, ch);
+        sb_str(&alts, rn);
+        sb_avoid_rule(&sub, pats, n_pats, longer, len + 1, id);
+    }
+    sb_str(b, nm);
+    sb_str(b, " ::= ");
+    sb_put(b, alts.p ? alts.p : "", alts.n);
+    sb_str(b, "\n");
+    sb_put(b, sub.p ? sub.p : "", sub.n);
+    if (alts.oom || sub.oom) b->oom = true;
+    free(alts.p);
+    free(sub.p);
+}
+
+ember_status chat_tools_after_thought(const char *gbnf, ember_reasoning_syntax r, ember_tool_format f, char **out)
+{
+    *out = NULL;
+    const char *close = r == EMBER_REASONING_THINK     ? "</think>"
+                        : r == EMBER_REASONING_GEMMA4  ? "<channel|>"
+                        : r == EMBER_REASONING_MISTRAL ? "[/THINK]"
+                                                       : NULL;
+    if (!gbnf || !close) return ember_error(EMBER_ERR_INVALID_ARG, "chat_tools_after_thought: no grammar or thought");
+    /* Qwen3.5 may call from inside the thought (parse.h): the call ends it too */
+    bool call_ends = f == EMBER_TOOL_FORMAT_QWEN3_CODER && r == EMBER_REASONING_THINK;
+    const char *pats[2] = {close, "<tool_call>"};
+    sbuf b = {0};
+    sb_prefixed(&b, gbnf, "fc-");
+    sb_str(&b, "\nth-text ::= ( ");
+    char lead[2] = {close[0], 0};
+    sb_not(&b, lead);
+    sb_str(&b, " | ");
+    sb_literal(&b, lead);
+    sb_str(&b, " th-p0 )*\n");
+    int id = 0;
+    sb_avoid_rule(&b, pats, call_ends ? 2 : 1, lead, 1, &id);
+    sb_str(&b, "th-ws ::= [ \\t\\n]{0,4}\n");
+    sb_str(&b, call_ends ? "root ::= th-text ( " : "root ::= th-text ");
+    sb_literal(&b, close);
+    sb_str(&b, call_ends ? " th-ws )? fc-root\n" : " th-ws fc-root\n");
+    if (b.oom) { free(b.p); return ember_error(EMBER_ERR_NOMEM, "tool grammar"); }
+    *out = b.p;
+    return EMBER_OK;
+}
+
 /* ---------- per-request state (the engine hook) ---------- */
 
 typedef struct req_state {
@@ -392,6 +486,8 @@ typedef struct req_state {
     ember_reasoning_budget budget;
     ember_token *force;
     int32_t n_force;
+    int32_t force_at;                 /* forced tokens the slot has taken so far */
+    const char *close_text;           /* the close text handed out */
     const char *close_pending;        /* budget 0 with the thought open from the prompt: close at once */
 } req_state;
 
@@ -413,15 +509,29 @@ static void rs_on_token(void *ud, ember_token t, const char *piece, int32_t n, c
     req_state *r = ud;
     if (!r->parser) return;
     if (n > 0) ember_chat_parser_feed(r->parser, piece, (size_t)n);
+    if (r->force_at < r->n_force) {
+        if (t == r->force[r->force_at]) {
+            r->force_at++;
+        } else {
+            /* the slot dropped the forced close: its grammar refused it (a
+             * tool-call grammar inside a UTF-8 character of the thought);
+             * offer it again while the thought is still open */
+            r->force_at = r->n_force;
+            if (ember_chat_parser_in_reasoning(r->parser)) r->close_pending = r->close_text;
+        }
+        if (r->force_at < r->n_force) return;   /* the slot still holds r->force */
+    }
     /* budget_next is asked before each sample: this call decides the token
      * after `t` (the first one was asked in chat_tools_prepare) */
     const char *close = r->close_pending ? r->close_pending : ember_reasoning_budget_next(&r->budget, r->parser);
     r->close_pending = NULL;
     if (!close) return;
+    r->close_text = close;
     const server_text *tx = r->ct->text;
     free(r->force);
     r->force = NULL;
     r->n_force = 0;
+    r->force_at = 0;
     if (tx->tokenize(tx->ud, close, strlen(close), false, true, &r->force, &r->n_force) != EMBER_OK) return;
     *force = r->force;
     *n_force = r->n_force;

@@ -72,6 +72,21 @@ bool chat_tools_uses_generic(const chat_tools *ct, const oai_req *rq);
  * when out of memory. */
 json_t *chat_tools_generic_messages(const oai_req *rq);
 
+/* A tool_choice grammar (`gbnf`, start rule root, from the function above)
+ * for a prompt that opened a thought (Qwen3.5 with enable_thinking: the
+ * generation prompt ends "<think>\n"): the model first finishes its thought
+ * (text without the close tag, which then ends it, then up to 4 spaces or
+ * newlines), then makes the call; in the Qwen3-Coder format (Qwen3.5) the
+ * thought may also end at the call's "<tool_call>" (parse.h), so its text
+ * holds neither. The thought is as long as the model makes it:
+ * reasoning_budget bounds it (its forced close fits this grammar), so a
+ * call then always follows. (llama.cpp's grammar for these templates also
+ * lets the thought run before a required call: common/parsers/qwen3-coder.cpp.)
+ * Thought text that ends in a proper prefix of a tag just before the tag
+ * ("a <</think>") is refused, which the model simply avoids. *out malloc'd.
+ * Errors: EMBER_ERR_INVALID_ARG (no grammar, r NONE), EMBER_ERR_NOMEM. */
+ember_status chat_tools_after_thought(const char *gbnf, ember_reasoning_syntax r, ember_tool_format f, char **out);
+
 /* The same with chat_template NULL. */
 ember_status chat_tools_choice_gbnf(const oai_req *rq, ember_tool_format f, char **out, const char **param);
 

@@ -137,8 +137,18 @@ static bool prepare_structured(const completion_ctx *ctx, const oai_req *rq, con
                           ember_last_error());
             return false;
         }
-        if (tool_gbnf) gbnf = tool_gbnf;
         open = chat_tools_prompt_opens(ctx->ct, toks, n_toks);
+        if (tool_gbnf && open) {   /* the thought the prompt opened comes first, then the call */
+            char *g = NULL;
+            st = chat_tools_after_thought(tool_gbnf, rs, tf, &g);
+            free(tool_gbnf);
+            tool_gbnf = g;
+            if (st != EMBER_OK) {
+                oai_error_set(err, 500, "server_error", NULL, NULL, "%s", ember_last_error());
+                return false;
+            }
+        }
+        if (tool_gbnf) gbnf = tool_gbnf;
         budget = rq->reasoning_budget != -2 ? rq->reasoning_budget
                  : ctx->cfg->has_reasoning_budget ? ctx->cfg->reasoning_budget : -1;
         pcfg->tool_format = rq->tools && rq->tool_choice != OAI_TOOL_CHOICE_NONE ? tf : EMBER_TOOL_FORMAT_NONE;

@@ -97,6 +97,12 @@ typedef struct fmt_ops {
      * decided (more bytes could go either way). The parser then decodes the
      * string as content as it streams (parse.c). */
     int (*wrap_header)(const char *s, size_t n, size_t *body_at);
+    /* A marker inside an open thought ends the thought there (the call
+     * follows, no close tag needed): Qwen3.5 may call straight from its
+     * thinking, and llama.cpp's Qwen3-Coder/Qwen3.5 parser ends reasoning at
+     * "</think>" or "<tool_call>" (common/parsers/qwen3-coder.cpp,
+     * thinking_end_tags; tests/test-chat.cpp, the Qwen3.5 rows). */
+    bool markers_end_reasoning;
 } fmt_ops;
 
 extern const fmt_ops fmt_hermes, fmt_qwen3_coder, fmt_gemma4, fmt_llama3, fmt_mistral, fmt_generic;

@@ -216,4 +216,4 @@ static bool partial(const char *s, size_t n, const json_t *tools, char **name, f
     return true;
 }
 
-const fmt_ops fmt_gemma4 = {markers, 1, false, scan, close_tag, NULL, partial, false, NULL, NULL};
+const fmt_ops fmt_gemma4 = {markers, 1, false, scan, close_tag, NULL, partial, false, NULL, NULL, false};

@@ -91,4 +91,4 @@ static int wrap_header(const char *s, size_t n, size_t *body_at)
     return 1;
 }
 
-const fmt_ops fmt_generic = {markers, 1, true, scan, NULL, "}]", partial, true, partial_next, wrap_header};
+const fmt_ops fmt_generic = {markers, 1, true, scan, NULL, "}]", partial, true, partial_next, wrap_header, false};

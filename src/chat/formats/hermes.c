@@ -66,7 +66,7 @@ static bool partial(const char *s, size_t n, const json_t *tools, char **name, f
     return true;
 }
 
-const fmt_ops fmt_hermes = {markers, 1, false, scan, close_tag, NULL, partial, true, NULL, NULL};
+const fmt_ops fmt_hermes = {markers, 1, false, scan, close_tag, NULL, partial, true, NULL, NULL, false};
 
 /* Shared with llama3.c and mistral.c: a JSON call object. */
 bool fmt_object_call(const char *s, size_t b, size_t e, fmt_calls *out) { return object_call(s, b, e, out); }

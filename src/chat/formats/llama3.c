@@ -106,4 +106,4 @@ static bool partial(const char *s, size_t n, const json_t *tools, char **name, f
     return true;
 }
 
-const fmt_ops fmt_llama3 = {markers, 2, true, scan, NULL, "}]>", partial, true, NULL, NULL};
+const fmt_ops fmt_llama3 = {markers, 2, true, scan, NULL, "}]>", partial, true, NULL, NULL, false};

@@ -116,4 +116,4 @@ static bool partial(const char *s, size_t n, const json_t *tools, char **name, f
     return true;
 }
 
-const fmt_ops fmt_mistral = {markers, 1, false, scan, NULL, "[]}", partial, true, NULL, NULL};
+const fmt_ops fmt_mistral = {markers, 1, false, scan, NULL, "[]}", partial, true, NULL, NULL, false};

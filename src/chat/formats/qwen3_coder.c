@@ -17,7 +17,9 @@
  * and one before the closing tag are framing, not value. A parameter typed
  * "string" in the request's tool schema stays a string; otherwise a value
  * that is valid JSON is taken as JSON (numbers, booleans, objects), and
- * anything else is a string.
+ * anything else is a string; True / False / None (Python's, as jinja2
+ * renders Qwen3.5-4B.jinja's '| string') are JSON where the schema types
+ * the parameter boolean / null.
  * Must not: keep state (see formats.h).
  */
 #include "chat/formats/formats.h"
@@ -56,6 +58,17 @@ static size_t tail_prefix(const char *s, size_t n, size_t from, const char *lit)
     for (size_t k = m - 1; k > 0; k--)
         if (n >= from + k && !memcmp(s + n - k, lit, k)) return k;
     return 0;
+}
+
+/* Qwen3.5-4B.jinja writes a scalar argument with '| string', so jinja2
+ * (transformers) renders Python's True, False and None: read them as JSON
+ * where the schema types the parameter boolean / null. NULL otherwise. */
+static const char *python_literal(const char *type, const char *v, size_t n)
+{
+    if (!strcmp(type, "boolean") && n == 4 && !memcmp(v, "True", 4)) return "true";
+    if (!strcmp(type, "boolean") && n == 5 && !memcmp(v, "False", 5)) return "false";
+    if (!strcmp(type, "null") && n == 4 && !memcmp(v, "None", 4)) return "null";
+    return NULL;
 }
 
 static int function_block(const char *s, size_t n, size_t *pi, const json_t *tools, char **name, fmt_buf *args,
@@ -125,7 +138,10 @@ static int function_block(const char *s, size_t n, size_t *pi, const json_t *too
         fmt_buf_putc(&item, ':');
         size_t tb = fmt_skip_ws(s, ve, vb), te = ve;
         while (te > tb && fmt_is_ws(s[te - 1])) te--;
-        if ((!type || strcmp(type, "string")) && te > tb && fmt_json_valid(s + tb, te - tb, false))
+        const char *lit = type ? python_literal(type, s + tb, te - tb) : NULL;
+        if (lit)
+            fmt_buf_puts(&item, lit);
+        else if ((!type || strcmp(type, "string")) && te > tb && fmt_json_valid(s + tb, te - tb, false))
             fmt_buf_put(&item, s + tb, te - tb);
         else
             fmt_json_put_string(&item, s + vb, ve - vb);
@@ -190,4 +206,4 @@ static bool partial(const char *s, size_t n, const json_t *tools, char **name, f
     return *name != NULL;
 }
 
-const fmt_ops fmt_qwen3_coder = {markers, 1, false, scan, close_tag, NULL, partial, false, NULL, NULL};
+const fmt_ops fmt_qwen3_coder = {markers, 1, false, scan, close_tag, NULL, partial, false, NULL, NULL, true};

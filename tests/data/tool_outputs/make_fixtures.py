@@ -89,6 +89,60 @@ fx("qwen3_coder", "malformed_missing_close", '<tool_call>\n<function=get_weather
 fx("qwen3_coder", "malformed_unterminated", 'Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar',
    {"content": 'Ok.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar'}, tools=[W], source="malformed on purpose: output ends inside the call", streamed={"content": "Ok.", "tool_calls": [call("get_weather", {"city": "Par"})]})
 
+# Qwen3.5 (Qwen3.5-4B.jinja: the Qwen3-Coder call syntax; the generation
+# prompt ends '<think>\n' when thinking, '<think>\n\n</think>\n\n' when not).
+# Outputs and expected messages are llama.cpp's own test cases for this
+# template (tests/test-chat.cpp, "Qwen3.5" block, llama-cpp-python 0.3.36),
+# recorded here as facts: the tools are the ones those rows declare.
+def tool(name, props, required):
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props,
+                                                                         "required": required}}}
+SPECIAL = tool("special_function", {"arg1": {"type": "integer"}}, ["arg1"])
+SPECIAL_OPT = tool("special_function_with_opt", {"arg1": {"type": "integer"}, "arg2": {"type": "integer"}}, ["arg1"])
+PYTHON = tool("python", {"code": {"type": "string"}}, ["code"])
+EDIT = tool("edit", {"filename": {"type": "string"}, "oldString": {"type": "string"}, "newString": {"type": "string"}},
+            ["filename", "oldString", "newString"])
+RUN = tool("run_in_terminal", {"command": {"type": "string"}}, ["command"])
+L35 = "llama.cpp tests/test-chat.cpp, Qwen3.5-4B.jinja rows: "
+PWD = '<tool_call>\n<function=run_in_terminal>\n<parameter=command>\npwd\n</parameter>\n</function>\n</tool_call>'
+fx("qwen3_coder", "qwen35_thoughts_answer", "I'm\nthinking\n</think>\n\nHello, world!\nWhat's up?",
+   {"reasoning_content": "I'm\nthinking", "content": "Hello, world!\nWhat's up?"}, tools=[SPECIAL], reasoning="think",
+   open_at_start=True, source=L35 + "enable_thinking, reasoning_format auto -> message_assist_thoughts")
+fx("qwen3_coder", "qwen35_thoughts_then_call", "I'm\nthinking\n</think>\n\n<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
+   {"reasoning_content": "I'm\nthinking", "tool_calls": [call("special_function", {"arg1": 1})]}, tools=[SPECIAL],
+   reasoning="think", open_at_start=True, source=L35 + "message_assist_call_thoughts (arg1 typed integer)")
+fx("qwen3_coder", "qwen35_parallel_thinking_off", '<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=special_function_with_opt>\n<parameter=arg1>\n1\n</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n</tool_call>',
+   {"tool_calls": [call("special_function", {"arg1": 1}), call("special_function_with_opt", {"arg1": 1, "arg2": 2})]},
+   tools=[SPECIAL, SPECIAL_OPT], reasoning="think", source=L35 + "enable_thinking false, parallel_tool_calls")
+fx("qwen3_coder", "qwen35_code_value", '<tool_call>\n<function=python>\n<parameter=code>\ndef hello():\n    print("Hello, world!")\n\nhello()\n</parameter>\n</function>\n</tool_call>',
+   {"tool_calls": [call("python", {"code": 'def hello():\n    print("Hello, world!")\n\nhello()'})]}, tools=[PYTHON],
+   reasoning="think", source=L35 + "python_tool, multi-line code")
+fx("qwen3_coder", "qwen35_code_indent", '<tool_call>\n<function=python>\n<parameter=code>\n    print("Hello, world!")\n</parameter>\n</function>\n</tool_call>',
+   {"tool_calls": [call("python", {"code": '    print("Hello, world!")'})]}, tools=[PYTHON],
+   reasoning="think", source=L35 + "code that starts with an indent keeps it")
+fx("qwen3_coder", "qwen35_value_trailing_newline", '<tool_call>\n<function=edit>\n<parameter=filename>\nfoo.c\n</parameter>\n<parameter=oldString>\n#iclunde\n</parameter>\n<parameter=newString>\n#include\n\n</parameter>\n</function>\n</tool_call>',
+   {"tool_calls": [call("edit", {"filename": "foo.c", "oldString": "#iclunde", "newString": "#include\n"})]}, tools=[EDIT],
+   reasoning="think", source=L35 + "a value ending in a newline keeps it (the delimiter is '\\n</parameter>\\n')")
+fx("qwen3_coder", "qwen35_call_ends_thought", PWD,
+   {"tool_calls": [call("run_in_terminal", {"command": "pwd"})]}, tools=[RUN], reasoning="think", open_at_start=True,
+   source=L35 + "a tool call ends the prefilled thinking block without a closing </think>")
+fx("qwen3_coder", "qwen35_thought_then_call_no_close", "Need to inspect the current directory.\n" + PWD,
+   {"reasoning_content": "Need to inspect the current directory.", "tool_calls": [call("run_in_terminal", {"command": "pwd"})]},
+   tools=[RUN], reasoning="think", open_at_start=True, source=L35 + "...including after the model has thought about it")
+fx("qwen3_coder", "qwen35_close_then_call", "</think>\n\n" + PWD,
+   {"tool_calls": [call("run_in_terminal", {"command": "pwd"})]}, tools=[RUN], reasoning="think", open_at_start=True,
+   source=L35 + "'</think>' then the call: reasoning empty")
+fx("qwen3_coder", "qwen35_close_content_call", "</think>\n\nLet me inspect the current directory.\n" + PWD,
+   {"content": "Let me inspect the current directory.", "tool_calls": [call("run_in_terminal", {"command": "pwd"})]},
+   tools=[RUN], reasoning="think", open_at_start=True, source=L35 + "content between the thought and the call")
+TODO = tool("set_todos", {"todos": {"type": "array"}, "dry_run": {"type": "boolean"}, "verbose": {"type": "boolean"},
+                          "note": {"type": "null"}, "label": {"type": "string"}}, ["todos"])
+fx("qwen3_coder", "qwen35_python_literals", '<tool_call>\n<function=set_todos>\n<parameter=todos>\n[{"title": "buy milk", "done": false}]\n</parameter>\n<parameter=dry_run>\nTrue\n</parameter>\n<parameter=verbose>\nFalse\n</parameter>\n<parameter=note>\nNone\n</parameter>\n<parameter=label>\nTrue\n</parameter>\n</function>\n</tool_call>',
+   {"tool_calls": [call("set_todos", {"todos": [{"title": "buy milk", "done": False}], "dry_run": True, "verbose": False, "note": None, "label": "True"})]},
+   tools=[TODO], reasoning="think",
+   source="Qwen3.5-4B.jinja writes scalar arguments with '| string': jinja2 renders True/False/None "
+          "(tests/golden/jinja/expected.json, q35_call_typed_args); typed boolean/null they are JSON, typed string they stay text")
+
 # ---------------------------------------------------------------- gemma4
 GS = "google-gemma-4-31B-it.jinja: '<|tool_call>call:' + name + '{' + key:format_argument(value) ... + '}<tool_call|>'; strings in <|\"|>, keys bare, dictsort order"
 Q = '<|"|>'

@@ -193,6 +193,93 @@ CONVERSATIONS = {
         {"role": "user", "content": "Twice."}], "add_generation_prompt": True},
 }
 
+# Conversations for one template family only (template name prefix -> rows):
+# Qwen3.5's template has rules of its own (issue 17.4): tool calls written as
+# <tool_call><function=..><parameter=..> with mapping/list values as JSON,
+# tool responses folded into one user turn, reasoning_content rendered only
+# for assistant turns after the last real user query, enable_thinking in the
+# generation prompt, and raise_exception for histories it refuses. Arguments
+# are objects, as ember's server hands them to templates (openai.c parses the
+# OpenAI JSON string first, as llama.cpp does).
+RUN = {"type": "function", "function": {
+    "name": "run_in_terminal", "description": "Run a shell command.",
+    "parameters": {"type": "object", "properties": {
+        "command": {"type": "string", "description": "Shell command to run"}}, "required": ["command"]}}}
+TODO = {"type": "function", "function": {
+    "name": "set_todos", "description": "Replace the todo list.",
+    "parameters": {"type": "object", "properties": {
+        "todos": {"type": "array", "items": {"type": "object"}},
+        "options": {"type": "object"}, "dry_run": {"type": "boolean"}, "limit": {"type": ["integer", "null"]}},
+        "required": ["todos"]}}}
+Q35_CALL = call(11, "set_todos", {"todos": [{"title": "buy milk", "done": False}, {"title": "Zoë's \"gift\"", "done": True}],
+                                  "options": {"sort": "title", "tags": ["a", "b"]}, "dry_run": True, "limit": None})
+FAMILY_CONVERSATIONS = {
+    "Qwen3.5": {
+        "q35_tools_thinking_off": {"messages": [SYS, {"role": "user", "content": "List the files."}],
+                                   "tools": [RUN, WEATHER], "add_generation_prompt": True,
+                                   "kwargs": {"enable_thinking": False}},
+        "q35_tools_no_system_thinking_on": {"messages": [{"role": "user", "content": "List the files."}],
+                                            "tools": [RUN], "add_generation_prompt": True,
+                                            "kwargs": {"enable_thinking": True}},
+        "q35_tools_empty_system": {"messages": [{"role": "system", "content": "  "}, {"role": "user", "content": "Hi"}],
+                                   "tools": [RUN], "add_generation_prompt": True},
+        "q35_call_typed_args": {"messages": [
+            {"role": "user", "content": "Set my todos."},
+            {"role": "assistant", "content": "", "tool_calls": [Q35_CALL]},
+            {"role": "tool", "tool_call_id": "call00011", "content": "{\"ok\": true, \"n\": 2}"}],
+            "tools": [TODO], "add_generation_prompt": True},
+        "q35_content_then_calls": {"messages": [
+            SYS,
+            {"role": "user", "content": "Weather in Oslo and run pwd."},
+            {"role": "assistant", "content": "Let me check both.\n", "tool_calls": [
+                call(12, "get_weather", {"city": "Oslo", "unit": "celsius"}),
+                call(13, "run_in_terminal", {"command": "pwd\nls -la"})]},
+            {"role": "tool", "tool_call_id": "call00012", "content": "-3 C"},
+            {"role": "tool", "tool_call_id": "call00013", "content": "/home/u\ntotal 0"}],
+            "tools": [WEATHER, RUN], "add_generation_prompt": True, "kwargs": {"enable_thinking": False}},
+        "q35_reasoning_after_last_query": {"messages": [
+            {"role": "user", "content": "Is 91 prime?"},
+            {"role": "assistant", "content": "No: 7 x 13.", "reasoning_content": "Old thought, before the query."},
+            {"role": "user", "content": "Run factor 91."},
+            {"role": "assistant", "content": None, "reasoning_content": "\nI should run factor.\n",
+             "tool_calls": [call(14, "run_in_terminal", {"command": "factor 91"})]},
+            {"role": "tool", "tool_call_id": "call00014", "content": "91: 7 13"},
+            {"role": "assistant", "content": "91 = 7 x 13.", "reasoning_content": "The tool agrees."}],
+            "tools": [RUN], "add_generation_prompt": False},
+        "q35_think_tags_in_content": {"messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "<think>\nEarly thought.\n</think>\n\n4"},
+            {"role": "user", "content": "3+3?"},
+            {"role": "assistant", "content": "<think>\n\nSix, easy.\n</think>\n\n6"}],
+            "add_generation_prompt": False},
+        "q35_tool_last_generation": {"messages": [
+            {"role": "user", "content": "Where am I?"},
+            {"role": "assistant", "content": "", "reasoning_content": "Need pwd.",
+             "tool_calls": [call(15, "run_in_terminal", {"command": "pwd"})]},
+            {"role": "tool", "tool_call_id": "call00015", "content": "/tmp"}],
+            "tools": [RUN], "add_generation_prompt": True, "kwargs": {"enable_thinking": True}},
+        "q35_user_tool_response_text": {"messages": [
+            {"role": "user", "content": "Find it."},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "<tool_response>\nfound\n</tool_response>"}],
+            "add_generation_prompt": True, "kwargs": {"enable_thinking": False}},
+        "q35_err_no_user_query": {"messages": [SYS], "add_generation_prompt": True},
+        "q35_err_system_not_first": {"messages": [{"role": "user", "content": "a"}, SYS], "add_generation_prompt": True},
+        "q35_err_no_messages": {"messages": [], "add_generation_prompt": True},
+        "q35_err_unknown_role": {"messages": [{"role": "user", "content": "a"}, {"role": "critic", "content": "b"}],
+                                 "add_generation_prompt": True},
+    },
+}
+
+
+def conversations_for(template_name):
+    convs = dict(CONVERSATIONS)
+    for prefix, rows in FAMILY_CONVERSATIONS.items():
+        if template_name.startswith(prefix):
+            convs.update(rows)
+    return convs
+
+
 SPECIAL = {
     "google-gemma": ("<bos>", "<eos>"),
     "meta-llama": ("<|begin_of_text|>", "<|eot_id|>"),
@@ -451,7 +538,8 @@ def main():
         except jinja2.exceptions.TemplateError as e:
             print("skip %s: jinja2 cannot compile it: %s" % (name, e))
             continue
-        for conv_name, conv in CONVERSATIONS.items():
+        convs = conversations_for(name)
+        for conv_name, conv in convs.items():
             ctx = context_for(name, conv)
             # json round trip: the context is exactly what the C test loads
             ctx = json.loads(json.dumps(ctx))
@@ -467,13 +555,14 @@ def main():
                     pass
             cases.append(case)
         ok = sum(1 for c in cases if c["template"] == name and "output" in c)
-        print("%-50s %2d/%d rendered" % (name, ok, len(CONVERSATIONS)))
-    contexts = {t: {c: context_for(t, conv) for c, conv in CONVERSATIONS.items()} for t in names}
+        print("%-50s %2d/%d rendered" % (name, ok, len(convs)))
+    all_convs = dict(CONVERSATIONS)
+    for rows in FAMILY_CONVERSATIONS.values():
+        all_convs.update(rows)
     with open(os.path.join(HERE, "conversations.json"), "w", encoding="utf-8") as f:
-        json.dump({"fixed_now": FIXED_NOW, "conversations": CONVERSATIONS,
+        json.dump({"fixed_now": FIXED_NOW, "conversations": all_convs,
                    "special_tokens": {t: list(special_tokens(t)) for t in names}}, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    del contexts
     with open(os.path.join(HERE, "expected.json"), "w", encoding="utf-8") as f:
         json.dump({"jinja2_version": jinja2.__version__, "fixed_now": FIXED_NOW, "cases": cases},
                   f, ensure_ascii=False, indent=1)

@@ -88,6 +88,8 @@ def main():
             continue
         spec = json.loads(txt.with_suffix(".json").read_text())
         tpl, think = OVERRIDES.get(key, TEMPLATES[txt.parent.name])
+        if key not in OVERRIDES and txt.stem.startswith("qwen35_"):   # Qwen3.5 rows: its own template
+            tpl, think = "Qwen3.5-4B", int(spec["reasoning_open_at_start"])
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as tf:
             json.dump(tools_for(spec), tf)
         r = subprocess.run([str(exe), str(TPL / f"{tpl}.jinja"), str(txt), tf.name, str(think)],

@@ -496,8 +496,7 @@ static json_t *tool_choice_echo(const oai_req *rq)
  * 0.800000011920929), as the client sent it. */
 static double short_real(float f)
 {
-    char b[32];
-    snprintf(b, sizeof b, "%.9g", (double)f);
+    char b[32] = "0";
     for (int p = 1; p <= 9; p++) {
         snprintf(b, sizeof b, "%.*g", p, (double)f);
         if ((float)strtod(b, NULL) == f) break;
@@ -511,17 +510,20 @@ static json_t *response_obj(const completion *c, const char *status, json_t *out
                             const char *error_message)
 {
     const oai_req *rq = &c->rq;
-    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:n, s:n, s:n, s:o, s:s, s:o, s:b, s:n, s:n, s:b, s:f, s:{s:{s:s}}, "
+    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:n, s:n, s:n, s:o, s:s, s:o, s:b, s:n, s:n, s:b, s:f, "
                           "s:o, s:o, s:f, s:s, s:n, s:{}}",
                           "id", c->id, "object", "response", "created_at", (json_int_t)c->created, "status", status,
                           "error", "incomplete_details", "instructions", "max_output_tokens",
                           rq->max_tokens > 0 ? json_integer(rq->max_tokens) : json_null(), "model",
                           c->ctx->cfg->alias, "output", output, "parallel_tool_calls", rq->parallel_tool_calls,
                           "previous_response_id", "reasoning", "store", 0, "temperature", short_real(rq->sampling.temp),
-                          "text", "format", "type", "text", "tool_choice", tool_choice_echo(rq), "tools",
+                          "tool_choice", tool_choice_echo(rq), "tools",
                           tools_echo(rq), "top_p", short_real(rq->sampling.top_p), "truncation", "disabled", "usage",
                           "metadata");
     if (!r) return NULL;
+    /* text.format: "text" is known to be true only without a grammar (a
+     * json_schema, json_object or grammar leaves it out) */
+    if (!rq->gbnf) json_object_set_new(r, "text", json_pack("{s:{s:s}}", "format", "type", "text"));
     if (res) json_object_set_new(r, "usage", usage_json(res));
     if (!strcmp(status, "incomplete"))
         json_object_set_new(r, "incomplete_details", json_pack("{s:s}", "reason", "max_output_tokens"));

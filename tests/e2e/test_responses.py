@@ -111,7 +111,7 @@ def test_response_matches_llama_server(client, case):
     assert r.usage.input_tokens == case["prompt_tokens"]
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
     assert r.usage.output_tokens <= GOLDEN["max_tokens"]
-    assert r.max_output_tokens == GOLDEN["max_tokens"] and r.temperature == 0
+    assert r.max_output_tokens == GOLDEN["max_tokens"] and r.temperature == 0 and r.text.format.type == "text"
     if case["finish_reason"] == "length":
         # the limit ended it: incomplete, as the Responses reference says, with exactly that many tokens
         assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"

@@ -43,6 +43,7 @@
 #include "base/status.h"
 #include "chat/template.h"
 #include "server/anthropic.h"
+#include "server/responses.h"
 #include "server/chat_tools.h"
 #include "server/completion.h"
 #include "server/metrics.h"
@@ -377,7 +378,7 @@ static void watch_stop(server *s)
 
 /* ---------- streaming ---------- */
 
-typedef enum api_kind { API_OPENAI = 0, API_ANTHROPIC } api_kind;
+typedef enum api_kind { API_OPENAI = 0, API_ANTHROPIC, API_RESPONSES } api_kind;
 
 typedef struct stream {
     server *s;
@@ -390,6 +391,7 @@ typedef struct stream {
     size_t out_len, out_off, out_cap;
     json_t *deltas;              /* OpenAI: the parser events' delta objects of one update */
     anth_stream *anth;           /* Anthropic: the open blocks */
+    resp_stream *resp;           /* Responses: the open item, the items done */
 } stream;
 
 static void out_append(stream *st, const char *p, size_t n)
@@ -406,7 +408,7 @@ static void out_append(stream *st, const char *p, size_t n)
     st->out_len += n;
 }
 
-/* One SSE event: "event: NAME\n" when named (Anthropic), "data: JSON\n\n". */
+/* One SSE event: "event: NAME\n" when named (Anthropic, Responses), "data: JSON\n\n". */
 static void out_named(void *ud, const char *name, json_t *j)
 {
     stream *st = ud;
@@ -483,6 +485,7 @@ static bool stream_produce(stream *st)
     completion_next(&st->c, false, &u);
     if (u.stop == COMPLETION_CANCELLED && client_gone(st->fd)) return false;
     if (st->api == API_ANTHROPIC) anth_stream_update(st->anth, &st->c, &u);
+    else if (st->api == API_RESPONSES) resp_stream_update(st->resp, &st->c, &u);
     else openai_stream_update(st, &u);
     if (u.stop != COMPLETION_RUNNING) st->done = true;
     return true;
@@ -513,6 +516,7 @@ static void stream_free(void *cls)
     atomic_fetch_sub(&st->s->n_active, 1);
     completion_free(&st->c);
     anth_stream_free(st->anth);
+    resp_stream_free(st->resp);
     json_decref(st->deltas);
     free(st->out);
     free(st);
@@ -564,11 +568,16 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *mc, con
     oai_req rq;
     ember_token *toks = NULL;
     int32_t n_toks = 0;
-    if (!request_prompt(s, c, kind, api == API_ANTHROPIC ? anth_to_oai : NULL, false, &rq, &toks, &n_toks, &err))
+    json_t *(*to_oai)(json_t *, bool, oai_error *) = api == API_ANTHROPIC ? anth_to_oai
+                                                    : api == API_RESPONSES ? resp_to_oai : NULL;
+    if (!request_prompt(s, c, kind, to_oai, false, &rq, &toks, &n_toks, &err)) {
+        if (api == API_RESPONSES) resp_rename_param(&err);
         return send_api_error(s, mc, api, &err);
+    }
     bool stream_it = rq.stream;
     stream *sm = calloc(1, sizeof *sm);
-    const char *prefix = api == API_ANTHROPIC ? "msg_" : kind == OAI_CHAT ? "chatcmpl-" : "cmpl-";
+    const char *prefix = api == API_ANTHROPIC ? "msg_" : api == API_RESPONSES ? "resp_"
+                       : kind == OAI_CHAT ? "chatcmpl-" : "cmpl-";
     if (!sm) { free(toks); oai_req_free(&rq); return MHD_NO; }
     sm->s = s;
     sm->api = api;
@@ -586,6 +595,9 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *mc, con
         if (api == API_ANTHROPIC) {
             sm->anth = anth_stream_new(&sm->c, out_named, sm);
             st = sm->anth ? completion_stream_events(&sm->c, anth_stream_event, sm->anth) : EMBER_ERR_NOMEM;
+        } else if (api == API_RESPONSES) {
+            sm->resp = resp_stream_new(&sm->c, out_named, sm);
+            st = sm->resp ? completion_stream_events(&sm->c, resp_stream_event, sm->resp) : EMBER_ERR_NOMEM;
         } else {
             sm->deltas = json_array();
             st = sm->deltas ? completion_stream_events(&sm->c, on_openai_event, sm) : EMBER_ERR_NOMEM;
@@ -614,7 +626,8 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *mc, con
     } else {
         json_t *msg = completion_message(&sm->c, &u);
         u.res.message = msg;
-        json_t *j = api == API_ANTHROPIC ? anth_message_json(&sm->c, &u, msg)
+        json_t *j = api == API_ANTHROPIC   ? anth_message_json(&sm->c, &u, msg)
+                  : api == API_RESPONSES ? resp_response_json(&sm->c, &u, msg)
                                          : oai_result_json(kind, &sm->c.rq, &u.res, piece_fn, s);
         ret = send_json(s, mc, 200, j);
         json_decref(msg);
@@ -651,6 +664,29 @@ static enum MHD_Result handle_count_tokens(server *s, struct MHD_Connection *mc,
     free(toks);
     oai_req_free(&rq);
     return send_json(s, mc, 200, json_pack("{s:i}", "input_tokens", n_toks));
+}
+
+static enum MHD_Result handle_responses(server *s, struct MHD_Connection *mc, conn *c)
+{
+    return handle_generate(s, mc, c, API_RESPONSES, OAI_CHAT);
+}
+
+/* POST /v1/responses/input_tokens: {"object": "response.input_tokens",
+ * "input_tokens": N}, the prompt the same request to /v1/responses would
+ * decode (openai/types/responses/input_token_count_response.py). */
+static enum MHD_Result handle_responses_input_tokens(server *s, struct MHD_Connection *mc, conn *c)
+{
+    oai_error err;
+    oai_req rq;
+    ember_token *toks = NULL;
+    int32_t n_toks = 0;
+    if (!request_prompt(s, c, OAI_CHAT, resp_to_oai, true, &rq, &toks, &n_toks, &err)) {
+        resp_rename_param(&err);
+        return send_error(s, mc, &err);
+    }
+    free(toks);
+    oai_req_free(&rq);
+    return send_json(s, mc, 200, json_pack("{s:s, s:i}", "object", "response.input_tokens", "input_tokens", n_toks));
 }
 
 /* ---------- small endpoints ---------- */
@@ -901,6 +937,8 @@ static const route_ent routes[] = {
     {"/completions", true, false, API_OPENAI, handle_completions},
     {"/messages", true, false, API_ANTHROPIC, handle_messages},
     {"/messages/count_tokens", true, false, API_ANTHROPIC, handle_count_tokens},
+    {"/responses", true, false, API_RESPONSES, handle_responses},
+    {"/responses/input_tokens", true, false, API_RESPONSES, handle_responses_input_tokens},
     {"/tokenize", true, false, API_OPENAI, handle_tokenize},
     {"/detokenize", true, false, API_OPENAI, handle_detokenize},
     {"/apply-template", true, false, API_OPENAI, handle_apply_template},

@@ -10,7 +10,8 @@ replica that answered. test_generated_config_keeps_shipped_directives asserts
 that every other directive is the shipped one, so the run tests the file.
 
 test_chats_survive_a_killed_replica runs 16 conversations of 4 turns each
-(64 chats; 16 at a time, each turn sending the growing conversation), half
+(64 chats; 16 at a time, each turn sending the growing conversation; fewer
+under sanitizers, see N_SESSIONS), half
 on OpenAI's /v1/chat/completions and half on Anthropic's /v1/messages, both
 streamed and not, each conversation keyed by an X-Session-Id header. Once
 two thirds of the chats are done it SIGKILLs the replica serving a stream then
@@ -61,7 +62,12 @@ SANITIZED = os.environ.get("EMBER_SANITIZED") == "1"
 DEADLINE = 300 if SANITIZED else 60   # seconds one request may take, start to end
 UPSTREAM_HEADER = "X-Ember-Upstream"  # the test-only header: the replica that answered (nginx $upstream_addr)
 
-N_SESSIONS, N_TURNS, MAX_TOKENS = 16, 4, 16
+# Under ASan + UBSan (make sanitize sets EMBER_SANITIZED=1) decoding is about
+# 10x slower and the full run took 5 minutes on the shared 2-core machine. That
+# run is there for memory and UB errors on the replicas' paths (both APIs,
+# streamed and not, a peer gone mid-answer), which 6 conversations of 3 turns
+# cover as well: the sanitized run does those; the plain run does 16 x 4.
+N_SESSIONS, N_TURNS, MAX_TOKENS = (6, 3, 8) if SANITIZED else (16, 4, 16)
 
 needs_nginx = pytest.mark.skipif(NGINX is None, reason="nginx not installed (Debian package nginx; scripts/setup installs it)")
 
@@ -210,6 +216,10 @@ def test_shipped_config_has_what_deploy_readme_promises():
                  "/v1/messages/count_tokens", "/chat/completions", "/messages"):
         assert re.match(regex, path), path
     assert not re.match(regex, "/v1/models")
+    per_replica = [(a[1], kids) for a, kids in locs if a[0] == "~" and "metrics" in a[1]][0]
+    for path in ("/metrics", "/v1/metrics", "/slots", "/v1/slots", "/slots/0", "/v1/slots/1"):
+        assert re.match(per_replica[0], path), path
+    assert ("return", ["404"], None) in per_replica[1]
     health = [kids for a, kids in locs if a == ["=", "/health"]][0]
     assert ("proxy_pass", ["http://ember"], None) in health
     assert any(n == "keepalive_timeout" for p, n, a in flat if p and p[-1][0] == "upstream")
@@ -264,7 +274,9 @@ def cluster(ember_bin, smollm2_path, tmp_path_factory):
 SYSTEM = ("You are a patient tutor for a geography class. Answer in one or two short sentences, plainly, "
           "without lists or headings. If a question is unclear, answer the most likely reading of it. "
           "Prefer well-known facts: rivers, mountains, capitals, oceans, deserts and climates. Never refuse, "
-          "never ask a question back, and keep every answer friendly and suitable for young students.")
+          "never ask a question back, and keep every answer friendly and suitable for young students. "
+          "When a place is named, say which continent it is on. When a number is asked for, give a round "
+          "figure and its unit. Do not repeat the question, and do not mention that you are an assistant.")
 QUESTIONS = ["Name a long river.", "Which ocean is the largest?", "What is a desert?", "Name a tall mountain."]
 
 
@@ -375,6 +387,28 @@ def run_conversation(base, session, inflight, lock, done):
 
 
 @needs_nginx
+def test_balancer_routes(cluster):
+    """Through nginx, with the official clients (their own parsing of the
+    answers and streams): both APIs, streamed; /health and the rest pass
+    through; per-replica endpoints are not balanced."""
+    import anthropic
+    import openai
+    base, sid = cluster["base"], {"X-Session-Id": "routes"}
+    oc = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=DEADLINE, default_headers=sid)
+    parts = [c.choices[0].delta.content or "" for c in oc.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "Say hi."}], max_tokens=8, stream=True) if c.choices]
+    assert "".join(parts)
+    ac = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=DEADLINE, default_headers=sid)
+    with ac.messages.stream(model="m", max_tokens=8, messages=[{"role": "user", "content": "Say hi."}]) as st:
+        msg = st.get_final_message()
+    assert msg.content[0].text and msg.stop_reason in ("end_turn", "max_tokens")
+    assert requests.get(base + "/health", timeout=5).json() == {"status": "ok"}
+    assert requests.get(base + "/v1/models", timeout=5).json()["data"]
+    for path in ("/metrics", "/v1/metrics", "/slots", "/v1/slots/0"):
+        assert requests.get(base + path, timeout=5).status_code == 404, path
+
+
+@needs_nginx
 def test_chats_survive_a_killed_replica(cluster):
     base, replicas = cluster["base"], cluster["replicas"]
     inflight, lock, done = {}, threading.Lock(), [0]
@@ -417,7 +451,7 @@ def test_chats_survive_a_killed_replica(cluster):
     failed = [c for c in chats if c.outcome != "ok"]
     for c in failed:
         print("failed:", c.session, c.turn, c.api, c.stream, c.outcome, c.status, c.upstream, round(c.t0 - killed["t"], 3), round(c.t1 - killed["t"], 3))
-    # the killed replica held at most its share of the 16 conversations in flight
+    # the killed replica held at most its share of the N_SESSIONS conversations in flight
     assert 1 <= len(failed) <= N_SESSIONS, counts
     # a failure is a request the dead replica had taken (nginx's $upstream_addr), sent
     # before it died (SIGKILL is delivered, and the listening socket closed, a little later)
@@ -472,7 +506,8 @@ def test_systemd_unit_verifies(ember_bin, tmp_path):
     (tmp_path / "ember@.service").write_text(unit.replace("/usr/local/bin/ember", ember_bin))
     (tmp_path / "ember@a.service").symlink_to("ember@.service")
     v = subprocess.run(["systemd-analyze", "verify", str(tmp_path / "ember@a.service")], capture_output=True, text=True)
-    assert v.returncode == 0 and not v.stderr.strip(), v.stderr
+    # (other lines may be about the host's own units)
+    assert v.returncode == 0 and "ember@" not in v.stdout + v.stderr, v.stdout + v.stderr
     s = subprocess.run(["systemd-analyze", "security", "--offline=yes", str(tmp_path / "ember@a.service")],
                        capture_output=True, text=True)
     m = re.search(r"Overall exposure level for ember@a\.service: ([0-9.]+)", s.stdout)

@@ -232,7 +232,7 @@ def cluster(ember_bin, smollm2_path, tmp_path_factory):
     if NGINX is None:
         pytest.skip("nginx not installed (Debian package nginx; scripts/setup installs it)")
     tmp = tmp_path_factory.mktemp("deploy")
-    replicas = {}
+    replicas, nginx = {}, None
     try:
         for _ in range(3):
             port = free_port()
@@ -259,13 +259,14 @@ def cluster(ember_bin, smollm2_path, tmp_path_factory):
             assert nginx.poll() is None and time.time() < deadline, (tmp / "error.log").read_text()
             time.sleep(0.1)
         yield {"base": base, "replicas": replicas, "tmp": tmp}
-        nginx.send_signal(signal.SIGQUIT)
-        try:
-            nginx.wait(10)
-        except subprocess.TimeoutExpired:
-            nginx.kill()
-            nginx.wait()
     finally:
+        if nginx is not None:
+            nginx.send_signal(signal.SIGQUIT)   # graceful stop
+            try:
+                nginx.wait(10)
+            except subprocess.TimeoutExpired:
+                nginx.kill()
+                nginx.wait()
         rcs = {p: s.stop() for p, s in replicas.items()}
     killed = [p for p, rc in rcs.items() if rc == -signal.SIGKILL]
     assert all(rc == 0 for p, rc in rcs.items() if p not in killed), rcs

@@ -12,13 +12,13 @@
 #   .carry/whl/*.whl      openai and its dependencies for bench/serve.py (python 3.12)
 #   .carry/g3header.xz, .carry/g3cut.gguf   Gemma 3 270M regrown by bench/gpu/regrow_gguf_stdlib.py
 # Environment: OUT (results), MODELS ("g3 e4b" default), TESTS=0 skips the GPU unit tests,
-#   PARTS (default "engine serve1 serve8 ttft"), EMBER_EXTRA (extra ember serve flags).
+#   PARTS (default "check kl engine serve1 serve8"), EMBER_EXTRA (extra ember serve flags).
 # Results: $OUT/summary.txt (everything) and $OUT/results.jsonl (one JSON object per measurement).
 set -u
 : "${OUT:?set OUT}"
 C=.carry
 MODELS=${MODELS:-g3 e4b}
-PARTS=${PARTS:-check engine serve1 serve8}
+PARTS=${PARTS:-check kl engine serve1 serve8}
 S=$OUT/summary.txt
 J=$OUT/results.jsonl
 log() { echo "$*" | tee -a "$S"; }
@@ -138,6 +138,13 @@ for mm in $MODELS; do
             -n 12 --temp 0 --ignore-eos 2>/dev/null | head -c 400 | sed "s/^/ATTN_TC=$1 GEMM_F16=$2 /" | tee -a "$S"
           echo | tee -a "$S"
         done ;;
+      kl)
+        # issue 15 item 4: this run (CUDA, default mode) against the CPU backend, teacher-forced over
+        # the same text: mean KL divergence, same top-1, both perplexities (llama-perplexity's statistics)
+        log "--- $mm fidelity vs the CPU backend (8 chunks of 512) $(el)"
+        timeout 300 $B/bin/ember perplexity -m $M -f tests/data/pride_prejudice.txt -c 512 --chunks 8 -ngl 99 \
+          --kl-divergence-cpu --kl-json /tmp/kl.json 2>/dev/null | grep -E "PPL|KLD|Same top" | tee -a "$S"
+        jl "{\"what\":\"$mm kl\",\"report\":$(cat /tmp/kl.json 2>/dev/null || echo null)}" ;;
       serve1)
         log "--- $mm served single stream + TTFT (np 1, -c 20480) $(el)"
         serve_run "ember $mm np1" $M ember 1 20480 single ttft3k ttft16k

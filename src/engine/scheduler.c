@@ -66,24 +66,43 @@ static void slot_drop_cache(engine *e, slot *s)
     s->n_tokens = 0;
 }
 
-/* Put request r into a free slot. Returns false if no slot is free. */
+/* Put request r into a free slot. Returns false if no slot is free.
+ *
+ * The slot: the idle one whose cache shares the longest prefix with the
+ * prompt, when that keeps at least half of its cache (this conversation's
+ * own slot, continued); otherwise an empty idle slot, else the least
+ * recently used idle one (llama-server's LRU choice below its
+ * --slot-prompt-similarity), so that a new conversation that shares only a
+ * template's first tokens with a cached one does not wipe that cache. Any
+ * longer prefix held elsewhere (idle or busy) is shared by forking it. */
 static bool admit(engine *e, engine_req *r)
 {
     const ember_token *P = r->p.prompt;
     int32_t n = r->p.n_prompt;
-    slot *target = NULL, *donor = NULL;
-    int32_t k_target = -1, k_donor = 0;
+    slot *target = NULL, *donor = NULL, *best = NULL, *spare = NULL;
+    int32_t k_target = -1, k_donor = 0, k_best = -1;
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
         int32_t k = lcp(P, n, s->tokens, s->n_past);
-        if (s->state == SLOT_IDLE &&
-            (k > k_target || (k == k_target && s->last_used < target->last_used))) {
-            target = s;
-            k_target = k;
+        if (s->state == SLOT_IDLE) {
+            if (k > k_best || (k == k_best && s->last_used < best->last_used)) {
+                best = s;
+                k_best = k;
+            }
+            if (!spare || (s->n_past == 0) > (spare->n_past == 0) ||
+                ((s->n_past == 0) == (spare->n_past == 0) && s->last_used < spare->last_used))
+                spare = s;
         }
         if (k > k_donor) { donor = s; k_donor = k; }
     }
-    if (!target) return false;
+    if (!best) return false;
+    if (best->n_past == 0 || 2 * k_best >= best->n_past) {
+        target = best;
+        k_target = k_best;
+    } else {
+        target = spare;
+        k_target = lcp(P, n, spare->tokens, spare->n_past);
+    }
 
     int32_t limit = n - 1;   /* the last prompt token is decoded again for its logits */
     int32_t n_keep = 0;

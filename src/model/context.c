@@ -712,9 +712,9 @@ ember_status ember_seq_fork(ember_context *c, ember_seq_id src, ember_seq_id dst
     ember_rs_snap_drop(c->rs, dst);
     if (n == 0) {
         ember_rs_seq_reset(c->rs, dst);
-    } else if (at == n) {
-        ember_rs_seq_copy(c->rs, src, dst);
-    } else {
+    } else if (n == len) {
+        ember_rs_seq_copy(c->rs, src, dst);   /* the live state stands for [0, len) */
+    } else {   /* from the checkpoint at `at` (maybe n itself: nothing to replay) */
         st = ember_rs_snap_restore(c->rs, src, at, dst);
         if (st == EMBER_OK) st = replay(c, dst, at, n);
     }

@@ -222,6 +222,30 @@ static void test_prefix_fork_from_busy_slot(void **state)
     fx_free(&f);
 }
 
+/* A new conversation that shares only its first tokens with a cached one
+ * takes the empty slot (forking those tokens), so the cached conversation
+ * survives and its next turn comes from the cache. */
+static void test_new_conversation_keeps_other_caches(void **state)
+{
+    fixture f;
+    fx_init(&f, 2, 256, 512, 64, 4);
+    const char *one = "user: tell me about rivers and the sea and the rain";
+    engine_req *a = submit(&f, one, 8);
+    run_until_done(&f, &a, 1);
+    engine_req *b = submit(&f, "user: what time is it", 5);   /* shares BOS + "user: " */
+    run_until_done(&f, &b, 1);
+    assert_int_equal(b->n_cached, 7);   /* forked from the first slot */
+    expect_reference(b, "user: what time is it", 5);
+    engine_req *c = submit(&f, one, 8);   /* the first conversation again: still cached */
+    run_until_done(&f, &c, 1);
+    assert_int_equal(c->n_cached, c->n_prompt - 1);
+    expect_reference(c, one, 8);
+    engine_req_release(a);
+    engine_req_release(b);
+    engine_req_release(c);
+    fx_free(&f);
+}
+
 static void test_cancel_frees_slot_within_one_step(void **state)
 {
     fixture f;
@@ -546,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_prefill_chunk_limit),
         cmocka_unit_test(test_prefix_cache_reuse),
         cmocka_unit_test(test_prefix_fork_from_busy_slot),
+        cmocka_unit_test(test_new_conversation_keeps_other_caches),
         cmocka_unit_test(test_cancel_frees_slot_within_one_step),
         cmocka_unit_test(test_stop_string_cuts_output),
         cmocka_unit_test(test_stop_holdback),

@@ -345,6 +345,9 @@ static void test_qwen35_block_checkpoints(void **st)
     /* the fork took seq 0's checkpoints up to 40: seq 1 can go back to 32 */
     assert_int_equal(ember_seq_truncate(c, 1, 35), EMBER_OK);
     decode_range(c, &b, &o, 1, 35, 50, 15, &max_diff, &max_ref);
+    /* a fork exactly at a checkpoint short of the source's length (64 < 100) */
+    assert_int_equal(ember_seq_fork(c, 0, 2, 64), EMBER_OK);
+    decode_range(c, &b, &o, 2, 64, 80, 16, &max_diff, &max_ref);
     assert_int_equal(ember_seq_truncate(c, 0, 20), EMBER_ERR_RANGE);   /* before the first checkpoint */
     check("block checkpoints: truncate and fork", max_diff, max_ref);
     ember_batch_free(&b);

@@ -209,12 +209,23 @@ json_t *embeddings_answer(const completion_ctx *ctx, json_t *body, bool oai, oai
         ok = tokenize_sub(ctx, list ? json_array_get(input, i) : input, param, &pr[i], err);
         if (ok && pr[i].n == 0) ok = oai_bad(err, param, "Input content cannot be empty");
     }
-    /* all at once: the engine batches them */
+    /* all at once, so the engine batches them; when the queue is full, the
+     * next waits for this request's oldest one to finish (the queue drains
+     * as slots free), so a long list is not refused for the queue's size */
     int64_t n_tokens = 0;
+    size_t oldest = 0;
     for (size_t i = 0; ok && i < n_prompts; i++) {
         engine_req_params ep = {.prompt = pr[i].toks, .n_prompt = pr[i].n, .n_predict = -1, .embd = true,
                                 .pooling = (ember_pooling)cfg->pooling};
         ember_status st = engine_submit(ctx->e, &ep, &rq[i]);
+        if (st == EMBER_ERR_NOMEM && oldest < i) {
+            engine_req *r = rq[oldest++];
+            engine_req_lock(r);
+            while (r->finish == ENGINE_RUNNING) engine_req_wait(r, 1000);
+            engine_req_unlock(r);
+            i--;
+            continue;
+        }
         if (st == EMBER_OK) { n_tokens += pr[i].n; continue; }
         rq[i] = NULL;
         ok = false;

@@ -207,6 +207,19 @@ def test_batched_with_chats_no_slot_leak(servers):
     assert not any(x["is_processing"] for x in slots)
 
 
+def test_more_prompts_than_the_queue_holds(servers):
+    """300 prompts in one request (the engine queues 256 beyond the slots):
+    the later ones wait for the earlier ones instead of a 503."""
+    g = GOLDEN["smollm2-135m"]
+    s = servers("smollm2-135m", "cls")
+    r = client_for(s).embeddings.create(model="x", input=g["texts"] * 75)
+    assert [d.index for d in r.data] == list(range(300))
+    assert r.usage.prompt_tokens == 75 * sum(g["n_tokens"])
+    for i in (0, 1, 150, 299):
+        check("smollm2-135m", "cls", i % 4, r.data[i].embedding)
+    assert not any(x["is_processing"] for x in s.wait_idle(timeout=10))
+
+
 def expect_400(s, body, param=None, contains=None, status=400):
     r = requests.post(s.base + "/v1/embeddings", json=body, timeout=60)
     assert r.status_code == status, r.text

@@ -257,8 +257,11 @@ json_t *embeddings_answer(const completion_ctx *ctx, json_t *body, bool oai, oai
         engine_req_unlock(r);
         if (ok && f != ENGINE_FINISH_STOP) {
             ok = false;
-            oai_error_set(err, f == ENGINE_FINISH_CANCELLED ? 503 : 500, "server_error", NULL, NULL, "%s",
-                          r->err[0] ? r->err : f == ENGINE_FINISH_CANCELLED ? "the embedding request was cancelled" : "the embedding request failed");
+            const char *why = r->err[0] ? r->err
+                              : f == ENGINE_FINISH_CANCELLED ? "the embedding request was cancelled"
+                                                             : "the embedding request failed";
+            oai_error_set(err, f == ENGINE_FINISH_CANCELLED ? 503 : 500, "server_error", NULL, NULL, "%s", why);
+            for (size_t j = i + 1; j < n_prompts; j++) if (rq[j]) engine_req_cancel(rq[j]);   /* no use now */
         }
         if (ok && !v && !(v = malloc(sizeof *v * (size_t)r->n_embd))) {
             ok = false;
@@ -268,8 +271,8 @@ json_t *embeddings_answer(const completion_ctx *ctx, json_t *body, bool oai, oai
             json_t *e;
             if (oai) {   /* one pooled vector */
                 embeddings_normalize(r->embd, v, r->n_embd, norm);
-                e = json_pack("{s:o, s:I, s:s}", "embedding", use_base64 ? float_base64(v, r->n_embd) : float_array(v, r->n_embd),
-                              "index", (json_int_t)i, "object", "embedding");
+                json_t *vec = use_base64 ? float_base64(v, r->n_embd) : float_array(v, r->n_embd);
+                e = json_pack("{s:o, s:I, s:s}", "embedding", vec, "index", (json_int_t)i, "object", "embedding");
                 if (e && use_base64) json_object_set_new(e, "encoding_format", json_string("base64"));
             } else {     /* rows: normalized when pooled, raw per token (pooling none), as send_embedding */
                 json_t *rows = json_array();

@@ -169,6 +169,8 @@ typedef struct ember_batch {
     ember_pos *pos;
     ember_seq_id *seq_id;
     int8_t *logits;        /* nonzero: compute logits for this entry */
+    int8_t *embd;          /* may be NULL (no entry): nonzero: keep this entry's embedding, the final
+                            * hidden state after the output norm (ember_get_embeddings_ith) */
 } ember_batch;
 
 /* Allocate a batch with room for n_max entries (n_tokens = 0). */
@@ -194,6 +196,34 @@ ember_status ember_decode(ember_context *ctx, const ember_batch *batch);
  * entry did not ask for logits. i = -1: the last entry that asked for logits.
  * Valid until the next ember_decode (a failed decode leaves none). */
 const float *ember_get_logits(ember_context *ctx, int32_t i);
+
+/* Embedding [n_embd] of batch entry `i` of the last ember_decode: the hidden
+ * state after the model's final (output) norm, before the LM head: what
+ * llama.cpp's llama_get_embeddings_ith returns (its "result_norm", t_embd)
+ * for a context with pooling none. NULL if that entry did not set
+ * batch.embd[i] (or i is out of range). An entry may ask for logits,
+ * an embedding, or both. Valid until the next ember_decode. Pooling over a
+ * sequence's positions (mean, cls, last) is the caller's (src/engine).
+ * Embeddings need the activations on the host: ember_decode refuses a batch
+ * asking for them with EMBER_ERR_UNSUPPORTED when they live on a GPU
+ * (ember_context_embeddings_supported says so beforehand). */
+const float *ember_get_embeddings_ith(ember_context *ctx, int32_t i);
+bool ember_context_embeddings_supported(const ember_context *ctx);
+
+/* The pooling of a model's sequence embeddings, as the GGUF key
+ * `<arch>.pooling_type` stores it (llama.cpp's enum llama_pooling_type:
+ * 0 none, 1 mean, 2 cls, 3 last, 4 rank). */
+typedef enum ember_pooling {
+    EMBER_POOLING_NONE = 0,   /* one embedding per token */
+    EMBER_POOLING_MEAN = 1,   /* the mean over the sequence's positions */
+    EMBER_POOLING_CLS = 2,    /* the first position's */
+    EMBER_POOLING_LAST = 3,   /* the last position's */
+    EMBER_POOLING_RANK = 4,   /* a classifier head over the pooled state (reranking; not supported) */
+} ember_pooling;
+/* `<arch>.pooling_type` of the model; EMBER_POOLING_NONE when absent (llama.cpp's
+ * default for decoder models, llama_hparams.pooling_type), -1 for a value
+ * outside the enum. */
+int32_t ember_model_pooling_type(const ember_model *m);
 
 /* The head of the logits of batch entries, reduced where the logits live
  * (on the device for a GPU backend), so that a sampler needs no full row on

@@ -3,7 +3,7 @@
  *
  * Flags follow llama-server where they overlap (-m -c -np -t -b --host --port
  * --api-key --alias --chat-template-file --chat-template-kwargs -ctk -ctv
- * --metrics --reasoning --kv-unified-per-slot). -c is the KV cache in all,
+ * --metrics --reasoning --kv-unified-per-slot --embedding --pooling). -c is the KV cache in all,
  * as llama-server's unified cache: the slots share it, and one slot may
  * hold up to all of it (n_ctx_slot = min(-c, n_ctx_train,
  * --kv-unified-per-slot)). SIGINT/SIGTERM: stop accepting, cancel running requests (their
@@ -62,7 +62,12 @@ static void usage(FILE *f)
             "  -rea, --reasoning M         thinking: 'auto' (default: per request, else the template's own default;\n"
             "                              templates written for llama-server get enable_thinking=true), 'on', 'off'\n"
             "      --reasoning-budget N    close a thinking block after N tokens (-1: unlimited, default)\n"
-            "      --reasoning-format F    'auto' (default): thoughts in reasoning_content; 'none': raw in content\n");
+            "      --reasoning-format F    'auto' (default): thoughts in reasoning_content; 'none': raw in content\n"
+            "      --embedding, --embeddings  also serve embeddings: POST /v1/embeddings (OpenAI), /embeddings and\n"
+            "                              /embedding (llama-server's shape); the final hidden state after the\n"
+            "                              output norm, pooled; CPU only (-ngl 0)\n"
+            "      --pooling P             embeddings' pooling: none (one vector per token; not on /v1), mean, cls\n"
+            "                              or last (default: the GGUF's <arch>.pooling_type, else none, as llama.cpp)\n");
     fputs(serve_spec_usage, f);
 }
 
@@ -99,7 +104,7 @@ int cmd_serve(int argc, char **argv)
     serve_opts o = {.n_parallel = 4, .n_batch = 512, .n_prefill_chunk = 128, .n_ctx_checkpoints = -1, .type_k = EMBER_KV_F16,
                     .type_v = EMBER_KV_F16, .spec = spec_default_params()};
     o.spec.row_cost_auto = true;   /* measured from step times unless --spec-row-cost is given */
-    server_config sc = {.host = "127.0.0.1", .port = 8080};
+    server_config sc = {.host = "127.0.0.1", .port = 8080, .pooling = -1};
     const char *kwargs = NULL;
     char alias_buf[256];
     static char api_key_buf[1024];
@@ -140,6 +145,20 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--chat-template-file")) { if (!v) goto missing; o.template_file = TAKE(); }
         else if (!strcmp(a, "--chat-template-kwargs")) { if (!v) goto missing; kwargs = TAKE(); }
         else if (!strcmp(a, "--metrics")) { sc.metrics = true; }
+        else if (!strcmp(a, "--embedding") || !strcmp(a, "--embeddings")) { sc.embedding = true; }
+        else if (!strcmp(a, "--pooling")) {
+            if (!v) goto missing;
+            const char *p = TAKE();   /* llama-server's names (common/arg.cpp); rank (rerankers) is not served */
+            if (!strcmp(p, "none")) sc.pooling = EMBER_POOLING_NONE;
+            else if (!strcmp(p, "mean")) sc.pooling = EMBER_POOLING_MEAN;
+            else if (!strcmp(p, "cls")) sc.pooling = EMBER_POOLING_CLS;
+            else if (!strcmp(p, "last")) sc.pooling = EMBER_POOLING_LAST;
+            else {
+                fprintf(stderr, "ember serve: --pooling must be 'none', 'mean', 'cls' or 'last', got '%s'%s\n", p,
+                        !strcmp(p, "rank") ? " (rank, for rerankers, is not supported)" : "");
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--cors-origin")) { if (!v) goto missing; sc.cors_origin = TAKE(); }
         else if (!strcmp(a, "--max-body-size")) { if (!int_arg(a, TAKE(), 1, 1L << 40, &x)) return 2; sc.max_body_bytes = (size_t)x; }
         else if (!strcmp(a, "--max-connections")) { if (!int_arg(a, TAKE(), 1, 65536, &x)) return 2; sc.max_connections = (int)x; }
@@ -215,6 +234,20 @@ int cmd_serve(int argc, char **argv)
     if (engine_start(m.e) != EMBER_OK) {
         fprintf(stderr, "ember serve: %s\n", ember_last_error());
         serve_model_close(&m);
+        return 1;
+    }
+    if (sc.pooling < 0) sc.pooling = ember_model_pooling_type(m.model);
+    if (sc.embedding && (sc.pooling < EMBER_POOLING_NONE || sc.pooling > EMBER_POOLING_LAST)) {
+        fprintf(stderr, "ember serve: --embedding: the model's %s.pooling_type (%d) is not none, mean, cls or last; "
+                "give --pooling\n", ember_model_arch(m.model), sc.pooling);
+        serve_model_close(&m);
+        json_decref(sc.template_kwargs);
+        return 1;
+    }
+    if (sc.embedding && !ember_context_embeddings_supported(m.ctx)) {
+        fprintf(stderr, "ember serve: --embedding: embeddings are computed on the CPU only for now (use -ngl 0)\n");
+        serve_model_close(&m);
+        json_decref(sc.template_kwargs);
         return 1;
     }
     sc.model_path = o.model_path;

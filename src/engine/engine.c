@@ -141,6 +141,7 @@ void engine_free(engine *e)
             free(e->slots[i].tokens);
             free(e->slots[i].pending);
             free(e->slots[i].hidden);
+            free(e->slots[i].embd_sum);
         }
     }
     free(e->slots);
@@ -191,7 +192,8 @@ static ember_status engine_batch_init(int32_t n_max, ember_batch *b)
     b->pos = calloc((size_t)n_max, sizeof *b->pos);
     b->seq_id = calloc((size_t)n_max, sizeof *b->seq_id);
     b->logits = calloc((size_t)n_max, sizeof *b->logits);
-    if (!b->token || !b->pos || !b->seq_id || !b->logits) {
+    b->embd = calloc((size_t)n_max, sizeof *b->embd);
+    if (!b->token || !b->pos || !b->seq_id || !b->logits || !b->embd) {
         engine_batch_free(b);
         return ember_error(EMBER_ERR_NOMEM, "engine: batch of %d", n_max);
     }
@@ -204,5 +206,6 @@ static void engine_batch_free(ember_batch *b)
     free(b->pos);
     free(b->seq_id);
     free(b->logits);
+    free(b->embd);
     memset(b, 0, sizeof *b);
 }

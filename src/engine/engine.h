@@ -60,6 +60,10 @@ typedef struct engine_runtime {
     int32_t n_embd;
     ember_status (*set_hidden_layers)(void *ctx, int32_t n, const int32_t *layers);
     const float *(*get_hidden)(void *ctx, int32_t i, int32_t j);
+    /* Optional (NULL: embedding requests are refused by engine_submit):
+     * ember_get_embeddings_ith, rows of n_embd floats for the entries whose
+     * batch.embd was set. */
+    const float *(*get_embeddings)(void *ctx, int32_t i);
     /* Optional, all three or none (NULL: every row is read in full with
      * get_logits): sampling from the heads of the rows (ember_get_logits_top,
      * ember_sampler_top_k, ember_sampler_sample_top), so a GPU runtime's
@@ -140,6 +144,16 @@ typedef struct engine_req_params {
      * the template itself is never advanced. */
     const struct ember_grammar_state *grammar;
     engine_req_hook hook;        /* owned from engine_submit on (hook.free) */
+    /* An embedding request (llama-server's SERVER_TASK_TYPE_EMBEDDING): the
+     * prompt is decoded (never from the prefix cache: every position's state
+     * is read), nothing is generated, and the request finishes STOP with
+     * engine_req.embd holding the final hidden states after the output norm
+     * (ember_get_embeddings_ith), pooled over the prompt's positions as
+     * `pooling` says (llama.cpp's llama_context pooling: MEAN the mean of
+     * all positions, CLS position 0, LAST the last position, NONE every
+     * position, one row each). Not normalized. Sampling fields are ignored. */
+    bool embd;
+    ember_pooling pooling;
 } engine_req_params;
 
 /* One generated token as recorded for logprobs. */
@@ -175,6 +189,10 @@ typedef struct engine_req {
     int32_t n_generated;          /* tokens sampled (including a final EOG) */
     int32_t n_draft, n_draft_accepted; /* speculation: tokens drafted / accepted for this request */
     double t_queued, t_start, t_first_token, t_end; /* seconds, CLOCK_MONOTONIC */
+    /* p.embd, once finished STOP: [n_embd_rows][n_embd] (n_embd_rows: 1, or
+     * n_prompt with pooling NONE); NULL before (and on any other finish) */
+    float *embd;
+    int32_t n_embd_rows, n_embd;
 } engine_req;
 
 typedef struct engine engine;
@@ -194,7 +212,9 @@ void engine_free(engine *e);
 
 /* Queue a request. On success *out holds a reference the caller must drop
  * with engine_req_release. Errors: EMBER_ERR_INVALID_ARG (empty prompt, token
- * outside [0, n_vocab), bad top_logprobs), EMBER_ERR_RANGE (n_prompt >= n_ctx:
+ * outside [0, n_vocab), bad top_logprobs, a pooling other than none, mean,
+ * cls, last), EMBER_ERR_UNSUPPORTED (an embedding request and a runtime
+ * without get_embeddings), EMBER_ERR_RANGE (n_prompt >= n_ctx:
  * the message says both numbers), EMBER_ERR_NOMEM (queue full), EMBER_ERR_IO
  * (engine stopping). */
 ember_status engine_submit(engine *e, const engine_req_params *p, engine_req **out);

@@ -64,6 +64,8 @@ typedef struct slot {
      * i_logits + j, j <= n_draft; has_head false: rows read in full */
     bool has_head;
     int32_t head0;
+    /* an embedding request's running sum for mean pooling, [n_embd] (allocated at its first admission) */
+    double *embd_sum;
 } slot;
 
 struct engine {

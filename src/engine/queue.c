@@ -30,6 +30,7 @@ static void req_free(engine_req *r)
     for (int32_t i = 0; i < r->p.n_stop; i++) free((void *)r->p.stop[i]);
     free(r->text);
     free(r->toks);
+    free(r->embd);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -135,6 +136,11 @@ static ember_status submit_checked(engine *e, const engine_req_params *p, engine
         return ember_error(EMBER_ERR_INVALID_ARG, "top_logprobs must be in [0, %d]", ENGINE_MAX_TOP_LOGPROBS);
     if (p->n_stop < 0 || p->n_stop > ENGINE_MAX_STOP)
         return ember_error(EMBER_ERR_INVALID_ARG, "at most %d stop strings", ENGINE_MAX_STOP);
+    if (p->embd && (!e->rt.get_embeddings || e->rt.n_embd < 1))
+        return ember_error(EMBER_ERR_UNSUPPORTED, "this runtime computes no embeddings");
+    if (p->embd && p->pooling != EMBER_POOLING_NONE && p->pooling != EMBER_POOLING_MEAN &&
+        p->pooling != EMBER_POOLING_CLS && p->pooling != EMBER_POOLING_LAST)
+        return ember_error(EMBER_ERR_INVALID_ARG, "pooling %d is not one of none, mean, cls, last", (int)p->pooling);
 
     engine_req *r = calloc(1, sizeof *r);
     if (!r) return ember_error(EMBER_ERR_NOMEM, "engine: request");

@@ -32,6 +32,7 @@ static ember_status rt_sample_grammar(void *c, ember_sampler *s, struct ember_gr
 }
 static ember_status rt_set_hidden(void *c, int32_t n, const int32_t *l) { return ember_set_hidden_layers(c, n, l); }
 static const float *rt_get_hidden(void *c, int32_t i, int32_t j) { return ember_get_hidden(c, i, j); }
+static const float *rt_get_embd(void *c, int32_t i) { return ember_get_embeddings_ith(c, i); }
 
 static ember_status rt_logits_top(void *c, int32_t n, const int32_t *entries, int32_t k, ember_logits_top *out)
 {
@@ -54,6 +55,7 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t
         .sampler_free = rt_sampler_free, .sampler_sample = rt_sample, .sampler_accept = rt_accept,
         .sampler_sample_grammar = rt_sample_grammar,
         .n_embd = n_embd, .set_hidden_layers = rt_set_hidden, .get_hidden = rt_get_hidden,
+        .get_embeddings = ember_context_embeddings_supported(ctx) ? rt_get_embd : NULL,
         .logits_top = rt_logits_top, .sampler_top_k = rt_sampler_top_k, .sampler_sample_top = rt_sample_top,
     };
 }

@@ -81,7 +81,15 @@ static bool admit(engine *e, engine_req *r)
     int32_t n = r->p.n_prompt;
     slot *target = NULL, *donor = NULL, *best = NULL, *spare = NULL;
     int32_t k_target = -1, k_donor = 0, k_best = -1;
-    for (int32_t i = 0; i < e->cfg.n_slots; i++) {
+    for (int32_t i = 0; i < e->cfg.n_slots && r->p.embd; i++) {
+        /* an embedding reads every position: no prefix is reused; take the
+         * idle slot whose cache is worth least (shortest, then oldest) */
+        slot *s = &e->slots[i];
+        if (s->state == SLOT_IDLE &&
+            (!target || s->n_past < target->n_past || (s->n_past == target->n_past && s->last_used < target->last_used)))
+            target = s;
+    }
+    for (int32_t i = 0; i < e->cfg.n_slots && !r->p.embd; i++) {
         slot *s = &e->slots[i];
         int32_t k = lcp(P, n, s->tokens, s->n_past);
         if (s->state == SLOT_IDLE) {
@@ -95,8 +103,11 @@ static bool admit(engine *e, engine_req *r)
         }
         if (k > k_donor) { donor = s; k_donor = k; }
     }
-    if (!best) return false;
-    if (best->n_past == 0 || 2 * k_best >= best->n_past) {
+    if (r->p.embd) {
+        if (!target) return false;
+    } else if (!best) {
+        return false;
+    } else if (best->n_past == 0 || 2 * k_best >= best->n_past) {
         target = best;
         k_target = k_best;
     } else {
@@ -106,7 +117,9 @@ static bool admit(engine *e, engine_req *r)
 
     int32_t limit = n - 1;   /* the last prompt token is decoded again for its logits */
     int32_t n_keep = 0;
-    if (donor && donor != target && k_donor > k_target && (k_donor < limit ? k_donor : limit) > k_target) {
+    if (r->p.embd) {
+        slot_drop_cache(e, target);
+    } else if (donor && donor != target && k_donor > k_target && (k_donor < limit ? k_donor : limit) > k_target) {
         int32_t k = k_donor < limit ? k_donor : limit;
         slot_drop_cache(e, target);
         if (e->rt.seq_fork(e->rt.ctx, donor->id, target->id, k) == EMBER_OK) {
@@ -155,14 +168,26 @@ static bool admit(engine *e, engine_req *r)
     e->st.n_prompt_tokens_cached += (uint64_t)n_keep;
     pthread_mutex_unlock(&e->mu);
 
-    ember_status st = e->rt.sampler_new(e->rt.ctx, &r->p.sampling, e->rt.n_vocab, &s->smpl);
+    ember_status st = EMBER_OK;
+    if (r->p.embd) {
+        const size_t rows = r->p.pooling == EMBER_POOLING_NONE ? (size_t)n : 1;
+        if (!s->embd_sum) s->embd_sum = malloc(sizeof *s->embd_sum * (size_t)e->rt.n_embd);
+        pthread_mutex_lock(&r->mu);
+        r->n_embd = e->rt.n_embd;
+        if (!r->embd) r->embd = calloc(rows * (size_t)e->rt.n_embd, sizeof *r->embd);
+        const bool ok = r->embd && s->embd_sum;
+        pthread_mutex_unlock(&r->mu);
+        if (!ok) st = ember_error(EMBER_ERR_NOMEM, "embeddings of %zu rows", rows);
+    } else {
+        st = e->rt.sampler_new(e->rt.ctx, &r->p.sampling, e->rt.n_vocab, &s->smpl);
+    }
     if (st == EMBER_OK) st = slot_constrain_begin(e, s);
     if (st != EMBER_OK) {
         char msg[256];
         snprintf(msg, sizeof msg, "sampler: %s", ember_last_error());
         slot_release(e, s, ENGINE_FINISH_ERROR, msg);
         set_busy(e, -1);
-    } else if (s->n_predict <= 0) {
+    } else if (s->n_predict <= 0 && !r->p.embd) {
         slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
         set_busy(e, -1);
     }

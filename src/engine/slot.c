@@ -24,13 +24,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void batch_add(ember_batch *b, ember_token t, ember_pos pos, ember_seq_id seq, bool logits)
+static void batch_add(ember_batch *b, ember_token t, ember_pos pos, ember_seq_id seq, bool logits, bool embd)
 {
     int32_t i = b->n_tokens++;
     b->token[i] = t;
     b->pos[i] = pos;
     b->seq_id[i] = seq;
     b->logits[i] = logits ? 1 : 0;
+    b->embd[i] = embd ? 1 : 0;
+}
+
+/* Whether an embedding request reads position pos of its prompt [n]. */
+static bool embd_wants(ember_pooling pooling, int32_t pos, int32_t n)
+{
+    switch (pooling) {
+    case EMBER_POOLING_CLS: return pos == 0;
+    case EMBER_POOLING_LAST: return pos == n - 1;
+    default: return true;   /* NONE, MEAN */
+    }
 }
 
 /* This step's draft for a generating slot, at most `room` tokens: bounded
@@ -64,13 +75,13 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
     if (s->state == SLOT_GENERATE) {
         /* the last sampled token, then this slot's draft (verified in the same batch) */
         s->i_logits = b->n_tokens;
-        batch_add(b, s->tokens[s->n_tokens - 1], s->n_past, s->id, true);
+        batch_add(b, s->tokens[s->n_tokens - 1], s->n_past, s->id, true, false);
         s->n_batch_entries = 1;
         s->n_draft = e->cfg.spec ? spec_slot_draft(e, s, budget - 1) : 0;
         /* a recurrent state cannot be cut back: keep it as of n_past, so the
          * rollback of rejected drafts restores it and recomputes the kept ones */
         if (s->n_draft > 0 && e->rt.seq_checkpoint) e->rt.seq_checkpoint(e->rt.ctx, s->id);
-        for (int32_t k = 0; k < s->n_draft; k++) batch_add(b, s->draft[k], s->n_past + 1 + k, s->id, true);
+        for (int32_t k = 0; k < s->n_draft; k++) batch_add(b, s->draft[k], s->n_past + 1 + k, s->id, true, false);
         s->n_batch_entries += s->n_draft;
     } else if (s->state == SLOT_PREFILL) {
         int32_t n = s->prefill_end - s->n_past;
@@ -79,11 +90,16 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
             const int32_t I = slot_ckpt_interval(e), next = (s->n_past / I + 1) * I;
             if (s->n_past + n > next) n = next - s->n_past;
         }
+        const engine_req_params *p = &s->req->p;
         for (int32_t k = 0; k < n; k++) {
             int32_t pos = s->n_past + k;
+            if (p->embd) {   /* no logits: the final hidden states of the positions pooling reads */
+                batch_add(b, s->tokens[pos], pos, s->id, false, embd_wants(p->pooling, pos, s->n_prompt));
+                continue;
+            }
             bool last = pos == s->prefill_end - 1;
             if (last) s->i_logits = b->n_tokens;
-            batch_add(b, s->tokens[pos], pos, s->id, last);
+            batch_add(b, s->tokens[pos], pos, s->id, last, false);
         }
         s->n_batch_entries = n;
     }
@@ -452,9 +468,47 @@ static void block_checkpoint(engine *e, slot *s, int32_t n_past0, bool prompt_en
     if (prompt_end || s->n_past / I != n_past0 / I) e->rt.seq_ctx_checkpoint(e->rt.ctx, s->id);   /* best effort */
 }
 
+/* An embedding request's entries of this step: each position pooling reads
+ * is kept (NONE: its row; CLS, LAST: the one row) or summed (MEAN, in
+ * double; the sum starts over at position 0, so a preempted request that is
+ * prefilled again counts each position once); once the whole prompt is in,
+ * the request finishes STOP with its rows. */
+static void slot_embd_after_decode(engine *e, slot *s)
+{
+    engine_req *r = s->req;
+    const int32_t i0 = s->i_batch0, n = s->n_batch_entries, n_embd = e->rt.n_embd;
+    s->n_past += n;
+    s->n_batch_entries = 0;
+    const ember_pooling pool = r->p.pooling;
+    for (int32_t k = 0; k < n; k++) {
+        const int32_t pos = e->batch.pos[i0 + k];
+        if (!e->batch.embd[i0 + k]) continue;
+        const float *h = e->rt.get_embeddings(e->rt.ctx, i0 + k);
+        if (!h) { slot_release(e, s, ENGINE_FINISH_ERROR, "no embedding for the slot's entry"); return; }
+        if (pool == EMBER_POOLING_MEAN) {
+            if (pos == 0) memset(s->embd_sum, 0, sizeof *s->embd_sum * (size_t)n_embd);
+            for (int32_t j = 0; j < n_embd; j++) s->embd_sum[j] += h[j];
+        } else {
+            const size_t row = pool == EMBER_POOLING_NONE ? (size_t)pos : 0;
+            memcpy(r->embd + row * (size_t)n_embd, h, sizeof *h * (size_t)n_embd);
+        }
+    }
+    if (s->n_past < s->prefill_end) return;   /* prefill continues next step */
+    if (pool == EMBER_POOLING_MEAN)
+        for (int32_t j = 0; j < n_embd; j++) r->embd[j] = (float)(s->embd_sum[j] / (double)s->n_prompt);
+    pthread_mutex_lock(&r->mu);
+    r->n_embd_rows = pool == EMBER_POOLING_NONE ? s->n_prompt : 1;
+    pthread_mutex_unlock(&r->mu);
+    slot_release(e, s, ENGINE_FINISH_STOP, NULL);
+}
+
 int32_t slot_after_decode(engine *e, slot *s)
 {
     engine_req *r = s->req;
+    if (r && r->p.embd) {
+        slot_embd_after_decode(e, s);
+        return 0;
+    }
     int32_t n_past0 = s->n_past;
     s->n_past += s->n_batch_entries;
     s->n_batch_entries = 0;

@@ -69,6 +69,12 @@ struct ember_context {
     int32_t capture_layer[EMBER_MAX_HIDDEN_LAYERS];
     float *hidden;        /* [hidden_rows][n_capture][n_embd] */
     int64_t hidden_rows;
+    /* embeddings (ember_batch.embd): the rows of the last decode */
+    float *embd;          /* [embd_rows][n_embd], host memory */
+    int64_t embd_rows;
+    int32_t *embd_map;    /* [n_batch] entry -> embedding row, or -1 */
+    int32_t *embd_idx;    /* [n_batch] ubatch-local indices of entries that want embeddings */
+    int32_t *embd_map_save; /* with rs: [n_batch] the last decode's embd_map, kept across a replay */
 };
 
 /* The logits buffer: host memory the backend writes fastest (pinned for a
@@ -196,7 +202,8 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
             goto fail;
         }
         if ((st = ember_batch_init((int32_t)p.n_batch, &c->replay))) goto fail;
-        if (!(c->out_map_save = malloc(p.n_batch * sizeof *c->out_map_save))) {
+        if (!(c->out_map_save = malloc(p.n_batch * sizeof *c->out_map_save)) ||
+            !(c->embd_map_save = malloc(p.n_batch * sizeof *c->embd_map_save))) {
             st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: out of memory");
             goto fail;
         }
@@ -229,12 +236,15 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     c->query_swa = malloc(nb * sizeof *c->query_swa);
     c->out_map = malloc(nb * sizeof *c->out_map);
     c->out_idx = malloc(nb * sizeof *c->out_idx);
+    c->embd_map = malloc(nb * sizeof *c->embd_map);
+    c->embd_idx = malloc(nb * sizeof *c->embd_idx);
     c->seq_next = malloc(ns * sizeof *c->seq_next);
     c->seq_count = calloc(ns, sizeof *c->seq_count);
     c->seq_list = malloc(ns * sizeof *c->seq_list);
     c->logits_rows = p.n_seq_max < p.n_batch ? p.n_seq_max : p.n_batch;
     c->logits = logits_alloc(c, (size_t)c->logits_rows * (size_t)hp->n_vocab * sizeof(float));
     if (!c->scratch_mem || !c->kv_row || !c->query || !c->kv_row_swa || !c->query_swa || !c->out_map || !c->out_idx || !c->seq_next ||
+        !c->embd_map || !c->embd_idx ||
         !c->seq_count || !c->seq_list || !c->logits) {
         st = ember_error(EMBER_ERR_NOMEM, "ember_context_new: cannot allocate %llu bytes of scratch", (unsigned long long)c->scratch_bytes);
         goto fail;
@@ -263,6 +273,10 @@ void ember_context_free(ember_context *c)
     free(c->hist);
     ember_batch_free(&c->replay);
     free(c->out_map_save);
+    free(c->embd_map_save);
+    free(c->embd_map);
+    free(c->embd_idx);
+    free(c->embd);
     free(c->kv_row);
     free(c->query);
     free(c->kv_row_swa);
@@ -383,7 +397,8 @@ ember_status ember_batch_init(int32_t n_max, ember_batch *out)
     out->pos = calloc((size_t)n_max, sizeof *out->pos);
     out->seq_id = calloc((size_t)n_max, sizeof *out->seq_id);
     out->logits = calloc((size_t)n_max, sizeof *out->logits);
-    if (!out->token || !out->pos || !out->seq_id || !out->logits) {
+    out->embd = calloc((size_t)n_max, sizeof *out->embd);
+    if (!out->token || !out->pos || !out->seq_id || !out->logits || !out->embd) {
         ember_batch_free(out);
         return ember_error(EMBER_ERR_NOMEM, "ember_batch_init: cannot allocate %d entries", n_max);
     }
@@ -397,7 +412,20 @@ void ember_batch_free(ember_batch *b)
     free(b->pos);
     free(b->seq_id);
     free(b->logits);
+    free(b->embd);
     memset(b, 0, sizeof *b);
+}
+
+bool ember_context_embeddings_supported(const ember_context *c)
+{
+    /* rows are copied on the host from the scratch (ember_output) */
+    return c && !(c->be->caps.device_activations && c->m->arch->device_scratch);
+}
+
+const float *ember_get_embeddings_ith(ember_context *c, int32_t i)
+{
+    if (!c || i < 0 || i >= c->n_last || c->embd_map[i] < 0) return NULL;
+    return c->embd + (size_t)c->embd_map[i] * (size_t)c->m->hp.n_embd;
 }
 
 /* Sliding-window rows for entries [u0, u1) of b: advance each sequence's
@@ -434,6 +462,12 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: n_tokens %d not in [1, n_batch %u]", n, c->p.n_batch);
     if (!b->token || !b->pos || !b->seq_id || !b->logits)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: batch arrays must not be NULL");
+
+    int32_t n_embd_out = 0;
+    for (int32_t i = 0; b->embd && i < n; i++) n_embd_out += b->embd[i] != 0;
+    if (n_embd_out > 0 && !ember_context_embeddings_supported(c))
+        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_decode: embeddings need the activations on the host "
+                           "(they live on the GPU here; use -ngl 0 for the CPU)");
 
     /* validate: ids, tokens, consecutive positions per sequence */
     int32_t n_seqs = 0, n_out = 0;
@@ -496,9 +530,20 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
         c->hidden = nh;
         c->hidden_rows = n;
     }
+    if (n_embd_out > c->embd_rows) {
+        float *ne = malloc((size_t)n_embd_out * (size_t)hp->n_embd * sizeof(float));
+        if (!ne) {
+            for (int32_t i = n - 1; i >= 0; i--) ember_kv_seq_truncate(c->kv, b->seq_id[i], b->pos[i]);
+            return ember_error(EMBER_ERR_NOMEM, "ember_decode: cannot allocate embeddings for %d rows", n_embd_out);
+        }
+        free(c->embd);   /* nothing in it is read again */
+        c->embd = ne;
+        c->embd_rows = n_embd_out;
+    }
 
-    int32_t o = 0;
+    int32_t o = 0, oe = 0;
     for (int32_t i = 0; i < n; i++) {
+        c->embd_map[i] = b->embd && b->embd[i] ? oe++ : -1;
         c->kv_row[i] = ember_kv_row(c->kv, b->seq_id[i], b->pos[i]);
         c->query[i].blocks = ember_kv_seq_blocks(c->kv, b->seq_id[i]);
         c->query[i].pos = b->pos[i];
@@ -524,6 +569,12 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             if (first_out < 0) first_out = c->out_map[i];
             c->out_idx[n_uo++] = i - u0;
         }
+        int32_t first_embd = -1, n_ue = 0;
+        for (int32_t i = u0; i < u1; i++) {
+            if (c->embd_map[i] < 0) continue;
+            if (first_embd < 0) first_embd = c->embd_map[i];
+            c->embd_idx[n_ue++] = i - u0;
+        }
         ember_ubatch ubatch = {
             .n = u1 - u0, .token = b->token + u0, .pos = b->pos + u0, .kv_row = c->kv_row + u0,
             .query = c->query + u0, .kv_row_swa = (swa ? c->kv_row_swa : c->kv_row) + u0,
@@ -532,6 +583,8 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .hidden = c->n_capture == 0 ? NULL
                       : c->hidden + (size_t)u0 * (size_t)c->n_capture * (size_t)hp->n_embd,
             .seq = b->seq_id + u0,
+            .n_embd_out = n_ue, .embd_idx = c->embd_idx,
+            .embd = n_ue == 0 ? NULL : c->embd + (size_t)first_embd * (size_t)hp->n_embd,
         };
         const ember_backend_step bs = {
             .n = ubatch.n, .token = ubatch.token, .pos = ubatch.pos, .kv_row = ubatch.kv_row,
@@ -651,6 +704,7 @@ static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, e
      * last decode's logits to the host first, so they stay readable */
     logits_sync(c);
     memcpy(c->out_map_save, c->out_map, (size_t)n_last * sizeof *c->out_map);
+    memcpy(c->embd_map_save, c->embd_map, (size_t)n_last * sizeof *c->embd_map);
     ember_status st = EMBER_OK;
     ember_batch *b = &c->replay;
     for (ember_pos p0 = from; p0 < to; p0 += (ember_pos)c->p.n_batch) {
@@ -665,6 +719,7 @@ static ember_status replay(ember_context *c, ember_seq_id seq, ember_pos from, e
         if ((st = ember_decode(c, b)) != EMBER_OK) break;
     }
     memcpy(c->out_map, c->out_map_save, (size_t)n_last * sizeof *c->out_map);
+    memcpy(c->embd_map, c->embd_map_save, (size_t)n_last * sizeof *c->embd_map);
     c->n_last = n_last;
     c->n_out_last = n_out_last;
     c->n_layer_last = n_layer_last;

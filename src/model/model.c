@@ -348,6 +348,15 @@ int32_t ember_model_n_vocab(const ember_model *m) { return m->hp.n_vocab; }
 int32_t ember_model_n_ctx_train(const ember_model *m) { return m->hp.n_ctx_train; }
 int32_t ember_model_n_embd(const ember_model *m) { return m->hp.n_embd; }
 int32_t ember_model_n_layer(const ember_model *m) { return m->hp.n_layer; }
+int32_t ember_model_pooling_type(const ember_model *m)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.pooling_type", m->arch_name);
+    uint32_t v = 0;
+    const ember_status st = ember_gguf_get_u32(m->gguf, key, &v);
+    if (st == EMBER_ERR_NOT_FOUND) return EMBER_POOLING_NONE;
+    return st == EMBER_OK && v <= EMBER_POOLING_RANK ? (int32_t)v : -1;
+}
 uint64_t ember_model_size_bytes(const ember_model *m) { return m->size_bytes; }
 
 const char *ember_model_chat_template(const ember_model *m, size_t *len)
@@ -396,20 +405,32 @@ void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, con
     }
 }
 
-void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x)
+/* Rows idx[0..n) of x gathered into g and put through the output norm. */
+static void output_norm_rows(const ember_run *r, const float *x, const int32_t *idx, int32_t n, float *g)
 {
-    if (ub->n_out == 0) return;
     const ember_hparams *hp = &r->m->hp;
-    float *g = r->s->xb;
     const ember_backend_ops *op = r->be->ops;
-    for (int32_t i = 0, j; i < ub->n_out; i = j) {
+    for (int32_t i = 0, j; i < n; i = j) {
         /* runs of consecutive rows move in one copy */
-        for (j = i + 1; j < ub->n_out && ub->out_idx[j] == ub->out_idx[j - 1] + 1; j++) {}
+        for (j = i + 1; j < n && idx[j] == idx[j - 1] + 1; j++) {}
         float *dst = g + (size_t)i * hp->n_embd;
-        const float *src = x + (size_t)ub->out_idx[i] * hp->n_embd;
+        const float *src = x + (size_t)idx[i] * hp->n_embd;
         op->copy(r->be, dst, src, (int64_t)(j - i) * hp->n_embd);
     }
-    op->rms_norm(r->be, g, g, r->m->output_norm, ub->n_out, hp->n_embd, hp->norm_eps);
+    op->rms_norm(r->be, g, g, r->m->output_norm, n, hp->n_embd, hp->norm_eps);
+}
+
+void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x)
+{
+    const ember_hparams *hp = &r->m->hp;
+    float *g = r->s->xb;
+    if (ub->n_embd_out > 0) {   /* host scratch (ember_decode refuses embeddings otherwise) */
+        output_norm_rows(r, x, ub->embd_idx, ub->n_embd_out, g);
+        memcpy(ub->embd, g, (size_t)ub->n_embd_out * (size_t)hp->n_embd * sizeof(float));
+    }
+    if (ub->n_out == 0) return;
+    const ember_backend_ops *op = r->be->ops;
+    output_norm_rows(r, x, ub->out_idx, ub->n_out, g);
     ember_project(r, g, ub->n_out, &r->m->output, ub->logits, NULL, NULL, NULL, NULL);
     if (hp->final_softcap > 0.0f) op->softcap(r->be, ub->logits, hp->final_softcap, (int64_t)ub->n_out * hp->n_vocab);
 }

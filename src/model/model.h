@@ -104,6 +104,9 @@ typedef struct ember_ubatch {
     const int32_t *out_idx;
     float *logits;
     float *hidden;       /* [n][r->n_capture][n_embd]: states kept by ember_layer_end (every entry), or NULL */
+    int32_t n_embd_out;        /* rows embd_idx[0..n_embd_out) (ubatch-local) ask for embeddings, */
+    const int32_t *embd_idx;
+    float *embd;               /* written to embd[i * n_embd] (host memory) by ember_output */
     const ember_seq_id *seq;   /* [n] each entry's sequence (recurrent state lookup, ember_run.rs) */
 } ember_ubatch;
 
@@ -236,7 +239,9 @@ void ember_attend(const ember_run *r, const ember_ubatch *ub, int32_t il, const 
 /* After layer il: copy every row of the residual stream x [n, n_embd] into
  * ub->hidden for each r->capture_layer equal to il. */
 void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, const float *x);
-/* Final norm + LM head over the rows in ub->out_idx. Uses s->xb as gather space. */
+/* Final norm + LM head over the rows in ub->out_idx; the final norm alone over
+ * the rows in ub->embd_idx (embeddings, copied to ub->embd). Uses s->xb as
+ * gather space. */
 void ember_output(const ember_run *r, const ember_ubatch *ub, const float *x);
 
 #endif

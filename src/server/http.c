@@ -46,6 +46,7 @@
 #include "server/responses.h"
 #include "server/chat_tools.h"
 #include "server/completion.h"
+#include "server/embeddings.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/webui.h"
@@ -80,6 +81,7 @@ typedef struct conn {
     bool too_large;     /* the body passed cfg.max_body_bytes (announced or received); the rest is not kept */
     bool answered;      /* the 413 was queued before the body was read (announced Content-Length) */
     engine_req *req;    /* a non-stream request in flight (cancel on abort) */
+    bool v1;            /* the URL had the /v1 prefix (the OpenAI shape where a native one shares the path) */
 } conn;
 
 /* ---------- responses ---------- */
@@ -915,6 +917,25 @@ static enum MHD_Result handle_health(server *s, struct MHD_Connection *mc, conn 
     (void)c;
     return send_json(s, mc, 200, json_pack("{s:s}", "status", "ok"));
 }
+/* POST /v1/embeddings (OpenAI's shape), /embeddings and /embedding
+ * (llama-server's native shape): embeddings.h. The body is parsed under the
+ * parse-memory cap; the answer (n_embd floats per prompt) is not. */
+static enum MHD_Result handle_embeddings(server *s, struct MHD_Connection *mc, conn *c)
+{
+    oai_error err;
+    size_t held = mem_enter(s, c->len);
+    json_t *body = parse_body(c, &err);
+    if (tl_mem.over) {
+        mem_exceeded(s, held, &err);
+        json_decref(body);
+        body = NULL;
+    }
+    mem_leave(s, held);
+    json_t *j = body ? embeddings_answer(&s->cc, body, c->v1, &err) : NULL;
+    json_decref(body);
+    return j ? send_json(s, mc, 200, j) : send_error(s, mc, &err);
+}
+
 static enum MHD_Result get_models(server *s, struct MHD_Connection *mc, conn *c) { (void)c; return handle_models(s, mc); }
 static enum MHD_Result get_slots(server *s, struct MHD_Connection *mc, conn *c) { (void)c; return handle_slots(s, mc); }
 static enum MHD_Result get_props(server *s, struct MHD_Connection *mc, conn *c) { (void)c; return handle_props(s, mc); }
@@ -942,6 +963,8 @@ static const route_ent routes[] = {
     {"/tokenize", true, false, API_OPENAI, handle_tokenize},
     {"/detokenize", true, false, API_OPENAI, handle_detokenize},
     {"/apply-template", true, false, API_OPENAI, handle_apply_template},
+    {"/embeddings", true, false, API_OPENAI, handle_embeddings},
+    {"/embedding", true, false, API_OPENAI, handle_embeddings},
     {"/models", false, false, API_OPENAI, get_models},
     {"/slots", false, false, API_OPENAI, get_slots},
     {"/props", false, false, API_OPENAI, get_props},
@@ -962,6 +985,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         return ret;
     }
     const char *path = strip_v1(url);
+    c->v1 = path != url;
     const route_ent *re = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0] && !re; i++)
         if (!strcmp(path, routes[i].path)) re = &routes[i];

@@ -9,7 +9,9 @@
  * Routes (one table in http.c): POST /v1/chat/completions, POST
  * /v1/completions, POST /v1/messages and /v1/messages/count_tokens
  * (Anthropic), GET /v1/models, GET /health, GET /metrics, POST /tokenize,
- * POST /detokenize, POST /apply-template, GET /props, GET /slots (each also
+ * POST /detokenize, POST /apply-template, GET /props, GET /slots, POST
+ * /v1/embeddings (OpenAI) and /embeddings, /embedding (llama-server's native
+ * shape; embeddings.h) (each also
  * with or without the /v1 prefix, as llama-server accepts them). Every
  * completion API is an adapter over completion.h.
  */
@@ -83,6 +85,9 @@ typedef struct server_config {
     int32_t reasoning_budget;        /* --reasoning-budget: thought tokens before it is closed; < 0 unlimited */
     bool reasoning_format_none;      /* --reasoning-format none: thoughts stay raw in content */
     server_reasoning reasoning;      /* --reasoning auto (default) | on | off */
+    bool embedding;                  /* --embedding: serve /v1/embeddings, /embeddings, /embedding (else 501) */
+    int32_t pooling;                 /* --pooling: ember_pooling of those embeddings (default: the GGUF's
+                                        <arch>.pooling_type, else none, as llama.cpp) */
     /* memory facts for /metrics and /props */
     uint64_t kv_bytes, kv_pool_tokens, weight_bytes;
 } server_config;

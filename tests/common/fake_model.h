@@ -8,7 +8,9 @@
  * including the entry, so an output is right only if the scheduler fed every
  * position of the right sequence in order: a mixed-up batch changes it.
  * The rule (fake_next) is computable without the engine, which is what the
- * tests compare against.
+ * tests compare against. An entry that sets batch.embd gets an "embedding"
+ * of FAKE_N_EMBD floats from the same hash (fake_embd), so pooling over the
+ * wrong positions or sequences shows.
  *
  * decode() checks the contract of ember_decode in include/ember.h (tokens in
  * vocab, positions consecutive per sequence, n_ctx, pool) and counts
@@ -29,6 +31,7 @@
 #define FAKE_N_VOCAB 258
 #define FAKE_BOS 256
 #define FAKE_EOS 257
+#define FAKE_N_EMBD 4
 
 typedef struct fake_model {
     int32_t n_seq, n_ctx, n_batch_max;
@@ -37,6 +40,8 @@ typedef struct fake_model {
     int32_t *len;           /* [n_seq] */
     float *logits;          /* [n_batch_max][n_vocab] */
     int32_t *row;           /* batch entry -> logits row, -1 */
+    float *embd;            /* [n_batch_max][FAKE_N_EMBD] */
+    int8_t *has_embd;       /* [n_batch_max] */
     int n_decode, n_violations, max_batch;
     int eos_mod;            /* EOS when hash % eos_mod == 0; 0: never */
     double delay_s;         /* sleep per decode call (server tests) */
@@ -75,6 +80,16 @@ static inline void fake_logits(const ember_token *t, int32_t n, int eos_mod, flo
     out[(next + 1) % 256] = 6.5f;   /* a runner-up, for sampling tests */
 }
 
+/* The "embedding" after history t[0..n): FAKE_N_EMBD values in [-1, 1). */
+static inline void fake_embd(const ember_token *t, int32_t n, float *out)
+{
+    uint32_t h = fake_hash(t, n);
+    for (int32_t k = 0; k < FAKE_N_EMBD; k++) {
+        uint32_t x = (h ^ ((uint32_t)(k + 1) * 2246822519u)) * 2654435761u;
+        out[k] = (float)((x >> 8) % 2000) / 1000.0f - 1.0f;
+    }
+}
+
 static inline int32_t fake_argmax(const float *l)
 {
     int32_t b = 0;
@@ -107,6 +122,8 @@ static ember_status fake_decode(void *ctx, const ember_batch *b)
         m->used++;
         m->entries_of_seq[s]++;
         m->row[i] = -1;
+        m->has_embd[i] = b->embd && b->embd[i];
+        if (m->has_embd[i]) fake_embd(m->kv[s], m->len[s], m->embd + (size_t)i * FAKE_N_EMBD);
         if (b->logits[i]) {
             m->row[i] = n_rows;
             fake_logits(m->kv[s], m->len[s], m->eos_mod, m->logits + (size_t)n_rows * FAKE_N_VOCAB);
@@ -124,6 +141,12 @@ static const float *fake_get_logits(void *ctx, int32_t i)
 {
     fake_model *m = ctx;
     return m->row[i] < 0 ? NULL : m->logits + (size_t)m->row[i] * FAKE_N_VOCAB;
+}
+
+static const float *fake_get_embd(void *ctx, int32_t i)
+{
+    fake_model *m = ctx;
+    return m->has_embd[i] ? m->embd + (size_t)i * FAKE_N_EMBD : NULL;
 }
 
 static ember_status fake_seq_remove(void *ctx, ember_seq_id s)
@@ -214,6 +237,8 @@ static inline fake_model *fake_model_new(int32_t n_seq, int32_t n_ctx, uint32_t 
     m->entries_of_seq = calloc((size_t)n_seq, sizeof *m->entries_of_seq);
     m->logits = calloc((size_t)n_batch_max * FAKE_N_VOCAB, sizeof(float));
     m->row = calloc((size_t)n_batch_max, sizeof *m->row);
+    m->embd = calloc((size_t)n_batch_max * FAKE_N_EMBD, sizeof *m->embd);
+    m->has_embd = calloc((size_t)n_batch_max, sizeof *m->has_embd);
     return m;
 }
 
@@ -225,6 +250,8 @@ static inline void fake_model_free(fake_model *m)
     free(m->entries_of_seq);
     free(m->logits);
     free(m->row);
+    free(m->embd);
+    free(m->has_embd);
     free(m);
 }
 
@@ -235,7 +262,7 @@ static inline engine_runtime fake_runtime(fake_model *m)
         .seq_remove = fake_seq_remove, .seq_truncate = fake_seq_truncate, .seq_fork = fake_seq_fork,
         .seq_len = fake_seq_len, .kv_free_tokens = fake_kv_free, .sampler_new = fake_sampler_new,
         .sampler_free = fake_sampler_free, .sampler_sample = fake_sampler_sample,
-        .sampler_accept = fake_sampler_accept,
+        .sampler_accept = fake_sampler_accept, .n_embd = FAKE_N_EMBD, .get_embeddings = fake_get_embd,
     };
 }
 

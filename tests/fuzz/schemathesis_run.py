@@ -64,7 +64,7 @@ def main():
     key = "sk-conformance"
     base = f"http://127.0.0.1:{port}"
     argv = [a.ember, "serve", "-m", a.model, "-c", "128", "-np", "2", "-t", "2", "--port", str(port),
-            "--api-key", key, "--metrics"]
+            "--api-key", key, "--metrics", "--embedding", "--pooling", "mean"]
     log = open(f"/tmp/ember-st-{port}.log", "w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     rep_dir = tempfile.mkdtemp(prefix="ember-st-")

@@ -542,6 +542,87 @@ static void test_row_heads_match_full_rows(void **state)
 }
 
 /* The step thread: submit from this thread, wait on the request. */
+/* Embedding requests: the rows pooled over the right positions (the fake
+ * model's fake_embd of every prefix of the prompt; mean, cls = position 0,
+ * last, none = all rows), in the same steps as a generating request, over
+ * prefill chunks of several steps, never from the prefix cache, and their
+ * slots freed. */
+static engine_req *submit_embd(fixture *f, const char *text, ember_pooling pooling)
+{
+    ember_token t[600];
+    engine_req_params p = {0};
+    p.prompt = t;
+    p.n_prompt = make_prompt(t, text);
+    p.n_predict = -1;
+    p.embd = true;
+    p.pooling = pooling;
+    engine_req *r = NULL;
+    assert_int_equal(engine_submit(f->e, &p, &r), EMBER_OK);
+    return r;
+}
+
+static void test_embeddings_pooled(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_init(&f, 3, 128, 512, 8, 8);   /* n_batch 8: a 21-token prompt takes several steps */
+    const char *text = "embed me, if you can";
+    ember_token t[64];
+    const int32_t n = make_prompt(t, text);
+    float rows[64][FAKE_N_EMBD];
+    for (int32_t i = 0; i < n; i++) fake_embd(t, i + 1, rows[i]);
+
+    engine_req *g = submit(&f, text, 10);   /* fills a prefix cache with the same prompt */
+    run_until_done(&f, &g, 1);
+    engine_req *r[5];
+    r[0] = submit(&f, "and a chat beside them", 12);
+    r[1] = submit_embd(&f, text, EMBER_POOLING_MEAN);
+    r[2] = submit_embd(&f, text, EMBER_POOLING_CLS);
+    r[3] = submit_embd(&f, text, EMBER_POOLING_LAST);
+    r[4] = submit_embd(&f, text, EMBER_POOLING_NONE);
+    run_until_done(&f, r, 5);
+    expect_reference(r[0], "and a chat beside them", 12);
+    for (int k = 1; k <= 4; k++) {
+        assert_int_equal(r[k]->finish, ENGINE_FINISH_STOP);
+        assert_int_equal(r[k]->n_cached, 0);
+        assert_int_equal(r[k]->n_generated, 0);
+        assert_int_equal(r[k]->n_embd, FAKE_N_EMBD);
+        assert_non_null(r[k]->embd);
+    }
+    for (int32_t j = 0; j < FAKE_N_EMBD; j++) {
+        double mean = 0;
+        for (int32_t i = 0; i < n; i++) mean += rows[i][j];
+        mean /= n;
+        assert_true(fabs(r[1]->embd[j] - mean) < 1e-6);
+        assert_true(r[2]->embd[j] == rows[0][j]);
+        assert_true(r[3]->embd[j] == rows[n - 1][j]);
+    }
+    assert_int_equal(r[1]->n_embd_rows, 1);
+    assert_int_equal(r[4]->n_embd_rows, n);
+    assert_memory_equal(r[4]->embd, rows, sizeof(float) * (size_t)n * FAKE_N_EMBD);
+    engine_stats st;
+    engine_get_stats(f.e, &st, NULL);
+    assert_int_equal(st.n_busy, 0);
+    for (int k = 0; k < 5; k++) engine_req_release(r[k]);
+    engine_req_release(g);
+    fx_free(&f);
+}
+
+static void test_embeddings_refused(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_init(&f, 1, 32, 64, 8, 4);
+    ember_token t[40];
+    engine_req_params p = {.prompt = t, .n_prompt = make_prompt(t, "x"), .embd = true, .pooling = EMBER_POOLING_RANK};
+    engine_req *r = NULL;
+    assert_int_equal(engine_submit(f.e, &p, &r), EMBER_ERR_INVALID_ARG);
+    f.e->rt.get_embeddings = NULL;   /* a runtime without embeddings */
+    p.pooling = EMBER_POOLING_MEAN;
+    assert_int_equal(engine_submit(f.e, &p, &r), EMBER_ERR_UNSUPPORTED);
+    fx_free(&f);
+}
+
 static void test_thread(void **state)
 {
     fixture f;
@@ -580,6 +661,8 @@ int main(void)
         cmocka_unit_test(test_pool_full_newest_waits),
         cmocka_unit_test(test_logprobs_and_seeded_sampling),
         cmocka_unit_test(test_row_heads_match_full_rows),
+        cmocka_unit_test(test_embeddings_pooled),
+        cmocka_unit_test(test_embeddings_refused),
         cmocka_unit_test(test_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

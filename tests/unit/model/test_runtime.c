@@ -296,6 +296,48 @@ static void test_load_errors(void **st)
  * the context and names the variable; on the CPU (-ngl 0) the warm-up runs
  * nothing (all memory is placed up front) and there is no device memory to
  * print; every KV type is accepted. */
+/* Embeddings (ember_batch.embd): rows for exactly the entries that asked,
+ * across micro-batches (20 entries, n_ubatch 16), next to logits; asking
+ * for them changes no logit (the same batch shape, bit for bit); the rows
+ * are the output norm's, so each is an RMS-normalized vector times the
+ * norm's weights: never all zero, finite. Values against llama.cpp:
+ * tests/e2e/test_embeddings.py. */
+static void test_embeddings_rows(void **st)
+{
+    (void)st;
+    if (!model) { skip(); return; }
+    const int nv = ember_model_n_vocab(model), ne = ember_model_n_embd(model), n = 20;
+    assert_true(ember_model_pooling_type(model) == EMBER_POOLING_NONE);   /* the GGUF has no llama.pooling_type */
+    ember_context *c = new_ctx(2, 256, EMBER_KV_F16);
+    assert_true(ember_context_embeddings_supported(c));
+    ember_batch b;
+    assert_int_equal(ember_batch_init(64, &b), EMBER_OK);
+    float *want = malloc(sizeof(float) * (size_t)nv);
+    run_seq(c, &b, 0, prompt_a, n, want);   /* logits alone */
+    assert_null(ember_get_embeddings_ith(c, n - 1));
+    assert_int_equal(ember_seq_remove(c, 0), EMBER_OK);
+    b.n_tokens = n;
+    for (int i = 0; i < n; i++) {
+        set(&b, i, prompt_a[i], i, 0, i == n - 1);
+        b.embd[i] = (int8_t)(i % 3 != 1);
+    }
+    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    assert_memory_equal(ember_get_logits(c, n - 1), want, sizeof(float) * (size_t)nv);
+    for (int i = 0; i < n; i++) {
+        const float *e = ember_get_embeddings_ith(c, i);
+        if (i % 3 == 1) { assert_null(e); continue; }
+        assert_non_null(e);
+        double ss = 0;
+        for (int j = 0; j < ne; j++) { assert_true(isfinite(e[j])); ss += (double)e[j] * e[j]; }
+        assert_true(ss > 0);
+    }
+    assert_null(ember_get_embeddings_ith(c, n));
+    assert_null(ember_get_embeddings_ith(c, -1));
+    free(want);
+    ember_batch_free(&b);
+    ember_context_free(c);
+}
+
 static void test_context_backend_seam(void **st)
 {
     (void)st;
@@ -338,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_fork_and_truncate_match_fresh),
         cmocka_unit_test(test_pool_full),
         cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_embeddings_rows),
         cmocka_unit_test(test_context_backend_seam),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

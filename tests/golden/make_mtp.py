@@ -19,7 +19,8 @@ Writes tests/golden/mtp/:
                              ffn_norm 1 gives gelu(h_i) h_i + gelu(-h_i)(-h_i)
                              = h_i^2 (tanh-GELU too), whose sum is n_embd
                              whatever the input; down has every column along e
-  tiny-mtp.json              configs, and transformers' drafts: for each
+  tiny-mtp.json              configs, what gguf-py reads from each file
+                             (architecture keys, tensor shapes), and transformers' drafts: for each
                              step s of the target's greedy continuation, the
                              committed tokens prompt + cont[:s], the token
                              being drafted from (cont[s], at position
@@ -127,6 +128,17 @@ def drafts(target, assistant, tokens, id_last, sliding_window, n):
     return got, logits
 
 
+def gguf_view(gguf, path):
+    """What gguf-py reads from a converted file: the architecture's scalar and
+    array keys, and every tensor's ne (inner dimension first)."""
+    r = gguf.GGUFReader(path)
+    arch = r.fields["general.architecture"].contents()
+    keys = {k: f.contents() for k, f in r.fields.items() if k.startswith(arch + ".")}
+    return {"architecture": arch, "keys": keys,
+            "tensors": {t.name: [int(x) for x in t.shape] for t in r.tensors},
+            "n_vocab": len(r.fields["tokenizer.ggml.tokens"].contents())}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama", type=Path, required=True, help="llama.cpp tree (the sdist's vendor/llama.cpp)")
@@ -179,7 +191,8 @@ def main():
                 if s == 0:
                     step["logits"] = lg
                 steps.append(step)
-            made[name] = {"config": json.loads(acfg.to_json_string()), "steps": steps}
+            made[name] = {"config": json.loads(acfg.to_json_string()), "steps": steps,
+                          "gguf": gguf_view(gguf, OUT / f"{name}.gguf")}
     rec = {
         "transformers": transformers.__version__, "torch": torch.__version__, "n_vocab": n_vocab,
         "target": "../dflash/tiny-dflash-target.gguf", "n_draft": N_DRAFT,

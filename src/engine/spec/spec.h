@@ -2,8 +2,8 @@
  * spec.h — speculative decoding for the engine: a proposer interface, the
  * per-slot draft-length policy, the verifier, and the counters.
  *
- * Owns: what a proposer is (n-gram / prompt lookup, draft model, later DFlash
- * or MTP heads), the draft limits (--spec-draft-n-max/-n-min/-p-min,
+ * Owns: what a proposer is (n-gram / prompt lookup, draft model, layer-skip,
+ * DFlash and MTP heads), the draft limits (--spec-draft-n-max/-n-min/-p-min,
  * adaptive length), the acceptance rule, speculation statistics.
  * Must not: build batches, call the target's decode, or touch slots (the
  * engine does that at its seam, src/engine/slot.c: per slot and step

@@ -12,7 +12,12 @@
  *   at every step of the target's greedy continuation the tokens
  *   transformers' chained drafting proposes (tiny-mtp.json steps, same
  *   position for every draft step, the sliding layers seeing the last
- *   sliding_window - 1 keys), and its logits at step 0 match transformers'. */
+ *   sliding_window - 1 keys), and its logits at step 0 match transformers';
+ * - against llama.cpp: at each step of llama.cpp's own run
+ *   (tiny-mtp.llama-drafts.json, recorded by tests/golden/record_mtp_llama.sh
+ *   with llama-speculative-simple --spec-type draft-mtp on the same files)
+ *   ember's draft for the same committed tokens equals llama.cpp's in >= 95%
+ *   of steps (all 41 of each draft when recorded). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -286,6 +291,98 @@ static int32_t argmax(const float *l, int32_t n)
     return b;
 }
 
+/* One target decode of a whole token sequence (its states at positions < L
+ * are those of every shorter prefix: causal) and the draft over it. */
+typedef struct fixture {
+    ember_model *d, *t;
+    ember_mtp_ctx *mc;
+    ember_context *c;
+    int32_t n, n_src, E, V;
+    float *in, *logits;
+} fixture;
+
+static void fx_open(fixture *f, const char *draft, json_t *tokens)
+{
+    memset(f, 0, sizeof *f);
+    assert_int_equal(ember_model_load(draft, NULL, &f->d), EMBER_OK);
+    assert_int_equal(ember_model_load(TARGET, NULL, &f->t), EMBER_OK);
+    assert_int_equal(ember_mtp_ctx_new(f->d, f->t, 1, 128, 1, &f->mc), EMBER_OK);
+    int32_t layers[3];
+    const int32_t n_hid = ember_mtp_hidden_layers(f->mc, layers);
+    f->n_src = n_hid - 1;
+    f->n = (int32_t)json_array_size(tokens);
+    f->E = ember_model_n_embd(f->t);
+    f->V = ember_model_n_vocab(f->t);
+    assert_true(f->n > 1 && f->n <= 128 && f->E <= 256);
+    ember_context_params cp = ember_context_default_params();
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 128;
+    cp.n_threads = 1;
+    cp.type_k = cp.type_v = EMBER_KV_F32;
+    assert_int_equal(ember_context_new(f->t, &cp, &f->c), EMBER_OK);
+    assert_int_equal(ember_set_hidden_layers(f->c, n_hid, layers), EMBER_OK);
+    ember_batch b;
+    assert_int_equal(ember_batch_init(f->n, &b), EMBER_OK);
+    b.n_tokens = f->n;
+    for (int i = 0; i < f->n; i++) {
+        b.token[i] = (ember_token)json_integer_value(json_array_get(tokens, (size_t)i));
+        b.pos[i] = i; b.seq_id[i] = 0; b.logits[i] = i == f->n - 1;
+    }
+    assert_int_equal(ember_decode(f->c, &b), EMBER_OK);
+    ember_batch_free(&b);
+    f->in = malloc(sizeof(float) * (size_t)f->n * (size_t)f->n_src * (size_t)f->E);
+    f->logits = malloc(sizeof(float) * (size_t)f->V);
+    for (int i = 0; i < f->n; i++)
+        for (int s = 0; s < f->n_src; s++) {
+            const float *x = ember_get_hidden(f->c, i, s);
+            assert_non_null(x);
+            memcpy(f->in + ((size_t)i * (size_t)f->n_src + (size_t)s) * (size_t)f->E, x, sizeof(float) * (size_t)f->E);
+        }
+}
+
+static void fx_close(fixture *f)
+{
+    free(f->in);
+    free(f->logits);
+    ember_context_free(f->c);
+    ember_mtp_ctx_free(f->mc);
+    ember_model_free(f->t);
+    ember_model_free(f->d);
+}
+
+/* The draft's chain of n argmaxes from id_last at position L over the
+ * sequence's first L positions; logits of step k in f->logits after step k
+ * (check(k) is called after each step). */
+static void fx_draft(fixture *f, int32_t L, ember_token id_last, int32_t n, ember_token *out,
+                     void (*check)(const fixture *f, int32_t k, void *arg), void *arg)
+{
+    float h[256];
+    assert_true(L >= 1 && L <= f->n);
+    ember_mtp_truncate(f->mc, 0, 0);
+    assert_int_equal(ember_mtp_inject(f->mc, 0, L, f->in), EMBER_OK);
+    ember_mtp_final_norm(f->mc, ember_get_hidden(f->c, L - 1, f->n_src), h);
+    ember_token tok = id_last;
+    for (int32_t k = 0; k < n; k++) {
+        assert_int_equal(ember_mtp_step(f->mc, 0, tok, L, h, f->logits, h), EMBER_OK);
+        if (check) check(f, k, arg);
+        out[k] = tok = argmax(f->logits, f->V);
+    }
+}
+
+static double worst_logit_err;
+
+static void check_logits(const fixture *f, int32_t k, void *arg)
+{
+    json_t *row = json_array_get((json_t *)arg, (size_t)k);
+    double scale = 0;
+    for (int v = 0; v < f->V; v++) scale = fmax(scale, fabs(json_real_value(json_array_get(row, (size_t)v))));
+    for (int v = 0; v < f->V; v++) {
+        const double want = json_real_value(json_array_get(row, (size_t)v));
+        const double err = fabs(f->logits[v] - want) / scale;
+        if (err > worst_logit_err) worst_logit_err = err;
+        if (err > 1e-3) fail_msg("step 0 draft %d token %d: logit %f, transformers %f", k, v, f->logits[v], want);
+    }
+}
+
 /* ember's drafts of `name` at every step of tiny-mtp.json vs transformers'. */
 static void check_drafts(const char *path, const char *name)
 {
@@ -293,86 +390,29 @@ static void check_drafts(const char *path, const char *name)
     json_t *dr = json_object_get(json_object_get(rec, "drafts"), name), *steps = json_object_get(dr, "steps");
     assert_true(json_is_array(steps) && json_array_size(steps) > 0);
     const int32_t n_draft = (int32_t)json_integer_value(json_object_get(rec, "n_draft"));
-    ember_model *d = NULL, *t = NULL;
-    assert_int_equal(ember_model_load(path, NULL, &d), EMBER_OK);
-    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
-    ember_mtp_ctx *mc = NULL;
-    assert_int_equal(ember_mtp_ctx_new(d, t, 1, 64, 1, &mc), EMBER_OK);
-    int32_t layers[3];
-    const int32_t n_hid = ember_mtp_hidden_layers(mc, layers), n_src = n_hid - 1;
-    /* one target decode of the longest committed sequence: its states at
-     * positions < L are those of every shorter prefix (causal) */
-    json_t *last = json_object_get(json_array_get(steps, json_array_size(steps) - 1), "tokens");
-    const int32_t n = (int32_t)json_array_size(last), E = ember_model_n_embd(t), V = ember_model_n_vocab(t);
-    ember_context_params cp = ember_context_default_params();
-    cp.n_ctx = 64;
-    cp.n_batch = cp.n_ubatch = 64;
-    cp.n_threads = 1;
-    cp.type_k = cp.type_v = EMBER_KV_F32;
-    ember_context *c = NULL;
-    assert_int_equal(ember_context_new(t, &cp, &c), EMBER_OK);
-    assert_int_equal(ember_set_hidden_layers(c, n_hid, layers), EMBER_OK);
-    ember_batch b;
-    assert_int_equal(ember_batch_init(n, &b), EMBER_OK);
-    b.n_tokens = n;
-    for (int i = 0; i < n; i++) {
-        b.token[i] = (ember_token)json_integer_value(json_array_get(last, (size_t)i));
-        b.pos[i] = i; b.seq_id[i] = 0; b.logits[i] = i == n - 1;
-    }
-    assert_int_equal(ember_decode(c, &b), EMBER_OK);
-    float *in = malloc(sizeof(float) * (size_t)n * (size_t)n_src * (size_t)E), *logits = malloc(sizeof(float) * (size_t)V);
-    float h[256];
-    assert_true(E <= 256);
-    for (int i = 0; i < n; i++)
-        for (int s = 0; s < n_src; s++) {
-            const float *x = ember_get_hidden(c, i, s);
-            assert_non_null(x);
-            memcpy(in + ((size_t)i * (size_t)n_src + (size_t)s) * (size_t)E, x, sizeof(float) * (size_t)E);
-        }
+    fixture f;
+    fx_open(&f, path, json_object_get(json_array_get(steps, json_array_size(steps) - 1), "tokens"));
     int n_tok = 0, n_same = 0;
-    double worst = 0;
+    worst_logit_err = 0;
     for (size_t si = 0; si < json_array_size(steps); si++) {
         json_t *sj = json_array_get(steps, si);
         const int32_t L = (int32_t)json_integer_value(json_object_get(sj, "pos"));
         json_t *want = json_object_get(sj, "drafts"), *wl = json_object_get(sj, "logits");
         assert_int_equal((int32_t)json_array_size(json_object_get(sj, "tokens")), L);
-        ember_mtp_truncate(mc, 0, 0);
-        assert_int_equal(ember_mtp_inject(mc, 0, L, in), EMBER_OK);
-        ember_mtp_final_norm(mc, ember_get_hidden(c, L - 1, n_src), h);
-        ember_token tok = (ember_token)json_integer_value(json_object_get(sj, "id_last"));
-        bool diverged = false;
-        for (int k = 0; k < n_draft; k++) {
-            assert_int_equal(ember_mtp_step(mc, 0, tok, L, h, logits, h), EMBER_OK);
-            if (wl) {
-                json_t *row = json_array_get(wl, (size_t)k);
-                double scale = 0;
-                for (int v = 0; v < V; v++) scale = fmax(scale, fabs(json_real_value(json_array_get(row, (size_t)v))));
-                for (int v = 0; v < V; v++) {
-                    const double err = fabs(logits[v] - json_real_value(json_array_get(row, (size_t)v))) / scale;
-                    if (err > worst) worst = err;
-                    if (err > 1e-3) fail_msg("step 0 draft %d token %d: logit %f, transformers %f", k, v, logits[v],
-                                             json_real_value(json_array_get(row, (size_t)v)));
-                }
-            }
-            tok = argmax(logits, V);
-            const ember_token w = (ember_token)json_integer_value(json_array_get(want, (size_t)k));
-            if (!diverged) {
-                n_tok++;
-                n_same += tok == w;
-            }
-            if (tok != w) diverged = true;   /* later drafts chain from a different token */
+        ember_token got[8];
+        assert_true(n_draft <= 8);
+        fx_draft(&f, L, (ember_token)json_integer_value(json_object_get(sj, "id_last")), n_draft, got,
+                 wl ? check_logits : NULL, wl);
+        for (int k = 0; k < n_draft; k++) {   /* later drafts chain from a different token after a difference */
+            n_tok++;
+            if (got[k] != (ember_token)json_integer_value(json_array_get(want, (size_t)k))) break;
+            n_same++;
         }
     }
     print_message("%s: %d of %d drafted tokens equal transformers' (chains compared up to a first difference); "
-                  "step-0 logits max error %.2g of the row scale\n", name, n_same, n_tok, worst);
+                  "step-0 logits max error %.2g of the row scale\n", name, n_same, n_tok, worst_logit_err);
     assert_int_equal(n_same, n_tok);
-    free(in);
-    free(logits);
-    ember_batch_free(&b);
-    ember_context_free(c);
-    ember_mtp_ctx_free(mc);
-    ember_model_free(t);
-    ember_model_free(d);
+    fx_close(&f);
     json_decref(rec);
 }
 
@@ -383,6 +423,47 @@ static void test_mtp_drafts_match_transformers(void **st)
     check_drafts(DRAFT_CONST, "tiny-mtp-draft-const");
 }
 
+/* llama.cpp's own drafts (tiny-mtp.llama-drafts.json, recorded by
+ * tests/golden/record_mtp_llama.sh with llama-speculative-simple
+ * --spec-type draft-mtp on the same files): at each step, ember's draft for
+ * the same committed tokens and id_last equals llama.cpp's in >= 95% of steps. */
+static void test_mtp_drafts_match_llama(void **st)
+{
+    (void)st;
+    json_error_t jerr;
+    json_t *rec = json_load_file("tests/golden/mtp/tiny-mtp.llama-drafts.json", 0, &jerr);
+    assert_non_null(rec);
+    const char *names[2] = {"tiny-mtp-draft", "tiny-mtp-draft-const"}, *paths[2] = {DRAFT, DRAFT_CONST};
+    for (int di = 0; di < 2; di++) {
+        json_t *dr = json_object_get(json_object_get(rec, "drafts"), names[di]);
+        json_t *steps = json_object_get(dr, "steps"), *seq = json_object_get(dr, "sequence");
+        assert_true(json_is_array(steps) && json_array_size(steps) >= 10 && json_is_array(seq));
+        fixture f;
+        fx_open(&f, paths[di], seq);
+        int n_steps = 0, n_equal = 0, n_distinct = 0;
+        ember_token prev[8] = {-1};
+        for (size_t si = 0; si < json_array_size(steps); si++) {
+            json_t *sj = json_array_get(steps, si), *want = json_object_get(sj, "draft");
+            const int32_t L = (int32_t)json_integer_value(json_object_get(sj, "n_past"));
+            const int32_t n = (int32_t)json_array_size(want);
+            assert_true(n >= 1 && n <= 8);
+            ember_token got[8];
+            fx_draft(&f, L, (ember_token)json_integer_value(json_array_get(seq, (size_t)L)), n, got, NULL, NULL);
+            bool same = true;
+            for (int k = 0; k < n; k++) same &= got[k] == (ember_token)json_integer_value(json_array_get(want, (size_t)k));
+            n_steps++;
+            n_equal += same;
+            n_distinct += memcmp(prev, got, sizeof(ember_token) * (size_t)n) != 0;
+            memcpy(prev, got, sizeof(ember_token) * (size_t)n);
+        }
+        print_message("%s: %d of %d steps draft what llama.cpp drafts (the draft changed %d times)\n", names[di],
+                      n_equal, n_steps, n_distinct);
+        assert_true(n_equal * 100 >= 95 * n_steps);
+        fx_close(&f);
+    }
+    json_decref(rec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -391,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_mtp_malformed),
         cmocka_unit_test(test_mtp_forward_bad_args),
         cmocka_unit_test(test_mtp_drafts_match_transformers),
+        cmocka_unit_test(test_mtp_drafts_match_llama),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,17 +45,19 @@ char *serve_read_file(const char *path)
 const char serve_spec_usage[] =
     "      --spec-type T           speculative decoding: none (default), ngram (prompt lookup), draft (-md),\n"
     "                              layerskip (the model's own first --spec-layers layers draft), draft-dflash\n"
-    "                              (a DFlash block draft over the model's hidden states; CPU); output stays\n"
+    "                              (a DFlash block draft over the model's hidden states; CPU), draft-mtp\n"
+    "                              (a Gemma 4 MTP assistant draft over the model's K/V; CPU); output stays\n"
     "                              identical (lossless)\n"
     "  -md, --model-draft, --spec-draft-model FILE\n"
-    "                              draft model for --spec-type draft (same vocabulary as -m) or draft-dflash\n"
-    "                              (a dflash GGUF made by convert_hf_to_gguf.py --target-model-dir)\n"
+    "                              draft model for --spec-type draft (same vocabulary as -m), draft-dflash\n"
+    "                              (a dflash GGUF made by convert_hf_to_gguf.py --target-model-dir) or\n"
+    "                              draft-mtp (a gemma4-assistant GGUF for a gemma4 -m)\n"
     "  -ngld, --spec-draft-ngl N   accepted for llama-server compatibility; drafts run on the CPU for now\n"
     "      --spec-layers K         layers the layerskip draft runs before the LM head (default: half)\n"
     "      --spec-draft-n-max N    most draft tokens per slot and step (default 16, at most 32)\n"
     "      --spec-draft-n-min N    drop drafts shorter than N (default 0)\n"
-    "      --spec-draft-p-min P    draft model stops when its top probability < P (default 0.75; draft-dflash:\n"
-    "                              0, the whole block, as llama.cpp)\n"
+    "      --spec-draft-p-min P    draft model stops when its top probability < P (default 0.75; draft-dflash,\n"
+    "                              draft-mtp: 0, as llama.cpp)\n"
     "      --spec-adaptive on|off  per-slot draft length from measured acceptance and verify cost (default on)\n"
     "      --spec-row-cost C       cost of one more verified row relative to a 1-token step (default: measured\n"
     "                              from the server's own step times, starting from 0.35)\n";
@@ -76,7 +78,7 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
     char *end;
     if (!strcmp(a, "--spec-type")) {
         if (!spec_parse_type(v, &o->spec.type)) {
-            fprintf(stderr, "ember: --spec-type expects none, ngram, draft, layerskip or draft-dflash, got '%s'\n", v);
+            fprintf(stderr, "ember: --spec-type expects none, ngram, draft, layerskip, draft-dflash or draft-mtp, got '%s'\n", v);
             return -1;
         }
     } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft") || !strcmp(a, "--spec-draft-model")) {
@@ -138,7 +140,7 @@ static ember_status open_spec(const serve_opts *o, serve_model *m, FILE *log)
         fprintf(log, "ember: -md given: using --spec-type draft\n");
     }
     spec_type type = o->draft_path && o->spec.type == SPEC_NONE ? SPEC_DRAFT : o->spec.type;
-    if (o->draft_ngl != 0 && (type == SPEC_DRAFT || type == SPEC_DFLASH))
+    if (o->draft_ngl != 0 && (type == SPEC_DRAFT || type == SPEC_DFLASH || type == SPEC_MTP))
         fprintf(log, "ember: --spec-draft-ngl %d: the draft runs on the CPU in this build\n", o->draft_ngl);
     switch (type) {
     case SPEC_NONE: return EMBER_OK;
@@ -150,6 +152,10 @@ static ember_status open_spec(const serve_opts *o, serve_model *m, FILE *log)
     case SPEC_DFLASH:
         if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft-dflash needs --spec-draft-model FILE");
         st = spec_dflash_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, o->spec.n_max, &prop);
+        break;
+    case SPEC_MTP:
+        if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft-mtp needs --spec-draft-model FILE");
+        st = spec_mtp_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &prop);
         break;
     case SPEC_LAYERSKIP: {
         int32_t k = o->spec.n_layer_draft > 0 ? o->spec.n_layer_draft : ember_model_n_layer(m->model) / 2;
@@ -163,7 +169,7 @@ static ember_status open_spec(const serve_opts *o, serve_model *m, FILE *log)
     spec_params p = o->spec;
     p.type = type;
     /* llama.cpp drafts the whole DFlash block unless told (common.h:332 p_min 0.0) */
-    if (type == SPEC_DFLASH && !o->p_min_given) p.p_min = 0.0f;
+    if ((type == SPEC_DFLASH || type == SPEC_MTP) && !o->p_min_given) p.p_min = 0.0f;
     if ((st = spec_engine_new(&p, prop, o->n_parallel, &m->spec)) != EMBER_OK) return st;
     char line[512];
     spec_engine_describe(m->spec, line, sizeof line);

@@ -49,7 +49,7 @@
  *   Experts come as ffn_gate_up_exps [n_expert][2 * n_ff_exp][n_embd] (gate
  *   rows first) or as separate ffn_gate_exps / ffn_up_exps.
  */
-#include "model/model.h"
+#include "model/gemma4.h"
 #include "base/status.h"
 #include "quant/quant.h"
 
@@ -556,3 +556,14 @@ const ember_arch ember_arch_gemma4 = {
     .device_scratch = true,
     .hidden = true,
 };
+
+ember_status ember_gemma4_attn_info(const ember_model *m, int32_t il, ember_gemma4_attn *out)
+{
+    if (!m || m->arch != &ember_arch_gemma4 || !m->arch_priv || il < 0 || il >= m->hp.n_layer)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_gemma4_attn_info: %s is not a gemma4 model with layer %d",
+                           m ? m->path : "(null)", il);
+    const g4_layer *G = &((const g4_model *)m->arch_priv)->layers[il];
+    *out = (ember_gemma4_attn){.swa = G->swa, .kv_src = G->kv_src, .n_head_kv = G->n_head_kv, .head_dim = G->head_dim,
+                               .n_rot = G->n_rot, .rope_base = G->rope_base, .rope_freqs = G->rope_freqs};
+    return EMBER_OK;
+}

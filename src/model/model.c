@@ -23,6 +23,7 @@ static const ember_arch *const registry[] = {
     &ember_arch_dflash,
     &ember_arch_gemma3,
     &ember_arch_gemma4,
+    &ember_arch_gemma4_assistant,
     &ember_arch_llama,
     &ember_arch_qwen3,
     &ember_arch_qwen35,
@@ -297,7 +298,7 @@ ember_status ember_model_load(const char *path, const ember_model_params *params
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
         if (!strcmp(registry[i]->name, arch)) m->arch = registry[i];
     if (!m->arch) {
-        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3, qwen35, qwen35moe; dflash drafts)", path, arch);
+        st = ember_error(EMBER_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: gemma3, gemma4, llama, qwen3, qwen35, qwen35moe; dflash and gemma4-assistant drafts)", path, arch);
         goto fail;
     }
     if ((st = load_common_hparams(m))) goto fail;

@@ -173,6 +173,7 @@ struct ember_arch {
 extern const ember_arch ember_arch_dflash;
 extern const ember_arch ember_arch_gemma3;
 extern const ember_arch ember_arch_gemma4;
+extern const ember_arch ember_arch_gemma4_assistant;
 extern const ember_arch ember_arch_llama;
 extern const ember_arch ember_arch_qwen3;
 extern const ember_arch ember_arch_qwen35;

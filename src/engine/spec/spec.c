@@ -36,7 +36,7 @@ spec_params spec_default_params(void)
                          .row_cost = 0.35f, .ngram_min = 2, .ngram_max = 4};
 }
 
-static const char *const type_names[] = {"none", "ngram", "draft", "layerskip", "draft-dflash"};
+static const char *const type_names[] = {"none", "ngram", "draft", "layerskip", "draft-dflash", "draft-mtp"};
 #define N_TYPES (int)(sizeof type_names / sizeof type_names[0])
 
 bool spec_parse_type(const char *s, spec_type *out)

@@ -2,8 +2,8 @@
  * spec.h — speculative decoding for the engine: a proposer interface, the
  * per-slot draft-length policy, the verifier, and the counters.
  *
- * Owns: what a proposer is (n-gram / prompt lookup, draft model, later DFlash
- * or MTP heads), the draft limits (--spec-draft-n-max/-n-min/-p-min,
+ * Owns: what a proposer is (n-gram / prompt lookup, draft model, layer-skip,
+ * DFlash and MTP heads), the draft limits (--spec-draft-n-max/-n-min/-p-min,
  * adaptive length), the acceptance rule, speculation statistics.
  * Must not: build batches, call the target's decode, or touch slots (the
  * engine does that at its seam, src/engine/slot.c: per slot and step
@@ -40,6 +40,7 @@ typedef enum spec_type {
     SPEC_DRAFT,      /* a smaller model with the same vocabulary (-md) */
     SPEC_LAYERSKIP,  /* the target's first k layers + its LM head (self-speculative, layerskip.c) */
     SPEC_DFLASH,     /* a DFlash block-diffusion draft over the target's hidden states (dflash.c) */
+    SPEC_MTP,        /* a Gemma 4 MTP (assistant) draft over the target's K/V and final state (mtp.c) */
 } spec_type;
 
 /* What a proposer sees for one slot at one step. tokens[0, n_tokens) are the
@@ -131,7 +132,7 @@ typedef struct spec_params {
 } spec_params;
 
 spec_params spec_default_params(void);
-/* "none", "ngram", "draft", "layerskip", "draft-dflash" -> type; false if unknown. */
+/* "none", "ngram", "draft", "layerskip", "draft-dflash", "draft-mtp" -> type; false if unknown. */
 bool spec_parse_type(const char *s, spec_type *out);
 const char *spec_type_name(spec_type t);
 
@@ -245,5 +246,20 @@ ember_status spec_layerskip_new(ember_context *target, const ember_model *m, int
  * ember_dflash_check_target, EMBER_ERR_NOMEM. target must outlive it. */
 ember_status spec_dflash_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
                              int32_t n_max, spec_proposer *out);
+
+/* Gemma 4 MTP (--spec-type draft-mtp, --spec-draft-model FILE): a
+ * `gemma4-assistant` draft (src/model/mtp.h) with, per slot, copies of the
+ * target K/V its layers read, fed by absorb with the target's hidden states
+ * of every decoded position (the inputs of those K/V owner layers and the
+ * final state); propose chains up to n_max single-row steps from the slot's
+ * last token, all at that token's position, each continuing from the
+ * previous step's argmax and h_next, stopping where the argmax's
+ * probability within the top 10 falls below p_min (llama.cpp
+ * common/speculative.cpp:1587-1730). A slot whose held positions do not
+ * match its committed tokens drafts nothing. Errors: those of loading the
+ * draft, ember_mtp_check_target (target must be gemma4), EMBER_ERR_NOMEM.
+ * target must outlive it. */
+ember_status spec_mtp_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
+                          spec_proposer *out);
 
 #endif

@@ -1,0 +1,486 @@
+/*
+ * mtp.c — the `gemma4-assistant` architecture: Gemma 4's multi-token-
+ * prediction draft (Google's "-assistant" checkpoints; transformers
+ * Gemma4AssistantForCausalLM), bound from the GGUF llama.cpp 0.3.36 writes
+ * (conversion/gemma.py Gemma4AssistantModel) and run as llama.cpp does
+ * (src/models/gemma4-assistant.cpp; docs/mtp.md).
+ *
+ * Owns: the draft's hyperparameters (per-layer type, head dims, RoPE, FFN
+ * widths, output scales, embedding_length_out, nextn_predict_layers), its
+ * tensors (nextn.pre_projection / post_projection, Q-only attention layers,
+ * GELU FFN, tied LM head) and ember_mtp_ctx: per sequence, copies of the
+ * target K/V the draft attends to. Must not: touch the target's context or
+ * run as a model of its own (ember_arch.draft_only).
+ *
+ * The forward, one row (token t at position p, h = the target's final state
+ * or the previous step's h_next, [n_bb]):
+ *   u = W_pre [E_target[t] * sqrt(n_bb); h]
+ *   per layer: a = rms(u) * attn_norm; q = rope(rms_head(W_q a) * q_norm, p)
+ *     o = W_o softmax(q K^T) V over the target's K/V (scale 1; K/V of the
+ *         target layer target n_layer - 2 (sliding) / n_layer - 1 (full)
+ *         attends to, positions < p, sliding: p - key < sliding_window)
+ *     u1 = u + rms(o) * post_attention_norm
+ *     u = (u1 + rms(W_down (gelu_tanh(W_gate m) * W_up m)) * post_ffw_norm) * out_scale,
+ *         m = rms(u1) * ffn_norm
+ *   y = rms(u) * output_norm; logits = E_draft y; h_next = W_post y
+ */
+#include "model/mtp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/options.h"
+#include "base/status.h"
+#include "model/gemma4.h"
+
+#define MTP_ROWS 32   /* positions per injection pass */
+
+static ember_status mtp_load(ember_model *m)
+{
+    ember_hparams *hp = &m->hp;
+    const int32_t n_layer = hp->n_layer;
+    ember_status st;
+    ember_mtp *d = calloc(1, sizeof *d);
+    if (!d) return ember_error(EMBER_ERR_NOMEM, "%s: MTP draft", m->path);
+    m->arch_priv = d;
+    d->layers = calloc((size_t)n_layer, sizeof *d->layers);
+    if (!d->layers) return ember_error(EMBER_ERR_NOMEM, "%s: MTP draft", m->path);
+
+    /* hyperparameters (gemma4-assistant.cpp:3-19) */
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->arch_name);
+    ember_gguf_arr a;
+    st = ember_gguf_get_arr(m->gguf, key, &a);
+    if (st == EMBER_ERR_NOT_FOUND) return ember_error(st, "%s: missing metadata key '%s'", m->path, key);
+    if (st) return ember_error(st, "%s: metadata key '%s' is not an array", m->path, key);
+    if (a.type != EMBER_GGUF_BOOL || a.n != (uint64_t)n_layer)
+        return ember_error(EMBER_ERR_FORMAT, "%s: metadata key '%s' must be %d bools (has %llu of type %s)", m->path, key,
+                           n_layer, (unsigned long long)a.n, ember_gguf_vtype_name(a.type));
+    for (int32_t il = 0; il < n_layer; il++) hp->is_swa[il] = ember_gguf_arr_scalar(&a, (uint64_t)il).b;
+    if ((st = ember_model_get_u32(m, "attention.sliding_window", true, &hp->n_swa))) return st;
+    int32_t hd_full = hp->head_dim_k, hd_swa = 0, v_swa = 0, n_rot_full = hp->n_rot, n_rot_swa;
+    if ((st = ember_model_get_u32(m, "attention.key_length_swa", true, &hd_swa))) return st;
+    if ((st = ember_model_get_u32(m, "attention.value_length_swa", true, &v_swa))) return st;
+    if (hd_full != hp->head_dim_v || hd_swa != v_swa)   /* gemma4-assistant.cpp:24-29 */
+        return ember_error(EMBER_ERR_FORMAT, "%s: Gemma 4 assistant needs value_length == key_length (full %d/%d, sliding %d/%d)",
+                           m->path, hd_full, hp->head_dim_v, hd_swa, v_swa);
+    n_rot_swa = hd_swa;
+    if ((st = ember_model_get_u32(m, "rope.dimension_count_swa", false, &n_rot_swa))) return st;
+    if ((st = ember_model_get_u32(m, "embedding_length_out", false, &d->n_embd_backbone))) return st;
+    d->n_layer_nextn = 0;
+    if ((st = ember_model_get_u32(m, "nextn_predict_layers", false, &d->n_layer_nextn))) return st;
+    if (d->n_embd_backbone == 0 || d->n_embd_backbone == hp->n_embd)   /* gemma4-assistant.cpp:30-32 */
+        return ember_error(EMBER_ERR_FORMAT, "%s: Gemma 4 assistant requires %s.embedding_length_out to carry the target hidden size (has %d, embedding_length %d)",
+                           m->path, m->arch_name, d->n_embd_backbone, hp->n_embd);
+    if (d->n_embd_backbone < 1 || d->n_embd_backbone > (1 << 20) || d->n_layer_nextn < 1 || d->n_layer_nextn > n_layer ||
+        hd_swa < 2 || hd_swa > 1024 || n_rot_swa < 2 || n_rot_swa > hd_swa || n_rot_swa % 2 || hp->n_swa < 1)
+        return ember_error(EMBER_ERR_FORMAT, "%s: Gemma 4 assistant shapes out of range (embedding_length_out %d, nextn_predict_layers %d of %d, key_length_swa %d, rope.dimension_count_swa %d, sliding_window %d)",
+                           m->path, d->n_embd_backbone, d->n_layer_nextn, n_layer, hd_swa, n_rot_swa, hp->n_swa);
+    int32_t n_ff[EMBER_MAX_LAYERS];
+    for (int32_t il = 0; il < n_layer; il++) n_ff[il] = hp->n_ff;
+    if ((st = ember_model_get_u32_per_layer(m, "feed_forward_length", true, n_layer, n_ff))) return st;
+    hp->attn_scale = 1.0f;   /* gemma4-assistant.cpp:12 */
+    hp->embd_scale = 1.0f;
+    hp->final_softcap = 0.0f;   /* written by the converter, not applied (gemma4-assistant.cpp:186-192) */
+
+    /* tensors (gemma4-assistant.cpp:21-78); token_embd is the LM head (tied) */
+    if (!m->tok_embd.data)
+        return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor 'token_embd.weight' (the Gemma 4 assistant's LM head)", m->path);
+    const int64_t E = hp->n_embd, B = d->n_embd_backbone;
+    if ((st = ember_model_bind_matrix(m, "nextn.pre_projection.weight", 2 * B, E, true, &d->pre_proj))) return st;
+    if ((st = ember_model_bind_matrix(m, "nextn.post_projection.weight", E, B, true, &d->post_proj))) return st;
+    const float *rope_freqs = NULL;
+    if (ember_gguf_get_tensor(m->gguf, "rope_freqs.weight"))
+        if ((st = ember_model_bind_vector(m, "rope_freqs.weight", hd_full / 2, &rope_freqs))) return st;
+    for (int32_t il = 0; il < d->n_layer_nextn; il++) {
+        ember_layer *L = &m->layers[il];
+        ember_mtp_layer *D = &d->layers[il];
+        D->swa = hp->is_swa[il];
+        D->head_dim = D->swa ? hd_swa : hd_full;
+        D->n_rot = D->swa ? n_rot_swa : n_rot_full;
+        D->rope_base = D->swa ? hp->rope_base_swa : hp->rope_base;
+        D->n_ff = n_ff[il];
+        if (D->n_ff < 1) return ember_error(EMBER_ERR_FORMAT, "%s: layer %d: feed_forward_length %d", m->path, il, D->n_ff);
+        if (!D->swa) {
+            if (!rope_freqs) return ember_error(EMBER_ERR_NOT_FOUND, "%s: missing tensor 'rope_freqs.weight' (full layer %d)", m->path, il);
+            D->rope_freqs = rope_freqs;
+        }
+        const int64_t n_q = (int64_t)hp->n_head * D->head_dim;
+        if ((st = ember_model_bind_layer_vector(m, il, "attn_norm", E, &L->attn_norm)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "attn_q", E, n_q, true, &L->wq)) ||
+            (st = ember_model_bind_layer_vector(m, il, "attn_q_norm", D->head_dim, &L->attn_q_norm)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "attn_output", n_q, E, true, &L->wo)) ||
+            (st = ember_model_bind_layer_vector(m, il, "post_attention_norm", E, &L->post_attn_norm)) ||
+            (st = ember_model_bind_layer_vector(m, il, "ffn_norm", E, &L->ffn_norm)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "ffn_gate", E, D->n_ff, true, &L->ffn_gate)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "ffn_up", E, D->n_ff, true, &L->ffn_up)) ||
+            (st = ember_model_bind_layer_matrix(m, il, "ffn_down", D->n_ff, E, true, &L->ffn_down)) ||
+            (st = ember_model_bind_layer_vector(m, il, "post_ffw_norm", E, &L->post_ffw_norm)))
+            return st;
+        const float *sc;
+        if ((st = ember_model_bind_layer_vector(m, il, "layer_output_scale", 1, &sc))) return st;
+        D->out_scale = sc[0];
+    }
+    /* the largest layer, for anything sized by the common fields */
+    hp->head_dim_k = hp->head_dim_v = hd_full > hd_swa ? hd_full : hd_swa;
+    for (int32_t il = 0; il < n_layer; il++)
+        if (n_ff[il] > hp->n_ff) hp->n_ff = n_ff[il];
+    return EMBER_OK;
+}
+
+static void mtp_free(ember_model *m)
+{
+    ember_mtp *d = m->arch_priv;
+    if (d) free(d->layers);
+    free(d);
+    m->arch_priv = NULL;
+}
+
+const ember_mtp *ember_model_mtp(const ember_model *m)
+{
+    return m && m->arch == &ember_arch_gemma4_assistant ? m->arch_priv : NULL;
+}
+
+/* The K/V owner the draft's layers of type swa read: the layer target layer
+ * n_layer - 2 (sliding) / n_layer - 1 (full) attends to (llama-model.cpp:2812-2820). */
+static ember_status target_src(const ember_model *target, bool swa, ember_gemma4_attn *src, int32_t *il_out)
+{
+    const int32_t n = ember_model_n_layer(target);
+    ember_gemma4_attn at;
+    ember_status st = ember_gemma4_attn_info(target, swa ? n - 2 : n - 1, &at);
+    if (st) return st;
+    if (at.swa != swa)
+        return ember_error(EMBER_ERR_INVALID_ARG, "MTP draft: target %s layer %d is %s, the draft's %s layers read it",
+                           target->path, swa ? n - 2 : n - 1, at.swa ? "sliding" : "full", swa ? "sliding" : "full");
+    *il_out = at.kv_src;
+    return ember_gemma4_attn_info(target, at.kv_src, src);
+}
+
+ember_status ember_mtp_check_target(const ember_model *draft, const ember_model *target)
+{
+    const ember_mtp *d = ember_model_mtp(draft);
+    if (!d) return ember_error(EMBER_ERR_INVALID_ARG, "MTP: %s is not a gemma4-assistant draft", draft ? draft->path : "(null)");
+    if (!target || strcmp(ember_model_arch(target), "gemma4") != 0 || ember_model_n_layer(target) < 2)
+        return ember_error(EMBER_ERR_INVALID_ARG, "MTP draft %s: the target %s is not a gemma4 model of 2 or more layers",
+                           draft->path, target ? target->path : "(null)");
+    if (d->n_embd_backbone != target->hp.n_embd)
+        return ember_error(EMBER_ERR_INVALID_ARG, "MTP draft %s: embedding_length_out %d, the target %s has n_embd %d", draft->path,
+                           d->n_embd_backbone, target->path, target->hp.n_embd);
+    if (draft->hp.n_vocab != target->hp.n_vocab)
+        return ember_error(EMBER_ERR_INVALID_ARG, "MTP draft %s: vocabulary of %d tokens, the target has %d", draft->path,
+                           draft->hp.n_vocab, target->hp.n_vocab);
+    for (int32_t il = 0; il < d->n_layer_nextn; il++) {
+        ember_gemma4_attn src;
+        int32_t sil;
+        ember_status st = target_src(target, d->layers[il].swa, &src, &sil);
+        if (st) return st;
+        if (src.head_dim != d->layers[il].head_dim || draft->hp.n_head % src.n_head_kv != 0)
+            return ember_error(EMBER_ERR_INVALID_ARG, "MTP draft %s: layer %d has %d heads of %d, the target's layer %d K/V %d heads of %d",
+                               draft->path, il, draft->hp.n_head, d->layers[il].head_dim, sil, src.n_head_kv, src.head_dim);
+        if (sil < 1)
+            return ember_error(EMBER_ERR_UNSUPPORTED, "MTP draft %s: it reads the K/V of target layer 0, whose input is not captured",
+                               draft->path);
+    }
+    return EMBER_OK;
+}
+
+
+/* ---- the forward ---------------------------------------------------------- */
+
+struct ember_mtp_ctx {
+    const ember_model *m, *t;
+    const ember_mtp *d;
+    ember_backend *be;
+    int32_t n_seq, n_ctx;
+    int32_t n_src;                /* distinct K/V owners read (1 or 2) */
+    int32_t src_layer[2];         /* their target layers */
+    ember_gemma4_attn src[2];
+    int64_t src_nk[2], src_off[2];  /* K (then V) floats per position; offset in a position's block */
+    int64_t per_pos;              /* floats of one position: sum of 2 * src_nk */
+    int32_t *layer_src;           /* [draft n_layer] index into src */
+    float *kv;                    /* [n_seq][n_ctx][per_pos] */
+    int32_t *n_pos;               /* [n_seq] */
+    float *xh, *u, *a, *q, *att, *o, *hb, *hb2, *y, *sc, *xin, *kb, *vb;
+    ember_pos *pos;
+};
+
+static float *kv_pos(const ember_mtp_ctx *c, int32_t seq, int64_t p)
+{
+    return c->kv + ((int64_t)seq * c->n_ctx + p) * c->per_pos;
+}
+
+void ember_mtp_ctx_free(ember_mtp_ctx *c)
+{
+    if (!c) return;
+    ember_backend_free(c->be);
+    free(c->kv);
+    free(c->n_pos);
+    free(c->layer_src);
+    free(c->xh);
+    free(c->pos);
+    free(c);
+}
+
+ember_status ember_mtp_ctx_new(const ember_model *draft, const ember_model *target, int32_t n_seq, int32_t n_ctx,
+                               int32_t n_threads, ember_mtp_ctx **out)
+{
+    *out = NULL;
+    ember_status st = ember_mtp_check_target(draft, target);
+    if (st) return st;
+    if (n_seq < 1 || n_ctx < 1 || n_ctx > (1 << 24))
+        return ember_error(EMBER_ERR_INVALID_ARG, "MTP: %d sequences of %d positions out of range", n_seq, n_ctx);
+    ember_mtp_ctx *c = calloc(1, sizeof *c);
+    if (!c) return ember_error(EMBER_ERR_NOMEM, "MTP context");
+    c->m = draft;
+    c->t = target;
+    c->d = ember_model_mtp(draft);
+    c->n_seq = n_seq;
+    c->n_ctx = n_ctx;
+    const ember_hparams *hp = &draft->hp;
+    c->layer_src = calloc((size_t)hp->n_layer, sizeof *c->layer_src);
+    if (!c->layer_src) { ember_mtp_ctx_free(c); return ember_error(EMBER_ERR_NOMEM, "MTP context"); }
+    int64_t max_q = 0, max_ff = 0, max_k = 0;
+    for (int32_t il = 0; il < c->d->n_layer_nextn; il++) {
+        ember_gemma4_attn src;
+        int32_t sil, k = 0;
+        target_src(target, c->d->layers[il].swa, &src, &sil);   /* checked above */
+        while (k < c->n_src && c->src_layer[k] != sil) k++;
+        if (k == c->n_src) {
+            c->src_layer[k] = sil;
+            c->src[k] = src;
+            c->src_nk[k] = (int64_t)src.n_head_kv * src.head_dim;
+            c->src_off[k] = c->per_pos;
+            c->per_pos += 2 * c->src_nk[k];
+            if (c->src_nk[k] > max_k) max_k = c->src_nk[k];
+            c->n_src++;
+        }
+        c->layer_src[il] = k;
+        const int64_t nq = (int64_t)hp->n_head * c->d->layers[il].head_dim;
+        if (nq > max_q) max_q = nq;
+        if (c->d->layers[il].n_ff > max_ff) max_ff = c->d->layers[il].n_ff;
+    }
+    const int64_t E = hp->n_embd, B = c->d->n_embd_backbone, R = MTP_ROWS;
+    int64_t max_in = 2 * B;
+    if (max_q > max_in) max_in = max_q;
+    if (max_ff > max_in) max_in = max_ff;
+    if (E > max_in) max_in = E;
+    const ember_backend_limits lim = {.max_tokens = R, .max_n_in = max_in, .max_kv_tokens = n_ctx,
+                                      .max_head_dim = hp->head_dim_k};
+    ember_backend_options bo = ember_backend_options_default();
+    bo.n_threads = n_threads;
+    if ((st = ember_backend_cpu_new(&bo, &lim, &c->be))) { ember_mtp_ctx_free(c); return st; }
+    const size_t n_kv = (size_t)n_seq * (size_t)n_ctx * (size_t)c->per_pos;
+    const size_t n_scr = (size_t)(2 * B + 3 * E + 2 * max_q + 2 * max_ff + E + n_ctx + R * B + 2 * R * max_k);
+    c->kv = malloc(n_kv * sizeof(float));
+    c->n_pos = calloc((size_t)n_seq, sizeof *c->n_pos);
+    c->xh = calloc(n_scr, sizeof(float));
+    c->pos = malloc((size_t)R * sizeof *c->pos);
+    if (!c->kv || !c->n_pos || !c->xh || !c->pos) {
+        ember_mtp_ctx_free(c);
+        return ember_error(EMBER_ERR_NOMEM, "MTP: K/V of %d sequences x %d positions (%.1f MiB)", n_seq, n_ctx,
+                           (double)n_kv * 4.0 / 1048576.0);
+    }
+    c->u = c->xh + 2 * B;
+    c->a = c->u + E;
+    c->o = c->a + E;
+    c->q = c->o + E;
+    c->att = c->q + max_q;
+    c->hb = c->att + max_q;
+    c->hb2 = c->hb + max_ff;
+    c->y = c->hb2 + max_ff;
+    c->sc = c->y + E;
+    c->xin = c->sc + n_ctx;
+    c->kb = c->xin + R * B;
+    c->vb = c->kb + R * max_k;
+    *out = c;
+    return EMBER_OK;
+}
+
+int32_t ember_mtp_hidden_layers(const ember_mtp_ctx *c, int32_t *layers)
+{
+    for (int32_t k = 0; k < c->n_src; k++) layers[k] = c->src_layer[k] - 1;
+    layers[c->n_src] = ember_model_n_layer(c->t) - 1;
+    return c->n_src + 1;
+}
+
+int32_t ember_mtp_n_pos(const ember_mtp_ctx *c, int32_t seq)
+{
+    return seq >= 0 && seq < c->n_seq ? c->n_pos[seq] : 0;
+}
+
+void ember_mtp_fork(ember_mtp_ctx *c, int32_t src, int32_t dst, int32_t n)
+{
+    if (src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq || src == dst || n < 0) return;
+    if (n > c->n_pos[src]) { c->n_pos[dst] = 0; return; }
+    memcpy(kv_pos(c, dst, 0), kv_pos(c, src, 0), (size_t)n * (size_t)c->per_pos * sizeof(float));
+    c->n_pos[dst] = n;
+}
+
+void ember_mtp_truncate(ember_mtp_ctx *c, int32_t seq, int32_t n_pos)
+{
+    if (seq >= 0 && seq < c->n_seq && n_pos >= 0 && n_pos < c->n_pos[seq]) c->n_pos[seq] = n_pos;
+}
+
+static void rope_src(ember_mtp_ctx *c, const ember_gemma4_attn *S, float *x, int32_t n, int32_t n_head)
+{
+    const ember_backend_ops *op = c->be->ops;
+    if (S->rope_freqs)
+        op->rope_ext(c->be, x, n, n_head, S->head_dim, S->n_rot, c->pos, S->rope_base, 1.0f, EMBER_ROPE_NEOX, S->rope_freqs);
+    else
+        op->rope(c->be, x, n, n_head, S->head_dim, S->n_rot, c->pos, S->rope_base, 1.0f, EMBER_ROPE_NEOX);
+}
+
+ember_status ember_mtp_inject(ember_mtp_ctx *c, int32_t seq, int32_t n, const float *in)
+{
+    if (seq < 0 || seq >= c->n_seq || n < 0 || (n > 0 && !in))
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_mtp_inject: sequence %d / %d rows out of range", seq, n);
+    if (c->n_pos[seq] + n > c->n_ctx)
+        return ember_error(EMBER_ERR_RANGE, "ember_mtp_inject: %d + %d positions exceed the draft context of %d", c->n_pos[seq],
+                           n, c->n_ctx);
+    const ember_backend_ops *op = c->be->ops;
+    ember_backend *be = c->be;
+    const int64_t B = c->d->n_embd_backbone;
+    const float eps = c->t->hp.norm_eps;
+    for (int32_t r0 = 0; r0 < n; r0 += MTP_ROWS) {
+        const int32_t k = n - r0 < MTP_ROWS ? n - r0 : MTP_ROWS;
+        const int32_t p0 = c->n_pos[seq];
+        for (int32_t i = 0; i < k; i++) c->pos[i] = p0 + i;
+        for (int32_t s = 0; s < c->n_src; s++) {
+            const ember_gemma4_attn *S = &c->src[s];
+            const ember_layer *L = &c->t->layers[c->src_layer[s]];
+            for (int32_t i = 0; i < k; i++)
+                memcpy(c->xin + (size_t)i * (size_t)B, in + ((size_t)(r0 + i) * (size_t)c->n_src + (size_t)s) * (size_t)B,
+                       sizeof(float) * (size_t)B);
+            /* the target's K/V of layer src_layer[s] (gemma4.c forward) */
+            op->rms_norm(be, c->xin, c->xin, L->attn_norm, k, B, eps);
+            if (L->wv.data) {
+                const ember_weight *ws[2] = {&L->wk, &L->wv};
+                float *ys[2] = {c->kb, c->vb};
+                op->matmul(be, c->xin, k, 2, ws, ys);
+            } else {   /* attention_k_eq_v: V is K before its norm */
+                const ember_weight *ws = &L->wk;
+                float *ys = c->kb;
+                op->matmul(be, c->xin, k, 1, &ws, &ys);
+                op->copy(be, c->vb, c->kb, (int64_t)k * c->src_nk[s]);
+            }
+            op->rms_norm(be, c->kb, c->kb, L->attn_k_norm, (int64_t)k * S->n_head_kv, S->head_dim, eps);
+            op->rms_norm(be, c->vb, c->vb, NULL, (int64_t)k * S->n_head_kv, S->head_dim, eps);
+            rope_src(c, S, c->kb, k, S->n_head_kv);
+            for (int32_t i = 0; i < k; i++) {
+                float *dst = kv_pos(c, seq, p0 + i) + c->src_off[s];
+                memcpy(dst, c->kb + (size_t)i * (size_t)c->src_nk[s], sizeof(float) * (size_t)c->src_nk[s]);
+                memcpy(dst + c->src_nk[s], c->vb + (size_t)i * (size_t)c->src_nk[s], sizeof(float) * (size_t)c->src_nk[s]);
+            }
+        }
+        c->n_pos[seq] = p0 + k;
+    }
+    return EMBER_OK;
+}
+
+void ember_mtp_final_norm(ember_mtp_ctx *c, const float *x, float *h)
+{
+    c->be->ops->rms_norm(c->be, h, x, c->t->output_norm, 1, c->d->n_embd_backbone, c->t->hp.norm_eps);
+}
+
+/* att [n_head * hd] = softmax(q k^T) v of q [n_head * hd] over positions
+ * [p_lo, pos) of seq's copy of K/V owner s (scale 1). */
+static void attend(ember_mtp_ctx *c, int32_t seq, int32_t s, int32_t hd, int32_t p_lo, int32_t pos)
+{
+    const ember_gemma4_attn *S = &c->src[s];
+    const int32_t n_head = c->m->hp.n_head, grp = n_head / S->n_head_kv;
+    for (int32_t h = 0; h < n_head; h++) {
+        const float *qh = c->q + (size_t)h * (size_t)hd;
+        const int64_t off = c->src_off[s] + (int64_t)(h / grp) * hd;
+        float mx = -INFINITY;
+        for (int32_t p = p_lo; p < pos; p++) {
+            const float *kp = kv_pos(c, seq, p) + off;
+            float dot = 0;
+            for (int32_t e = 0; e < hd; e++) dot += qh[e] * kp[e];
+            c->sc[p] = dot;
+            if (dot > mx) mx = dot;
+        }
+        double sum = 0;
+        for (int32_t p = p_lo; p < pos; p++) { c->sc[p] = expf(c->sc[p] - mx); sum += c->sc[p]; }
+        float *oh = c->att + (size_t)h * (size_t)hd;
+        for (int32_t e = 0; e < hd; e++) oh[e] = 0;
+        for (int32_t p = p_lo; p < pos; p++) {
+            const float w = (float)(c->sc[p] / sum), *vp = kv_pos(c, seq, p) + off + c->src_nk[s];
+            for (int32_t e = 0; e < hd; e++) oh[e] += w * vp[e];
+        }
+    }
+}
+
+ember_status ember_mtp_step(ember_mtp_ctx *c, int32_t seq, ember_token token, int32_t pos, const float *h, float *logits,
+                            float *h_next)
+{
+    if (seq < 0 || seq >= c->n_seq || !h || !logits || !h_next)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_mtp_step: sequence %d out of range", seq);
+    if (token < 0 || token >= c->t->hp.n_vocab)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_mtp_step: token %d not in [0, %d)", token, c->t->hp.n_vocab);
+    if (pos < 1 || pos > c->n_pos[seq])
+        return ember_error(EMBER_ERR_RANGE, "ember_mtp_step: position %d needs the K/V of positions [0, %d), %d are held", pos,
+                           pos, c->n_pos[seq]);
+    const ember_hparams *hp = &c->m->hp;
+    const ember_backend_ops *op = c->be->ops;
+    ember_backend *be = c->be;
+    const int64_t E = hp->n_embd, B = c->d->n_embd_backbone;
+    const float eps = hp->norm_eps;
+    /* u = W_pre [E_target[t] * sqrt(B); h] (gemma4-assistant.cpp:108-118) */
+    op->get_rows(be, &c->t->tok_embd, &token, 1, c->xh);
+    op->scale(be, c->xh, sqrtf((float)B), B);
+    memcpy(c->xh + B, h, sizeof(float) * (size_t)B);
+    {
+        const ember_weight *w = &c->d->pre_proj;
+        float *y = c->u;
+        op->matmul(be, c->xh, 1, 1, &w, &y);
+    }
+    c->pos[0] = pos;
+    for (int32_t il = 0; il < c->d->n_layer_nextn; il++) {
+        const ember_layer *L = &c->m->layers[il];
+        const ember_mtp_layer *D = &c->d->layers[il];
+        const int32_t hd = D->head_dim;
+        op->rms_norm(be, c->a, c->u, L->attn_norm, 1, E, eps);
+        const ember_weight *wq = &L->wq;
+        float *yq = c->q;
+        op->matmul(be, c->a, 1, 1, &wq, &yq);
+        op->rms_norm(be, c->q, c->q, L->attn_q_norm, hp->n_head, hd, eps);
+        if (D->rope_freqs)
+            op->rope_ext(be, c->q, 1, hp->n_head, hd, D->n_rot, c->pos, D->rope_base, 1.0f, EMBER_ROPE_NEOX, D->rope_freqs);
+        else
+            op->rope(be, c->q, 1, hp->n_head, hd, D->n_rot, c->pos, D->rope_base, 1.0f, EMBER_ROPE_NEOX);
+        /* llama.cpp's standard window: key p is masked when pos - p >= n_swa (llama-hparams.h:482-486) */
+        const int32_t p_lo = D->swa && pos - hp->n_swa + 1 > 0 ? pos - hp->n_swa + 1 : 0;
+        attend(c, seq, c->layer_src[il], hd, p_lo, pos);
+        const ember_weight *wo = &L->wo;
+        float *yo = c->o;
+        op->matmul(be, c->att, 1, 1, &wo, &yo);
+        op->rms_norm(be, c->o, c->o, L->post_attn_norm, 1, E, eps);
+        op->add(be, c->u, c->o, E);                         /* u1 */
+        op->rms_norm(be, c->a, c->u, L->ffn_norm, 1, E, eps);
+        const ember_weight *wf[2] = {&L->ffn_gate, &L->ffn_up};
+        float *yf[2] = {c->hb, c->hb2};
+        op->matmul(be, c->a, 1, 2, wf, yf);
+        op->geglu(be, c->hb, c->hb2, D->n_ff);
+        const ember_weight *wd = &L->ffn_down;
+        float *yd = c->o;
+        op->matmul(be, c->hb, 1, 1, &wd, &yd);
+        op->rms_norm(be, c->o, c->o, L->post_ffw_norm, 1, E, eps);
+        op->add(be, c->u, c->o, E);
+        if (D->out_scale != 1.0f) op->scale(be, c->u, D->out_scale, E);
+    }
+    op->rms_norm(be, c->y, c->u, c->m->output_norm, 1, E, eps);
+    const ember_weight *wout = &c->m->output, *wpost = &c->d->post_proj;
+    op->matmul(be, c->y, 1, 1, &wout, &logits);
+    op->matmul(be, c->y, 1, 1, &wpost, &h_next);
+    return EMBER_OK;
+}
+
+const ember_arch ember_arch_gemma4_assistant = {
+    .name = "gemma4-assistant",
+    .load = mtp_load,
+    .forward = NULL,
+    .free = mtp_free,
+    .draft_only = true,
+};

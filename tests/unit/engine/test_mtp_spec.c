@@ -1,0 +1,178 @@
+/* The MTP proposer (src/engine/spec/mtp.c) driven as the engine drives a
+ * proposer that absorbs hidden states, on the tiny golden files
+ * (tests/golden/make_mtp.py): the Gemma 4 target of tests/golden/dflash/ in
+ * an ember context, the random gemma4-assistant draft of tests/golden/mtp/.
+ * - after a prefill and after every verification batch (its accepted rows
+ *   and rejected ones, absorbed alike, then the target's sequence cut back
+ *   to the committed tokens), the proposer's draft for the next step equals
+ *   transformers' chained drafting for the same committed tokens
+ *   (tiny-mtp.json steps: Gemma4AssistantForCausalLM over the target's
+ *   shared K/V and post-norm state), whichever row of the batch holds the
+ *   state it must continue from (0, 1 or 2 tokens accepted);
+ * - a slot whose held tokens differ from its committed ones (a new request
+ *   the proposer never saw) drafts nothing; a forked prefix drafts;
+ * - spec_parse_type knows "draft-mtp"; a draft that is not gemma4-assistant
+ *   and a non-gemma4 target are refused. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "ember.h"
+#include "engine/spec/spec.h"
+
+#define TARGET "tests/golden/dflash/tiny-dflash-target.gguf"
+#define DRAFT "tests/golden/mtp/tiny-mtp-draft.gguf"
+#define REC "tests/golden/mtp/tiny-mtp.json"
+#define MAX_POS 64
+
+static const float *get_hidden(void *ctx, int32_t i, int32_t j) { return ember_get_hidden(ctx, i, j); }
+
+static ember_context *new_ctx(ember_model *t, const spec_proposer *prop)
+{
+    ember_context_params cp = ember_context_default_params();
+    cp.n_ctx = 4 * MAX_POS;
+    cp.n_batch = cp.n_ubatch = MAX_POS;
+    cp.n_seq_max = 2;
+    cp.n_threads = 1;
+    cp.type_k = cp.type_v = EMBER_KV_F32;
+    ember_context *c = NULL;
+    assert_int_equal(ember_context_new(t, &cp, &c), EMBER_OK);
+    assert_int_equal(ember_set_hidden_layers(c, prop->n_hidden_layers, prop->hidden_layers), EMBER_OK);
+    return c;
+}
+
+/* Decode toks[n] at positions pos0.. of seq and hand the entries to the proposer. */
+static void decode_absorb(ember_context *c, const spec_proposer *prop, int32_t slot, int32_t pos0, const ember_token *toks,
+                          int32_t n)
+{
+    ember_batch b;
+    assert_int_equal(ember_batch_init(n, &b), EMBER_OK);
+    b.n_tokens = n;
+    for (int i = 0; i < n; i++) {
+        b.token[i] = toks[i];
+        b.pos[i] = pos0 + i;
+        b.seq_id[i] = slot;
+        b.logits[i] = 1;
+    }
+    if (ember_decode(c, &b) != EMBER_OK) fail_msg("decode: %s", ember_last_error());
+    prop->absorb(prop->self, slot, pos0, toks, n, get_hidden, c, 0);
+    ember_batch_free(&b);
+}
+
+static int32_t propose(const spec_proposer *prop, int32_t slot, const ember_token *toks, int32_t n, ember_token *d)
+{
+    spec_input in = {.slot = slot, .tokens = toks, .n_tokens = n, .n_prompt = n};
+    return prop->propose(prop->self, &in, 4, 0.0f, d, NULL);
+}
+
+static void test_mtp_proposer_follows_transformers(void **st)
+{
+    (void)st;
+    json_error_t jerr;
+    json_t *rec = json_load_file(REC, 0, &jerr);
+    assert_non_null(rec);
+    json_t *steps = json_object_get(json_object_get(json_object_get(rec, "drafts"), "tiny-mtp-draft"), "steps");
+    json_t *jp = json_object_get(rec, "prompt"), *jc = json_object_get(rec, "greedy_continuation");
+    const int32_t n_draft = (int32_t)json_integer_value(json_object_get(rec, "n_draft"));
+    assert_int_equal(n_draft, 4);
+    ember_model *t = NULL;
+    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
+    spec_proposer prop;
+    assert_int_equal(spec_mtp_new(DRAFT, t, 2, MAX_POS, 1, &prop), EMBER_OK);
+    assert_string_equal(prop.name, "draft-mtp");
+    assert_true(prop.costly && prop.absorb && prop.fork);
+    ember_context *c = new_ctx(t, &prop);
+
+    ember_token seq[MAX_POS], cont[64];
+    int32_t n = (int32_t)json_array_size(jp);
+    const int32_t n_cont = (int32_t)json_array_size(jc);
+    for (int i = 0; i < n; i++) seq[i] = (ember_token)json_integer_value(json_array_get(jp, (size_t)i));
+    for (int i = 0; i < n_cont; i++) cont[i] = (ember_token)json_integer_value(json_array_get(jc, (size_t)i));
+    decode_absorb(c, &prop, 0, 0, seq, n);
+    int32_t s = 0, n_checked = 0, accepted_seen[3] = {0, 0, 0};
+    for (int round = 0; s < (int32_t)json_array_size(steps); round++) {
+        /* the target sampled cont[s] after the committed seq[0, n) = prompt + cont[:s] */
+        seq[n] = cont[s];
+        ember_token d[SPEC_MAX_DRAFT];
+        const int32_t k = propose(&prop, 0, seq, n + 1, d);
+        json_t *want = json_object_get(json_array_get(steps, (size_t)s), "drafts");
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(steps, (size_t)s), "pos")), n);
+        assert_int_equal(k, n_draft);
+        for (int i = 0; i < k; i++)
+            if (d[i] != (ember_token)json_integer_value(json_array_get(want, (size_t)i)))
+                fail_msg("step %d (round %d): draft %d is %d, transformers %d", s, round, i, d[i],
+                         (int)json_integer_value(json_array_get(want, (size_t)i)));
+        n_checked++;
+        /* a verification batch [last, m correct tokens, 2 wrong ones]: the
+         * target accepts m (0, 1, 2 in turn) and the proposer sees all rows */
+        const int32_t m = round % 3;
+        if (s + 1 + m + 1 > n_cont) break;
+        ember_token vb[8];
+        vb[0] = cont[s];
+        for (int i = 0; i < m; i++) vb[1 + i] = cont[s + 1 + i];
+        vb[1 + m] = 5;
+        vb[2 + m] = 6;
+        decode_absorb(c, &prop, 0, n, vb, m + 3);
+        for (int i = 0; i <= m; i++) seq[n + i] = vb[i];
+        n += m + 1;
+        s += m + 1;
+        assert_int_equal(ember_seq_truncate(c, 0, n), EMBER_OK);
+        accepted_seen[m]++;
+    }
+    print_message("%d drafts equal transformers' (accepted 0/1/2: %d/%d/%d rounds)\n", n_checked, accepted_seen[0],
+                  accepted_seen[1], accepted_seen[2]);
+    assert_true(n_checked >= 10 && accepted_seen[1] > 0 && accepted_seen[2] > 0);
+
+    /* slot 1 never saw these tokens: no draft; after a fork of slot 0's
+     * committed prefix (and its last decode) it drafts */
+    ember_token d[SPEC_MAX_DRAFT];
+    seq[n] = cont[s < n_cont ? s : n_cont - 1];
+    assert_int_equal(propose(&prop, 1, seq, n + 1, d), 0);
+    prop.fork(prop.self, 0, 1, n - 1);
+    assert_int_equal(ember_seq_fork(c, 0, 1, n - 1), EMBER_OK);
+    decode_absorb(c, &prop, 1, n - 1, seq + n - 1, 1);
+    assert_int_equal(propose(&prop, 1, seq, n + 1, d), 4);
+    /* a different history in slot 0: no draft */
+    seq[3] ^= 1;
+    assert_int_equal(propose(&prop, 0, seq, n + 1, d), 0);
+
+    ember_context_free(c);
+    prop.free(prop.self);
+    ember_model_free(t);
+    json_decref(rec);
+}
+
+static void test_mtp_proposer_refusals(void **st)
+{
+    (void)st;
+    spec_type ty;
+    assert_true(spec_parse_type("draft-mtp", &ty));
+    assert_int_equal(ty, SPEC_MTP);
+    assert_string_equal(spec_type_name(SPEC_MTP), "draft-mtp");
+    ember_model *t = NULL;
+    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
+    spec_proposer prop;
+    assert_int_equal(spec_mtp_new(TARGET, t, 1, 32, 1, &prop), EMBER_ERR_INVALID_ARG);
+    assert_non_null(strstr(ember_last_error(), "not gemma4-assistant"));
+    assert_int_equal(spec_mtp_new("tests/golden/mtp/missing.gguf", t, 1, 32, 1, &prop), EMBER_ERR_IO);
+    ember_model_free(t);
+    /* a target that is not gemma4 */
+    assert_int_equal(ember_model_load("tests/golden/dflash/tiny-dflash-draft.gguf", NULL, &t), EMBER_OK);
+    assert_int_equal(spec_mtp_new(DRAFT, t, 1, 32, 1, &prop), EMBER_ERR_INVALID_ARG);
+    ember_model_free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mtp_proposer_follows_transformers),
+        cmocka_unit_test(test_mtp_proposer_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -4,7 +4,10 @@
  * Thm. 1, says the output is distributed as p whatever q is), the n-gram
  * proposer on hand-made histories, the adaptive length, and the engine's
  * verify/rollback seam against the toy model of tests/common/fake_model.h
- * (expected text from fake_reference, computed without the engine). */
+ * (expected text from fake_reference, computed without the engine), and the
+ * engine's sampled output at temperature 1 with and without speculation
+ * against the target's exact distribution (chi-square; computed by the test
+ * from the toy model's logits). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -265,6 +268,170 @@ static void test_engine_verify_rollback(void **state)
     run_engine_with(5, 9, 16, true);
 }
 
+/* The class of token t after history h: 0 the target's argmax, 1 its
+ * runner-up, 2 any other token (fake_logits: 8.0, 6.5, the rest < 1). */
+static int tok_class(const float *l, ember_token t)
+{
+    const int32_t a = fake_argmax(l);
+    return t == a ? 0 : t == (a + 1) % 256 ? 1 : 2;
+}
+
+/* A proposer that drafts the target's greedy continuation (q one-hot at
+ * the argmax chain, the engine's kind of draft): accepted ~73% a token at
+ * temperature 1, so both outcomes of the rule are exercised. */
+static int32_t greedy_propose(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *d, float *q)
+{
+    (void)self; (void)p_min; (void)q;
+    ember_token h[64];
+    if (in->n_tokens + n_max > 64) return 0;
+    memcpy(h, in->tokens, sizeof *h * (size_t)in->n_tokens);
+    float l[FAKE_N_VOCAB];
+    for (int32_t k = 0; k < n_max; k++) {
+        fake_logits(h, in->n_tokens + k, 0, l);
+        d[k] = h[in->n_tokens + k] = fake_argmax(l);
+    }
+    return n_max;
+}
+
+enum { SD_NPRED = 3, SD_NCELL = 27, SD_NREQ = 12000 };
+static const ember_logit_bias no_eos = {.token = FAKE_EOS, .bias = -1000.0f};
+/* fake_logits with the requests' logit bias */
+static void sd_logits(const ember_token *h, int32_t n, float *l)
+{
+    fake_logits(h, n, 0, l);
+    l[no_eos.token] += no_eos.bias;
+}
+
+/* Counts of the class triple of the first SD_NPRED sampled tokens (of
+ * SD_NPRED + 2 generated) over SD_NREQ requests (seeds 1..SD_NREQ) at temperature 1, with the greedy
+ * proposer (n_max 3) when spec, else plain decoding; the engine's
+ * drafted / accepted counters. */
+static void sample_classes(bool spec, const ember_token *prompt, int32_t n_prompt, long *counts, uint64_t *n_drafted,
+                           uint64_t *n_accepted)
+{
+    enum { NS = 4 };
+    fake_model *m = fake_model_new(NS, 64, 64u * NS, 64);
+    engine_runtime rt = fake_runtime(m);
+    engine_vocab vocab = fake_vocab();
+    spec_engine *se = NULL;
+    if (spec) {
+        spec_params sp = spec_default_params();
+        sp.type = SPEC_NGRAM;
+        sp.n_max = SD_NPRED;
+        sp.adaptive = false;
+        assert_int_equal(spec_engine_new(&sp, (spec_proposer){.name = "greedy", .propose = greedy_propose}, NS, &se),
+                         EMBER_OK);
+    }
+    engine_config cfg = {.n_slots = NS, .n_ctx = 64, .n_batch = 64, .n_queue_max = 16, .spec = se};
+    engine *e;
+    assert_int_equal(engine_new(&cfg, &rt, &vocab, &e), EMBER_OK);
+    memset(counts, 0, sizeof(long) * SD_NCELL);
+    for (int32_t i0 = 0; i0 < SD_NREQ; i0 += 16) {
+        engine_req *r[16];
+        for (int i = 0; i < 16; i++) {
+            engine_req_params p = {0};
+            p.prompt = prompt;
+            p.n_prompt = n_prompt;
+            p.n_predict = SD_NPRED + 2;   /* drafts cover positions 2 and 3 (one token is always sampled) */
+            p.sampling = ember_sampler_default_params();
+            p.sampling.temp = 1.0f;
+            p.sampling.seed = (uint32_t)(i0 + i + 1);
+            p.sampling.logit_bias = &no_eos;   /* EOS (logit < 1 in fake_logits) never ends a request early */
+            p.sampling.n_logit_bias = 1;
+            p.logprobs = true;                 /* r->toks: the token ids */
+            assert_int_equal(engine_submit(e, &p, &r[i]), EMBER_OK);
+        }
+        for (int guard = 0; guard < 1000; guard++) {
+            bool all = true;
+            for (int i = 0; i < 16; i++) all &= r[i]->finish != ENGINE_RUNNING;
+            if (all) break;
+            engine_step(e);
+        }
+        for (int i = 0; i < 16; i++) {
+            assert_int_equal(r[i]->finish, ENGINE_FINISH_LENGTH);
+            assert_int_equal(r[i]->n_toks, SD_NPRED + 2);
+            ember_token h[64];
+            memcpy(h, prompt, sizeof *h * (size_t)n_prompt);
+            int cell = 0;
+            for (int k = 0; k < SD_NPRED; k++) {
+                float l[FAKE_N_VOCAB];
+                fake_logits(h, n_prompt + k, 0, l);
+                cell = cell * 3 + tok_class(l, r[i]->toks[k].token);
+                h[n_prompt + k] = r[i]->toks[k].token;
+            }
+            counts[cell]++;
+            engine_req_release(r[i]);
+        }
+    }
+    engine_stats st;
+    engine_get_stats(e, &st, NULL);
+    *n_drafted = spec ? st.spec.n_drafted : 0;
+    *n_accepted = spec ? st.spec.n_accepted : 0;
+    engine_free(e);
+    assert_int_equal(m->n_violations, 0);
+    fake_model_free(m);
+    if (se) spec_engine_free(se);
+}
+
+/* The engine's speculative output at temperature 1 is distributed as the
+ * target's: the class triple (argmax / runner-up / other, per position) of
+ * the first 3 tokens over 12000 seeded requests against its exact
+ * probability, which the test computes itself by enumerating every token
+ * of positions 1 and 2 with the target's softmax at temperature 1 (the
+ * target's own distribution, no sampler or engine involved). 26 degrees of
+ * freedom: chi2 < 54.05 at p-value 0.001 (EOS is biased off, in the
+ * requests and in the exact computation alike); the smallest expected count is
+ * about 12. The same for plain decoding (the reference run). An acceptance
+ * rule that keeps drafts the target did not sample (e.g. always accepting)
+ * gives chi2 in the thousands. */
+static void test_engine_sampled_distribution(void **state)
+{
+    (void)state;
+    const ember_token prompt[] = {FAKE_BOS, 'a', 'l', 'p', 'h', 'a'};
+    const int32_t np = 6;
+    /* exact P(class triple) */
+    float pexp[SD_NCELL] = {0};
+    {
+        ember_token h[16];
+        memcpy(h, prompt, sizeof prompt);
+        float l0[FAKE_N_VOCAB], p0[FAKE_N_VOCAB], l1[FAKE_N_VOCAB], p1[FAKE_N_VOCAB], l2[FAKE_N_VOCAB],
+            p2[FAKE_N_VOCAB];
+        double acc[SD_NCELL] = {0};
+        sd_logits(h, np, l0);
+        softmax_t(l0, FAKE_N_VOCAB, 1.0f, p0);
+        for (int32_t t1 = 0; t1 < FAKE_N_VOCAB; t1++) {
+            h[np] = t1;
+            sd_logits(h, np + 1, l1);
+            softmax_t(l1, FAKE_N_VOCAB, 1.0f, p1);
+            for (int32_t t2 = 0; t2 < FAKE_N_VOCAB; t2++) {
+                h[np + 1] = t2;
+                sd_logits(h, np + 2, l2);
+                softmax_t(l2, FAKE_N_VOCAB, 1.0f, p2);
+                const int32_t a2 = fake_argmax(l2);
+                double pc[3] = {p2[a2], p2[(a2 + 1) % 256], 0};
+                pc[2] = 1.0 - pc[0] - pc[1];
+                const int c12 = (tok_class(l0, t1) * 3 + tok_class(l1, t2)) * 3;
+                for (int c = 0; c < 3; c++) acc[c12 + c] += (double)p0[t1] * p1[t2] * pc[c];
+            }
+        }
+        double tot = 0;
+        for (int c = 0; c < SD_NCELL; c++) tot += acc[c];
+        for (int c = 0; c < SD_NCELL; c++) pexp[c] = (float)(acc[c] / tot);
+    }
+    for (int spec = 0; spec < 2; spec++) {
+        long counts[SD_NCELL];
+        uint64_t nd, na;
+        sample_classes(spec, prompt, np, counts, &nd, &na);
+        const double c = chi2(counts, pexp, SD_NCELL, SD_NREQ);
+        print_message("%s: chi2 %.1f over %d class triples (P(argmax x3) %.3f, observed %.3f); %llu of %llu "
+                      "drafted accepted\n",
+                      spec ? "speculative" : "plain", c, SD_NCELL, pexp[0], (double)counts[0] / SD_NREQ,
+                      (unsigned long long)na, (unsigned long long)nd);
+        assert_true(c < 54.05);
+        if (spec) assert_true(na > 0 && na < nd);   /* both outcomes of the rule were exercised */
+    }
+}
+
 /* Expected lengths computed outside ember (python3: argmax over k of
  * (1 - a**(k+1)) / (1 - a) / (1 + c*k), k in 0..16). */
 /* A proposer that always drafts n_max tokens behind a context match of
@@ -367,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_verifier_keeps_target_distribution),
         cmocka_unit_test(test_ngram_lookup),
         cmocka_unit_test(test_engine_verify_rollback),
+        cmocka_unit_test(test_engine_sampled_distribution),
         cmocka_unit_test(test_adaptive_length),
         cmocka_unit_test(test_match_length_classes),
         cmocka_unit_test(test_measured_row_cost),

@@ -177,6 +177,7 @@ void engine_publish_slots(engine *e)
     e->st.kv_free_tokens = kv_free;
     if (e->cfg.spec) {   /* speculation counters are written by this (the engine) thread only */
         e->st.spec_on = true;
+        e->st.spec_type = (int)e->cfg.spec->p.type;
         e->st.spec = e->cfg.spec->st;
     }
     pthread_mutex_unlock(&e->mu);

@@ -125,6 +125,13 @@ typedef struct engine_req_params {
     bool logprobs;               /* record the chosen token's log-probability */
     int32_t top_logprobs;        /* [0, ENGINE_MAX_TOP_LOGPROBS] alternatives per token */
     bool ignore_eos;
+    /* llama-server's id_slot and cache_prompt: pin_slot asks for slot id_slot
+     * when it is idle at admission (else the usual choice: the idle slot with
+     * the longest cached prefix); no_prompt_cache decodes the whole prompt
+     * (no prefix-cache reuse; n_cached is 0). */
+    bool pin_slot;
+    int32_t id_slot;
+    bool no_prompt_cache;
     /* grammar constraint (src/sample/grammar.h) or NULL: a state at the
      * grammar's start that outlives the request (e.g. kept warm in a cache,
      * or freed by hook.free). The engine clones it on its own thread at
@@ -221,7 +228,10 @@ typedef struct engine_stats {
     uint64_t n_preemptions;          /* requests that waited for a full KV pool (scheduler.c) */
     uint32_t kv_free_tokens;
     int32_t max_batch_seen;
+    uint64_t n_busy_slot_steps;      /* sum over steps of the slots that had entries in the step */
+    int32_t n_tokens_max;            /* most tokens (prompt + generated) one request has held */
     bool spec_on;                    /* speculation configured; counters below */
+    int spec_type;                   /* its spec_type (spec.h; spec_type_name) */                    /* speculation configured; counters below */
     spec_stats spec;
 } engine_stats;
 

@@ -84,6 +84,15 @@ static bool admit(engine *e, engine_req *r)
         if (k > k_donor) { donor = s; k_donor = k; }
     }
     if (!target) return false;
+    if (r->p.pin_slot && r->p.id_slot >= 0 && r->p.id_slot < e->cfg.n_slots &&
+        e->slots[r->p.id_slot].state == SLOT_IDLE) {
+        target = &e->slots[r->p.id_slot];
+        k_target = lcp(P, n, target->tokens, target->n_past);
+    }
+    if (r->p.no_prompt_cache) {
+        donor = NULL;
+        k_target = 0;
+    }
 
     int32_t limit = n - 1;   /* the last prompt token is decoded again for its logits */
     int32_t n_keep = 0;
@@ -370,10 +379,12 @@ static int32_t step(engine *e)
         }
 
     slot_heads(e);
-    int32_t n_sampled = 0;
+    int32_t n_sampled = 0, n_slot_rows = 0, n_tok_max = 0;
     for (int32_t i = 0; i < n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->n_batch_entries == 0) continue;
+        n_slot_rows++;
+        if (s->n_tokens > n_tok_max) n_tok_max = s->n_tokens;
         s->last_used = e->step_no;
         n_sampled += slot_after_decode(e, s);
         if (s->state == SLOT_IDLE) set_busy(e, -1);
@@ -386,6 +397,8 @@ static int32_t step(engine *e)
     e->st.t_prompt_s += dt * n_prefill / n_total;
     e->st.t_gen_s += dt * (n_total - n_prefill) / n_total;
     if (n_total > e->st.max_batch_seen) e->st.max_batch_seen = n_total;
+    e->st.n_busy_slot_steps += (uint64_t)n_slot_rows;
+    if (n_tok_max > e->st.n_tokens_max) e->st.n_tokens_max = n_tok_max;
     pthread_mutex_unlock(&e->mu);
     return n_total;
 }

@@ -46,6 +46,7 @@
 #include "server/chat_tools.h"
 #include "server/completion.h"
 #include "server/metrics.h"
+#include "server/native.h"
 #include "server/openai.h"
 #include "server/webui.h"
 
@@ -377,7 +378,7 @@ static void watch_stop(server *s)
 
 /* ---------- streaming ---------- */
 
-typedef enum api_kind { API_OPENAI = 0, API_ANTHROPIC } api_kind;
+typedef enum api_kind { API_OPENAI = 0, API_ANTHROPIC, API_NATIVE } api_kind;
 
 typedef struct stream {
     server *s;
@@ -390,6 +391,8 @@ typedef struct stream {
     size_t out_len, out_off, out_cap;
     json_t *deltas;              /* OpenAI: the parser events' delta objects of one update */
     anth_stream *anth;           /* Anthropic: the open blocks */
+    native_run *nat;             /* native /completion: its requests (c unused) */
+    uint64_t *nat_watch;         /* native: one watch per request */
 } stream;
 
 static void out_append(stream *st, const char *p, size_t n)
@@ -425,6 +428,7 @@ static void out_named(void *ud, const char *name, json_t *j)
 }
 
 static void out_event(stream *st, json_t *j) { out_named(st, NULL, j); }
+static void out_data(void *st, json_t *j) { out_named(st, NULL, j); }
 
 static void on_openai_event(void *user, const ember_chat_event *ev)
 {
@@ -479,6 +483,11 @@ static void openai_stream_update(stream *st, const completion_update *u)
  * when the client went away (its request was cancelled). */
 static bool stream_produce(stream *st)
 {
+    if (st->api == API_NATIVE) {
+        bool cancelled = false;
+        st->done = native_stream_next(st->nat, out_data, st, &cancelled);
+        return !(cancelled && client_gone(st->fd));
+    }
     completion_update u;
     completion_next(&st->c, false, &u);
     if (u.stop == COMPLETION_CANCELLED && client_gone(st->fd)) return false;
@@ -510,6 +519,9 @@ static void stream_free(void *cls)
 {
     stream *st = cls;
     watch_del(st->s, st->watch);
+    for (int32_t i = 0; st->nat_watch && i < native_count(st->nat); i++) watch_del(st->s, st->nat_watch[i]);
+    free(st->nat_watch);
+    native_free(st->nat);
     atomic_fetch_sub(&st->s->n_active, 1);
     completion_free(&st->c);
     anth_stream_free(st->anth);
@@ -552,6 +564,7 @@ static bool request_prompt(server *s, conn *c, oai_kind kind, json_t *(*to_oai)(
 static enum MHD_Result send_api_error(server *s, struct MHD_Connection *mc, api_kind api, const oai_error *err)
 {
     if (api == API_ANTHROPIC) return send_json(s, mc, (unsigned)err->http_status, anth_error_json(err));
+    if (api == API_NATIVE) return send_json(s, mc, (unsigned)err->http_status, native_error_json(err));
     return send_error(s, mc, err);
 }
 
@@ -636,6 +649,62 @@ static enum MHD_Result handle_completions(server *s, struct MHD_Connection *mc, 
 static enum MHD_Result handle_messages(server *s, struct MHD_Connection *mc, conn *c)
 {
     return handle_generate(s, mc, c, API_ANTHROPIC, OAI_CHAT);
+}
+
+/* POST /completion (and /completions without /v1): llama.cpp's native API
+ * (native.h). A batch of prompts or n > 1 is several engine requests, each
+ * watched for a client that leaves; a stream reads them one after another. */
+static enum MHD_Result handle_native(server *s, struct MHD_Connection *mc, conn *c)
+{
+    oai_error err;
+    size_t held = mem_enter(s, c->len);
+    json_t *body = parse_body(c, &err);
+    native_run *nr = body ? native_prepare(&s->cc, body, &err) : NULL;
+    json_decref(body);
+    if (tl_mem.over) {
+        mem_exceeded(s, held, &err);
+        native_free(nr);
+        nr = NULL;
+    }
+    mem_leave(s, held);
+    if (!nr) return send_api_error(s, mc, API_NATIVE, &err);
+    stream *sm = calloc(1, sizeof *sm);
+    int32_t n = native_count(nr);
+    uint64_t *w = calloc((size_t)n, sizeof *w);
+    if (!sm || !w) { free(sm); free(w); native_free(nr); return MHD_NO; }
+    if (!native_start(nr, &err)) {
+        free(sm);
+        free(w);
+        native_free(nr);
+        return send_api_error(s, mc, API_NATIVE, &err);
+    }
+    sm->s = s;
+    sm->api = API_NATIVE;
+    sm->nat = nr;
+    sm->nat_watch = w;
+    sm->watch = UINT64_MAX;
+    sm->fd = conn_fd(mc);
+    atomic_fetch_add(&s->n_active, 1);
+    for (int32_t i = 0; i < n; i++) w[i] = watch_add(s, sm->fd, native_engine_req(nr, i));
+    if (native_stream(nr)) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sm, stream_free);
+        if (!resp) { stream_free(sm); return MHD_NO; }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        add_common_headers(s, mc, resp);
+        enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    c->req = native_engine_req(nr, 0);
+    bool cancelled = false;
+    json_t *j = native_whole(nr, &cancelled, &err);
+    c->req = NULL;
+    enum MHD_Result ret = cancelled && client_gone(sm->fd) ? MHD_NO
+                          : j ? send_json(s, mc, 200, j)
+                              : send_api_error(s, mc, API_NATIVE, &err);
+    stream_free(sm);
+    return ret;
 }
 
 /* POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt the same
@@ -899,6 +968,7 @@ static const route_ent routes[] = {
     {"/health", false, true, API_OPENAI, handle_health},
     {"/chat/completions", true, false, API_OPENAI, handle_chat},
     {"/completions", true, false, API_OPENAI, handle_completions},
+    {"/completion", true, false, API_NATIVE, handle_native},
     {"/messages", true, false, API_ANTHROPIC, handle_messages},
     {"/messages/count_tokens", true, false, API_ANTHROPIC, handle_count_tokens},
     {"/tokenize", true, false, API_OPENAI, handle_tokenize},
@@ -923,11 +993,13 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         MHD_destroy_response(r);
         return ret;
     }
-    const char *path = strip_v1(url);
+    /* llama-server: /completion and /completions are its native API, /v1/completions OpenAI's */
+    const char *path = !strcmp(url, "/completions") ? "/completion" : strip_v1(url);
     const route_ent *re = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0] && !re; i++)
         if (!strcmp(path, routes[i].path)) re = &routes[i];
-    api_kind api = re ? re->api : API_OPENAI;
+    /* errors before the handler (key, size, method) keep OpenAI's shape on native routes too */
+    api_kind api = re && re->api == API_ANTHROPIC ? API_ANTHROPIC : API_OPENAI;
     oai_error err;
     /* an open route answers its method check before the key; the others after */
     bool method_ok = re && !strcmp(method, re->post ? "POST" : "GET");

@@ -47,6 +47,9 @@ typedef struct oai_req {
     bool logprobs;
     int32_t top_logprobs;
     bool ignore_eos;
+    bool pin_slot;               /* native id_slot >= 0: prefer that slot (engine_req_params.pin_slot) */
+    int32_t id_slot;
+    bool no_prompt_cache;        /* native cache_prompt: false */
     /* structured output, tools, thinking (chat_tools.h wires them) */
     char *gbnf;                  /* response_format / grammar / json_schema as GBNF, or NULL */
     const char *gbnf_param;      /* the field it came from (for errors) */

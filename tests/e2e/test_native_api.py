@@ -1,0 +1,228 @@
+"""llama.cpp's native completion API (POST /completion, /completions without
+/v1) on `ember serve` with SmolLM2-135M-Instruct.
+
+Independent values: the field sets are llama-server's (llama.cpp
+tools/server/server-task.cpp to_json_non_oaicompat of the final and partial
+results, completion_token_output::probs_vector_to_json, server-common.cpp
+server_slot_stats::to_json, format_error_response), written out below; the
+greedy replies and prompt token counts are llama-server's own on the same
+GGUF (tests/golden/server/server_goldens.json, made by
+tests/golden/server/make_server_goldens.py); token ids are checked against
+what /tokenize gives for the text, probabilities against the laws of
+probability (a top list sums to at most 1 and its first entry is the greedy
+token).
+"""
+import json
+import math
+import pathlib
+
+import pytest
+import requests
+
+from serverutil import Server, free_port
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOLDEN = json.loads((ROOT / "tests/golden/server/server_goldens.json").read_text())
+CASES = GOLDEN["models"]["smollm2"]
+
+# server_task_result_cmpl_final::to_json_non_oaicompat
+FINAL_FIELDS = {"index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
+                "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word",
+                "tokens_cached", "timings"}
+# server_task_result_cmpl_partial::to_json_non_oaicompat
+PARTIAL_FIELDS = {"index", "content", "tokens", "stop", "id_slot", "tokens_predicted", "tokens_evaluated"}
+# server_slot_stats::to_json (draft_n / draft_n_accepted only when speculating)
+TIMINGS_FIELDS = {"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
+                  "predicted_ms", "predicted_per_token_ms", "predicted_per_second"}
+# task_params::to_json, the fields ember has
+SETTINGS_FIELDS = {"seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n", "repeat_penalty",
+                   "presence_penalty", "frequency_penalty", "stop", "max_tokens", "n_predict", "n_keep", "ignore_eos",
+                   "stream", "logit_bias", "n_probs", "min_keep", "grammar", "post_sampling_probs"}
+PROMPT = "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def srv(ember_bin, smollm2_path):
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "2048", "-np", "2", "-t", "2", "--port", str(port)],
+               port)
+    yield s
+    assert s.stop() == 0
+
+
+def post(srv, body, path="/completion", status=200):
+    r = requests.post(srv.base + path, json=body, timeout=120)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def tokenize(srv, text, add_special=False):
+    return post(srv, {"content": text, "add_special": add_special}, "/tokenize")["tokens"]
+
+
+def native_error(srv, body, status=400):
+    """llama-server's error object: {"error": {"code", "message", "type"}}."""
+    e = post(srv, body, status=status)["error"]
+    assert e["code"] == status and e["type"] and e["message"]
+    return e
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["messages"][-1]["content"][:20])
+def test_golden_prompt_as_native_completion(srv, case):
+    n = GOLDEN["max_tokens"]
+    d = post(srv, {"prompt": case["prompt"], "n_predict": n, "temperature": 0})
+    assert set(d) >= FINAL_FIELDS and "completion_probabilities" not in d
+    assert set(d["timings"]) >= TIMINGS_FIELDS and "draft_n" not in d["timings"]
+    assert set(d["generation_settings"]) >= SETTINGS_FIELDS
+    assert d["stop"] is True and d["truncated"] is False and d["index"] == 0
+    assert d["tokens"] == []                                  # return_tokens is off by default
+    assert d["tokens_evaluated"] == case["prompt_tokens"]     # llama-server's count
+    assert d["content"].startswith(case["stable_prefix"])     # llama-server's greedy reply, up to its first near-tie
+    assert d["prompt"] == case["prompt"]
+    assert d["has_new_line"] == ("\n" in d["content"])
+    assert d["generation_settings"]["n_predict"] == n and d["generation_settings"]["temperature"] == 0
+    if case["finish_reason"] == "length":
+        assert d["stop_type"] == "limit" and d["tokens_predicted"] == n
+    else:
+        assert d["stop_type"] == "eos" and d["tokens_predicted"] <= n   # the end token counts, as llama-server counts it
+    assert d["stopping_word"] == ""
+    assert d["timings"]["predicted_n"] == d["tokens_predicted"]
+    assert d["timings"]["prompt_n"] + d["timings"]["cache_n"] == d["tokens_evaluated"]
+
+
+def test_tokens_are_the_text_tokenized_and_match_openai_greedy(srv):
+    d = post(srv, {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "return_tokens": True})
+    assert d["tokens"] == tokenize(srv, d["content"])
+    assert len(d["tokens"]) == d["tokens_predicted"] == 8
+    assert d["tokens_evaluated"] == len(tokenize(srv, PROMPT, add_special=True))
+    o = post(srv, {"prompt": PROMPT, "max_tokens": 8, "temperature": 0}, "/v1/completions")
+    assert o["object"] == "text_completion" and o["choices"][0]["text"] == d["content"]
+    # /completions without /v1 is the native endpoint, as in llama-server
+    d2 = post(srv, {"prompt": PROMPT, "n_predict": 8, "temperature": 0}, "/completions")
+    assert set(d2) >= FINAL_FIELDS and d2["content"] == d["content"]
+
+
+def test_prompt_shapes(srv):
+    base = {"n_predict": 6, "temperature": 0, "return_tokens": True}
+    text = post(srv, dict(base, prompt=PROMPT))
+    ids = tokenize(srv, PROMPT, add_special=True)
+    assert post(srv, dict(base, prompt=ids))["content"] == text["content"]
+    # mixed: ids then text; the text after the first element gets no BOS
+    head, tail = tokenize(srv, "The"), " capital of France is"
+    mixed = post(srv, dict(base, prompt=head + [tail]))
+    assert mixed["tokens_evaluated"] == len(head) + len(tokenize(srv, tail))
+    assert post(srv, dict(base, prompt={"prompt_string": PROMPT}))["content"] == text["content"]
+    # a batch: an array of results in prompt order, each the same as alone
+    other = "Once upon a time"
+    batch = post(srv, dict(base, prompt=[PROMPT, other, ids]))
+    assert isinstance(batch, list) and [b["index"] for b in batch] == [0, 1, 2]
+    assert batch[0]["content"] == text["content"] == batch[2]["content"]
+    assert batch[1]["content"] == post(srv, dict(base, prompt=other))["content"]
+    assert batch[1]["tokens_evaluated"] == len(tokenize(srv, other, add_special=True))
+    # a batch of one is one object
+    one = post(srv, dict(base, prompt=[PROMPT]))
+    assert isinstance(one, dict) and one["content"] == text["content"]
+
+
+def test_n_probs(srv):
+    d = post(srv, {"prompt": PROMPT, "n_predict": 6, "temperature": 0, "n_probs": 3, "return_tokens": True})
+    probs = d["completion_probabilities"]
+    assert len(probs) == 6 and [p["id"] for p in probs] == d["tokens"]
+    text = ""
+    for p in probs:
+        assert set(p) == {"id", "token", "bytes", "logprob", "top_logprobs"}
+        assert bytes(p["bytes"]).decode("utf-8", "replace") == p["token"]
+        top = p["top_logprobs"]
+        assert len(top) == 3 and all(set(t) == {"id", "token", "bytes", "logprob"} for t in top)
+        assert top[0]["id"] == p["id"] and top[0]["logprob"] == pytest.approx(p["logprob"])   # greedy: the top-1
+        lps = [t["logprob"] for t in top]
+        assert lps == sorted(lps, reverse=True) and all(lp <= 0 for lp in lps)
+        assert sum(math.exp(lp) for lp in lps) <= 1 + 1e-6
+        text += p["token"]
+    assert text == d["content"]
+    assert d["generation_settings"]["n_probs"] == 3
+
+
+def test_logit_bias_bans(srv):
+    base = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "return_tokens": True}
+    first = post(srv, base)["tokens"][0]
+    for lb in ([[first, False]], {str(first): False}, {str(first): -100}):
+        d = post(srv, dict(base, logit_bias=lb))
+        assert first not in d["tokens"]
+    # a string's tokens each get the bias
+    word = " Paris"
+    wt = tokenize(srv, word)
+    d = post(srv, dict(base, logit_bias=[[word, False]]))
+    assert not set(wt) & set(d["tokens"])
+    assert {b["token"] for b in d["generation_settings"]["logit_bias"]} == set(wt)
+
+
+def test_stop_word(srv):
+    full = post(srv, {"prompt": PROMPT, "n_predict": 20, "temperature": 0})["content"]
+    word = full.split()[1]          # a word the greedy reply goes on to write
+    d = post(srv, {"prompt": PROMPT, "n_predict": 20, "temperature": 0, "stop": ["", word]})
+    assert d["stop_type"] == "word" and d["stopping_word"] == word
+    assert d["content"] == full[:full.index(word)]
+    assert d["generation_settings"]["stop"] == [word]   # empty stop strings are dropped
+
+
+def test_stream(srv):
+    body = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "return_tokens": True}
+    whole = post(srv, body)
+    r = requests.post(srv.base + "/completion", json=dict(body, stream=True), stream=True, timeout=120)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+    raw = r.text
+    assert "[DONE]" not in raw
+    events = [json.loads(line[6:]) for line in raw.split("\n") if line.startswith("data: ")]
+    parts, last = events[:-1], events[-1]
+    assert parts and all(set(e) >= PARTIAL_FIELDS and e["stop"] is False for e in parts)
+    assert "".join(e["content"] for e in parts) == whole["content"]
+    assert [t for e in parts for t in e["tokens"]] == whole["tokens"]
+    assert set(last) >= FINAL_FIELDS and last["stop"] is True
+    assert last["content"] == "" and last["tokens"] == []     # streamed already
+    assert last["tokens_predicted"] == 8 and last["stop_type"] == "limit"
+
+
+def test_n_completions_with_seed(srv):
+    body = {"prompt": "Once upon a time", "n_predict": 10, "temperature": 1.0, "seed": 42, "n": 2}
+    d = post(srv, body)
+    assert isinstance(d, list) and [x["index"] for x in d] == [0, 1]
+    # the extra completion samples with seed + 1, as llama-server's child tasks
+    assert [x["generation_settings"]["seed"] for x in d] == [42, 43]
+    for x, seed in zip(d, (42, 43)):
+        alone = post(srv, {"prompt": "Once upon a time", "n_predict": 10, "temperature": 1.0, "seed": seed})
+        assert alone["content"] == x["content"]
+
+
+def test_cache_prompt_and_id_slot(srv):
+    body = {"prompt": "A long prompt about the history of the city of Paris and its river", "n_predict": 2,
+            "temperature": 0}
+    post(srv, body)
+    again = post(srv, body)
+    assert again["timings"]["cache_n"] > 0 and again["tokens_cached"] >= again["tokens_evaluated"]
+    cold = post(srv, dict(body, cache_prompt=False))
+    assert cold["timings"]["cache_n"] == 0 and cold["timings"]["prompt_n"] == cold["tokens_evaluated"]
+    assert cold["content"] == again["content"]
+    for slot in (0, 1):
+        assert post(srv, dict(body, id_slot=slot))["id_slot"] == slot
+
+
+def test_errors(srv):
+    assert "prompt" in native_error(srv, {"n_predict": 2})["message"]
+    native_error(srv, {"prompt": []})
+    native_error(srv, {"prompt": 5})
+    native_error(srv, {"prompt": [1, 10 ** 9]})
+    native_error(srv, {"prompt": "x", "n_probs": 21})
+    native_error(srv, {"prompt": "x", "n_probs": "3"})
+    native_error(srv, {"prompt": "x", "post_sampling_probs": True})
+    native_error(srv, {"prompt": "x", "id_slot": 2})
+    native_error(srv, {"prompt": "x", "n": 3})              # more completions than slots
+    native_error(srv, {"prompt": "x", "logit_bias": [[1, "no"]]})
+    native_error(srv, {"prompt": "x", "logit_bias": 3})
+    native_error(srv, {"prompt": "x", "temperature": "hot"})
+    native_error(srv, {"prompt": "x", "return_tokens": 1})
+    e = native_error(srv, {"prompt": "word " * 3000, "n_predict": 1})
+    assert e["type"] == "exceed_context_size_error" and e["n_ctx"] == 2048 and e["n_prompt_tokens"] > 2048
+    r = requests.post(srv.base + "/completion", data=b"{not json", timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == 400
+    assert requests.get(srv.base + "/health", timeout=5).status_code == 200

@@ -393,6 +393,12 @@ typedef struct stream {
     anth_stream *anth;           /* Anthropic: the open blocks */
     native_run *nat;             /* native /completion: its requests (c unused) */
     uint64_t *nat_watch;         /* native: one watch per request */
+    /* OpenAI n > 1: c is choice `choice`; the others wait in more[] (started
+     * together, streamed one after another) */
+    completion *more;
+    uint64_t *more_watch;
+    int32_t n_more, choice;
+    int32_t n_generated_sum;     /* tokens of the choices finished before c */
 } stream;
 
 static void out_append(stream *st, const char *p, size_t n)
@@ -427,7 +433,14 @@ static void out_named(void *ud, const char *name, json_t *j)
     free(d);
 }
 
-static void out_event(stream *st, json_t *j) { out_named(st, NULL, j); }
+static void out_event(stream *st, json_t *j)
+{
+    if (st->choice > 0) {   /* choices after the first: their index */
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        if (ch) json_object_set_new(ch, "index", json_integer(st->choice));
+    }
+    out_named(st, NULL, j);
+}
 static void out_data(void *st, json_t *j) { out_named(st, NULL, j); }
 
 static void on_openai_event(void *user, const ember_chat_event *ev)
@@ -474,9 +487,29 @@ static void openai_stream_update(stream *st, const completion_update *u)
                                          piece_fn, st->s));
         if (fin) out_event(st, oai_chunk_json(rq->kind, rq, res, "", 0, 0, 0, true, piece_fn, st->s));
     }
-    if (fin && rq->include_usage && u->stop != COMPLETION_ERROR && u->stop != COMPLETION_CANCELLED)
-        out_event(st, oai_usage_chunk(rq, res));
-    if (fin) out_append(st, "data: [DONE]\n\n", 14);
+    bool last = st->choice >= st->n_more || u->stop == COMPLETION_ERROR || u->stop == COMPLETION_CANCELLED;
+    if (fin && last && rq->include_usage && u->stop != COMPLETION_ERROR && u->stop != COMPLETION_CANCELLED) {
+        oai_result all = *res;   /* usage counts the tokens of every choice */
+        all.n_generated += st->n_generated_sum;
+        out_event(st, oai_usage_chunk(rq, &all));
+    }
+    if (fin && last) out_append(st, "data: [DONE]\n\n", 14);
+}
+
+/* n > 1: the finished choice gives way to the next one. */
+static bool stream_next_choice(stream *st, const completion_update *u)
+{
+    if (st->choice >= st->n_more) return false;
+    st->n_generated_sum += u->res.n_generated;
+    watch_del(st->s, st->watch);
+    completion_free(&st->c);
+    st->c = st->more[st->choice];
+    memset(&st->more[st->choice], 0, sizeof st->more[st->choice]);
+    st->watch = st->more_watch[st->choice];
+    st->more_watch[st->choice] = UINT64_MAX;
+    st->choice++;
+    json_array_clear(st->deltas);
+    return completion_stream_events(&st->c, on_openai_event, st) == EMBER_OK;
 }
 
 /* Wait for news from the engine and format it as SSE events. Returns false
@@ -493,7 +526,10 @@ static bool stream_produce(stream *st)
     if (u.stop == COMPLETION_CANCELLED && client_gone(st->fd)) return false;
     if (st->api == API_ANTHROPIC) anth_stream_update(st->anth, &st->c, &u);
     else openai_stream_update(st, &u);
-    if (u.stop != COMPLETION_RUNNING) st->done = true;
+    if (u.stop != COMPLETION_RUNNING) {
+        bool failed = u.stop == COMPLETION_ERROR || u.stop == COMPLETION_CANCELLED;
+        st->done = failed || !stream_next_choice(st, &u);
+    }
     return true;
 }
 
@@ -522,6 +558,12 @@ static void stream_free(void *cls)
     for (int32_t i = 0; st->nat_watch && i < native_count(st->nat); i++) watch_del(st->s, st->nat_watch[i]);
     free(st->nat_watch);
     native_free(st->nat);
+    for (int32_t i = 0; i < st->n_more; i++) {
+        if (st->more_watch) watch_del(st->s, st->more_watch[i]);
+        completion_free(&st->more[i]);
+    }
+    free(st->more);
+    free(st->more_watch);
     atomic_fetch_sub(&st->s->n_active, 1);
     completion_free(&st->c);
     anth_stream_free(st->anth);
@@ -568,6 +610,95 @@ static enum MHD_Result send_api_error(server *s, struct MHD_Connection *mc, api_
     return send_error(s, mc, err);
 }
 
+/* Submit the request, and for n > 1 its copies (seed + i, as llama-server's
+ * child tasks), into sm->c and sm->more. At most --parallel choices (as
+ * llama-server's n_cmpl). False with *err. */
+static bool start_choices(server *s, oai_req *rq, const ember_token *toks, int32_t n_toks, const char *prefix,
+                          stream *sm, oai_error *err)
+{
+    int32_t n = rq->n_choices > 1 ? rq->n_choices : 1;
+    engine_stats es;
+    engine_get_stats(s->e, &es, NULL);
+    if (n > es.n_slots) {
+        oai_error_set(err, 400, "invalid_request_error", "n", NULL,
+                      "Invalid 'n': %d is more than this server's %d slots (--parallel).", n, es.n_slots);
+        return false;
+    }
+    if (n > 1) {
+        sm->more = calloc((size_t)(n - 1), sizeof *sm->more);
+        sm->more_watch = malloc(sizeof *sm->more_watch * (size_t)(n - 1));
+        if (!sm->more || !sm->more_watch) {
+            oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return false;
+        }
+        for (int32_t i = 0; i < n - 1; i++) sm->more_watch[i] = UINT64_MAX;
+        for (int32_t i = 0; i < n - 1; i++) {
+            oai_req copy;
+            if (!oai_req_clone(rq, &copy)) {
+                oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+                return false;
+            }
+            copy.sampling.seed += (uint64_t)(i + 1);
+            bool ok = completion_start(&s->cc, &copy, toks, n_toks, prefix, &sm->more[i], err);
+            oai_req_free(&copy);
+            if (!ok) return false;
+            sm->n_more = i + 1;
+            sm->more_watch[i] = watch_add(s, sm->fd, sm->more[i].r);
+        }
+    }
+    if (!completion_start(&s->cc, rq, toks, n_toks, prefix, &sm->c, err)) return false;
+    /* the extra choices share the first one's id and created */
+    for (int32_t i = 0; i < sm->n_more; i++) {
+        memcpy(sm->more[i].id, sm->c.id, sizeof sm->c.id);
+        sm->more[i].created = sm->c.created;
+    }
+    return true;
+}
+
+/* A stream struct whose requests could not all start: free what did. */
+static void stream_abandon(stream *sm)
+{
+    for (int32_t i = 0; i < sm->n_more; i++) {
+        if (sm->more_watch) watch_del(sm->s, sm->more_watch[i]);
+        completion_free(&sm->more[i]);
+    }
+    completion_free(&sm->c);
+    free(sm->more);
+    free(sm->more_watch);
+    free(sm);
+}
+
+/* n > 1, whole answers: the other choices, each as its own result, appended
+ * to j's choices with their index; usage counts every choice's tokens. */
+static bool more_choices(server *s, stream *sm, oai_kind kind, json_t *j, oai_error *err)
+{
+    json_t *choices = json_object_get(j, "choices"), *usage = json_object_get(j, "usage");
+    for (int32_t i = 0; i < sm->n_more; i++) {
+        completion *c = &sm->more[i];
+        completion_update u;
+        completion_next(c, true, &u);
+        if (u.stop == COMPLETION_ERROR || u.stop == COMPLETION_CANCELLED) {
+            oai_error_set(err, u.stop == COMPLETION_ERROR ? 500 : 503, "server_error", NULL, NULL, "%s", c->err);
+            return false;
+        }
+        json_t *msg = completion_message(c, &u);
+        u.res.message = msg;
+        json_t *one = oai_result_json(kind, &c->rq, &u.res, piece_fn, s);
+        json_decref(msg);
+        json_t *ch = json_array_get(json_object_get(one, "choices"), 0);
+        if (ch) {
+            json_object_set_new(ch, "index", json_integer(i + 1));
+            json_array_append(choices, ch);
+        }
+        json_int_t ct = json_integer_value(json_object_get(usage, "completion_tokens")) + u.res.n_generated;
+        json_object_set_new(usage, "completion_tokens", json_integer(ct));
+        json_object_set_new(usage, "total_tokens",
+                            json_integer(ct + json_integer_value(json_object_get(usage, "prompt_tokens"))));
+        json_decref(one);
+    }
+    return true;
+}
+
 /* The one completion handler: every API's request goes through
  * request_prompt -> completion_start, and its answer through completion_next
  * (a stream per update, a whole answer at the finish); only the JSON differs. */
@@ -586,12 +717,12 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *mc, con
     sm->s = s;
     sm->api = api;
     sm->watch = UINT64_MAX;
-    bool ok = completion_start(&s->cc, &rq, toks, n_toks, prefix, &sm->c, &err);
+    sm->fd = conn_fd(mc);
+    bool ok = start_choices(s, &rq, toks, n_toks, prefix, sm, &err);
     free(toks);
     oai_req_free(&rq);
-    if (!ok) { free(sm); return send_api_error(s, mc, api, &err); }
+    if (!ok) { stream_abandon(sm); return send_api_error(s, mc, api, &err); }
     atomic_fetch_add(&s->n_active, 1);
-    sm->fd = conn_fd(mc);
     sm->watch = watch_add(s, sm->fd, sm->c.r);
 
     if (stream_it) {
@@ -629,8 +760,13 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *mc, con
         u.res.message = msg;
         json_t *j = api == API_ANTHROPIC ? anth_message_json(&sm->c, &u, msg)
                                          : oai_result_json(kind, &sm->c.rq, &u.res, piece_fn, s);
-        ret = send_json(s, mc, 200, j);
         json_decref(msg);
+        if (sm->n_more && !more_choices(s, sm, kind, j, &err)) {
+            json_decref(j);
+            ret = send_api_error(s, mc, api, &err);
+        } else {
+            ret = send_json(s, mc, 200, j);
+        }
     }
     stream_free(sm);
     return ret;

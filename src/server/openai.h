@@ -39,6 +39,7 @@ typedef struct oai_req {
     char *prompt;                /* completion: prompt text, or NULL when given as token ids */
     ember_token *prompt_tokens;  /* completion: prompt as token ids */
     int32_t n_prompt_tokens;
+    int32_t n_choices;           /* n: completions of the same prompt (choices with index), >= 1 */
     int32_t max_tokens;          /* -1: until EOG or the slot's n_ctx */
     ember_sampler_params sampling;
     ember_logit_bias *logit_bias;
@@ -94,6 +95,9 @@ json_t *oai_error_json(const oai_error *err);
  * tool schema comes near 64. Deeper is a 400 naming the field. */
 #define OAI_MAX_NESTING 64
 
+/* Most choices (n) of one request; the server allows at most --parallel. */
+#define OAI_MAX_CHOICES 128
+
 /* Most messages in one chat request (a longer array is a 400 naming
  * messages, before it is copied or rendered). */
 #define OAI_MAX_MESSAGES 4096
@@ -103,6 +107,9 @@ json_t *oai_error_json(const oai_error *err);
  * when a field is missing, of the wrong type or out of range. */
 bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_error *err);
 void oai_req_free(oai_req *r);
+/* A deep copy of a parsed request (for the extra choices of n > 1: each is
+ * a request of its own). False when out of memory (*out is then freed). */
+bool oai_req_clone(const oai_req *r, oai_req *out);
 /* Parse only messages/tools/chat_template_kwargs/add_generation_prompt/
  * continue_final_message (for /apply-template). As llama-server
  * (tools/server/server-common.cpp, oaicompat_chat_params_parse): a final

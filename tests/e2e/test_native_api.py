@@ -39,6 +39,7 @@ SETTINGS_FIELDS = {"seed", "temperature", "top_k", "top_p", "min_p", "repeat_las
                    "presence_penalty", "frequency_penalty", "stop", "max_tokens", "n_predict", "n_keep", "ignore_eos",
                    "stream", "logit_bias", "n_probs", "min_keep", "grammar", "post_sampling_probs"}
 PROMPT = "The capital of France is"
+EOG = (0, 1, 2)   # SmolLM2: <|endoftext|>, <|im_start|>, <|im_end|> (tokenizer.ggml unknown/bos/eos_token_id)
 
 
 @pytest.fixture(scope="module")
@@ -184,14 +185,14 @@ def test_stream(srv):
 
 
 def test_n_completions_with_seed(srv):
-    body = {"prompt": "Once upon a time", "n_predict": 10, "temperature": 1.0, "seed": 42, "n": 2}
-    d = post(srv, body)
+    d = post(srv, {"prompt": "Once upon a time", "n_predict": 10, "temperature": 1.0, "seed": 42, "n": 2})
     assert isinstance(d, list) and [x["index"] for x in d] == [0, 1]
     # the extra completion samples with seed + 1, as llama-server's child tasks
     assert [x["generation_settings"]["seed"] for x in d] == [42, 43]
-    for x, seed in zip(d, (42, 43)):
-        alone = post(srv, {"prompt": "Once upon a time", "n_predict": 10, "temperature": 1.0, "seed": seed})
-        assert alone["content"] == x["content"]
+    case = next(c for c in CASES if len(c["stable_prefix"]) > 10)
+    d = post(srv, {"prompt": [case["prompt"]] * 2, "n_predict": GOLDEN["max_tokens"], "temperature": 0, "n": 2})
+    assert [x["index"] for x in d] == [0, 1, 2, 3]
+    assert all(x["content"].startswith(case["stable_prefix"]) for x in d)
 
 
 def test_cache_prompt_and_id_slot(srv):
@@ -226,3 +227,40 @@ def test_errors(srv):
     r = requests.post(srv.base + "/completion", data=b"{not json", timeout=30)
     assert r.status_code == 400 and r.json()["error"]["code"] == 400
     assert requests.get(srv.base + "/health", timeout=5).status_code == 200
+
+
+def test_openai_n_choices(srv):
+    """n > 1 on the OpenAI endpoints, read with the official client: choices
+    with index 0..n-1, each greedy one llama-server's greedy reply (the
+    golden's stable prefix); usage counts every choice; a stream's chunks
+    carry their choice's index and add up to the same choices. (Sampled
+    choices are not compared with lone requests: a batch of two rows may
+    round differently from one row, and sampling then parts ways.)"""
+    import openai
+    client = openai.OpenAI(base_url=srv.base + "/v1", api_key="x", max_retries=0, timeout=120)
+    case = next(c for c in CASES if len(c["stable_prefix"]) > 10)
+    msgs, n_max = case["messages"], GOLDEN["max_tokens"]
+    r = client.chat.completions.create(model="m", messages=msgs, n=2, max_tokens=n_max, temperature=0)
+    assert [c.index for c in r.choices] == [0, 1]
+    assert all(c.message.content.startswith(case["stable_prefix"]) for c in r.choices)
+    assert r.usage.prompt_tokens == case["prompt_tokens"] and r.usage.completion_tokens == 2 * n_max
+    chat = {0: "", 1: ""}
+    for chunk in client.chat.completions.create(model="m", messages=msgs, n=2, max_tokens=n_max, temperature=0,
+                                                stream=True):
+        for c in chunk.choices:
+            chat[c.index] += c.delta.content or ""
+    assert all(t.startswith(case["stable_prefix"]) for t in chat.values())
+    # sampled: n choices of n_max tokens each, streamed by index
+    whole = client.completions.create(model="m", prompt="Once upon a time", n=2, seed=3, max_tokens=6,
+                                      temperature=1.0, logit_bias={str(t): -100 for t in EOG})
+    assert [c.index for c in whole.choices] == [0, 1] and whole.usage.completion_tokens == 12
+    texts, usage = {0: "", 1: ""}, None
+    for chunk in client.completions.create(model="m", prompt="Once upon a time", n=2, seed=3, max_tokens=6,
+                                           temperature=1.0, stream=True, stream_options={"include_usage": True},
+                                           logit_bias={str(t): -100 for t in EOG}):
+        for c in chunk.choices:
+            texts[c.index] += c.text
+        usage = chunk.usage or usage
+    assert all(texts.values()) and usage.completion_tokens == 12
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="m", messages=msgs, n=3, max_tokens=2)   # more than --parallel (2)

@@ -3,7 +3,8 @@
  *
  * Flags follow llama-server where they overlap (-m -c -np -t -b --host --port
  * --api-key --alias --chat-template-file --chat-template-kwargs -ctk -ctv
- * --metrics --reasoning --kv-unified-per-slot). -c is the KV cache in all,
+ * --metrics --reasoning --kv-unified-per-slot; the sampling defaults --temp
+ * --seed -n --top-k ... in serve_sampling.c). -c is the KV cache in all,
  * as llama-server's unified cache: the slots share it, and one slot may
  * hold up to all of it (n_ctx_slot = min(-c, n_ctx_train,
  * --kv-unified-per-slot)). SIGINT/SIGTERM: stop accepting, cancel running requests (their
@@ -19,6 +20,7 @@
 #include "base/status.h"
 #include "cli_common.h"
 #include "serve_setup.h"
+#include "serve_sampling.h"
 #include "server/server.h"
 #include "server/signals.h"
 
@@ -59,6 +61,7 @@ static void usage(FILE *f)
             "                              templates written for llama-server get enable_thinking=true), 'on', 'off'\n"
             "      --reasoning-budget N    close a thinking block after N tokens (-1: unlimited, default)\n"
             "      --reasoning-format F    'auto' (default): thoughts in reasoning_content; 'none': raw in content\n");
+    fputs(serve_sampling_usage, f);
     fputs(serve_spec_usage, f);
 }
 
@@ -105,6 +108,9 @@ int cmd_serve(int argc, char **argv)
         long x;
 #define TAKE() (i++, v)
         int sp = serve_parse_spec_flag(argc, argv, &i, &o);
+        if (sp < 0) return 2;
+        if (sp > 0) continue;
+        sp = serve_parse_sampling_flag(argc, argv, &i, &sc.sampling_defaults);
         if (sp < 0) return 2;
         if (sp > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
@@ -232,6 +238,7 @@ int cmd_serve(int argc, char **argv)
     server_stop(srv);
     serve_model_close(&m);
     json_decref(sc.template_kwargs);
+    json_decref(sc.sampling_defaults);
     fprintf(stderr, "ember: stopped\n");
     return 0;
 }

@@ -589,6 +589,7 @@ static bool request_prompt(server *s, conn *c, oai_kind kind, json_t *(*to_oai)(
         json_decref(body);
         body = o;
     }
+    if (body) oai_apply_defaults(body, s->cfg.sampling_defaults);
     bool ok = body && oai_parse(body, kind, s->text.n_vocab, rq, err);
     json_decref(body);
     ok = ok && completion_prompt(&s->cc, rq, toks, n_toks, err);
@@ -795,6 +796,7 @@ static enum MHD_Result handle_native(server *s, struct MHD_Connection *mc, conn 
     oai_error err;
     size_t held = mem_enter(s, c->len);
     json_t *body = parse_body(c, &err);
+    if (body) oai_apply_defaults(body, s->cfg.sampling_defaults);
     native_run *nr = body ? native_prepare(&s->cc, body, &err) : NULL;
     json_decref(body);
     if (tl_mem.over) {
@@ -1012,6 +1014,8 @@ static enum MHD_Result handle_props(server *s, struct MHD_Connection *mc)
     json_object_set_new(j, "n_ctx", json_integer(s->cfg.kv_pool_tokens ? (json_int_t)s->cfg.kv_pool_tokens
                                                                         : (json_int_t)st.n_ctx * st.n_slots));
     json_object_set_new(j, "n_ctx_slot", json_integer(st.n_ctx));
+    json_object_set_new(json_object_get(j, "default_generation_settings"), "params",
+                        oai_default_settings_json(s->cfg.sampling_defaults));
     return send_json(s, mc, 200, j);
 }
 

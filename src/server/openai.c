@@ -596,6 +596,30 @@ void oai_req_free(oai_req *r)
     memset(r, 0, sizeof *r);
 }
 
+void oai_apply_defaults(json_t *body, const json_t *defaults)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)defaults, k, v) {
+        if (oai_opt(body, k)) continue;
+        if (!strcmp(k, "n_predict") && (oai_opt(body, "max_tokens") || oai_opt(body, "max_completion_tokens")))
+            continue;
+        json_object_set(body, k, v);
+    }
+}
+
+json_t *oai_default_settings_json(const json_t *defaults)
+{
+    /* the defaults oai_parse gives (llama-server's common/common.h) */
+    json_t *p = json_pack("{s:I, s:f, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:b, s:b}", "seed",
+                          (json_int_t)4294967295LL, "temperature", 0.8, "top_k", 40, "top_p", 0.95, "min_p", 0.05,
+                          "repeat_last_n", 64, "repeat_penalty", 1.0, "presence_penalty", 0.0, "frequency_penalty",
+                          0.0, "n_predict", -1, "max_tokens", -1, "n_probs", 0, "ignore_eos", 0, "stream", 0);
+    if (p && defaults) json_object_update(p, (json_t *)defaults);
+    if (p && json_object_get(p, "n_predict")) json_object_set(p, "max_tokens", json_object_get(p, "n_predict"));
+    return p;
+}
+
 static bool dup_str(const char *s, char **out)
 {
     *out = s ? strdup(s) : NULL;

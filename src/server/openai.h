@@ -107,6 +107,16 @@ json_t *oai_error_json(const oai_error *err);
  * when a field is missing, of the wrong type or out of range. */
 bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_error *err);
 void oai_req_free(oai_req *r);
+/* The server's defaults (--temp, --seed, -n, ...: an object of request
+ * fields, or NULL) put into a body (a JSON object) for each field the body
+ * leaves out or sets to null; n_predict only when none of n_predict,
+ * max_tokens and max_completion_tokens is given (llama-server's -n). */
+void oai_apply_defaults(json_t *body, const json_t *defaults);
+/* default_generation_settings.params of /props (llama-server's
+ * task_params::to_json(true) subset): ember's request defaults with the
+ * server's own over them; seed 4294967295 (llama-server's LLAMA_DEFAULT_SEED)
+ * when each request gets a new one. New reference. */
+json_t *oai_default_settings_json(const json_t *defaults);
 /* A deep copy of a parsed request (for the extra choices of n > 1: each is
  * a request of its own). False when out of memory (*out is then freed). */
 bool oai_req_clone(const oai_req *r, oai_req *out);

@@ -71,6 +71,8 @@ typedef struct server_config {
     const char *model_path;
     bool metrics;                    /* --metrics: enable GET /metrics */
     json_t *template_kwargs;         /* --chat-template-kwargs defaults (object or NULL) */
+    json_t *sampling_defaults;       /* --temp, --seed, -n, --top-k, ...: request fields (temperature, seed,
+                                        n_predict, top_k, ...) a request that leaves them out gets; object or NULL */
     size_t max_body_bytes;           /* --max-body-size: larger bodies get 413; 0: 16 MiB */
     const char *cors_origin;         /* --cors-origin: "*" or a comma-separated list of origins allowed to read
                                         answers from a browser; NULL: no CORS headers (same-origin only) */

@@ -264,3 +264,31 @@ def test_openai_n_choices(srv):
     assert all(texts.values()) and usage.completion_tokens == 12
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="m", messages=msgs, n=3, max_tokens=2)   # more than --parallel (2)
+
+
+def test_server_sampling_defaults(ember_bin, smollm2_path):
+    """--temp, --seed, -n, --top-k (llama-server's flags) apply to requests
+    that leave the field out, and /props shows them."""
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "1024", "-np", "1", "-t", "2", "--port", str(port),
+                "--temp", "0", "--seed", "11", "-n", "5", "--top-k", "1"], port)
+    try:
+        params = requests.get(s.base + "/props", timeout=10).json()["default_generation_settings"]["params"]
+        assert params["temperature"] == 0 and params["seed"] == 11 and params["n_predict"] == 5
+        assert params["top_k"] == 1 and params["top_p"] == pytest.approx(0.95)   # not given: the usual default
+        d = post(s, {"prompt": PROMPT})
+        g = d["generation_settings"]
+        assert d["tokens_predicted"] == 5 and d["stop_type"] == "limit"
+        assert g["temperature"] == 0 and g["seed"] == 11 and g["top_k"] == 1
+        assert post(s, {"prompt": PROMPT, "n_predict": 3})["tokens_predicted"] == 3
+        assert post(s, {"prompt": PROMPT, "temperature": 1.0})["generation_settings"]["temperature"] == 1.0
+        o = post(s, {"prompt": PROMPT}, "/v1/completions")
+        assert o["usage"]["completion_tokens"] == 5 and o["choices"][0]["text"] == d["content"]
+        assert post(s, {"prompt": PROMPT, "max_tokens": 2}, "/v1/completions")["usage"]["completion_tokens"] == 2
+        case = next(c for c in CASES if len(c["stable_prefix"]) > 10)
+        chat = post(s, {"messages": case["messages"]}, "/v1/chat/completions")   # greedy by --temp 0
+        reply = chat["choices"][0]["message"]["content"]   # llama-server's greedy reply, as far as it is stable
+        assert case["stable_prefix"].startswith(reply) or reply.startswith(case["stable_prefix"])
+        assert chat["usage"]["completion_tokens"] == 5
+    finally:
+        assert s.stop() == 0

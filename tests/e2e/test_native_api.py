@@ -292,3 +292,65 @@ def test_server_sampling_defaults(ember_bin, smollm2_path):
         assert chat["usage"]["completion_tokens"] == 5
     finally:
         assert s.stop() == 0
+
+
+# server_task_result_metrics::to_metrics: llama-server's series and their types
+LLAMACPP_COUNTERS = ["prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total",
+                     "tokens_predicted_total", "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max",
+                     "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
+                     "spec_decode_num_drafts_total"]
+LLAMACPP_GAUGES = ["prompt_tokens_seconds", "predicted_tokens_seconds", "requests_processing", "requests_deferred",
+                   "n_busy_slots_per_decode"]
+
+
+def test_metrics_llamacpp_names_and_spec_per_method(ember_bin, smollm2_path):
+    """/metrics carries llama-server's llamacpp:* series beside ember's, with
+    its names and types; the counters add up to what the answers reported
+    (prompt lengths from /tokenize, tokens predicted, draft_n and
+    draft_n_accepted of each answer's timings, as llama-server names them),
+    and drafted / accepted tokens per speculative method."""
+    from prometheus_client.parser import text_string_to_metric_families
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "1024", "-np", "1", "-t", "2", "--port", str(port),
+                "--metrics", "--spec-type", "ngram", "--spec-draft-n-max", "4"], port)
+    try:
+        line = "apples, oranges, pears, plums, cherries, "
+        prompts = [line * 4, "1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 1, 2"]
+        outs = [post(s, {"prompt": p, "n_predict": 24, "temperature": 0, "logit_bias": [[t, False] for t in EOG]})
+                for p in prompts]
+        n_prompt = sum(len(tokenize(s, p, add_special=True)) for p in prompts)
+        text = requests.get(s.base + "/metrics", timeout=10).text
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+
+        def val(name):
+            return fams[name].samples[0].value
+
+        for n in LLAMACPP_COUNTERS:
+            # the parser drops a counter's _total from the family name
+            f = fams["llamacpp:" + n[:-len("_total")] if n.endswith("_total") else "llamacpp:" + n]
+            assert f.type == "counter", n
+        for n in LLAMACPP_GAUGES:
+            assert fams["llamacpp:" + n].type == "gauge", n
+        assert val("llamacpp:tokens_predicted") == sum(o["tokens_predicted"] for o in outs) == 48
+        assert val("llamacpp:prompt_tokens") + val("llamacpp:prompt_tokens_cached") == n_prompt
+        drafted = sum(o["timings"].get("draft_n", 0) for o in outs)
+        accepted = sum(o["timings"].get("draft_n_accepted", 0) for o in outs)
+        assert drafted > 0 and 0 < accepted <= drafted          # the lists repeat: drafts are taken
+        assert val("llamacpp:spec_decode_num_draft_tokens") == drafted
+        assert val("llamacpp:spec_decode_num_accepted_tokens") == accepted
+        assert 0 < val("llamacpp:spec_decode_num_drafts") <= drafted
+        per_pos = {smp.labels["position"]: smp.value for smp in fams["llamacpp:spec_decode_num_accepted_tokens_per_pos"].samples}
+        assert per_pos["0"] > 0 and sum(per_pos.values()) == accepted
+        method = {smp.labels["method"]: smp.value for smp in fams["ember_spec_method_draft_tokens"].samples}
+        assert method == {"ngram": drafted}
+        assert fams["ember_spec_method_accepted_tokens"].samples[0].labels == {"method": "ngram"}
+        assert fams["ember_spec_method_accepted_tokens"].samples[0].value == accepted
+        # one slot: every step had exactly one busy slot; nothing runs or waits now
+        assert val("llamacpp:n_busy_slots_per_decode") == 1
+        assert val("llamacpp:requests_processing") == 0 and val("llamacpp:requests_deferred") == 0
+        longest = max(o["tokens_evaluated"] + o["tokens_predicted"] for o in outs)
+        assert max(o["tokens_evaluated"] for o in outs) < val("llamacpp:n_tokens_max") <= longest
+        # fewer decode steps than tokens: accepted drafts save steps
+        assert val("llamacpp:n_decode") < 48
+    finally:
+        assert s.stop() == 0

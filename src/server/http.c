@@ -791,13 +791,14 @@ static enum MHD_Result handle_messages(server *s, struct MHD_Connection *mc, con
 /* POST /completion (and /completions without /v1): llama.cpp's native API
  * (native.h). A batch of prompts or n > 1 is several engine requests, each
  * watched for a client that leaves; a stream reads them one after another. */
-static enum MHD_Result handle_native(server *s, struct MHD_Connection *mc, conn *c)
+static enum MHD_Result handle_native_with(server *s, struct MHD_Connection *mc, conn *c,
+                                         native_run *(*prepare)(const completion_ctx *, json_t *, oai_error *))
 {
     oai_error err;
     size_t held = mem_enter(s, c->len);
     json_t *body = parse_body(c, &err);
     if (body) oai_apply_defaults(body, s->cfg.sampling_defaults);
-    native_run *nr = body ? native_prepare(&s->cc, body, &err) : NULL;
+    native_run *nr = body ? prepare(&s->cc, body, &err) : NULL;
     json_decref(body);
     if (tl_mem.over) {
         mem_exceeded(s, held, &err);
@@ -843,6 +844,17 @@ static enum MHD_Result handle_native(server *s, struct MHD_Connection *mc, conn 
                               : send_api_error(s, mc, API_NATIVE, &err);
     stream_free(sm);
     return ret;
+}
+
+static enum MHD_Result handle_native(server *s, struct MHD_Connection *mc, conn *c)
+{
+    return handle_native_with(s, mc, c, native_prepare);
+}
+
+/* POST /infill: a fill-in-the-middle prompt (native_prepare_infill), then as /completion. */
+static enum MHD_Result handle_infill(server *s, struct MHD_Connection *mc, conn *c)
+{
+    return handle_native_with(s, mc, c, native_prepare_infill);
 }
 
 /* POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt the same
@@ -1109,6 +1121,7 @@ static const route_ent routes[] = {
     {"/chat/completions", true, false, API_OPENAI, handle_chat},
     {"/completions", true, false, API_OPENAI, handle_completions},
     {"/completion", true, false, API_NATIVE, handle_native},
+    {"/infill", true, false, API_NATIVE, handle_infill},
     {"/messages", true, false, API_ANTHROPIC, handle_messages},
     {"/messages/count_tokens", true, false, API_ANTHROPIC, handle_count_tokens},
     {"/tokenize", true, false, API_OPENAI, handle_tokenize},

@@ -56,12 +56,12 @@ static bool toks_push(ember_token **a, int32_t *n, int32_t *cap, const ember_tok
     return true;
 }
 
-static bool tokenize_into(const completion_ctx *ctx, const char *s, size_t len, bool add_special,
-                          ember_token **a, int32_t *n, int32_t *cap, oai_error *err)
+static bool tokenize_sp(const completion_ctx *ctx, const char *s, size_t len, bool add_special, bool parse_special,
+                        ember_token **a, int32_t *n, int32_t *cap, oai_error *err)
 {
     ember_token *t = NULL;
     int32_t m = 0;
-    if (ctx->text->tokenize(ctx->text->ud, s, len, add_special, true, &t, &m) != EMBER_OK) {
+    if (ctx->text->tokenize(ctx->text->ud, s, len, add_special, parse_special, &t, &m) != EMBER_OK) {
         oai_error_set(err, 500, "server_error", NULL, NULL, "tokenizer: %s", ember_last_error());
         return false;
     }
@@ -69,6 +69,12 @@ static bool tokenize_into(const completion_ctx *ctx, const char *s, size_t len, 
     free(t);
     if (!ok) oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
     return ok;
+}
+
+static bool tokenize_into(const completion_ctx *ctx, const char *s, size_t len, bool add_special,
+                          ember_token **a, int32_t *n, int32_t *cap, oai_error *err)
+{
+    return tokenize_sp(ctx, s, len, add_special, true, a, n, cap, err);
 }
 
 static bool has_number(const json_t *a)
@@ -612,6 +618,155 @@ bool native_stream_next(native_run *nr, void (*emit)(void *ud, json_t *data), vo
     emit(ud, final_json(nr, it, &u));
     nr->cur++;
     return nr->cur >= nr->n;
+}
+
+/* ---------- /infill ---------- */
+
+/* input_prefix / input_suffix: a string or a mixed array of strings and ids
+ * (tokenize_mixed without BOS and without control-token parsing). */
+static bool infill_part(const completion_ctx *ctx, json_t *body, const char *key, ember_token **a, int32_t *n,
+                        int32_t *cap, oai_error *err)
+{
+    json_t *v = json_object_get(body, key);
+    if (!v) return oai_bad(err, key, "\"%s\" is required", key);
+    if (json_is_string(v)) return tokenize_sp(ctx, json_string_value(v), json_string_length(v), false, false, a, n, cap, err);
+    if (!json_is_array(v)) return oai_bad(err, key, "Invalid type for '%s': expected a string or an array of strings and token ids.", key);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *e = json_array_get(v, i);
+        if (json_is_string(e)) {
+            if (!tokenize_sp(ctx, json_string_value(e), json_string_length(e), false, false, a, n, cap, err)) return false;
+        } else if (json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) < ctx->text->n_vocab) {
+            ember_token t = (ember_token)json_integer_value(e);
+            if (!toks_push(a, n, cap, &t, 1)) return oai_bad(err, NULL, "out of memory");
+        } else {
+            return oai_bad(err, key, "Invalid '%s[%zu]': expected a string or a token id in [0, %d).", key, i,
+                           ctx->text->n_vocab);
+        }
+    }
+    return true;
+}
+
+typedef struct tokbuf { ember_token *a; int32_t n, cap; } tokbuf;
+
+static bool push1(tokbuf *b, ember_token t) { return toks_push(&b->a, &b->n, &b->cap, &t, 1); }
+
+static bool push_text(const completion_ctx *ctx, tokbuf *b, const char *s, oai_error *err)
+{
+    return tokenize_sp(ctx, s, strlen(s), false, false, &b->a, &b->n, &b->cap, err);
+}
+
+/* The FIM prompt as llama-server lays it out (server-common.cpp
+ * format_prompt_infill, the repo-level pattern of arXiv 2409.12186, PSM
+ * order): [FIM_REP]myproject\n, then per input_extra chunk [FIM_SEP]name\n
+ * (or a "--- snippet ---" line without FIM_SEP) and its text, then
+ * [FIM_SEP]filename\n; the last n_ctx - n_batch - 2 n_predict tokens of that,
+ * then [BOS] [FIM_PRE] prefix (its last 3/4 n_batch tokens) prompt [FIM_SUF]
+ * suffix (its first n_batch/4 - 2 - |prompt| tokens) [FIM_MID]. */
+static bool infill_tokens(const completion_ctx *ctx, json_t *body, tokbuf *out, oai_error *err)
+{
+    const struct ember_vocab *v = ctx->text->vocab;
+    ember_token pre = ember_vocab_fim(v, EMBER_FIM_PRE), suf = ember_vocab_fim(v, EMBER_FIM_SUF),
+                mid = ember_vocab_fim(v, EMBER_FIM_MID), rep = ember_vocab_fim(v, EMBER_FIM_REP),
+                sep = ember_vocab_fim(v, EMBER_FIM_SEP);
+    json_t *prompt = oai_opt(body, "prompt"), *extra = oai_opt(body, "input_extra");
+    if (prompt && !json_is_string(prompt)) return oai_bad(err, "prompt", "\"prompt\" must be a string");
+    if (extra && !json_is_array(extra))
+        return oai_bad(err, "input_extra", "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}");
+    for (size_t i = 0; i < json_array_size(extra); i++) {
+        json_t *c = json_array_get(extra, i);
+        if (!json_is_string(json_object_get(c, "text")))
+            return oai_bad(err, "input_extra", "extra_context chunk must contain a \"text\" field with a string value");
+        json_t *f = json_object_get(c, "filename");
+        if (f && !json_is_string(f))
+            return oai_bad(err, "input_extra", "extra_context chunk's \"filename\" field must be a string");
+    }
+    tokbuf px = {0}, sx = {0}, pr = {0}, ex = {0};
+    bool ok = infill_part(ctx, body, "input_prefix", &px.a, &px.n, &px.cap, err) &&
+              infill_part(ctx, body, "input_suffix", &sx.a, &sx.n, &sx.cap, err);
+    if (ok && prompt)
+        ok = tokenize_sp(ctx, json_string_value(prompt), json_string_length(prompt), false, true, &pr.a, &pr.n, &pr.cap, err);
+    if (ok && rep >= 0) ok = push1(&ex, rep) && push_text(ctx, &ex, "myproject\n", err);
+    for (size_t i = 0; ok && i < json_array_size(extra); i++) {
+        json_t *c = json_array_get(extra, i), *f = json_object_get(c, "filename");
+        if (sep >= 0) {
+            char *name = NULL;
+            const char *fn = f ? json_string_value(f) : "tmp";
+            size_t len = strlen(fn);
+            name = malloc(len + 2);
+            ok = name != NULL;
+            if (ok) {
+                memcpy(name, fn, len);
+                memcpy(name + len, "\n", 2);
+                ok = push1(&ex, sep) && push_text(ctx, &ex, name, err);
+            }
+            free(name);
+        } else {
+            ok = push_text(ctx, &ex, "\n\n--- snippet ---\n\n", err);
+        }
+        json_t *t = json_object_get(c, "text");
+        if (ok) ok = tokenize_sp(ctx, json_string_value(t), json_string_length(t), false, false, &ex.a, &ex.n, &ex.cap, err);
+    }
+    if (ok && sep >= 0) ok = push1(&ex, sep) && push_text(ctx, &ex, "filename\n", err);
+    if (ok) {
+        engine_stats es;
+        engine_get_stats(ctx->e, &es, NULL);
+        json_t *dn = json_object_get(ctx->cfg->sampling_defaults, "n_predict");
+        int64_t n_predict = json_is_integer(dn) ? json_integer_value(dn) : -1;
+        int32_t n_batch = es.n_batch, n_ctx = es.n_ctx;
+        int32_t take_pre = px.n < 3 * (n_batch / 4) ? px.n : 3 * (n_batch / 4);
+        int32_t room_suf = n_batch / 4 - (2 + pr.n);
+        if (room_suf < 0) room_suf = 0;
+        int32_t take_suf = sx.n < room_suf ? sx.n : room_suf;
+        int64_t room_ex = (int64_t)n_ctx - n_batch - 2 * n_predict;
+        if (room_ex < 0) room_ex = 0;
+        int32_t take_ex = ex.n < room_ex ? ex.n : (int32_t)room_ex;
+        ember_token bos = ctx->text->bos;
+        ok = toks_push(&out->a, &out->n, &out->cap, ex.a + ex.n - take_ex, take_ex) &&
+             (!(bos >= 0 && ember_vocab_add_bos(v)) || push1(out, bos)) && push1(out, pre) &&
+             toks_push(&out->a, &out->n, &out->cap, px.a + px.n - take_pre, take_pre) &&
+             toks_push(&out->a, &out->n, &out->cap, pr.a, pr.n) && push1(out, suf) &&
+             toks_push(&out->a, &out->n, &out->cap, sx.a, take_suf) && push1(out, mid);
+        if (!ok) oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    free(px.a);
+    free(sx.a);
+    free(pr.a);
+    free(ex.a);
+    return ok;
+}
+
+native_run *native_prepare_infill(const completion_ctx *ctx, json_t *body, oai_error *err)
+{
+    const struct ember_vocab *v = ctx->text->vocab;
+    char why[128] = "";
+    if (!v || ember_vocab_fim(v, EMBER_FIM_PRE) < 0) strcat(why, "prefix token is missing. ");
+    if (!v || ember_vocab_fim(v, EMBER_FIM_SUF) < 0) strcat(why, "suffix token is missing. ");
+    if (!v || ember_vocab_fim(v, EMBER_FIM_MID) < 0) strcat(why, "middle token is missing. ");
+    if (why[0]) {
+        oai_error_set(err, 501, "not_supported_error", NULL, NULL, "Infill is not supported by this model: %s", why);
+        return NULL;
+    }
+    tokbuf t = {0};
+    if (!infill_tokens(ctx, body, &t, err)) {
+        free(t.a);
+        return NULL;
+    }
+    json_t *b = json_copy(body);
+    json_t *ids = ids_json(t.a, t.n);
+    free(t.a);
+    if (!b || !ids) {
+        json_decref(b);
+        json_decref(ids);
+        oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    json_object_del(b, "input_prefix");
+    json_object_del(b, "input_suffix");
+    json_object_del(b, "input_extra");
+    json_object_set_new(b, "prompt", ids);
+    native_run *nr = native_prepare(ctx, b, err);
+    json_decref(b);
+    return nr;
 }
 
 json_t *native_error_json(const oai_error *err)

@@ -62,6 +62,16 @@ typedef struct native_run native_run;
  * it), 500 (tokenizer, memory). */
 native_run *native_prepare(const completion_ctx *ctx, json_t *body, oai_error *err);
 
+/* POST /infill (llama-server's, server-context.cpp post_infill): the body
+ * of native_prepare, with input_prefix and input_suffix (required: a string
+ * or a mixed array), input_extra (optional [{"filename", "text"}]) and
+ * prompt (optional string: the start of the middle), laid out as a FIM
+ * prompt with the model's tokens (tokenizer/tokenizer.h ember_vocab_fim;
+ * the layout: native.c infill_tokens). NULL with *err: 501
+ * not_supported_error when the model has no FIM prefix, suffix or middle
+ * token (llama-server's message), else as native_prepare. */
+native_run *native_prepare_infill(const completion_ctx *ctx, json_t *body, oai_error *err);
+
 /* Submit every request (completion_start). False with *err (as
  * completion_start; those already started are cancelled by native_free). */
 bool native_start(native_run *nr, oai_error *err);

@@ -8,7 +8,7 @@
  *
  * Routes (one table in http.c): POST /v1/chat/completions, POST
  * /v1/completions, POST /completion and /completions without /v1 (llama.cpp's
- * native API, native.h), POST /v1/messages and /v1/messages/count_tokens
+ * native API, native.h), POST /infill, POST /v1/messages and /v1/messages/count_tokens
  * (Anthropic), GET /v1/models, GET /health, GET /metrics, POST /tokenize,
  * POST /detokenize, POST /apply-template, GET /props, GET /slots (each also
  * with or without the /v1 prefix, as llama-server accepts them). Every

@@ -354,3 +354,71 @@ def test_metrics_llamacpp_names_and_spec_per_method(ember_bin, smollm2_path):
         assert val("llamacpp:n_decode") < 48
     finally:
         assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def fim_srv(ember_bin, smollm2_path, tmp_path_factory):
+    """SmolLM2 with FIM tokens named in its metadata, written by gguf-py's own
+    gguf_new_metadata script: tokenizer.ggml.fim_pre/suf/mid_token_id = 8, 9,
+    10 (<issue_start>, <issue_comment>, <issue_closed>, control tokens of
+    its vocabulary). Its <reponame> is llama.cpp's FIM_REP by name; it has no
+    <|file_sep|> (FIM_SEP)."""
+    import subprocess
+    import sys
+    out = tmp_path_factory.mktemp("fim") / "smollm2-fim.gguf"
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", smollm2_path, str(out), "--force",
+                    "--special-token-by-id", "fim_pre", "8", "--special-token-by-id", "fim_suf", "9",
+                    "--special-token-by-id", "fim_mid", "10"], check=True, capture_output=True)
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", str(out), "-c", "2048", "-np", "1", "-t", "2", "--port", str(port)], port)
+    yield s
+    assert s.stop() == 0
+
+
+def plain_tokens(srv, text):
+    return post(srv, {"content": text, "add_special": False, "parse_special": False}, "/tokenize")["tokens"]
+
+
+def test_infill_prompt_layout(fim_srv):
+    """/infill lays the prompt out as llama-server's format_prompt_infill
+    (server-common.cpp): [FIM_REP]myproject\\n, each input_extra chunk after
+    a "--- snippet ---" line (no FIM_SEP in this vocabulary), [FIM_PRE]
+    prefix prompt [FIM_SUF] suffix [FIM_MID]; the suffix cut to n_batch/4 -
+    2 - |prompt| tokens (n_batch 512). Checked by the prompt text, its length,
+    and a /completion of the expected ids giving the same greedy reply."""
+    s = fim_srv
+    prefix, prompt, suffix = "def add(a, b):\n    ", "return", "\n\nprint(add(1, 2))\n" + "x = 1\n" * 60
+    extra = [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"}]
+    body = {"input_prefix": prefix, "input_suffix": suffix, "input_extra": extra, "prompt": prompt,
+            "n_predict": 6, "temperature": 0, "cache_prompt": False}
+    d = post(s, body, "/infill")
+    assert set(d) >= FINAL_FIELDS
+    snippet = "\n\n--- snippet ---\n\n"
+    pt = tokenize(s, prompt)
+    st = plain_tokens(s, suffix)
+    n_suf = min(len(st), 512 // 4 - (2 + len(pt)))
+    assert n_suf < len(st)                                  # the long suffix is cut
+    ids = ([4] + plain_tokens(s, "myproject\n") + plain_tokens(s, snippet) + plain_tokens(s, extra[0]["text"]) +
+           [8] + plain_tokens(s, prefix) + pt + [9] + st[:n_suf] + [10])
+    assert d["tokens_evaluated"] == len(ids)
+    assert d["prompt"].startswith("<reponame>myproject\n" + snippet + extra[0]["text"] + "<issue_start>" + prefix +
+                                  prompt + "<issue_comment>\n\nprint(add(1, 2))\n")
+    assert d["prompt"].endswith("<issue_closed>")
+    same = post(s, {"prompt": ids, "n_predict": 6, "temperature": 0, "cache_prompt": False})
+    assert same["content"] == d["content"] and same["tokens_evaluated"] == len(ids)
+    # a mixed-array prefix and no prompt
+    d2 = post(s, {"input_prefix": [prefix], "input_suffix": "", "n_predict": 2, "temperature": 0}, "/infill")
+    assert d2["tokens_evaluated"] == 1 + len(plain_tokens(s, "myproject\n")) + 1 + len(plain_tokens(s, prefix)) + 2
+
+
+def test_infill_errors(srv, fim_srv):
+    e = post(srv, {"input_prefix": "a", "input_suffix": "b"}, "/infill", status=501)["error"]
+    assert e["code"] == 501 and e["type"] == "not_supported_error"
+    assert e["message"] == ("Infill is not supported by this model: prefix token is missing. suffix token is "
+                            "missing. middle token is missing. ")
+    for body in ({"input_suffix": "b"}, {"input_prefix": "a"}, {"input_prefix": "a", "input_suffix": "b", "prompt": 5},
+                 {"input_prefix": "a", "input_suffix": "b", "input_extra": {"text": "x"}},
+                 {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": "f"}]},
+                 {"input_prefix": 3, "input_suffix": "b"}):
+        r = requests.post(fim_srv.base + "/infill", json=body, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["code"] == 400, body

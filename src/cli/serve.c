@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "base/status.h"
 #include "cli_common.h"
@@ -48,6 +49,7 @@ static void usage(FILE *f)
             "      --chat-template-file F  Jinja chat template to use instead of the GGUF's\n"
             "      --chat-template-kwargs J  JSON object of default template variables, e.g. '{\"enable_thinking\":false}'\n"
             "      --metrics               serve Prometheus metrics at /metrics\n"
+            "      --slot-save-path DIR    enable POST /slots/ID?action=save|restore|erase with files in DIR\n"
             "      --cors-origin LIST      let browsers on these origins read answers: '*' or a comma-separated list\n"
             "                              such as 'http://localhost:3000' (default: none, no CORS headers)\n"
             "      --max-body-size N       largest request body in bytes (default 16777216); larger ones get 413\n"
@@ -140,6 +142,7 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--chat-template-file")) { if (!v) goto missing; o.template_file = TAKE(); }
         else if (!strcmp(a, "--chat-template-kwargs")) { if (!v) goto missing; kwargs = TAKE(); }
         else if (!strcmp(a, "--metrics")) { sc.metrics = true; }
+        else if (!strcmp(a, "--slot-save-path")) { if (!v) goto missing; sc.slot_save_path = TAKE(); }
         else if (!strcmp(a, "--cors-origin")) { if (!v) goto missing; sc.cors_origin = TAKE(); }
         else if (!strcmp(a, "--max-body-size")) { if (!int_arg(a, TAKE(), 1, 1L << 40, &x)) return 2; sc.max_body_bytes = (size_t)x; }
         else if (!strcmp(a, "--max-connections")) { if (!int_arg(a, TAKE(), 1, 65536, &x)) return 2; sc.max_connections = (int)x; }
@@ -192,6 +195,13 @@ int cmd_serve(int argc, char **argv)
     }
 #undef TAKE
     if (!o.model_path) { fprintf(stderr, "ember serve: -m FILE is required\n"); usage(stderr); return 2; }
+    if (sc.slot_save_path) {
+        struct stat sb;
+        if (stat(sc.slot_save_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "ember serve: --slot-save-path '%s' is not a directory\n", sc.slot_save_path);
+            return 2;
+        }
+    }
     if (kwargs) {
         json_error_t je;
         sc.template_kwargs = json_loads(kwargs, 0, &je);

@@ -125,10 +125,11 @@ typedef struct engine_req_params {
     bool logprobs;               /* record the chosen token's log-probability */
     int32_t top_logprobs;        /* [0, ENGINE_MAX_TOP_LOGPROBS] alternatives per token */
     bool ignore_eos;
-    /* llama-server's id_slot and cache_prompt: pin_slot asks for slot id_slot
-     * when it is idle at admission (else the usual choice: the idle slot with
-     * the longest cached prefix); no_prompt_cache decodes the whole prompt
-     * (no prefix-cache reuse; n_cached is 0). */
+    /* llama-server's id_slot and cache_prompt: pin_slot runs the request in
+     * slot id_slot (it waits in the queue while that slot is busy, younger
+     * requests for other slots going first, as llama-server defers it);
+     * no_prompt_cache decodes the whole prompt (no prefix-cache reuse;
+     * n_cached is 0). */
     bool pin_slot;
     int32_t id_slot;
     bool no_prompt_cache;
@@ -237,6 +238,18 @@ typedef struct engine_stats {
 
 /* Copy the counters; `slots` (may be NULL) gets n_slots entries. */
 void engine_get_stats(engine *e, engine_stats *st, engine_slot_info *slots);
+
+/* llama-server's slot save / erase (POST /slots/{id}?action=...): run on
+ * the engine thread once slot `slot` is idle (the caller waits, as
+ * llama-server defers the task while the slot is processing).
+ * engine_slot_tokens: a malloc'd copy of the tokens whose KV the slot holds
+ * (*n of them; NULL and 0 for an empty slot). engine_slot_erase: drop them;
+ * *n_erased how many. A restore is a request pinned to the slot
+ * (engine_req_params.pin_slot) over the saved tokens. Errors:
+ * EMBER_ERR_INVALID_ARG (no such slot), EMBER_ERR_IO (engine stopping or
+ * not started), EMBER_ERR_NOMEM. */
+ember_status engine_slot_tokens(engine *e, int32_t slot, ember_token **toks, int32_t *n);
+ember_status engine_slot_erase(engine *e, int32_t slot, int32_t *n_erased);
 
 double engine_now(void);   /* CLOCK_MONOTONIC seconds */
 

@@ -172,6 +172,18 @@ static ember_status submit_checked(engine *e, const engine_req_params *p, engine
     return EMBER_OK;
 }
 
+engine_req *engine_queue_take(engine *e, int32_t k)
+{
+    if (k < 0 || k >= e->q_len) return NULL;
+    engine_req *r = e->queue[(e->q_head + k) % e->q_cap];
+    for (int32_t i = k; i > 0; i--)   /* the older ones move up one place */
+        e->queue[(e->q_head + i) % e->q_cap] = e->queue[(e->q_head + i - 1) % e->q_cap];
+    e->q_head = (e->q_head + 1) % e->q_cap;
+    e->q_len--;
+    e->st.n_queued = e->q_len;
+    return r;
+}
+
 engine_req *engine_queue_pop(engine *e)
 {
     if (e->q_len == 0) return NULL;

@@ -159,6 +159,30 @@ static bool admit(engine *e, engine_req *r)
     return true;
 }
 
+void engine_slot_op_run(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    engine_slot_op *op = e->op;
+    pthread_mutex_unlock(&e->mu);
+    if (!op || e->slots[op->slot].state != SLOT_IDLE) return;
+    slot *s = &e->slots[op->slot];
+    op->st = EMBER_OK;
+    op->n = s->n_past;
+    if (op->erase) {
+        slot_drop_cache(e, s);
+    } else if (s->n_past > 0) {
+        op->toks = malloc(sizeof *op->toks * (size_t)s->n_past);
+        if (op->toks) memcpy(op->toks, s->tokens, sizeof *op->toks * (size_t)s->n_past);
+        else op->st = EMBER_ERR_NOMEM;
+    }
+    engine_publish_slots(e);
+    pthread_mutex_lock(&e->mu);
+    op->done = true;
+    e->op = NULL;
+    pthread_cond_broadcast(&e->op_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void release_busy(engine *e, slot *s, engine_finish f, const char *err)
 {
     slot_release(e, s, f, err);
@@ -296,7 +320,17 @@ static int32_t step(engine *e)
         bool any_free = false;
         for (int32_t i = 0; i < n_slots; i++) any_free |= e->slots[i].state == SLOT_IDLE;
         if (!any_free) break;
-        engine_req *r = engine_queue_pop(e);
+        /* the oldest request that can start: one pinned to a slot (id_slot) waits for that slot,
+         * as llama-server defers it; a cancelled one is taken at once (and finished below) */
+        int32_t k = 0;
+        for (; k < e->q_len; k++) {
+            const engine_req *q = e->queue[(e->q_head + k) % e->q_cap];
+            if (!q->p.pin_slot || atomic_load(&q->cancel) || q->p.id_slot < 0 || q->p.id_slot >= n_slots ||
+                e->slots[q->p.id_slot].state == SLOT_IDLE)
+                break;
+        }
+        if (k == e->q_len) break;
+        engine_req *r = engine_queue_take(e, k);
         pthread_mutex_unlock(&e->mu);
         if (atomic_load(&r->cancel)) {
             engine_req_finish(r, ENGINE_FINISH_CANCELLED, NULL);

@@ -47,6 +47,7 @@
 #include "server/completion.h"
 #include "server/metrics.h"
 #include "server/native.h"
+#include "server/slots.h"
 #include "server/openai.h"
 #include "server/webui.h"
 
@@ -80,6 +81,7 @@ typedef struct conn {
     bool too_large;     /* the body passed cfg.max_body_bytes (announced or received); the rest is not kept */
     bool answered;      /* the 413 was queued before the body was read (announced Content-Length) */
     engine_req *req;    /* a non-stream request in flight (cancel on abort) */
+    const char *url;    /* the request's path, while it is routed */
 } conn;
 
 /* ---------- responses ---------- */
@@ -857,6 +859,19 @@ static enum MHD_Result handle_infill(server *s, struct MHD_Connection *mc, conn 
     return handle_native_with(s, mc, c, native_prepare_infill);
 }
 
+/* POST /slots/{id}?action=save|restore|erase (slots.h), llama-server's errors. */
+static enum MHD_Result handle_slot_action(server *s, struct MHD_Connection *mc, conn *c)
+{
+    const char *url = !strncmp(c->url, "/v1/", 4) ? c->url + 3 : c->url;   /* as strip_v1 */
+    oai_error err;
+    json_t *body = c->len ? parse_body(c, &err) : json_object();
+    if (!body) return send_api_error(s, mc, API_NATIVE, &err);
+    const char *action = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "action");
+    json_t *j = slots_action(&s->cc, url + strlen("/slots/"), action, body, &err);
+    json_decref(body);
+    return j ? send_json(s, mc, 200, j) : send_api_error(s, mc, API_NATIVE, &err);
+}
+
 /* POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt the same
  * request to /v1/messages would decode (rendered with the template). */
 static enum MHD_Result handle_count_tokens(server *s, struct MHD_Connection *mc, conn *c)
@@ -1133,9 +1148,13 @@ static const route_ent routes[] = {
     {"/metrics", false, false, API_OPENAI, get_metrics},
 };
 
+/* POST /slots/{id}: the one route with a parameter in its path */
+static const route_ent slot_route = {"/slots/", true, false, API_NATIVE, handle_slot_action};
+
 static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *url, const char *method, conn *c)
 {
     atomic_fetch_add(&s->n_http, 1);
+    c->url = url;
     if (!strcmp(method, "OPTIONS")) return send_options(s, mc);
     if (!strcmp(method, "GET") && (!strcmp(url, "/") || !strcmp(url, "/index.html"))) {
         /* the web chat (webui.h): public, as llama-server's */
@@ -1151,6 +1170,7 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
     const route_ent *re = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0] && !re; i++)
         if (!strcmp(path, routes[i].path)) re = &routes[i];
+    if (!re && !strncmp(path, slot_route.path, strlen(slot_route.path))) re = &slot_route;
     /* errors before the handler (key, size, method) keep OpenAI's shape on native routes too */
     api_kind api = re && re->api == API_ANTHROPIC ? API_ANTHROPIC : API_OPENAI;
     oai_error err;

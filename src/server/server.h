@@ -10,7 +10,8 @@
  * /v1/completions, POST /completion and /completions without /v1 (llama.cpp's
  * native API, native.h), POST /infill, POST /v1/messages and /v1/messages/count_tokens
  * (Anthropic), GET /v1/models, GET /health, GET /metrics, POST /tokenize,
- * POST /detokenize, POST /apply-template, GET /props, GET /slots (each also
+ * POST /detokenize, POST /apply-template, GET /props, GET /slots, POST
+ * /slots/{id}?action=save|restore|erase (slots.h) (each also
  * with or without the /v1 prefix, as llama-server accepts them). Every
  * completion API is an adapter over completion.h.
  */
@@ -71,6 +72,8 @@ typedef struct server_config {
     const char *model_path;
     bool metrics;                    /* --metrics: enable GET /metrics */
     json_t *template_kwargs;         /* --chat-template-kwargs defaults (object or NULL) */
+    const char *slot_save_path;      /* --slot-save-path DIR: POST /slots/{id}?action=save|restore|erase
+                                        (slots.h); NULL: those answer 501 */
     json_t *sampling_defaults;       /* --temp, --seed, -n, --top-k, ...: request fields (temperature, seed,
                                         n_predict, top_k, ...) a request that leaves them out gets; object or NULL */
     size_t max_body_bytes;           /* --max-body-size: larger bodies get 413; 0: 16 MiB */

@@ -43,10 +43,15 @@ EOG = (0, 1, 2)   # SmolLM2: <|endoftext|>, <|im_start|>, <|im_end|> (tokenizer.
 
 
 @pytest.fixture(scope="module")
-def srv(ember_bin, smollm2_path):
+def slot_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("slots")
+
+
+@pytest.fixture(scope="module")
+def srv(ember_bin, smollm2_path, slot_dir):
     port = free_port()
-    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "2048", "-np", "2", "-t", "2", "--port", str(port)],
-               port)
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", "2048", "-np", "2", "-t", "2", "--port", str(port),
+                "--slot-save-path", str(slot_dir)], port)
     yield s
     assert s.stop() == 0
 
@@ -422,3 +427,48 @@ def test_infill_errors(srv, fim_srv):
                  {"input_prefix": 3, "input_suffix": "b"}):
         r = requests.post(fim_srv.base + "/infill", json=body, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["code"] == 400, body
+
+
+def test_slot_save_erase_restore(srv, slot_dir, fim_srv):
+    """POST /slots/{id}?action=save|erase|restore with llama-server's answer
+    fields (server-task.cpp server_task_result_slot_save_load / _erase): the
+    saved count is the tokens the slot's last answer left cached; after an
+    erase the prompt is decoded afresh, after a restore it is read from the
+    cache again (all but the last prompt token, which is decoded for its
+    logits)."""
+    prompt = "The history of the city of Paris and its river Seine"
+    n_prompt = len(tokenize(srv, prompt))
+    body = {"prompt": prompt, "n_predict": 4, "temperature": 0, "id_slot": 1}
+    first = post(srv, body)
+    assert first["id_slot"] == 1
+    saved = post(srv, {"filename": "paris.slot"}, "/slots/1?action=save")
+    assert set(saved) == {"id_slot", "filename", "n_saved", "n_written", "timings"} and "save_ms" in saved["timings"]
+    assert saved["id_slot"] == 1 and saved["filename"] == "paris.slot"
+    assert saved["n_saved"] == first["tokens_cached"] == n_prompt + 3
+    assert saved["n_written"] == (slot_dir / "paris.slot").stat().st_size
+    erased = post(srv, {}, "/slots/1?action=erase")
+    assert erased == {"id_slot": 1, "n_erased": saved["n_saved"]}
+    assert next(x for x in requests.get(srv.base + "/slots", timeout=10).json() if x["id"] == 1)["n_past"] == 0
+    cold = post(srv, dict(body, cache_prompt=True))
+    assert cold["id_slot"] == 1 and cold["timings"]["cache_n"] == 0
+    post(srv, {}, "/slots/1?action=erase")
+    restored = post(srv, {"filename": "paris.slot"}, "/slots/1?action=restore")
+    assert set(restored) == {"id_slot", "filename", "n_restored", "n_read", "timings"}
+    assert restored["n_restored"] == saved["n_saved"] and restored["n_read"] == saved["n_written"]
+    warm = post(srv, body)
+    assert warm["id_slot"] == 1 and warm["timings"]["cache_n"] == n_prompt - 1
+    assert warm["content"] == first["content"]
+    # errors, in llama-server's words
+    for path, b, msg in (("/slots/x?action=save", {"filename": "a"}, "Invalid slot ID"),
+                         ("/slots/2?action=save", {"filename": "a"}, "Invalid slot ID"),
+                         ("/slots/0?action=fly", {}, "Invalid action"),
+                         ("/slots/0", {}, "Invalid action"),
+                         ("/slots/0?action=save", {"filename": "../a"}, "Invalid filename"),
+                         ("/slots/0?action=save", {}, "Invalid filename"),
+                         ("/slots/0?action=restore", {"filename": "missing.slot"}, None)):
+        e = post(srv, b, path, status=400)["error"]
+        assert e["code"] == 400 and (msg is None or e["message"] == msg), path
+    (slot_dir / "junk.slot").write_bytes(b"not a slot file")
+    post(srv, {"filename": "junk.slot"}, "/slots/0?action=restore", status=400)
+    e = post(fim_srv, {"filename": "a"}, "/slots/0?action=save", status=501)["error"]
+    assert e["type"] == "not_supported_error" and "--slot-save-path" in e["message"]

@@ -152,10 +152,7 @@ static bool admit(engine *e, engine_req *r)
         snprintf(msg, sizeof msg, "sampler: %s", ember_last_error());
         slot_release(e, s, ENGINE_FINISH_ERROR, msg);
         set_busy(e, -1);
-    } else if (s->n_predict <= 0) {
-        slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
-        set_busy(e, -1);
-    }
+    }   /* n_predict 0: the prompt is still decoded into the cache, then it ends (slot_after_decode) */
     return true;
 }
 

@@ -447,6 +447,11 @@ int32_t slot_after_decode(engine *e, slot *s)
     int32_t n_draft = s->n_draft;
     s->n_draft = 0;
     if (s->i_logits < 0) return 0;                   /* prefill continues next step */
+    if (s->state == SLOT_PREFILL && s->n_predict <= 0) {   /* n_predict 0 (llama-server): the prompt is in the cache */
+        s->i_logits = -1;
+        slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
+        return 0;
+    }
     s->state = SLOT_GENERATE;
     int32_t i0 = s->i_logits;
     s->i_logits = -1;

@@ -115,8 +115,8 @@ static json_t *restore(const completion_ctx *ctx, int32_t id, const char *name, 
     if (n == 0) {
         st = engine_slot_erase(ctx->e, id, &dropped);
     } else {
-        /* recompute the KV of the saved tokens in that slot: a greedy one-token request pinned to it */
-        engine_req_params p = {.prompt = toks, .n_prompt = n, .n_predict = 1, .pin_slot = true, .id_slot = id,
+        /* recompute the KV of the saved tokens in that slot: a request pinned to it that generates nothing */
+        engine_req_params p = {.prompt = toks, .n_prompt = n, .n_predict = 0, .pin_slot = true, .id_slot = id,
                                .sampling = {.temp = 0, .top_k = 1, .top_p = 1, .repeat_penalty = 1}};
         engine_req *r = NULL;
         st = engine_submit(ctx->e, &p, &r);

@@ -9,7 +9,7 @@
  * Files live in --slot-save-path DIR. Unlike llama-server's (the KV cells
  * themselves), an ember slot file holds the slot's tokens: "EMBERSLT",
  * then little-endian uint32 version (1), n_vocab, n_tokens and the int32
- * ids; a restore recomputes their KV in that slot (a one-token request
+ * ids; a restore recomputes their KV in that slot (a request of n_predict 0
  * pinned to it), so it costs a prefill and needs the same vocabulary (the
  * same model for the same cache). A slot that is processing is waited for,
  * as llama-server defers the action.

@@ -200,6 +200,18 @@ def test_n_completions_with_seed(srv):
     assert all(x["content"].startswith(case["stable_prefix"]) for x in d)
 
 
+def test_n_predict_zero_fills_the_cache(srv):
+    """n_predict 0 (llama-server's schema: "no tokens will be generated but
+    the prompt is evaluated into the cache")."""
+    prompt = "A prompt evaluated into the cache and nothing more, then reused by the next request"
+    n = len(tokenize(srv, prompt))
+    d = post(srv, {"prompt": prompt, "n_predict": 0, "id_slot": 0})
+    assert d["content"] == "" and d["tokens_predicted"] == 0 and d["stop_type"] == "limit"
+    assert d["tokens_evaluated"] == n and d["timings"]["prompt_n"] == n
+    again = post(srv, {"prompt": prompt, "n_predict": 1, "id_slot": 0})
+    assert again["timings"]["cache_n"] == n - 1
+
+
 def test_cache_prompt_and_id_slot(srv):
     body = {"prompt": "A long prompt about the history of the city of Paris and its river", "n_predict": 2,
             "temperature": 0}

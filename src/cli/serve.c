@@ -50,6 +50,9 @@ static void usage(FILE *f)
             "      --chat-template-kwargs J  JSON object of default template variables, e.g. '{\"enable_thinking\":false}'\n"
             "      --metrics               serve Prometheus metrics at /metrics\n"
             "      --slot-save-path DIR    enable POST /slots/ID?action=save|restore|erase with files in DIR\n"
+            "      --context-shift         generate past a slot's context: drop the older half of what follows the\n"
+            "                              kept tokens (n_keep, BOS) and recompute the rest (default: off, the reply\n"
+            "                              stops at the context, truncated)\n"
             "      --cors-origin LIST      let browsers on these origins read answers: '*' or a comma-separated list\n"
             "                              such as 'http://localhost:3000' (default: none, no CORS headers)\n"
             "      --max-body-size N       largest request body in bytes (default 16777216); larger ones get 413\n"
@@ -142,6 +145,8 @@ int cmd_serve(int argc, char **argv)
         else if (!strcmp(a, "--chat-template-file")) { if (!v) goto missing; o.template_file = TAKE(); }
         else if (!strcmp(a, "--chat-template-kwargs")) { if (!v) goto missing; kwargs = TAKE(); }
         else if (!strcmp(a, "--metrics")) { sc.metrics = true; }
+        else if (!strcmp(a, "--context-shift")) { o.context_shift = true; }
+        else if (!strcmp(a, "--no-context-shift")) { o.context_shift = false; }
         else if (!strcmp(a, "--slot-save-path")) { if (!v) goto missing; sc.slot_save_path = TAKE(); }
         else if (!strcmp(a, "--cors-origin")) { if (!v) goto missing; sc.cors_origin = TAKE(); }
         else if (!strcmp(a, "--max-body-size")) { if (!int_arg(a, TAKE(), 1, 1L << 40, &x)) return 2; sc.max_body_bytes = (size_t)x; }

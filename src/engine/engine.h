@@ -84,6 +84,9 @@ typedef struct engine_config {
                               * (bounds the stall a long prompt causes); <= 0: n_batch */
     int32_t n_queue_max;  /* requests waiting beyond the slots before submit says NOMEM */
     spec_engine *spec;    /* speculative decoding (src/engine/spec); NULL: none. Not owned. */
+    bool context_shift;   /* llama-server's --context-shift: a generating slot whose next token would not fit
+                           * n_ctx keeps its first n_keep tokens, drops half of the rest after them and
+                           * recomputes the others' K/V (so n_predict is not capped by n_ctx) */
 } engine_config;
 
 typedef enum engine_finish {
@@ -133,6 +136,7 @@ typedef struct engine_req_params {
     bool pin_slot;
     int32_t id_slot;
     bool no_prompt_cache;
+    int32_t n_keep;              /* context shift: tokens at the start always kept */
     /* grammar constraint (src/sample/grammar.h) or NULL: a state at the
      * grammar's start that outlives the request (e.g. kept warm in a cache,
      * or freed by hook.free). The engine clones it on its own thread at
@@ -174,6 +178,7 @@ typedef struct engine_req {
     int32_t n_cached;             /* prompt tokens taken from the prefix cache */
     int32_t n_generated;          /* tokens sampled (including a final EOG) */
     int32_t n_draft, n_draft_accepted; /* speculation: tokens drafted / accepted for this request */
+    int32_t n_ctx_shifts;         /* context shifts (engine_config.context_shift) */
     double t_queued, t_start, t_first_token, t_end; /* seconds, CLOCK_MONOTONIC */
 } engine_req;
 

@@ -123,7 +123,7 @@ static bool admit(engine *e, engine_req *r)
     s->n_past = n_keep;
     s->n_prompt = n;
     s->n_generated = 0;
-    s->n_predict = e->cfg.n_ctx - n;
+    s->n_predict = e->cfg.context_shift ? INT32_MAX : e->cfg.n_ctx - n;
     if (r->p.n_predict >= 0 && r->p.n_predict < s->n_predict) s->n_predict = r->p.n_predict;
     s->pending_len = 0;
     s->req = r;
@@ -188,11 +188,46 @@ static void release_busy(engine *e, slot *s, engine_finish f, const char *err)
 
 /* Build the step's batch from every busy, non-deferred slot. Returns the
  * number of prefill entries. */
+/* --context-shift (llama-server's pre_decode): a generating slot whose next
+ * token would not fit keeps its first n_keep tokens (at most n_ctx - 4),
+ * drops n_left / 2 of the n_left after them and goes back to prefill for
+ * the rest, the last sampled token included (its logits give the next one).
+ * llama-server moves the kept K/V by a RoPE shift; here they are recomputed
+ * at their new positions. */
+static void context_shift(engine *e, slot *s)
+{
+    engine_req *r = s->req;
+    int32_t n_keep = r->p.n_keep < e->cfg.n_ctx - 4 ? r->p.n_keep : e->cfg.n_ctx - 4;
+    if (n_keep < 0) n_keep = 0;
+    int32_t n_left = s->n_past - n_keep, n_discard = n_left / 2;
+    if (n_discard > n_left - 1) n_discard = n_left - 1;
+    if (n_discard <= 0) return;
+    memmove(s->tokens + n_keep, s->tokens + n_keep + n_discard,
+            sizeof *s->tokens * (size_t)(s->n_tokens - n_keep - n_discard));
+    s->n_tokens -= n_discard;
+    if (n_keep == 0 || e->rt.seq_truncate(e->rt.ctx, s->id, n_keep) != EMBER_OK) {
+        e->rt.seq_remove(e->rt.ctx, s->id);
+        n_keep = 0;
+    }
+    s->n_past = n_keep;
+    s->state = SLOT_PREFILL;
+    s->prefill_end = s->n_tokens;
+    s->n_hidden_rows = 0;
+    if (e->cfg.spec) spec_engine_slot_reset(e->cfg.spec, s->id);
+    pthread_mutex_lock(&r->mu);
+    r->n_ctx_shifts++;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static int32_t build_batch(engine *e, const bool *deferred)
 {
     e->batch.n_tokens = 0;
     int32_t budget = e->cfg.n_batch, n_prefill = 0;
     bool generating = false;
+    for (int32_t i = 0; e->cfg.context_shift && i < e->cfg.n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->state == SLOT_GENERATE && s->req && s->n_past + 1 >= e->cfg.n_ctx) context_shift(e, s);
+    }
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
         s->n_batch_entries = 0;

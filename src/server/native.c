@@ -266,7 +266,7 @@ static json_t *settings_json(const native_run *nr, const oai_req *rq)
                      (double)sp->top_p, "min_p", (double)sp->min_p, "repeat_last_n", sp->penalty_last_n,
                      "repeat_penalty", (double)sp->repeat_penalty, "presence_penalty", (double)sp->presence_penalty,
                      "frequency_penalty", (double)sp->frequency_penalty, "stop", stop, "max_tokens", rq->max_tokens,
-                     "n_predict", rq->max_tokens, "n_keep", 0, "n_discard", 0, "ignore_eos", rq->ignore_eos, "stream",
+                     "n_predict", rq->max_tokens, "n_keep", rq->n_keep, "n_discard", 0, "ignore_eos", rq->ignore_eos, "stream",
                      nr->stream, "logit_bias", lb, "n_probs", nr->n_probs, "min_keep", 0, "grammar",
                      rq->gbnf ? rq->gbnf : "", "timings_per_token", 0, "post_sampling_probs", 0, "cache_prompt",
                      !rq->no_prompt_cache);
@@ -542,12 +542,17 @@ static json_t *final_json(const native_run *nr, native_item *it, const completio
         for (int32_t i = 0; i < res->n_toks; i++) json_array_append_new(toks, json_integer(res->toks[i].token));
     const char *word = u->stop == COMPLETION_STOP_WORD && c->stop_index >= 0 ? c->rq.stop[c->stop_index] : "";
     int32_t cached = res->n_prompt + (res->n_generated > 0 ? res->n_generated - 1 : 0);
+    /* llama-server's truncated: the context was shifted, or the reply stopped at the slot's context */
+    engine_req_lock(c->r);
+    bool truncated = c->r->n_ctx_shifts > 0;
+    engine_req_unlock(c->r);
+    truncated |= u->stop == COMPLETION_STOP_LENGTH && (c->rq.max_tokens < 0 || res->n_generated < c->rq.max_tokens);
     json_t *j = json_pack("{s:i, s:o, s:o, s:i, s:b, s:s, s:i, s:i, s:O, s:o, s:b, s:b, s:s, s:s, s:i, s:o}",
                           "index", it->index, "content", st ? json_string("") : oai_json_string(res->text, res->text_len),
                           "tokens", toks, "id_slot", slot_of(c->r), "stop", 1, "model", res->model,
                           "tokens_predicted", res->n_generated, "tokens_evaluated", res->n_prompt,
                           "generation_settings", it->settings, "prompt", prompt_text(nr, c->r), "has_new_line",
-                          memchr(res->text, '\n', res->text_len) != NULL, "truncated", 0, "stop_type",
+                          memchr(res->text, '\n', res->text_len) != NULL, "truncated", truncated, "stop_type",
                           stop_type(u->stop), "stopping_word", word, "tokens_cached", cached, "timings",
                           oai_timings_json(res));
     if (j && !st && nr->n_probs > 0 && res->toks)

@@ -509,6 +509,9 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
         out->sampling.seed = 0x5eed0000ull + (uint64_t)time(NULL) * 1000003ull + counter++;
     }
     if (!get_bool(body, "ignore_eos", &out->ignore_eos, err)) return false;
+    int64_t nk = 0;
+    if (!get_int(body, "n_keep", -1, INT32_MAX, &nk, err)) return false;
+    out->n_keep = (int32_t)nk;
     if (!parse_stop(body, out, err)) return false;
     if (!parse_logit_bias(body, n_vocab, out, err)) return false;
 

@@ -51,6 +51,8 @@ typedef struct oai_req {
     bool pin_slot;               /* native id_slot >= 0: prefer that slot (engine_req_params.pin_slot) */
     int32_t id_slot;
     bool no_prompt_cache;        /* native cache_prompt: false */
+    int32_t n_keep;              /* llama-server's n_keep: prompt tokens a context shift keeps (-1: all; default 0;
+                                    the BOS is kept besides) */
     /* structured output, tools, thinking (chat_tools.h wires them) */
     char *gbnf;                  /* response_format / grammar / json_schema as GBNF, or NULL */
     const char *gbnf_param;      /* the field it came from (for errors) */

@@ -484,3 +484,34 @@ def test_slot_save_erase_restore(srv, slot_dir, fim_srv):
     post(srv, {"filename": "junk.slot"}, "/slots/0?action=restore", status=400)
     e = post(fim_srv, {"filename": "a"}, "/slots/0?action=save", status=501)["error"]
     assert e["type"] == "not_supported_error" and "--slot-save-path" in e["message"]
+
+
+@pytest.mark.parametrize("shift", [False, True])
+def test_context_shift(ember_bin, smollm2_path, shift):
+    """--context-shift (llama-server's pre_decode): at a full slot the first
+    n_keep tokens stay (SmolLM2 adds no BOS: none), half of the rest goes and
+    the generation runs on, truncated. The token after the first shift is
+    the greedy next token of the shifted sequence, asked for separately.
+    Without the flag the reply stops at the slot's context, truncated."""
+    n_ctx = 64
+    port = free_port()
+    s = Server([ember_bin, "serve", "-m", smollm2_path, "-c", str(n_ctx), "-np", "1", "-t", "2", "--port", str(port)]
+               + (["--context-shift"] if shift else []), port)
+    try:
+        ban = [[t, False] for t in EOG]
+        prompt = tokenize(s, "Once upon a time")
+        d = post(s, {"prompt": prompt, "n_predict": 100, "temperature": 0, "return_tokens": True, "logit_bias": ban})
+        assert d["truncated"] is True and d["stop_type"] == "limit"
+        if not shift:
+            assert d["tokens_evaluated"] + d["tokens_predicted"] == n_ctx
+            return
+        assert d["tokens_predicted"] == 100 > n_ctx and len(d["tokens"]) == 100
+        seq = prompt + d["tokens"]
+        # the first shift: n_past = n_ctx - 1 cached, the n_ctx-th token pending; n_left = 63, 31 dropped
+        n_discard = (n_ctx - 1) // 2
+        shifted = seq[n_discard:n_ctx]
+        nxt = post(s, {"prompt": shifted, "n_predict": 1, "temperature": 0, "return_tokens": True,
+                       "cache_prompt": False, "logit_bias": ban})
+        assert nxt["tokens"] == [seq[n_ctx]]
+    finally:
+        assert s.stop() == 0

@@ -43,6 +43,7 @@ struct native_run {
 
 static bool toks_push(ember_token **a, int32_t *n, int32_t *cap, const ember_token *t, int32_t m)
 {
+    if (m <= 0) return true;
     if (*n + m > *cap) {
         int32_t c = *cap ? *cap : 64;
         while (c < *n + m) c *= 2;

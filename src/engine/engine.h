@@ -26,6 +26,7 @@
 #include "engine/spec/spec.h"
 
 struct ember_grammar_state;
+struct engine_tok;
 
 /* The model side, as include/ember.h defines it. `ctx` is passed back to
  * every call. Semantics are those of the ember_* function of the same name. */
@@ -64,6 +65,12 @@ typedef struct engine_runtime {
     ember_status (*logits_top)(void *ctx, int32_t n, const int32_t *entries, int32_t k, ember_logits_top *out);
     int32_t (*sampler_top_k)(void *ctx, const ember_sampler *s);
     ember_status (*sampler_sample_top)(void *ctx, ember_sampler *s, const ember_logits_top *top, ember_token *out);
+    /* Optional (NULL: post_sampling_probs requests are refused): the chain's
+     * candidates for `logits` before `chosen` is accepted, as a record: log p
+     * of `chosen` among them (-inf when not one) and the k most probable with
+     * p > 0, log p descending (ember_sampler_candidates). */
+    void (*sampler_post_probs)(void *ctx, ember_sampler *s, const float *logits, ember_token chosen, int32_t k,
+                               struct engine_tok *rec);
 } engine_runtime;
 
 /* The vocabulary side: token -> bytes and end-of-generation tokens. `ud` is
@@ -137,6 +144,8 @@ typedef struct engine_req_params {
     int32_t id_slot;
     bool no_prompt_cache;
     int32_t n_keep;              /* context shift: tokens at the start always kept */
+    bool post_sampling_probs;    /* with logprobs: records hold log p after the sampler chain (llama-server's
+                                    post_sampling_probs) instead of the raw logits' log-softmax */
     /* grammar constraint (src/sample/grammar.h) or NULL: a state at the
      * grammar's start that outlives the request (e.g. kept warm in a cache,
      * or freed by hook.free). The engine clones it on its own thread at
@@ -147,13 +156,14 @@ typedef struct engine_req_params {
 } engine_req_params;
 
 /* One generated token as recorded for logprobs. */
-typedef struct engine_tok {
+typedef struct engine_tok engine_tok;
+struct engine_tok {
     ember_token token;
     float logprob;                      /* log softmax of the raw logits */
     int32_t n_top;
     ember_token top[ENGINE_MAX_TOP_LOGPROBS];
     float top_logprob[ENGINE_MAX_TOP_LOGPROBS];
-} engine_tok;
+};
 
 /* A submitted request. Fields below `mu` are shared with the engine thread:
  * read them only between engine_req_lock and engine_req_unlock. */

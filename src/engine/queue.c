@@ -133,6 +133,8 @@ static ember_status submit_checked(engine *e, const engine_req_params *p, engine
     }
     if (p->top_logprobs < 0 || p->top_logprobs > ENGINE_MAX_TOP_LOGPROBS)
         return ember_error(EMBER_ERR_INVALID_ARG, "top_logprobs must be in [0, %d]", ENGINE_MAX_TOP_LOGPROBS);
+    if (p->post_sampling_probs && !e->rt.sampler_post_probs)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "post_sampling_probs is not supported by this runtime");
     if (p->n_stop < 0 || p->n_stop > ENGINE_MAX_STOP)
         return ember_error(EMBER_ERR_INVALID_ARG, "at most %d stop strings", ENGINE_MAX_STOP);
 

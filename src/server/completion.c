@@ -177,7 +177,7 @@ bool completion_start(const completion_ctx *ctx, oai_req *rq, const ember_token 
                             .sampling = rq->sampling, .n_stop = rq->n_stop, .logprobs = rq->logprobs,
                             .top_logprobs = rq->top_logprobs, .ignore_eos = rq->ignore_eos,
                             .pin_slot = rq->pin_slot, .id_slot = rq->id_slot,
-                            .no_prompt_cache = rq->no_prompt_cache,
+                            .no_prompt_cache = rq->no_prompt_cache, .post_sampling_probs = rq->post_sampling_probs,
                             /* llama-server: n_keep (-1: the whole prompt), plus the BOS */
                             .n_keep = (rq->n_keep < 0 ? n_toks : rq->n_keep) +
                                       (ctx->text->bos >= 0 && n_toks > 0 && toks[0] == ctx->text->bos)};

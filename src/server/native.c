@@ -35,6 +35,7 @@ struct native_run {
     int32_t n, cap;
     bool stream;
     int32_t n_probs;
+    bool post;             /* post_sampling_probs: "prob" / "top_probs" after the sampler chain */
     bool return_tokens;
     int32_t cur;           /* stream: the request being read */
 };
@@ -269,7 +270,7 @@ static json_t *settings_json(const native_run *nr, const oai_req *rq)
                      "frequency_penalty", (double)sp->frequency_penalty, "stop", stop, "max_tokens", rq->max_tokens,
                      "n_predict", rq->max_tokens, "n_keep", rq->n_keep, "n_discard", 0, "ignore_eos", rq->ignore_eos, "stream",
                      nr->stream, "logit_bias", lb, "n_probs", nr->n_probs, "min_keep", 0, "grammar",
-                     rq->gbnf ? rq->gbnf : "", "timings_per_token", 0, "post_sampling_probs", 0, "cache_prompt",
+                     rq->gbnf ? rq->gbnf : "", "timings_per_token", 0, "post_sampling_probs", nr->post, "cache_prompt",
                      !rq->no_prompt_cache);
 }
 
@@ -336,11 +337,7 @@ native_run *native_prepare(const completion_ctx *ctx, json_t *body, oai_error *e
     if (!get_bool_field(body, "stream", &nr->stream, err) || !get_bool_field(body, "return_tokens", &nr->return_tokens, err) ||
         !get_bool_field(body, "cache_prompt", &cache_prompt, err) || !get_bool_field(body, "post_sampling_probs", &post, err))
         goto out;
-    if (post) {
-        oai_bad(err, "post_sampling_probs",
-                "'post_sampling_probs' is not supported: ember reports log-probabilities of the raw logits (n_probs).");
-        goto out;
-    }
+    nr->post = post;
     const char *np_key = oai_opt(body, "n_probs") ? "n_probs" : "logprobs";
     if (!get_int_field(body, np_key, 0, ENGINE_MAX_TOP_LOGPROBS, &n_probs, err)) goto out;
     const char *n_key = oai_opt(body, "n_cmpl") ? "n_cmpl" : "n";
@@ -398,6 +395,7 @@ native_run *native_prepare(const completion_ctx *ctx, json_t *body, oai_error *e
         rq->logprobs = nr->n_probs > 0 || nr->return_tokens || nr->stream;
         rq->top_logprobs = nr->n_probs;
         rq->no_prompt_cache = !cache_prompt;
+        rq->post_sampling_probs = nr->post && nr->n_probs > 0;
         rq->pin_slot = id_slot >= 0 && i == 0;   /* extra completions cannot pin, as llama-server's children */
         rq->id_slot = (int32_t)id_slot;
         nr->items[i].settings = settings_json(nr, rq);
@@ -439,7 +437,8 @@ static json_t *bytes_json(const char *b, int32_t n)
     return a;
 }
 
-/* {id, token, bytes, logprob} of one token. */
+/* {id, token, bytes, logprob} of one token; {..., prob} after the sampler
+ * chain (post_sampling_probs). */
 static json_t *prob_entry(const native_run *nr, ember_token t, float logprob)
 {
     char buf[256];
@@ -448,7 +447,7 @@ static json_t *prob_entry(const native_run *nr, ember_token t, float logprob)
     /* -inf has no JSON: llama-server writes the lowest float instead */
     double lp = isinf(logprob) ? -3.4028234663852886e38 : (double)logprob;
     return json_pack("{s:i, s:o, s:o, s:f}", "id", t, "token", oai_json_string(buf, (size_t)m), "bytes",
-                     bytes_json(buf, m), "logprob", lp);
+                     bytes_json(buf, m), nr->post ? "prob" : "logprob", nr->post ? (double)expf(logprob) : lp);
 }
 
 /* completion_probabilities for records [from, to). */
@@ -461,7 +460,7 @@ static json_t *probs_json(const native_run *nr, const engine_tok *toks, int32_t 
         json_t *top = json_array();
         for (int32_t k = 0; k < t->n_top && k < nr->n_probs; k++)
             json_array_append_new(top, prob_entry(nr, t->top[k], t->top_logprob[k]));
-        json_object_set_new(e, "top_logprobs", top);
+        json_object_set_new(e, nr->post ? "top_probs" : "top_logprobs", top);
         json_array_append_new(out, e);
     }
     return out;

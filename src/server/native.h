@@ -30,18 +30,18 @@
  *    stopping_word, tokens_cached, timings (with draft_n and
  *    draft_n_accepted when speculation drafted), and completion_probabilities
  *    with n_probs > 0 ({id, token, bytes, logprob, top_logprobs: [{id,
- *    token, bytes, logprob}]}: log-probabilities of the raw logits);
+ *    token, bytes, logprob}]}: log-probabilities of the raw logits; with
+ *    post_sampling_probs {id, token, bytes, prob, top_probs: [{..., prob}]}:
+ *    probabilities after the sampler chain, candidates of p 0 left out);
  *  - a stream: "data: {...}\n\n" events with index, content, tokens, stop
  *    false, id_slot, tokens_predicted, tokens_evaluated (and
  *    completion_probabilities), then the final object above with content ""
  *    and tokens [] (they were streamed); no "[DONE]". The results of a batch
  *    are streamed one after the other, each with its index.
  *
- * Not supported, a 400 naming the field: post_sampling_probs true (ember's
- * engine records log-probabilities of the raw logits only), n_probs above
- * ENGINE_MAX_TOP_LOGPROBS. id_slot is a preference: the request takes that
- * slot when it is idle at admission, else the usual one (llama-server waits
- * for it).
+ * Not supported, a 400 naming the field: n_probs above
+ * ENGINE_MAX_TOP_LOGPROBS. id_slot runs the request in that slot (it waits
+ * while the slot is busy, as llama-server defers it).
  *
  * Must not: touch sockets or HTTP (http.c routes and writes).
  */

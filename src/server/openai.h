@@ -51,6 +51,7 @@ typedef struct oai_req {
     bool pin_slot;               /* native id_slot >= 0: prefer that slot (engine_req_params.pin_slot) */
     int32_t id_slot;
     bool no_prompt_cache;        /* native cache_prompt: false */
+    bool post_sampling_probs;    /* native post_sampling_probs: records after the sampler chain */
     int32_t n_keep;              /* llama-server's n_keep: prompt tokens a context shift keeps (-1: all; default 0;
                                     the BOS is kept besides) */
     /* structured output, tools, thinking (chat_tools.h wires them) */

@@ -149,6 +149,34 @@ def test_n_probs(srv):
     assert d["generation_settings"]["n_probs"] == 3
 
 
+def test_post_sampling_probs(srv):
+    """post_sampling_probs: "prob" / "top_probs" after the sampler chain
+    (llama-server's populate_token_probs). With top_k 5, temperature 1 and
+    top_p / min_p off, the chain keeps the 5 largest logits and renormalizes,
+    so each list sums to 1 and equals the raw top-5 probabilities (the
+    n_probs answer of the same seeded request) divided by their sum; the
+    chosen token's prob is its entry. Greedy: one candidate of prob 1."""
+    body = {"prompt": "Once upon a time", "n_predict": 4, "temperature": 1.0, "top_k": 5, "top_p": 1, "min_p": 0,
+            "seed": 3, "n_probs": 5, "return_tokens": True}
+    post_d = post(srv, dict(body, post_sampling_probs=True))
+    raw_d = post(srv, body)
+    assert post_d["tokens"] == raw_d["tokens"]          # the same draws
+    assert post_d["generation_settings"]["post_sampling_probs"] is True
+    for p, r in zip(post_d["completion_probabilities"], raw_d["completion_probabilities"]):
+        assert set(p) == {"id", "token", "bytes", "prob", "top_probs"}
+        top = p["top_probs"]
+        assert all(set(t) == {"id", "token", "bytes", "prob"} for t in top)
+        assert sum(t["prob"] for t in top) == pytest.approx(1, abs=1e-5)
+        z = sum(math.exp(t["logprob"]) for t in r["top_logprobs"])
+        assert [t["id"] for t in top] == [t["id"] for t in r["top_logprobs"]]
+        for t, rt in zip(top, r["top_logprobs"]):
+            assert t["prob"] == pytest.approx(math.exp(rt["logprob"]) / z, rel=1e-4)
+        assert p["prob"] == pytest.approx(next(t["prob"] for t in top if t["id"] == p["id"]))
+    g = post(srv, {"prompt": "Once upon a time", "n_predict": 3, "temperature": 0, "n_probs": 3,
+                   "post_sampling_probs": True})
+    assert all(p["prob"] == 1 and [t["id"] for t in p["top_probs"]] == [p["id"]] for p in g["completion_probabilities"])
+
+
 def test_logit_bias_bans(srv):
     base = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "return_tokens": True}
     first = post(srv, base)["tokens"][0]
@@ -232,7 +260,7 @@ def test_errors(srv):
     native_error(srv, {"prompt": [1, 10 ** 9]})
     native_error(srv, {"prompt": "x", "n_probs": 21})
     native_error(srv, {"prompt": "x", "n_probs": "3"})
-    native_error(srv, {"prompt": "x", "post_sampling_probs": True})
+    native_error(srv, {"prompt": "x", "post_sampling_probs": 1})
     native_error(srv, {"prompt": "x", "id_slot": 2})
     native_error(srv, {"prompt": "x", "n": 3})              # more completions than slots
     native_error(srv, {"prompt": "x", "logit_bias": [[1, "no"]]})

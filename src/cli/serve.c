@@ -3,7 +3,8 @@
  *
  * Flags follow llama-server where they overlap (-m -c -np -t -b --host --port
  * --api-key --alias --chat-template-file --chat-template-kwargs -ctk -ctv
- * --metrics --reasoning --kv-unified-per-slot --embedding --pooling). -c is the KV cache in all,
+ * --metrics --reasoning --kv-unified-per-slot --embedding --pooling; the sampling defaults --temp
+ * --seed -n --top-k ... in serve_sampling.c). -c is the KV cache in all,
  * as llama-server's unified cache: the slots share it, and one slot may
  * hold up to all of it (n_ctx_slot = min(-c, n_ctx_train,
  * --kv-unified-per-slot)). SIGINT/SIGTERM: stop accepting, cancel running requests (their
@@ -15,10 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "base/status.h"
 #include "cli_common.h"
 #include "serve_setup.h"
+#include "serve_sampling.h"
 #include "server/server.h"
 #include "server/signals.h"
 
@@ -50,6 +53,10 @@ static void usage(FILE *f)
             "      --chat-template-file F  Jinja chat template to use instead of the GGUF's\n"
             "      --chat-template-kwargs J  JSON object of default template variables, e.g. '{\"enable_thinking\":false}'\n"
             "      --metrics               serve Prometheus metrics at /metrics\n"
+            "      --slot-save-path DIR    enable POST /slots/ID?action=save|restore|erase with files in DIR\n"
+            "      --context-shift         generate past a slot's context: drop the older half of what follows the\n"
+            "                              kept tokens (n_keep, BOS) and recompute the rest (default: off, the reply\n"
+            "                              stops at the context, truncated)\n"
             "      --cors-origin LIST      let browsers on these origins read answers: '*' or a comma-separated list\n"
             "                              such as 'http://localhost:3000' (default: none, no CORS headers)\n"
             "      --max-body-size N       largest request body in bytes (default 16777216); larger ones get 413\n"
@@ -68,6 +75,7 @@ static void usage(FILE *f)
             "                              output norm, pooled; CPU only (-ngl 0)\n"
             "      --pooling P             embeddings' pooling: none (one vector per token; not on /v1), mean, cls\n"
             "                              or last (default: the GGUF's <arch>.pooling_type, else none, as llama.cpp)\n");
+    fputs(serve_sampling_usage, f);
     fputs(serve_spec_usage, f);
 }
 
@@ -116,6 +124,9 @@ int cmd_serve(int argc, char **argv)
         int sp = serve_parse_spec_flag(argc, argv, &i, &o);
         if (sp < 0) return 2;
         if (sp > 0) continue;
+        sp = serve_parse_sampling_flag(argc, argv, &i, &sc.sampling_defaults);
+        if (sp < 0) return 2;
+        if (sp > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!v) goto missing; o.model_path = TAKE(); }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!int_arg(a, TAKE(), 0, 1 << 24, &x)) return 2; o.n_ctx = (int32_t)x; }
@@ -159,6 +170,9 @@ int cmd_serve(int argc, char **argv)
                 return 2;
             }
         }
+        else if (!strcmp(a, "--context-shift")) { o.context_shift = true; }
+        else if (!strcmp(a, "--no-context-shift")) { o.context_shift = false; }
+        else if (!strcmp(a, "--slot-save-path")) { if (!v) goto missing; sc.slot_save_path = TAKE(); }
         else if (!strcmp(a, "--cors-origin")) { if (!v) goto missing; sc.cors_origin = TAKE(); }
         else if (!strcmp(a, "--max-body-size")) { if (!int_arg(a, TAKE(), 1, 1L << 40, &x)) return 2; sc.max_body_bytes = (size_t)x; }
         else if (!strcmp(a, "--max-connections")) { if (!int_arg(a, TAKE(), 1, 65536, &x)) return 2; sc.max_connections = (int)x; }
@@ -211,6 +225,13 @@ int cmd_serve(int argc, char **argv)
     }
 #undef TAKE
     if (!o.model_path) { fprintf(stderr, "ember serve: -m FILE is required\n"); usage(stderr); return 2; }
+    if (sc.slot_save_path) {
+        struct stat sb;
+        if (stat(sc.slot_save_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "ember serve: --slot-save-path '%s' is not a directory\n", sc.slot_save_path);
+            return 2;
+        }
+    }
     if (kwargs) {
         json_error_t je;
         sc.template_kwargs = json_loads(kwargs, 0, &je);
@@ -271,6 +292,7 @@ int cmd_serve(int argc, char **argv)
     server_stop(srv);
     serve_model_close(&m);
     json_decref(sc.template_kwargs);
+    json_decref(sc.sampling_defaults);
     fprintf(stderr, "ember: stopped\n");
     return 0;
 }

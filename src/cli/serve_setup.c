@@ -244,7 +244,7 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     if ((st = open_spec(o, m, log)) != EMBER_OK) goto fail;
     engine_config ec = {.n_slots = o->n_parallel, .n_ctx = m->n_ctx, .n_batch = o->n_batch,
                         .n_prefill_chunk = o->n_prefill_chunk, .n_queue_max = 256, .ckpt_interval = o->ckpt_interval,
-                        .spec = m->spec};
+                        .spec = m->spec, .context_shift = o->context_shift};
     if ((st = engine_new(&ec, &m->rt, &m->ev, &m->e)) != EMBER_OK) goto fail;
 
     static const char *kv_names[] = {"f16", "q8_0", "f32"};

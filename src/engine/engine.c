@@ -30,6 +30,7 @@ ember_status engine_new(const engine_config *cfg, const engine_runtime *rt, cons
     e->vocab = *vocab;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    pthread_cond_init(&e->op_cv, NULL);
     e->q_cap = e->cfg.n_queue_max + e->cfg.n_slots;
     e->queue = calloc((size_t)e->q_cap, sizeof *e->queue);
     e->slots = calloc((size_t)cfg->n_slots, sizeof *e->slots);
@@ -98,14 +99,62 @@ static void *step_thread(void *arg)
     engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stopping && e->q_len == 0 && e->st.n_busy == 0) pthread_cond_wait(&e->cv, &e->mu);
-        bool stop = e->stopping;
+        while (!e->stopping && e->q_len == 0 && e->st.n_busy == 0 && !e->op) pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->stopping, work = e->q_len > 0 || e->st.n_busy > 0;
         pthread_mutex_unlock(&e->mu);
         if (stop) break;
-        engine_step(e);
+        engine_slot_op_run(e);
+        if (work) engine_step(e);
     }
     cancel_all(e);
+    pthread_mutex_lock(&e->mu);
+    if (e->op) {   /* a slot op that came too late */
+        e->op->st = ember_error(EMBER_ERR_IO, "the server is shutting down");
+        e->op->done = true;
+        e->op = NULL;
+    }
+    pthread_cond_broadcast(&e->op_cv);
+    pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+/* Hand `op` to the engine thread and wait until it ran (the slot idle). */
+static ember_status slot_op(engine *e, engine_slot_op *op)
+{
+    if (op->slot < 0 || op->slot >= e->cfg.n_slots)
+        return ember_error(EMBER_ERR_INVALID_ARG, "no slot %d (this server has %d)", op->slot, e->cfg.n_slots);
+    pthread_mutex_lock(&e->mu);
+    while (e->op && !e->stopping) pthread_cond_wait(&e->op_cv, &e->mu);   /* one op at a time */
+    if (e->stopping || !e->thread_started) {
+        pthread_mutex_unlock(&e->mu);
+        return ember_error(EMBER_ERR_IO, "the server is shutting down");
+    }
+    e->op = op;
+    pthread_cond_broadcast(&e->cv);
+    while (!op->done) pthread_cond_wait(&e->op_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    if (op->st == EMBER_ERR_NOMEM) return ember_error(EMBER_ERR_NOMEM, "slot %d: out of memory", op->slot);
+    return op->st;
+}
+
+ember_status engine_slot_tokens(engine *e, int32_t slot, ember_token **toks, int32_t *n)
+{
+    engine_slot_op op = {.slot = slot};
+    *toks = NULL;
+    *n = 0;
+    ember_status st = slot_op(e, &op);
+    if (st != EMBER_OK) { free(op.toks); return st; }
+    *toks = op.toks;
+    *n = op.toks ? op.n : 0;
+    return EMBER_OK;
+}
+
+ember_status engine_slot_erase(engine *e, int32_t slot, int32_t *n_erased)
+{
+    engine_slot_op op = {.slot = slot, .erase = true};
+    ember_status st = slot_op(e, &op);
+    *n_erased = st == EMBER_OK ? op.n : 0;
+    return st;
 }
 
 ember_status engine_start(engine *e)
@@ -123,6 +172,7 @@ void engine_stop(engine *e)
     pthread_mutex_lock(&e->mu);
     e->stopping = true;
     pthread_cond_broadcast(&e->cv);
+    pthread_cond_broadcast(&e->op_cv);
     pthread_mutex_unlock(&e->mu);
     if (e->thread_started) {
         pthread_join(e->thread, NULL);
@@ -152,6 +202,7 @@ void engine_free(engine *e)
     engine_batch_free(&e->batch);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    pthread_cond_destroy(&e->op_cv);
     free(e);
 }
 
@@ -178,6 +229,7 @@ void engine_publish_slots(engine *e)
     e->st.kv_free_tokens = kv_free;
     if (e->cfg.spec) {   /* speculation counters are written by this (the engine) thread only */
         e->st.spec_on = true;
+        e->st.spec_type = (int)e->cfg.spec->p.type;
         e->st.spec = e->cfg.spec->st;
     }
     pthread_mutex_unlock(&e->mu);

@@ -26,6 +26,7 @@
 #include "engine/spec/spec.h"
 
 struct ember_grammar_state;
+struct engine_tok;
 
 /* The model side, as include/ember.h defines it. `ctx` is passed back to
  * every call. Semantics are those of the ember_* function of the same name. */
@@ -71,6 +72,12 @@ typedef struct engine_runtime {
     ember_status (*logits_top)(void *ctx, int32_t n, const int32_t *entries, int32_t k, ember_logits_top *out);
     int32_t (*sampler_top_k)(void *ctx, const ember_sampler *s);
     ember_status (*sampler_sample_top)(void *ctx, ember_sampler *s, const ember_logits_top *top, ember_token *out);
+    /* Optional (NULL: post_sampling_probs requests are refused): the chain's
+     * candidates for `logits` before `chosen` is accepted, as a record: log p
+     * of `chosen` among them (-inf when not one) and the k most probable with
+     * p > 0, log p descending (ember_sampler_candidates). */
+    void (*sampler_post_probs)(void *ctx, ember_sampler *s, const float *logits, ember_token chosen, int32_t k,
+                               struct engine_tok *rec);
 } engine_runtime;
 
 /* The vocabulary side: token -> bytes and end-of-generation tokens. `ud` is
@@ -96,6 +103,9 @@ typedef struct engine_config {
                             * its prompt's end and when decoding crosses a multiple, so a
                             * prefix-cache hit replays less than this many tokens; <= 0: 256 */
     spec_engine *spec;    /* speculative decoding (src/engine/spec); NULL: none. Not owned. */
+    bool context_shift;   /* llama-server's --context-shift: a generating slot whose next token would not fit
+                           * n_ctx keeps its first n_keep tokens, drops half of the rest after them and
+                           * recomputes the others' K/V (so n_predict is not capped by n_ctx) */
 } engine_config;
 
 typedef enum engine_finish {
@@ -137,6 +147,17 @@ typedef struct engine_req_params {
     bool logprobs;               /* record the chosen token's log-probability */
     int32_t top_logprobs;        /* [0, ENGINE_MAX_TOP_LOGPROBS] alternatives per token */
     bool ignore_eos;
+    /* llama-server's id_slot and cache_prompt: pin_slot runs the request in
+     * slot id_slot (it waits in the queue while that slot is busy, younger
+     * requests for other slots going first, as llama-server defers it);
+     * no_prompt_cache decodes the whole prompt (no prefix-cache reuse;
+     * n_cached is 0). */
+    bool pin_slot;
+    int32_t id_slot;
+    bool no_prompt_cache;
+    int32_t n_keep;              /* context shift: tokens at the start always kept */
+    bool post_sampling_probs;    /* with logprobs: records hold log p after the sampler chain (llama-server's
+                                    post_sampling_probs) instead of the raw logits' log-softmax */
     /* grammar constraint (src/sample/grammar.h) or NULL: a state at the
      * grammar's start that outlives the request (e.g. kept warm in a cache,
      * or freed by hook.free). The engine clones it on its own thread at
@@ -157,13 +178,14 @@ typedef struct engine_req_params {
 } engine_req_params;
 
 /* One generated token as recorded for logprobs. */
-typedef struct engine_tok {
+typedef struct engine_tok engine_tok;
+struct engine_tok {
     ember_token token;
     float logprob;                      /* log softmax of the raw logits */
     int32_t n_top;
     ember_token top[ENGINE_MAX_TOP_LOGPROBS];
     float top_logprob[ENGINE_MAX_TOP_LOGPROBS];
-} engine_tok;
+};
 
 /* A submitted request. Fields below `mu` are shared with the engine thread:
  * read them only between engine_req_lock and engine_req_unlock. */
@@ -188,6 +210,7 @@ typedef struct engine_req {
     int32_t n_cached;             /* prompt tokens taken from the prefix cache */
     int32_t n_generated;          /* tokens sampled (including a final EOG) */
     int32_t n_draft, n_draft_accepted; /* speculation: tokens drafted / accepted for this request */
+    int32_t n_ctx_shifts;         /* context shifts (engine_config.context_shift) */
     double t_queued, t_start, t_first_token, t_end; /* seconds, CLOCK_MONOTONIC */
     /* p.embd, once finished STOP: [n_embd_rows][n_embd] (n_embd_rows: 1, or
      * n_prompt with pooling NONE); NULL before (and on any other finish) */
@@ -249,12 +272,27 @@ typedef struct engine_stats {
     uint64_t n_preemptions;          /* requests that waited for a full KV pool (scheduler.c) */
     uint32_t kv_free_tokens;
     int32_t max_batch_seen;
+    uint64_t n_busy_slot_steps;      /* sum over steps of the slots that had entries in the step */
+    int32_t n_tokens_max;            /* most tokens (prompt + generated) one request has held */
     bool spec_on;                    /* speculation configured; counters below */
+    int spec_type;                   /* its spec_type (spec.h; spec_type_name) */                    /* speculation configured; counters below */
     spec_stats spec;
 } engine_stats;
 
 /* Copy the counters; `slots` (may be NULL) gets n_slots entries. */
 void engine_get_stats(engine *e, engine_stats *st, engine_slot_info *slots);
+
+/* llama-server's slot save / erase (POST /slots/{id}?action=...): run on
+ * the engine thread once slot `slot` is idle (the caller waits, as
+ * llama-server defers the task while the slot is processing).
+ * engine_slot_tokens: a malloc'd copy of the tokens whose KV the slot holds
+ * (*n of them; NULL and 0 for an empty slot). engine_slot_erase: drop them;
+ * *n_erased how many. A restore is a request pinned to the slot
+ * (engine_req_params.pin_slot) over the saved tokens. Errors:
+ * EMBER_ERR_INVALID_ARG (no such slot), EMBER_ERR_IO (engine stopping or
+ * not started), EMBER_ERR_NOMEM. */
+ember_status engine_slot_tokens(engine *e, int32_t slot, ember_token **toks, int32_t *n);
+ember_status engine_slot_erase(engine *e, int32_t slot, int32_t *n_erased);
 
 double engine_now(void);   /* CLOCK_MONOTONIC seconds */
 

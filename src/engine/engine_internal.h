@@ -90,13 +90,30 @@ struct engine {
     uint64_t step_no, admit_no;
     engine_stats st;          /* counters (under mu) */
     engine_slot_info *slot_info; /* [n_slots] snapshot published after each step (under mu) */
+    struct engine_slot_op *op;   /* a slot save / erase waiting for its slot to be idle (under mu) */
+    pthread_cond_t op_cv;        /* an op done */
 };
+
+/* A slot operation (engine_slot_tokens / engine_slot_erase), run on the
+ * engine thread between steps once the slot is idle. */
+typedef struct engine_slot_op {
+    int32_t slot;
+    bool erase;               /* else: copy the tokens */
+    ember_token *toks;        /* copy: malloc'd [n] */
+    int32_t n;
+    ember_status st;
+    bool done;
+} engine_slot_op;
 
 /* engine.c */
 void engine_publish_slots(engine *e);   /* engine thread: copy slot state for readers */
 
 /* queue.c */
 engine_req *engine_queue_pop(engine *e);           /* mu held */
+engine_req *engine_queue_take(engine *e, int32_t k); /* mu held: the k-th waiting (0: the oldest) */
+
+/* scheduler.c */
+void engine_slot_op_run(engine *e);                /* engine thread, mu not held: the pending op if its slot is idle */
 void engine_req_finish(engine_req *r, engine_finish f, const char *err);
 
 /* slot.c: the per-slot seam "propose / sample / accept". */

@@ -134,6 +134,8 @@ static ember_status submit_checked(engine *e, const engine_req_params *p, engine
     }
     if (p->top_logprobs < 0 || p->top_logprobs > ENGINE_MAX_TOP_LOGPROBS)
         return ember_error(EMBER_ERR_INVALID_ARG, "top_logprobs must be in [0, %d]", ENGINE_MAX_TOP_LOGPROBS);
+    if (p->post_sampling_probs && !e->rt.sampler_post_probs)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "post_sampling_probs is not supported by this runtime");
     if (p->n_stop < 0 || p->n_stop > ENGINE_MAX_STOP)
         return ember_error(EMBER_ERR_INVALID_ARG, "at most %d stop strings", ENGINE_MAX_STOP);
     if (p->embd && (!e->rt.get_embeddings || e->rt.n_embd < 1))
@@ -176,6 +178,18 @@ static ember_status submit_checked(engine *e, const engine_req_params *p, engine
     pthread_mutex_unlock(&e->mu);
     *out = r;
     return EMBER_OK;
+}
+
+engine_req *engine_queue_take(engine *e, int32_t k)
+{
+    if (k < 0 || k >= e->q_len) return NULL;
+    engine_req *r = e->queue[(e->q_head + k) % e->q_cap];
+    for (int32_t i = k; i > 0; i--)   /* the older ones move up one place */
+        e->queue[(e->q_head + i) % e->q_cap] = e->queue[(e->q_head + i - 1) % e->q_cap];
+    e->q_head = (e->q_head + 1) % e->q_cap;
+    e->q_len--;
+    e->st.n_queued = e->q_len;
+    return r;
 }
 
 engine_req *engine_queue_pop(engine *e)

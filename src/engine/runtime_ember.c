@@ -8,6 +8,9 @@
 #include "engine/runtime_ember.h"
 
 #include "sample/constrained.h"
+#include "sample/sampler.h"
+
+#include <math.h>
 
 static ember_status rt_decode(void *c, const ember_batch *b) { return ember_decode(c, b); }
 static const float *rt_get_logits(void *c, int32_t i) { return ember_get_logits(c, i); }
@@ -44,6 +47,40 @@ static ember_status rt_sample_top(void *c, ember_sampler *s, const ember_logits_
     return ember_sampler_sample_top(s, t, out);
 }
 
+static int cmp_p_desc(const void *x, const void *y)
+{
+    const ember_candidate *a = x, *b = y;
+    return (a->p < b->p) - (a->p > b->p);
+}
+
+static void rt_post_probs(void *c, ember_sampler *s, const float *logits, ember_token chosen, int32_t k,
+                          engine_tok *rec)
+{
+    (void)c;
+    const ember_candidate *cand;
+    int32_t n = ember_sampler_candidates(s, logits, &cand);
+    rec->token = chosen;
+    rec->logprob = -INFINITY;
+    rec->n_top = 0;
+    ember_candidate best[ENGINE_MAX_TOP_LOGPROBS];
+    for (int32_t i = 0; i < n; i++) {
+        if (cand[i].id == chosen) rec->logprob = cand[i].p > 0 ? logf(cand[i].p) : -INFINITY;
+        if (!(cand[i].p > 0)) continue;   /* as llama-server: candidates of p 0 are not listed */
+        /* keep the k most probable (insertion into a short sorted list) */
+        int32_t m = rec->n_top;
+        if (m == k && (k == 0 || cand[i].p <= best[m - 1].p)) continue;
+        if (m < k) m++;
+        int32_t j = m - 1;
+        while (j > 0 && cmp_p_desc(&cand[i], &best[j - 1]) < 0) { best[j] = best[j - 1]; j--; }
+        best[j] = cand[i];
+        rec->n_top = m;
+    }
+    for (int32_t i = 0; i < rec->n_top; i++) {
+        rec->top[i] = best[i].id;
+        rec->top_logprob[i] = logf(best[i].p);
+    }
+}
+
 engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t n_embd)
 {
     return (engine_runtime){
@@ -57,5 +94,6 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t
         .n_embd = n_embd, .set_hidden_layers = rt_set_hidden, .get_hidden = rt_get_hidden,
         .get_embeddings = ember_context_embeddings_supported(ctx) ? rt_get_embd : NULL,
         .logits_top = rt_logits_top, .sampler_top_k = rt_sampler_top_k, .sampler_sample_top = rt_sample_top,
+        .sampler_post_probs = rt_post_probs,
     };
 }

@@ -114,6 +114,15 @@ static bool admit(engine *e, engine_req *r)
         target = spare;
         k_target = lcp(P, n, spare->tokens, spare->n_past);
     }
+    if (r->p.pin_slot && r->p.id_slot >= 0 && r->p.id_slot < e->cfg.n_slots &&
+        e->slots[r->p.id_slot].state == SLOT_IDLE) {
+        target = &e->slots[r->p.id_slot];
+        k_target = lcp(P, n, target->tokens, target->n_past);
+    }
+    if (r->p.no_prompt_cache) {
+        donor = NULL;
+        k_target = 0;
+    }
 
     int32_t limit = n - 1;   /* the last prompt token is decoded again for its logits */
     int32_t n_keep = 0;
@@ -146,7 +155,7 @@ static bool admit(engine *e, engine_req *r)
     s->n_past = n_keep;
     s->n_prompt = n;
     s->n_generated = 0;
-    s->n_predict = e->cfg.n_ctx - n;
+    s->n_predict = e->cfg.context_shift ? INT32_MAX : e->cfg.n_ctx - n;
     if (r->p.n_predict >= 0 && r->p.n_predict < s->n_predict) s->n_predict = r->p.n_predict;
     s->pending_len = 0;
     s->req = r;
@@ -187,11 +196,32 @@ static bool admit(engine *e, engine_req *r)
         snprintf(msg, sizeof msg, "sampler: %s", ember_last_error());
         slot_release(e, s, ENGINE_FINISH_ERROR, msg);
         set_busy(e, -1);
-    } else if (s->n_predict <= 0 && !r->p.embd) {
-        slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
-        set_busy(e, -1);
-    }
+    }   /* n_predict 0: the prompt is still decoded into the cache, then it ends (slot_after_decode) */
     return true;
+}
+
+void engine_slot_op_run(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    engine_slot_op *op = e->op;
+    pthread_mutex_unlock(&e->mu);
+    if (!op || e->slots[op->slot].state != SLOT_IDLE) return;
+    slot *s = &e->slots[op->slot];
+    op->st = EMBER_OK;
+    op->n = s->n_past;
+    if (op->erase) {
+        slot_drop_cache(e, s);
+    } else if (s->n_past > 0) {
+        op->toks = malloc(sizeof *op->toks * (size_t)s->n_past);
+        if (op->toks) memcpy(op->toks, s->tokens, sizeof *op->toks * (size_t)s->n_past);
+        else op->st = EMBER_ERR_NOMEM;
+    }
+    engine_publish_slots(e);
+    pthread_mutex_lock(&e->mu);
+    op->done = true;
+    e->op = NULL;
+    pthread_cond_broadcast(&e->op_cv);
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void release_busy(engine *e, slot *s, engine_finish f, const char *err)
@@ -202,11 +232,46 @@ static void release_busy(engine *e, slot *s, engine_finish f, const char *err)
 
 /* Build the step's batch from every busy, non-deferred slot. Returns the
  * number of prefill entries. */
+/* --context-shift (llama-server's pre_decode): a generating slot whose next
+ * token would not fit keeps its first n_keep tokens (at most n_ctx - 4),
+ * drops n_left / 2 of the n_left after them and goes back to prefill for
+ * the rest, the last sampled token included (its logits give the next one).
+ * llama-server moves the kept K/V by a RoPE shift; here they are recomputed
+ * at their new positions. */
+static void context_shift(engine *e, slot *s)
+{
+    engine_req *r = s->req;
+    int32_t n_keep = r->p.n_keep < e->cfg.n_ctx - 4 ? r->p.n_keep : e->cfg.n_ctx - 4;
+    if (n_keep < 0) n_keep = 0;
+    int32_t n_left = s->n_past - n_keep, n_discard = n_left / 2;
+    if (n_discard > n_left - 1) n_discard = n_left - 1;
+    if (n_discard <= 0) return;
+    memmove(s->tokens + n_keep, s->tokens + n_keep + n_discard,
+            sizeof *s->tokens * (size_t)(s->n_tokens - n_keep - n_discard));
+    s->n_tokens -= n_discard;
+    if (n_keep == 0 || e->rt.seq_truncate(e->rt.ctx, s->id, n_keep) != EMBER_OK) {
+        e->rt.seq_remove(e->rt.ctx, s->id);
+        n_keep = 0;
+    }
+    s->n_past = n_keep;
+    s->state = SLOT_PREFILL;
+    s->prefill_end = s->n_tokens;
+    s->n_hidden_rows = 0;
+    if (e->cfg.spec) spec_engine_slot_reset(e->cfg.spec, s->id);
+    pthread_mutex_lock(&r->mu);
+    r->n_ctx_shifts++;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static int32_t build_batch(engine *e, const bool *deferred)
 {
     e->batch.n_tokens = 0;
     int32_t budget = e->cfg.n_batch, n_prefill = 0;
     bool generating = false;
+    for (int32_t i = 0; e->cfg.context_shift && i < e->cfg.n_slots; i++) {
+        slot *s = &e->slots[i];
+        if (s->state == SLOT_GENERATE && s->req && s->n_past + 1 >= e->cfg.n_ctx) context_shift(e, s);
+    }
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
         s->n_batch_entries = 0;
@@ -331,7 +396,17 @@ static int32_t step(engine *e)
         bool any_free = false;
         for (int32_t i = 0; i < n_slots; i++) any_free |= e->slots[i].state == SLOT_IDLE;
         if (!any_free) break;
-        engine_req *r = engine_queue_pop(e);
+        /* the oldest request that can start: one pinned to a slot (id_slot) waits for that slot,
+         * as llama-server defers it; a cancelled one is taken at once (and finished below) */
+        int32_t k = 0;
+        for (; k < e->q_len; k++) {
+            const engine_req *q = e->queue[(e->q_head + k) % e->q_cap];
+            if (!q->p.pin_slot || atomic_load(&q->cancel) || q->p.id_slot < 0 || q->p.id_slot >= n_slots ||
+                e->slots[q->p.id_slot].state == SLOT_IDLE)
+                break;
+        }
+        if (k == e->q_len) break;
+        engine_req *r = engine_queue_take(e, k);
         pthread_mutex_unlock(&e->mu);
         if (atomic_load(&r->cancel)) {
             engine_req_finish(r, ENGINE_FINISH_CANCELLED, NULL);
@@ -414,10 +489,12 @@ static int32_t step(engine *e)
         }
 
     slot_heads(e);
-    int32_t n_sampled = 0;
+    int32_t n_sampled = 0, n_slot_rows = 0, n_tok_max = 0;
     for (int32_t i = 0; i < n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->n_batch_entries == 0) continue;
+        n_slot_rows++;
+        if (s->n_tokens > n_tok_max) n_tok_max = s->n_tokens;
         s->last_used = e->step_no;
         n_sampled += slot_after_decode(e, s);
         if (s->state == SLOT_IDLE) set_busy(e, -1);
@@ -430,6 +507,8 @@ static int32_t step(engine *e)
     e->st.t_prompt_s += dt * n_prefill / n_total;
     e->st.t_gen_s += dt * (n_total - n_prefill) / n_total;
     if (n_total > e->st.max_batch_seen) e->st.max_batch_seen = n_total;
+    e->st.n_busy_slot_steps += (uint64_t)n_slot_rows;
+    if (n_tok_max > e->st.n_tokens_max) e->st.n_tokens_max = n_tok_max;
     pthread_mutex_unlock(&e->mu);
     return n_total;
 }

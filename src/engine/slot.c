@@ -358,7 +358,7 @@ static void fill_logprobs_head(const ember_logits_top *h, engine_tok *rec, int32
  * logprobs alternatives than a head holds. */
 static int32_t slot_head_k(engine *e, slot *s)
 {
-    if (!s->req || s->grammar || s->n_force > 0) return 0;
+    if (!s->req || s->grammar || s->n_force > 0 || s->req->p.post_sampling_probs) return 0;
     int32_t k = e->rt.sampler_top_k(e->rt.ctx, s->smpl);
     if (k <= 0) return 0;
     if (s->req->p.logprobs) {
@@ -414,6 +414,9 @@ void slot_heads(engine *e)
 static bool emit_token(engine *e, slot *s, ember_token t, const float *logits, const ember_logits_top *head)
 {
     engine_req *r = s->req;
+    engine_tok post;   /* post_sampling_probs: the chain's view, before t is accepted (its penalties) */
+    bool have_post = r->p.logprobs && r->p.post_sampling_probs && logits;
+    if (have_post) e->rt.sampler_post_probs(e->rt.ctx, s->smpl, logits, t, r->p.top_logprobs, &post);
     e->rt.sampler_accept(e->rt.ctx, s->smpl, t);
     s->tokens[s->n_tokens++] = t;
     s->n_generated++;
@@ -430,7 +433,8 @@ static bool emit_token(engine *e, slot *s, ember_token t, const float *logits, c
         if (r->n_toks < r->toks_cap) {
             engine_tok *rec = &r->toks[r->n_toks];
             rec->token = t;
-            if (logits) fill_logprobs(e, logits, rec, r->p.top_logprobs);
+            if (have_post) *rec = post;
+            else if (logits) fill_logprobs(e, logits, rec, r->p.top_logprobs);
             else fill_logprobs_head(head, rec, r->p.top_logprobs);
             r->n_toks++;
         }
@@ -516,6 +520,12 @@ int32_t slot_after_decode(engine *e, slot *s)
     s->n_draft = 0;
     if (s->i_logits < 0) {                           /* prefill continues next step */
         block_checkpoint(e, s, n_past0, false);
+        return 0;
+    }
+    if (s->state == SLOT_PREFILL && s->n_predict <= 0) {   /* n_predict 0 (llama-server): the prompt is in the cache */
+        s->i_logits = -1;
+        block_checkpoint(e, s, n_past0, true);
+        slot_release(e, s, ENGINE_FINISH_LENGTH, NULL);
         return 0;
     }
     const bool prompt_end = s->state == SLOT_PREFILL;

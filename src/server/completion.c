@@ -185,7 +185,12 @@ bool completion_start(const completion_ctx *ctx, oai_req *rq, const ember_token 
     c->stop_index = -1;
     engine_req_params ep = {.prompt = toks, .n_prompt = n_toks, .n_predict = rq->max_tokens,
                             .sampling = rq->sampling, .n_stop = rq->n_stop, .logprobs = rq->logprobs,
-                            .top_logprobs = rq->top_logprobs, .ignore_eos = rq->ignore_eos};
+                            .top_logprobs = rq->top_logprobs, .ignore_eos = rq->ignore_eos,
+                            .pin_slot = rq->pin_slot, .id_slot = rq->id_slot,
+                            .no_prompt_cache = rq->no_prompt_cache, .post_sampling_probs = rq->post_sampling_probs,
+                            /* llama-server: n_keep (-1: the whole prompt), plus the BOS */
+                            .n_keep = (rq->n_keep < 0 ? n_toks : rq->n_keep) +
+                                      (ctx->text->bos >= 0 && n_toks > 0 && toks[0] == ctx->text->bos)};
     for (int32_t i = 0; i < rq->n_stop; i++) ep.stop[i] = rq->stop[i];
     if (!prepare_structured(ctx, rq, toks, n_toks, &ep, &c->pcfg, &c->use_parser, err)) return false;
     ember_status st = engine_submit(ctx->e, &ep, &c->r);

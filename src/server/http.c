@@ -48,6 +48,8 @@
 #include "server/completion.h"
 #include "server/embeddings.h"
 #include "server/metrics.h"
+#include "server/native.h"
+#include "server/slots.h"
 #include "server/openai.h"
 #include "server/webui.h"
 
@@ -82,6 +84,7 @@ typedef struct conn {
     bool answered;      /* the 413 was queued before the body was read (announced Content-Length) */
     engine_req *req;    /* a non-stream request in flight (cancel on abort) */
     bool v1;            /* the URL had the /v1 prefix (the OpenAI shape where a native one shares the path) */
+    const char *url;    /* the request's path, while it is routed */
 } conn;
 
 /* ---------- responses ---------- */
@@ -380,7 +383,7 @@ static void watch_stop(server *s)
 
 /* ---------- streaming ---------- */
 
-typedef enum api_kind { API_OPENAI = 0, API_ANTHROPIC, API_RESPONSES } api_kind;
+typedef enum api_kind { API_OPENAI = 0, API_ANTHROPIC, API_RESPONSES, API_NATIVE } api_kind;
 
 typedef struct stream {
     server *s;
@@ -394,6 +397,14 @@ typedef struct stream {
     json_t *deltas;              /* OpenAI: the parser events' delta objects of one update */
     anth_stream *anth;           /* Anthropic: the open blocks */
     resp_stream *resp;           /* Responses: the open item, the items done */
+    native_run *nat;             /* native /completion: its requests (c unused) */
+    uint64_t *nat_watch;         /* native: one watch per request */
+    /* OpenAI n > 1: c is choice `choice`; the others wait in more[] (started
+     * together, streamed one after another) */
+    completion *more;
+    uint64_t *more_watch;
+    int32_t n_more, choice;
+    int32_t n_generated_sum;     /* tokens of the choices finished before c */
 } stream;
 
 static void out_append(stream *st, const char *p, size_t n)
@@ -428,7 +439,15 @@ static void out_named(void *ud, const char *name, json_t *j)
     free(d);
 }
 
-static void out_event(stream *st, json_t *j) { out_named(st, NULL, j); }
+static void out_event(stream *st, json_t *j)
+{
+    if (st->choice > 0) {   /* choices after the first: their index */
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        if (ch) json_object_set_new(ch, "index", json_integer(st->choice));
+    }
+    out_named(st, NULL, j);
+}
+static void out_data(void *st, json_t *j) { out_named(st, NULL, j); }
 
 static void on_openai_event(void *user, const ember_chat_event *ev)
 {
@@ -474,22 +493,50 @@ static void openai_stream_update(stream *st, const completion_update *u)
                                          piece_fn, st->s));
         if (fin) out_event(st, oai_chunk_json(rq->kind, rq, res, "", 0, 0, 0, true, piece_fn, st->s));
     }
-    if (fin && rq->include_usage && u->stop != COMPLETION_ERROR && u->stop != COMPLETION_CANCELLED)
-        out_event(st, oai_usage_chunk(rq, res));
-    if (fin) out_append(st, "data: [DONE]\n\n", 14);
+    bool last = st->choice >= st->n_more || u->stop == COMPLETION_ERROR || u->stop == COMPLETION_CANCELLED;
+    if (fin && last && rq->include_usage && u->stop != COMPLETION_ERROR && u->stop != COMPLETION_CANCELLED) {
+        oai_result all = *res;   /* usage counts the tokens of every choice */
+        all.n_generated += st->n_generated_sum;
+        out_event(st, oai_usage_chunk(rq, &all));
+    }
+    if (fin && last) out_append(st, "data: [DONE]\n\n", 14);
+}
+
+/* n > 1: the finished choice gives way to the next one. */
+static bool stream_next_choice(stream *st, const completion_update *u)
+{
+    if (st->choice >= st->n_more) return false;
+    st->n_generated_sum += u->res.n_generated;
+    watch_del(st->s, st->watch);
+    completion_free(&st->c);
+    st->c = st->more[st->choice];
+    memset(&st->more[st->choice], 0, sizeof st->more[st->choice]);
+    st->watch = st->more_watch[st->choice];
+    st->more_watch[st->choice] = UINT64_MAX;
+    st->choice++;
+    json_array_clear(st->deltas);
+    return completion_stream_events(&st->c, on_openai_event, st) == EMBER_OK;
 }
 
 /* Wait for news from the engine and format it as SSE events. Returns false
  * when the client went away (its request was cancelled). */
 static bool stream_produce(stream *st)
 {
+    if (st->api == API_NATIVE) {
+        bool cancelled = false;
+        st->done = native_stream_next(st->nat, out_data, st, &cancelled);
+        return !(cancelled && client_gone(st->fd));
+    }
     completion_update u;
     completion_next(&st->c, false, &u);
     if (u.stop == COMPLETION_CANCELLED && client_gone(st->fd)) return false;
     if (st->api == API_ANTHROPIC) anth_stream_update(st->anth, &st->c, &u);
     else if (st->api == API_RESPONSES) resp_stream_update(st->resp, &st->c, &u);
     else openai_stream_update(st, &u);
-    if (u.stop != COMPLETION_RUNNING) st->done = true;
+    if (u.stop != COMPLETION_RUNNING) {
+        bool failed = u.stop == COMPLETION_ERROR || u.stop == COMPLETION_CANCELLED;
+        st->done = failed || !stream_next_choice(st, &u);
+    }
     return true;
 }
 
@@ -515,6 +562,15 @@ static void stream_free(void *cls)
 {
     stream *st = cls;
     watch_del(st->s, st->watch);
+    for (int32_t i = 0; st->nat_watch && i < native_count(st->nat); i++) watch_del(st->s, st->nat_watch[i]);
+    free(st->nat_watch);
+    native_free(st->nat);
+    for (int32_t i = 0; i < st->n_more; i++) {
+        if (st->more_watch) watch_del(st->s, st->more_watch[i]);
+        completion_free(&st->more[i]);
+    }
+    free(st->more);
+    free(st->more_watch);
     atomic_fetch_sub(&st->s->n_active, 1);
     completion_free(&st->c);
     anth_stream_free(st->anth);
@@ -541,6 +597,7 @@ static bool request_prompt(server *s, conn *c, oai_kind kind, json_t *(*to_oai)(
         json_decref(body);
         body = o;
     }
+    if (body) oai_apply_defaults(body, s->cfg.sampling_defaults);
     bool ok = body && oai_parse(body, kind, s->text.n_vocab, rq, err);
     json_decref(body);
     ok = ok && completion_prompt(&s->cc, rq, toks, n_toks, err);
@@ -558,7 +615,97 @@ static bool request_prompt(server *s, conn *c, oai_kind kind, json_t *(*to_oai)(
 static enum MHD_Result send_api_error(server *s, struct MHD_Connection *mc, api_kind api, const oai_error *err)
 {
     if (api == API_ANTHROPIC) return send_json(s, mc, (unsigned)err->http_status, anth_error_json(err));
+    if (api == API_NATIVE) return send_json(s, mc, (unsigned)err->http_status, native_error_json(err));
     return send_error(s, mc, err);
+}
+
+/* Submit the request, and for n > 1 its copies (seed + i, as llama-server's
+ * child tasks), into sm->c and sm->more. At most --parallel choices (as
+ * llama-server's n_cmpl). False with *err. */
+static bool start_choices(server *s, oai_req *rq, const ember_token *toks, int32_t n_toks, const char *prefix,
+                          stream *sm, oai_error *err)
+{
+    int32_t n = rq->n_choices > 1 ? rq->n_choices : 1;
+    engine_stats es;
+    engine_get_stats(s->e, &es, NULL);
+    if (n > es.n_slots) {
+        oai_error_set(err, 400, "invalid_request_error", "n", NULL,
+                      "Invalid 'n': %d is more than this server's %d slots (--parallel).", n, es.n_slots);
+        return false;
+    }
+    if (n > 1) {
+        sm->more = calloc((size_t)(n - 1), sizeof *sm->more);
+        sm->more_watch = malloc(sizeof *sm->more_watch * (size_t)(n - 1));
+        if (!sm->more || !sm->more_watch) {
+            oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            return false;
+        }
+        for (int32_t i = 0; i < n - 1; i++) sm->more_watch[i] = UINT64_MAX;
+        for (int32_t i = 0; i < n - 1; i++) {
+            oai_req copy;
+            if (!oai_req_clone(rq, &copy)) {
+                oai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+                return false;
+            }
+            copy.sampling.seed += (uint64_t)(i + 1);
+            bool ok = completion_start(&s->cc, &copy, toks, n_toks, prefix, &sm->more[i], err);
+            oai_req_free(&copy);
+            if (!ok) return false;
+            sm->n_more = i + 1;
+            sm->more_watch[i] = watch_add(s, sm->fd, sm->more[i].r);
+        }
+    }
+    if (!completion_start(&s->cc, rq, toks, n_toks, prefix, &sm->c, err)) return false;
+    /* the extra choices share the first one's id and created */
+    for (int32_t i = 0; i < sm->n_more; i++) {
+        memcpy(sm->more[i].id, sm->c.id, sizeof sm->c.id);
+        sm->more[i].created = sm->c.created;
+    }
+    return true;
+}
+
+/* A stream struct whose requests could not all start: free what did. */
+static void stream_abandon(stream *sm)
+{
+    for (int32_t i = 0; i < sm->n_more; i++) {
+        if (sm->more_watch) watch_del(sm->s, sm->more_watch[i]);
+        completion_free(&sm->more[i]);
+    }
+    completion_free(&sm->c);
+    free(sm->more);
+    free(sm->more_watch);
+    free(sm);
+}
+
+/* n > 1, whole answers: the other choices, each as its own result, appended
+ * to j's choices with their index; usage counts every choice's tokens. */
+static bool more_choices(server *s, stream *sm, oai_kind kind, json_t *j, oai_error *err)
+{
+    json_t *choices = json_object_get(j, "choices"), *usage = json_object_get(j, "usage");
+    for (int32_t i = 0; i < sm->n_more; i++) {
+        completion *c = &sm->more[i];
+        completion_update u;
+        completion_next(c, true, &u);
+        if (u.stop == COMPLETION_ERROR || u.stop == COMPLETION_CANCELLED) {
+            oai_error_set(err, u.stop == COMPLETION_ERROR ? 500 : 503, "server_error", NULL, NULL, "%s", c->err);
+            return false;
+        }
+        json_t *msg = completion_message(c, &u);
+        u.res.message = msg;
+        json_t *one = oai_result_json(kind, &c->rq, &u.res, piece_fn, s);
+        json_decref(msg);
+        json_t *ch = json_array_get(json_object_get(one, "choices"), 0);
+        if (ch) {
+            json_object_set_new(ch, "index", json_integer(i + 1));
+            json_array_append(choices, ch);
+        }
+        json_int_t ct = json_integer_value(json_object_get(usage, "completion_tokens")) + u.res.n_generated;
+        json_object_set_new(usage, "completion_tokens", json_integer(ct));
+        json_object_set_new(usage, "total_tokens",
+                            json_integer(ct + json_integer_value(json_object_get(usage, "prompt_tokens"))));
+        json_decref(one);
+    }
+    return true;
 }
 
 /* The one completion handler: every API's request goes through
@@ -584,12 +731,12 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *mc, con
     sm->s = s;
     sm->api = api;
     sm->watch = UINT64_MAX;
-    bool ok = completion_start(&s->cc, &rq, toks, n_toks, prefix, &sm->c, &err);
+    sm->fd = conn_fd(mc);
+    bool ok = start_choices(s, &rq, toks, n_toks, prefix, sm, &err);
     free(toks);
     oai_req_free(&rq);
-    if (!ok) { free(sm); return send_api_error(s, mc, api, &err); }
+    if (!ok) { stream_abandon(sm); return send_api_error(s, mc, api, &err); }
     atomic_fetch_add(&s->n_active, 1);
-    sm->fd = conn_fd(mc);
     sm->watch = watch_add(s, sm->fd, sm->c.r);
 
     if (stream_it) {
@@ -631,8 +778,13 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *mc, con
         json_t *j = api == API_ANTHROPIC   ? anth_message_json(&sm->c, &u, msg)
                   : api == API_RESPONSES ? resp_response_json(&sm->c, &u, msg)
                                          : oai_result_json(kind, &sm->c.rq, &u.res, piece_fn, s);
-        ret = send_json(s, mc, 200, j);
         json_decref(msg);
+        if (sm->n_more && !more_choices(s, sm, kind, j, &err)) {
+            json_decref(j);
+            ret = send_api_error(s, mc, api, &err);
+        } else {
+            ret = send_json(s, mc, 200, j);
+        }
     }
     stream_free(sm);
     return ret;
@@ -651,6 +803,88 @@ static enum MHD_Result handle_completions(server *s, struct MHD_Connection *mc, 
 static enum MHD_Result handle_messages(server *s, struct MHD_Connection *mc, conn *c)
 {
     return handle_generate(s, mc, c, API_ANTHROPIC, OAI_CHAT);
+}
+
+/* POST /completion (and /completions without /v1): llama.cpp's native API
+ * (native.h). A batch of prompts or n > 1 is several engine requests, each
+ * watched for a client that leaves; a stream reads them one after another. */
+static enum MHD_Result handle_native_with(server *s, struct MHD_Connection *mc, conn *c,
+                                         native_run *(*prepare)(const completion_ctx *, json_t *, oai_error *))
+{
+    oai_error err;
+    size_t held = mem_enter(s, c->len);
+    json_t *body = parse_body(c, &err);
+    if (body) oai_apply_defaults(body, s->cfg.sampling_defaults);
+    native_run *nr = body ? prepare(&s->cc, body, &err) : NULL;
+    json_decref(body);
+    if (tl_mem.over) {
+        mem_exceeded(s, held, &err);
+        native_free(nr);
+        nr = NULL;
+    }
+    mem_leave(s, held);
+    if (!nr) return send_api_error(s, mc, API_NATIVE, &err);
+    stream *sm = calloc(1, sizeof *sm);
+    int32_t n = native_count(nr);
+    uint64_t *w = calloc((size_t)n, sizeof *w);
+    if (!sm || !w) { free(sm); free(w); native_free(nr); return MHD_NO; }
+    if (!native_start(nr, &err)) {
+        free(sm);
+        free(w);
+        native_free(nr);
+        return send_api_error(s, mc, API_NATIVE, &err);
+    }
+    sm->s = s;
+    sm->api = API_NATIVE;
+    sm->nat = nr;
+    sm->nat_watch = w;
+    sm->watch = UINT64_MAX;
+    sm->fd = conn_fd(mc);
+    atomic_fetch_add(&s->n_active, 1);
+    for (int32_t i = 0; i < n; i++) w[i] = watch_add(s, sm->fd, native_engine_req(nr, i));
+    if (native_stream(nr)) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sm, stream_free);
+        if (!resp) { stream_free(sm); return MHD_NO; }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        add_common_headers(s, mc, resp);
+        enum MHD_Result ret = MHD_queue_response(mc, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    c->req = native_engine_req(nr, 0);
+    bool cancelled = false;
+    json_t *j = native_whole(nr, &cancelled, &err);
+    c->req = NULL;
+    enum MHD_Result ret = cancelled && client_gone(sm->fd) ? MHD_NO
+                          : j ? send_json(s, mc, 200, j)
+                              : send_api_error(s, mc, API_NATIVE, &err);
+    stream_free(sm);
+    return ret;
+}
+
+static enum MHD_Result handle_native(server *s, struct MHD_Connection *mc, conn *c)
+{
+    return handle_native_with(s, mc, c, native_prepare);
+}
+
+/* POST /infill: a fill-in-the-middle prompt (native_prepare_infill), then as /completion. */
+static enum MHD_Result handle_infill(server *s, struct MHD_Connection *mc, conn *c)
+{
+    return handle_native_with(s, mc, c, native_prepare_infill);
+}
+
+/* POST /slots/{id}?action=save|restore|erase (slots.h), llama-server's errors. */
+static enum MHD_Result handle_slot_action(server *s, struct MHD_Connection *mc, conn *c)
+{
+    const char *url = !strncmp(c->url, "/v1/", 4) ? c->url + 3 : c->url;   /* as strip_v1 */
+    oai_error err;
+    json_t *body = c->len ? parse_body(c, &err) : json_object();
+    if (!body) return send_api_error(s, mc, API_NATIVE, &err);
+    const char *action = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "action");
+    json_t *j = slots_action(&s->cc, url + strlen("/slots/"), action, body, &err);
+    json_decref(body);
+    return j ? send_json(s, mc, 200, j) : send_api_error(s, mc, API_NATIVE, &err);
 }
 
 /* POST /v1/messages/count_tokens: {"input_tokens": N}, the prompt the same
@@ -845,6 +1079,8 @@ static enum MHD_Result handle_props(server *s, struct MHD_Connection *mc)
     json_object_set_new(j, "n_ctx", json_integer(s->cfg.kv_pool_tokens ? (json_int_t)s->cfg.kv_pool_tokens
                                                                         : (json_int_t)st.n_ctx * st.n_slots));
     json_object_set_new(j, "n_ctx_slot", json_integer(st.n_ctx));
+    json_object_set_new(json_object_get(j, "default_generation_settings"), "params",
+                        oai_default_settings_json(s->cfg.sampling_defaults));
     return send_json(s, mc, 200, j);
 }
 
@@ -956,6 +1192,8 @@ static const route_ent routes[] = {
     {"/health", false, true, API_OPENAI, handle_health},
     {"/chat/completions", true, false, API_OPENAI, handle_chat},
     {"/completions", true, false, API_OPENAI, handle_completions},
+    {"/completion", true, false, API_NATIVE, handle_native},
+    {"/infill", true, false, API_NATIVE, handle_infill},
     {"/messages", true, false, API_ANTHROPIC, handle_messages},
     {"/messages/count_tokens", true, false, API_ANTHROPIC, handle_count_tokens},
     {"/responses", true, false, API_RESPONSES, handle_responses},
@@ -971,9 +1209,13 @@ static const route_ent routes[] = {
     {"/metrics", false, false, API_OPENAI, get_metrics},
 };
 
+/* POST /slots/{id}: the one route with a parameter in its path */
+static const route_ent slot_route = {"/slots/", true, false, API_NATIVE, handle_slot_action};
+
 static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *url, const char *method, conn *c)
 {
     atomic_fetch_add(&s->n_http, 1);
+    c->url = url;
     if (!strcmp(method, "OPTIONS")) return send_options(s, mc);
     if (!strcmp(method, "GET") && (!strcmp(url, "/") || !strcmp(url, "/index.html"))) {
         /* the web chat (webui.h): public, as llama-server's */
@@ -984,12 +1226,15 @@ static enum MHD_Result route(server *s, struct MHD_Connection *mc, const char *u
         MHD_destroy_response(r);
         return ret;
     }
-    const char *path = strip_v1(url);
-    c->v1 = path != url;
+    /* llama-server: /completion and /completions are its native API, /v1/completions OpenAI's */
+    const char *path = !strcmp(url, "/completions") ? "/completion" : strip_v1(url);
+    c->v1 = !strncmp(url, "/v1/", 4);
     const route_ent *re = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0] && !re; i++)
         if (!strcmp(path, routes[i].path)) re = &routes[i];
-    api_kind api = re ? re->api : API_OPENAI;
+    if (!re && !strncmp(path, slot_route.path, strlen(slot_route.path))) re = &slot_route;
+    /* errors before the handler (key, size, method) keep OpenAI's shape on native routes too */
+    api_kind api = re && re->api == API_ANTHROPIC ? API_ANTHROPIC : API_OPENAI;
     oai_error err;
     /* an open route answers its method check before the key; the others after */
     bool method_ok = re && !strcmp(method, re->post ? "POST" : "GET");

@@ -70,6 +70,65 @@ static void put_spec(buf *b, const spec_stats *sp)
              (double)sp->accepted_at[i] / (double)sp->drafted_at[i]);
 }
 
+/* llama-server's own series, named and typed as its /metrics writes them
+ * (tools/server/server-task.cpp server_task_result_metrics::to_metrics):
+ * the llamacpp: prefix, counters then gauges, the per-position accepted
+ * drafts as a labelled counter. Its throughput gauges are over a recent
+ * window; here they are over the server's life (tokens / step seconds). */
+static void put_llamacpp(buf *b, const engine_stats *st)
+{
+    const spec_stats *sp = &st->spec;
+    put(b, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed, excluding cached tokens",
+        (double)st->n_prompt_tokens);
+    put(b, "llamacpp:prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache",
+        (double)st->n_prompt_tokens_cached);
+    put(b, "llamacpp:prompt_seconds_total", "counter", "Total time spent processing prompts", st->t_prompt_s);
+    put(b, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed",
+        (double)st->n_gen_tokens);
+    put(b, "llamacpp:tokens_predicted_seconds_total", "counter", "Total time spent generating tokens", st->t_gen_s);
+    put(b, "llamacpp:n_decode_total", "counter", "Total number of decode steps (batched forward passes)",
+        (double)st->n_steps);
+    put(b, "llamacpp:n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)",
+        (double)st->n_tokens_max);
+    put(b, "llamacpp:spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated",
+        (double)sp->n_drafted);
+    put(b, "llamacpp:spec_decode_num_accepted_tokens_total", "counter",
+        "Speculative: Total draft tokens accepted by the target model", (double)sp->n_accepted);
+    put(b, "llamacpp:spec_decode_num_drafts_total", "counter",
+        "Speculative: Total speculative decoding verification steps", (double)sp->n_drafts);
+    put(b, "llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s",
+        st->t_prompt_s > 0 ? (double)st->n_prompt_tokens / st->t_prompt_s : 0.0);
+    put(b, "llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
+        st->t_gen_s > 0 ? (double)st->n_gen_tokens / st->t_gen_s : 0.0);
+    put(b, "llamacpp:requests_processing", "gauge", "Number of requests processing", (double)st->n_busy);
+    put(b, "llamacpp:requests_deferred", "gauge", "Number of requests deferred", (double)st->n_queued);
+    put(b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per decode step",
+        (double)st->n_busy_slot_steps / (st->n_steps > 0 ? (double)st->n_steps : 1.0));
+    int n = 0;
+    while (n < SPEC_MAX_DRAFT && sp->drafted_at[n]) n++;
+    if (n > 0) {
+        putf(b, "# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position\n"
+                "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter\n");
+        for (int i = 0; i < n; i++)
+            putf(b, "llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %llu\n", i,
+                 (unsigned long long)sp->accepted_at[i]);
+    }
+}
+
+/* Drafted / accepted tokens per speculative method (--spec-type's names);
+ * one method runs at a time, so one series each. */
+static void put_spec_method(buf *b, const engine_stats *st)
+{
+    const char *m = spec_type_name((spec_type)st->spec_type);
+    putf(b, "# HELP ember_spec_method_draft_tokens_total Draft tokens verified, per speculative method.\n"
+            "# TYPE ember_spec_method_draft_tokens_total counter\n"
+            "ember_spec_method_draft_tokens_total{method=\"%s\"} %llu\n"
+            "# HELP ember_spec_method_accepted_tokens_total Draft tokens accepted, per speculative method.\n"
+            "# TYPE ember_spec_method_accepted_tokens_total counter\n"
+            "ember_spec_method_accepted_tokens_total{method=\"%s\"} %llu\n",
+         m, (unsigned long long)st->spec.n_drafted, m, (unsigned long long)st->spec.n_accepted);
+}
+
 char *metrics_render(const metrics_input *in, size_t *len)
 {
     buf b = {.p = malloc(4096), .cap = 4096};
@@ -103,6 +162,8 @@ char *metrics_render(const metrics_input *in, size_t *len)
     put(&b, "ember_http_requests_total", "counter", "HTTP requests routed.", (double)in->n_http);
     put(&b, "ember_http_errors_total", "counter", "HTTP responses with status >= 400.", (double)in->n_http_errors);
     if (st->spec_on) put_spec(&b, &st->spec);
+    if (st->spec_on) put_spec_method(&b, st);
+    put_llamacpp(&b, st);
     if (b.oom) { free(b.p); return NULL; }
     *len = b.len;
     return b.p;

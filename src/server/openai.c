@@ -463,8 +463,8 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
         out->include_usage = iu && json_is_true(iu);
     }
     int64_t n = 1;
-    if (!get_int(body, "n", 1, 128, &n, err)) return false;
-    if (n != 1) return oai_bad(err, "n", "Invalid 'n': only n = 1 is supported.");
+    if (!get_int(body, "n", 1, OAI_MAX_CHOICES, &n, err)) return false;
+    out->n_choices = (int32_t)n;
 
     int64_t mt = -1;
     if (!get_int(body, "max_tokens", 1, INT32_MAX, &mt, err)) return false;
@@ -509,6 +509,9 @@ bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_e
         out->sampling.seed = 0x5eed0000ull + (uint64_t)time(NULL) * 1000003ull + counter++;
     }
     if (!get_bool(body, "ignore_eos", &out->ignore_eos, err)) return false;
+    int64_t nk = 0;
+    if (!get_int(body, "n_keep", -1, INT32_MAX, &nk, err)) return false;
+    out->n_keep = (int32_t)nk;
     if (!parse_stop(body, out, err)) return false;
     if (!parse_logit_bias(body, n_vocab, out, err)) return false;
 
@@ -594,6 +597,64 @@ void oai_req_free(oai_req *r)
     free(r->gbnf);
     free(r->tool_name);
     memset(r, 0, sizeof *r);
+}
+
+void oai_apply_defaults(json_t *body, const json_t *defaults)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)defaults, k, v) {
+        if (oai_opt(body, k)) continue;
+        if (!strcmp(k, "n_predict") && (oai_opt(body, "max_tokens") || oai_opt(body, "max_completion_tokens")))
+            continue;
+        json_object_set(body, k, v);
+    }
+}
+
+json_t *oai_default_settings_json(const json_t *defaults)
+{
+    /* the defaults oai_parse gives (llama-server's common/common.h) */
+    json_t *p = json_pack("{s:I, s:f, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:b, s:b}", "seed",
+                          (json_int_t)4294967295LL, "temperature", 0.8, "top_k", 40, "top_p", 0.95, "min_p", 0.05,
+                          "repeat_last_n", 64, "repeat_penalty", 1.0, "presence_penalty", 0.0, "frequency_penalty",
+                          0.0, "n_predict", -1, "max_tokens", -1, "n_probs", 0, "ignore_eos", 0, "stream", 0);
+    if (p && defaults) json_object_update(p, (json_t *)defaults);
+    if (p && json_object_get(p, "n_predict")) json_object_set(p, "max_tokens", json_object_get(p, "n_predict"));
+    return p;
+}
+
+static bool dup_str(const char *s, char **out)
+{
+    *out = s ? strdup(s) : NULL;
+    return !s || *out;
+}
+
+bool oai_req_clone(const oai_req *r, oai_req *out)
+{
+    *out = *r;
+    out->messages = json_incref(r->messages);   /* read only from here on */
+    out->tools = json_incref(r->tools);
+    out->template_kwargs = json_incref(r->template_kwargs);
+    out->prompt = out->gbnf = out->tool_name = NULL;
+    out->prompt_tokens = NULL;
+    out->logit_bias = NULL;
+    for (int32_t i = 0; i < r->n_stop; i++) out->stop[i] = NULL;
+    bool ok = dup_str(r->prompt, &out->prompt) && dup_str(r->gbnf, &out->gbnf) && dup_str(r->tool_name, &out->tool_name);
+    for (int32_t i = 0; ok && i < r->n_stop; i++) ok = dup_str(r->stop[i], &out->stop[i]);
+    if (ok && r->prompt_tokens) {
+        out->prompt_tokens = malloc(sizeof *out->prompt_tokens * (size_t)r->n_prompt_tokens);
+        ok = out->prompt_tokens != NULL;
+        if (ok) memcpy(out->prompt_tokens, r->prompt_tokens, sizeof *out->prompt_tokens * (size_t)r->n_prompt_tokens);
+    }
+    if (ok && r->logit_bias) {
+        size_t n = (size_t)r->sampling.n_logit_bias;
+        out->logit_bias = malloc(sizeof *out->logit_bias * (n ? n : 1));
+        ok = out->logit_bias != NULL;
+        if (ok) memcpy(out->logit_bias, r->logit_bias, sizeof *out->logit_bias * n);
+    }
+    out->sampling.logit_bias = out->logit_bias;
+    if (!ok) oai_req_free(out);
+    return ok;
 }
 
 const char *oai_finish_reason(engine_finish f)

@@ -39,6 +39,7 @@ typedef struct oai_req {
     char *prompt;                /* completion: prompt text, or NULL when given as token ids */
     ember_token *prompt_tokens;  /* completion: prompt as token ids */
     int32_t n_prompt_tokens;
+    int32_t n_choices;           /* n: completions of the same prompt (choices with index), >= 1 */
     int32_t max_tokens;          /* -1: until EOG or the slot's n_ctx */
     ember_sampler_params sampling;
     ember_logit_bias *logit_bias;
@@ -47,6 +48,12 @@ typedef struct oai_req {
     bool logprobs;
     int32_t top_logprobs;
     bool ignore_eos;
+    bool pin_slot;               /* native id_slot >= 0: prefer that slot (engine_req_params.pin_slot) */
+    int32_t id_slot;
+    bool no_prompt_cache;        /* native cache_prompt: false */
+    bool post_sampling_probs;    /* native post_sampling_probs: records after the sampler chain */
+    int32_t n_keep;              /* llama-server's n_keep: prompt tokens a context shift keeps (-1: all; default 0;
+                                    the BOS is kept besides) */
     /* structured output, tools, thinking (chat_tools.h wires them) */
     char *gbnf;                  /* response_format / grammar / json_schema as GBNF, or NULL */
     const char *gbnf_param;      /* the field it came from (for errors) */
@@ -91,6 +98,9 @@ json_t *oai_error_json(const oai_error *err);
  * tool schema comes near 64. Deeper is a 400 naming the field. */
 #define OAI_MAX_NESTING 64
 
+/* Most choices (n) of one request; the server allows at most --parallel. */
+#define OAI_MAX_CHOICES 128
+
 /* Most messages in one chat request (a longer array is a 400 naming
  * messages, before it is copied or rendered). */
 #define OAI_MAX_MESSAGES 4096
@@ -100,6 +110,19 @@ json_t *oai_error_json(const oai_error *err);
  * when a field is missing, of the wrong type or out of range. */
 bool oai_parse(json_t *body, oai_kind kind, int32_t n_vocab, oai_req *out, oai_error *err);
 void oai_req_free(oai_req *r);
+/* The server's defaults (--temp, --seed, -n, ...: an object of request
+ * fields, or NULL) put into a body (a JSON object) for each field the body
+ * leaves out or sets to null; n_predict only when none of n_predict,
+ * max_tokens and max_completion_tokens is given (llama-server's -n). */
+void oai_apply_defaults(json_t *body, const json_t *defaults);
+/* default_generation_settings.params of /props (llama-server's
+ * task_params::to_json(true) subset): ember's request defaults with the
+ * server's own over them; seed 4294967295 (llama-server's LLAMA_DEFAULT_SEED)
+ * when each request gets a new one. New reference. */
+json_t *oai_default_settings_json(const json_t *defaults);
+/* A deep copy of a parsed request (for the extra choices of n > 1: each is
+ * a request of its own). False when out of memory (*out is then freed). */
+bool oai_req_clone(const oai_req *r, oai_req *out);
 /* Parse only messages/tools/chat_template_kwargs/add_generation_prompt/
  * continue_final_message (for /apply-template). As llama-server
  * (tools/server/server-common.cpp, oaicompat_chat_params_parse): a final

@@ -7,11 +7,14 @@
  * parse, render the chat template, tokenize, enqueue and stream.
  *
  * Routes (one table in http.c): POST /v1/chat/completions, POST
- * /v1/completions, POST /v1/messages and /v1/messages/count_tokens
- * (Anthropic), GET /v1/models, GET /health, GET /metrics, POST /tokenize,
+ * /v1/completions, POST /completion and /completions without /v1 (llama.cpp's
+ * native API, native.h), POST /infill, POST /v1/messages and /v1/messages/count_tokens
+ * (Anthropic), POST /v1/responses and /v1/responses/input_tokens (OpenAI
+ * Responses, responses.h), GET /v1/models, GET /health, GET /metrics, POST /tokenize,
  * POST /detokenize, POST /apply-template, GET /props, GET /slots, POST
  * /v1/embeddings (OpenAI) and /embeddings, /embedding (llama-server's native
- * shape; embeddings.h) (each also
+ * shape; embeddings.h), POST /slots/{id}?action=save|restore|erase (slots.h)
+ * (each also
  * with or without the /v1 prefix, as llama-server accepts them). Every
  * completion API is an adapter over completion.h.
  */
@@ -72,6 +75,10 @@ typedef struct server_config {
     const char *model_path;
     bool metrics;                    /* --metrics: enable GET /metrics */
     json_t *template_kwargs;         /* --chat-template-kwargs defaults (object or NULL) */
+    const char *slot_save_path;      /* --slot-save-path DIR: POST /slots/{id}?action=save|restore|erase
+                                        (slots.h); NULL: those answer 501 */
+    json_t *sampling_defaults;       /* --temp, --seed, -n, --top-k, ...: request fields (temperature, seed,
+                                        n_predict, top_k, ...) a request that leaves them out gets; object or NULL */
     size_t max_body_bytes;           /* --max-body-size: larger bodies get 413; 0: 16 MiB */
     const char *cors_origin;         /* --cors-origin: "*" or a comma-separated list of origins allowed to read
                                         answers from a browser; NULL: no CORS headers (same-origin only) */

@@ -72,6 +72,16 @@ ember_token ember_vocab_eos(const ember_vocab *v);
  * <|im_end|>, <|eot_id|>, <|end|>, <|endoftext|> present in the vocab. */
 ember_token ember_vocab_eot(const ember_vocab *v);
 ember_token ember_vocab_pad(const ember_vocab *v);
+/* Fill-in-the-middle tokens (llama.cpp src/llama-vocab.cpp load()): the
+ * GGUF's tokenizer.ggml.fim_{pre,suf,mid,rep,sep}_token_id (the older
+ * tokenizer.ggml.{prefix,suffix,middle}_token_id win where present), else
+ * the first token named as llama.cpp looks for them (<|fim_prefix|>,
+ * <fim-prefix>, <fim_prefix>, <PRE>, ...; <|fim_repo|>, <|repo_name|>,
+ * <fim-repo>, <REPO>, <reponame>; <|file_sep|>), made CONTROL. -1: none. */
+typedef enum ember_fim_kind {
+    EMBER_FIM_PRE = 0, EMBER_FIM_SUF, EMBER_FIM_MID, EMBER_FIM_REP, EMBER_FIM_SEP, EMBER_FIM_COUNT
+} ember_fim_kind;
+ember_token ember_vocab_fim(const ember_vocab *v, ember_fim_kind k);
 ember_token ember_vocab_unk(const ember_vocab *v);
 /* Whether tokenize(add_special=true) prepends BOS / appends EOS. */
 bool ember_vocab_add_bos(const ember_vocab *v);

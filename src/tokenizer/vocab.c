@@ -337,6 +337,20 @@ static const char *const FIM_EOG_GROUPS[][6] = {
     {"<|file_sep|>", NULL},
 };
 
+/* fill-in-the-middle tokens by name, per ember_fim_kind (llama.cpp load()) */
+static const char *const FIM_NAMES[EMBER_FIM_COUNT][9] = {
+    {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
+     "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL},
+    {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>",
+     "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL},
+    {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
+     "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL},
+    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+    {"<|file_sep|>", NULL},
+};
+static const char *const FIM_KEYS[EMBER_FIM_COUNT] = {"fim_pre", "fim_suf", "fim_mid", "fim_rep", "fim_sep"};
+static const char *const FIM_OLD_KEYS[3] = {"prefix", "suffix", "middle"};
+
 static ember_status get_id(const ember_gguf *g, const char *key, int32_t n, ember_token *out)
 {
     int64_t x;
@@ -555,6 +569,17 @@ ember_status ember_vocab_load(const ember_gguf *g, ember_vocab **out)
     if ((st = get_id(g, "tokenizer.ggml.eot_token_id", n, &v->eot))) goto fail;
     if ((st = get_id(g, "tokenizer.ggml.unknown_token_id", n, &v->unk))) goto fail;
     if ((st = get_id(g, "tokenizer.ggml.padding_token_id", n, &v->pad))) goto fail;
+    for (int k = 0; k < EMBER_FIM_COUNT; k++) {
+        char key[64];
+        v->fim[k] = -1;
+        snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", FIM_KEYS[k]);
+        if ((st = get_id(g, key, n, &v->fim[k]))) goto fail;
+        if (k < 3) {
+            snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", FIM_OLD_KEYS[k]);
+            if ((st = get_id(g, key, n, &v->fim[k]))) goto fail;
+        }
+        if (v->fim[k] >= n) v->fim[k] = -1;
+    }
     if (v->bos >= n) v->bos = -1;
     if (v->eos >= n) v->eos = -1;
     if (v->unk >= n) v->unk = -1;
@@ -575,6 +600,14 @@ ember_status ember_vocab_load(const ember_gguf *g, ember_vocab **out)
             if (id >= 0 && id < n) { v->attr[id] |= EMBER_TOKEN_EOG | EMBER_TOKEN_CONTROL; break; }
         }
     }
+    for (int k = 0; k < EMBER_FIM_COUNT; k++)
+        for (int j = 0; v->fim[k] < 0 && FIM_NAMES[k][j]; j++) {
+            int32_t id = str_find(&v->strs, FIM_NAMES[k][j], strlen(FIM_NAMES[k][j]));
+            if (id >= 0 && id < n) {
+                v->fim[k] = id;
+                v->attr[id] |= EMBER_TOKEN_CONTROL;
+            }
+        }
     for (int k = 0; EOG_NAMES[k]; k++) {
         int32_t id = str_find(&v->strs, EOG_NAMES[k], strlen(EOG_NAMES[k]));
         if (id >= 0 && id < n) v->attr[id] |= EMBER_TOKEN_EOG | EMBER_TOKEN_CONTROL;
@@ -682,6 +715,10 @@ ember_token ember_vocab_bos(const ember_vocab *v) { return v->bos; }
 ember_token ember_vocab_eos(const ember_vocab *v) { return v->eos; }
 ember_token ember_vocab_eot(const ember_vocab *v) { return v->eot; }
 ember_token ember_vocab_pad(const ember_vocab *v) { return v->pad; }
+ember_token ember_vocab_fim(const ember_vocab *v, ember_fim_kind k)
+{
+    return (int)k >= 0 && k < EMBER_FIM_COUNT ? v->fim[k] : -1;
+}
 ember_token ember_vocab_unk(const ember_vocab *v) { return v->unk; }
 bool ember_vocab_add_bos(const ember_vocab *v) { return v->add_bos; }
 bool ember_vocab_add_eos(const ember_vocab *v) { return v->add_eos; }

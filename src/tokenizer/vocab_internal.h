@@ -62,6 +62,7 @@ struct ember_vocab {
     uint32_t *piece_off, *piece_len;
 
     ember_token bos, eos, eot, pad, unk;
+    ember_token fim[EMBER_FIM_COUNT];   /* fill-in-the-middle ids (ember_vocab_fim), -1 none */
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
 
     /* byte fallback: SPM/gemma4 <0xXX> tokens; BPE: interned id of the

@@ -263,7 +263,7 @@ def test_render_limits_hit_by_the_messages_are_400(ember_bin, smollm2_path, tmp_
     ("temperature", "-1"), ("temperature", "NaN"), ("temperature", "Infinity"), ("temperature", "1e400"),
     ("top_p", "-0.5"), ("top_p", "1.5"), ("min_p", "-1e-9"), ("presence_penalty", "-3"), ("frequency_penalty", "2.5"),
     ("repeat_penalty", "-1"), ("repeat_penalty", "0"), ("top_k", "-1"), ("max_tokens", "-5"), ("max_tokens", "0"), ("max_tokens", "1.5"),
-    ("max_tokens", "99999999999999999999999"), ("n_predict", "-2"), ("n", "2"), ("seed", '"x"'),
+    ("max_tokens", "99999999999999999999999"), ("n_predict", "-2"), ("n", "5"), ("n", "0"), ("seed", '"x"'),
     ("logit_bias", '{"-1": 5}'), ("logit_bias", '{"5": NaN}'), ("logit_bias", '{"5": 1000}'),
     ("top_logprobs", "21"), ("stop", "[1]"), ("stream", '"yes"'),
 ])

@@ -374,7 +374,8 @@ def test_cors_preflight_is_200(server):
     ({"messages": MSGS, "logit_bias": {"abc": 1}}, "logit_bias"),
     ({"messages": MSGS, "logit_bias": {"5": 101}}, "logit_bias"),
     ({"messages": MSGS, "top_logprobs": 3}, "top_logprobs"),
-    ({"messages": MSGS, "n": 2}, "n"),
+    ({"messages": MSGS, "n": 5}, "n"),           # more choices than the 4 slots (llama-server's n_cmpl limit)
+    ({"messages": MSGS, "n": 0}, "n"),
     ({"messages": MSGS, "stream_options": {"include_usage": True}}, "stream_options"),
     ({"messages": MSGS, "chat_template_kwargs": []}, "chat_template_kwargs"),
 ])

@@ -642,6 +642,88 @@ static void test_thread(void **state)
     fx_free(&f);
 }
 
+/* llama-server's id_slot: a request pinned to a busy slot waits for it while
+ * a younger unpinned one takes the free slot; cache_prompt false decodes the
+ * whole prompt; n_predict 0 puts the prompt in the cache and generates nothing. */
+static void test_pinned_slot_and_no_cache(void **state)
+{
+    fixture f;
+    fx_init(&f, 2, 256, 512, 64, 4);
+    engine_req *a = submit(&f, "slot zero is busy for a while", 40);
+    engine_step(f.e);
+    assert_int_equal(a->slot, 0);
+    ember_token t[64];
+    engine_req_params p = {.prompt = t, .n_prompt = make_prompt(t, "pinned to zero"), .n_predict = 3,
+                           .pin_slot = true, .id_slot = 0};
+    engine_req *pinned = NULL;
+    assert_int_equal(engine_submit(f.e, &p, &pinned), EMBER_OK);
+    engine_req *free_one = submit(&f, "any slot", 3);
+    engine_step(f.e);
+    assert_int_equal(pinned->slot, -1);        /* waits for slot 0 */
+    assert_int_equal(free_one->slot, 1);       /* the younger request went first */
+    engine_req *all[3] = {a, pinned, free_one};
+    run_until_done(&f, all, 3);
+    assert_int_equal(pinned->slot, 0);
+    expect_reference(pinned, "pinned to zero", 3);
+    /* the same prompt without the cache, then n_predict 0, then from the cache */
+    p.pin_slot = false;
+    p.no_prompt_cache = true;
+    engine_req *cold = NULL;
+    assert_int_equal(engine_submit(f.e, &p, &cold), EMBER_OK);
+    run_until_done(&f, &cold, 1);
+    assert_int_equal(cold->n_cached, 0);
+    expect_reference(cold, "pinned to zero", 3);
+    p.no_prompt_cache = false;
+    p.n_prompt = make_prompt(t, "only evaluated");
+    p.n_predict = 0;
+    engine_req *zero = NULL;
+    assert_int_equal(engine_submit(f.e, &p, &zero), EMBER_OK);
+    run_until_done(&f, &zero, 1);
+    assert_int_equal(zero->finish, ENGINE_FINISH_LENGTH);
+    assert_int_equal(zero->n_generated, 0);
+    assert_int_equal(zero->text_len, 0);
+    engine_req *warm = submit(&f, "only evaluated", 2);
+    run_until_done(&f, &warm, 1);
+    assert_int_equal(warm->n_cached, warm->n_prompt - 1);
+    expect_reference(warm, "only evaluated", 2);
+    engine_req *rs[] = {a, pinned, free_one, cold, zero, warm};
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) engine_req_release(rs[i]);
+    fx_free(&f);
+}
+
+/* Slot save / erase run on the engine thread: the tokens a slot holds, then
+ * none; a bad slot id is refused. */
+static void test_slot_ops(void **state)
+{
+    fixture f;
+    fx_init(&f, 2, 128, 256, 32, 4);
+    assert_int_equal(engine_start(f.e), EMBER_OK);
+    ember_token *toks = NULL;
+    int32_t n = -1;
+    assert_int_equal(engine_slot_tokens(f.e, 2, &toks, &n), EMBER_ERR_INVALID_ARG);
+    engine_req *r = submit(&f, "remember me", 4);
+    engine_req_lock(r);
+    while (r->finish == ENGINE_RUNNING) engine_req_wait(r, 100);
+    engine_req_unlock(r);
+    int32_t slot = r->slot;
+    assert_int_equal(engine_slot_tokens(f.e, slot, &toks, &n), EMBER_OK);
+    ember_token want[64];
+    int32_t n_prompt = make_prompt(want, "remember me");
+    assert_int_equal(n, n_prompt + 3);   /* the prompt and the generated tokens but the last */
+    assert_memory_equal(toks, want, sizeof *want * (size_t)n_prompt);
+    free(toks);
+    int32_t erased = -1;
+    assert_int_equal(engine_slot_erase(f.e, slot, &erased), EMBER_OK);
+    assert_int_equal(erased, n);
+    assert_int_equal(engine_slot_tokens(f.e, slot, &toks, &n), EMBER_OK);
+    assert_null(toks);
+    assert_int_equal(n, 0);
+    engine_stop(f.e);
+    assert_int_equal(engine_slot_erase(f.e, 0, &erased), EMBER_ERR_IO);
+    engine_req_release(r);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -664,6 +746,8 @@ int main(void)
         cmocka_unit_test(test_embeddings_pooled),
         cmocka_unit_test(test_embeddings_refused),
         cmocka_unit_test(test_thread),
+        cmocka_unit_test(test_pinned_slot_and_no_cache),
+        cmocka_unit_test(test_slot_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

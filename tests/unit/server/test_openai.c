@@ -102,7 +102,7 @@ static void test_chat_rejections(void **state)
         {"\"stop\":[1]}", "stop"},                    {"\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
         {"\"logit_bias\":{\"1000\":1}}", "logit_bias"}, {"\"logit_bias\":{\"1\":\"x\"}}", "logit_bias"},
         {"\"logit_bias\":[1]}", "logit_bias"},        {"\"top_logprobs\":2}", "top_logprobs"},
-        {"\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs"}, {"\"n\":3}", "n"},
+        {"\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs"}, {"\"n\":129}", "n"}, {"\"n\":0}", "n"},
         {"\"stream\":1}", "stream"},                  {"\"stream_options\":{\"include_usage\":true}}", "stream_options"},
         {"\"stream\":true,\"stream_options\":{\"include_usage\":1}}", "stream_options.include_usage"},
         {"\"seed\":\"1\"}", "seed"},                  {"\"model\":5}", "model"},
@@ -171,6 +171,57 @@ static void test_error_shape(void **state)
     json_decref(j);
 }
 
+/* n > 1: the clone is a request of its own (ASan checks that freeing both
+ * frees each once); its strings and bias are copies, not shared. */
+static void test_clone_and_choices(void **state)
+{
+    (void)state;
+    oai_req r, c;
+    oai_error err;
+    assert_true(parse("{\"prompt\":\"hi\",\"n\":3,\"stop\":[\"a\",\"b\"],\"logit_bias\":{\"5\":-100,\"7\":2},"
+                      "\"seed\":9}", OAI_COMPLETION, &r, &err));
+    assert_int_equal(r.n_choices, 3);
+    assert_true(oai_req_clone(&r, &c));
+    assert_ptr_not_equal(c.prompt, r.prompt);
+    assert_string_equal(c.prompt, "hi");
+    assert_ptr_not_equal(c.stop[1], r.stop[1]);
+    assert_string_equal(c.stop[1], "b");
+    assert_ptr_equal(c.sampling.logit_bias, c.logit_bias);
+    assert_ptr_not_equal(c.logit_bias, r.logit_bias);
+    assert_int_equal(c.sampling.n_logit_bias, 2);
+    assert_int_equal(c.logit_bias[1].token, 7);
+    assert_true(c.sampling.seed == 9);
+    oai_req_free(&r);
+    oai_req_free(&c);
+}
+
+/* Server defaults fill only what a body leaves out (null counts as out);
+ * -n does not override max_tokens (llama-server's -n is n_predict's default). */
+static void test_apply_defaults(void **state)
+{
+    (void)state;
+    json_t *d = json_pack("{s:f, s:i, s:i}", "temperature", 0.0, "seed", 11, "n_predict", 5);
+    json_t *b = json_pack("{s:s, s:n, s:i}", "prompt", "x", "temperature", "max_tokens", 3);
+    oai_apply_defaults(b, d);
+    assert_true(json_real_value(json_object_get(b, "temperature")) == 0.0);
+    assert_int_equal(json_integer_value(json_object_get(b, "seed")), 11);
+    assert_null(json_object_get(b, "n_predict"));
+    json_t *b2 = json_pack("{s:s, s:i}", "prompt", "x", "seed", 4);
+    oai_apply_defaults(b2, d);
+    assert_int_equal(json_integer_value(json_object_get(b2, "seed")), 4);
+    assert_int_equal(json_integer_value(json_object_get(b2, "n_predict")), 5);
+    json_t *p = oai_default_settings_json(d);
+    assert_int_equal(json_integer_value(json_object_get(p, "max_tokens")), 5);
+    assert_int_equal(json_integer_value(json_object_get(p, "top_k")), 40);
+    json_decref(p);
+    p = oai_default_settings_json(NULL);
+    assert_int_equal(json_integer_value(json_object_get(p, "seed")), 4294967295LL);
+    json_decref(p);
+    json_decref(b);
+    json_decref(b2);
+    json_decref(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +232,8 @@ int main(void)
         cmocka_unit_test(test_completion_prompt_forms),
         cmocka_unit_test(test_invalid_utf8_becomes_replacement),
         cmocka_unit_test(test_error_shape),
+        cmocka_unit_test(test_clone_and_choices),
+        cmocka_unit_test(test_apply_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

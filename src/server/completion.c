@@ -151,6 +151,11 @@ static bool prepare_structured(const completion_ctx *ctx, const oai_req *rq, con
         if (tool_gbnf) gbnf = tool_gbnf;
         budget = rq->reasoning_budget != -2 ? rq->reasoning_budget
                  : ctx->cfg->has_reasoning_budget ? ctx->cfg->reasoning_budget : -1;
+        /* a forced call (required / named) after a thought the prompt opened:
+         * without a budget a thought that never ends leaves no call within
+         * max_tokens (llama-server then answers with none), so the thought
+         * gets at most a quarter of max_tokens and the call the rest */
+        if (tool_gbnf && open && budget < 0 && rq->max_tokens > 0) budget = rq->max_tokens / 4;
         pcfg->tool_format = rq->tools && rq->tool_choice != OAI_TOOL_CHOICE_NONE ? tf : EMBER_TOOL_FORMAT_NONE;
         pcfg->reasoning = ctx->cfg->reasoning_format_none ? EMBER_REASONING_NONE : rs;
         pcfg->reasoning_open_at_start = open && pcfg->reasoning != EMBER_REASONING_NONE;

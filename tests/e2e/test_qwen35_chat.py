@@ -137,6 +137,21 @@ def test_required_thinking_on_thinks_then_calls(srv, seed):
     assert reasoning and "</think>" not in reasoning and "<tool_call>" not in reasoning
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_required_thinking_on_without_budget_still_calls(srv, seed):
+    """Thinking on and no reasoning_budget: random weights never end their
+    thought, so only the server's default (a quarter of max_tokens for the thought
+    when a call is forced) leaves room for the call."""
+    named = seed % 2 == 1
+    choice = {"type": "function", "function": {"name": "get_time"}} if named else "required"
+    ch = srv[1].chat.completions.create(model="m", messages=ASK, tools=TOOLS, seed=seed, temperature=1.0,
+                                        max_tokens=400, parallel_tool_calls=False, tool_choice=choice,
+                                        extra_body={"chat_template_kwargs": ON}).choices[0]
+    valid_call(ch, name="get_time" if named else None)
+    assert getattr(ch.message, "reasoning_content", None)
+    assert ch.message.reasoning_content and len(ch.message.reasoning_content) > 0
+
+
 @pytest.mark.parametrize("thinking", [OFF, ON], ids=["off", "on"])
 def test_stream_reassembles_to_non_stream(srv, thinking):
     s, client = srv

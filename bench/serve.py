@@ -6,9 +6,10 @@ evaluation suite", item 1):
   * single-request generation speed with the output forced to N tokens
     (default 256; `ignore_eos` sent as an extra field, which llama-server and
     ember honour), and time to first token (TTFT); median of R runs (default 3);
-  * P parallel requests (default 8): aggregate tok/s (all completion tokens
-    over the wall time from the first request sent to the last stream ended)
-    and per-stream tok/s (mean over streams of each stream's decode rate);
+  * P parallel requests (default 8; threads of this process, --procs: one
+    process each, see parallel()): aggregate tok/s (all completion tokens over the
+    wall time from the first request sent to the last stream ended) and
+    per-stream tok/s (mean over streams of each stream's decode rate);
   * draft acceptance where the server reports it (`timings.draft_n`,
     `timings.draft_n_accepted` in the final chunk, as llama-server does);
   * the server process's resident memory (VmRSS/VmHWM from /proc, when a PID
@@ -89,8 +90,40 @@ def one_stream(client, model, prompt, max_tokens, ignore_eos, extra=None):
     return r
 
 
-def parallel(client, model, prompt, max_tokens, n, ignore_eos):
-    """n concurrent streams; aggregate and per-stream rates."""
+def _proc_stream(args):
+    """One stream in its own process (parallel(..., procs=True)): its own
+    client; all streams start when the shared barrier opens. perf_counter is
+    CLOCK_MONOTONIC on Linux, one clock for every process."""
+    base_url, api_key, timeout, model, prompt, max_tokens, ignore_eos = args
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+    _BARRIER.wait()
+    return one_stream(client, model, prompt, max_tokens, ignore_eos)
+
+
+_BARRIER = None
+
+
+def _init_proc(barrier):
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def parallel(client, model, prompt, max_tokens, n, ignore_eos, procs=False):
+    """n concurrent streams; aggregate and per-stream rates. procs: one process
+    per stream, so that parsing the streams (the openai client builds an object
+    per chunk, in one interpreter under one lock with threads) does not bound
+    what is measured (on a loaded 2-core box the openai client read about 6k
+    chunks/s in all, threads or processes alike, where a plain http.client
+    reader got 17-22k from the same server: there the client's CPU is the
+    bound, so compare --procs against threads on the machine measured)."""
+    if procs:
+        import multiprocessing as mp
+        ctx = mp.get_context("fork")
+        barrier = ctx.Barrier(n)
+        job = (str(client.base_url), client.api_key, client.timeout, model, prompt, max_tokens, ignore_eos)
+        with ctx.Pool(n, initializer=_init_proc, initargs=(barrier,)) as pool:
+            results = pool.map(_proc_stream, [job] * n)
+        return summarize_parallel(results)
     results = [None] * n
     barrier = threading.Barrier(n)
 
@@ -199,7 +232,8 @@ def run(args):
         single["e2e_tok_s_median"] = statistics.median(r["e2e_tok_s"] for r in ok)
         single["ttft_s_median"] = statistics.median(r["ttft_s"] for r in ok)
         single["completion_tokens"] = [r["completion_tokens"] for r in ok]
-    par = parallel(client, model, args.prompt, args.max_tokens, args.parallel, not args.no_ignore_eos)
+    par = parallel(client, model, args.prompt, args.max_tokens, args.parallel, not args.no_ignore_eos,
+                   procs=args.procs)
     errors = [r["error"] for r in singles if not r["ok"]] + par["errors"]
     short = [r["completion_tokens"] for r in ok + [x for x in par["streams"] if x["ok"]]
              if r["completion_tokens"] < args.max_tokens]
@@ -228,6 +262,9 @@ def main(argv=None):
     ap.add_argument("-P", "--parallel", type=int, default=8)
     ap.add_argument("--server-pid", type=int, default=None, help="PID of the server, for resident memory")
     ap.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos")
+    ap.add_argument("--procs", action="store_true",
+                    help="one client process per parallel stream instead of threads of this one (to check that the "
+                         "client does not bound the aggregate)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", default=None, help="write the full report here")
     args = ap.parse_args(argv)

@@ -21,7 +21,7 @@
  * as llama-perplexity prints its KL block (mean KLD with its standard error,
  * median, 99th percentile, maximum; same top p; ln(PPL(Q)/PPL(base))), and
  * with --kl-json FILE as JSON, with the first --kl-dump N positions' two
- * log-softmax rows (for an independent check of the arithmetic).
+ * logits rows, base and test (for an independent check of the arithmetic).
  * Owns: the options and that computation. Must not: change the model.
  */
 #include <math.h>
@@ -46,7 +46,7 @@ static void usage(FILE *f)
         "      --kl-divergence-cpu  also decode every chunk on the CPU backend and report the KL divergence\n"
         "                     of this run's logits from the CPU's, same top-1 and both perplexities\n"
         "      --kl-json FILE write those statistics as JSON\n"
-        "      --kl-dump N    with --kl-json: include the first N scored positions' log-softmax rows\n");
+        "      --kl-dump N    with --kl-json: include the first N scored positions' logits rows (base, test)\n");
 }
 
 static int fail(const char *what, ember_status st)
@@ -221,7 +221,6 @@ int cmd_perplexity(int argc, char **argv)
     cli_model bm = {0};   /* --kl-divergence-cpu: the model again, on the CPU */
     kl_stats ks = {0};
     double *lp = NULL, *lq = NULL;
-    float *brow = NULL;
     FILE *kj = NULL;
     st = ember_tokenize(cm.vocab, text, (size_t)flen, true, false, &tokens, &n_tokens);
     free(text);
@@ -273,8 +272,7 @@ int cmd_perplexity(int argc, char **argv)
         }
         lp = malloc(sizeof *lp * (size_t)n_vocab);
         lq = malloc(sizeof *lq * (size_t)n_vocab);
-        brow = malloc(sizeof *brow * (size_t)n_vocab * (size_t)n_batch);
-        if (!lp || !lq || !brow) {
+        if (!lp || !lq) {
             fprintf(stderr, "ember: out of memory for the KL rows\n");
             goto out;
         }
@@ -311,20 +309,12 @@ int cmd_perplexity(int argc, char **argv)
                 batch.seq_id[k] = 0;
                 batch.logits[k] = pos >= first && pos < n_ctx - 1;
             }
-            if (bctx) {   /* the base first: its rows are copied out before this run's decode */
-                if ((st = ember_decode(bctx, &batch)) != EMBER_OK) {
-                    fail("decode (CPU base)", st);
-                    goto out;
-                }
-                for (int32_t k = 0; k < m; k++) {
-                    if (!batch.logits[k]) continue;
-                    const float *bl = ember_get_logits(bctx, k);
-                    if (!bl) {
-                        fprintf(stderr, "ember: no base logits for position %ld\n", b0 + k);
-                        goto out;
-                    }
-                    memcpy(brow + (size_t)k * (size_t)n_vocab, bl, sizeof *brow * (size_t)n_vocab);
-                }
+            /* the base's rows stay in its own context's logits buffer while this
+             * run decodes (each context has its own backend and buffers), so
+             * they are read in place: no copy of n_batch x n_vocab floats */
+            if (bctx && (st = ember_decode(bctx, &batch)) != EMBER_OK) {
+                fail("decode (CPU base)", st);
+                goto out;
             }
             if ((st = ember_decode(ctx, &batch)) != EMBER_OK) {
                 fail("decode", st);
@@ -343,7 +333,12 @@ int cmd_perplexity(int argc, char **argv)
                 nll += v;
                 nll2 += v * v;
                 count++;
-                if (bctx && !kl_add(&ks, brow + (size_t)k * (size_t)n_vocab, lg, n_vocab, chunk[pos + 1], lp, lq)) {
+                const float *bl = bctx ? ember_get_logits(bctx, k) : NULL;
+                if (bctx && !bl) {
+                    fprintf(stderr, "ember: no base logits for position %ld\n", pos);
+                    goto out;
+                }
+                if (bctx && !kl_add(&ks, bl, lg, n_vocab, chunk[pos + 1], lp, lq)) {
                     fprintf(stderr, "ember: out of memory for the KL statistics\n");
                     goto out;
                 }
@@ -403,7 +398,6 @@ out:
     free(ks.kld);
     free(lp);
     free(lq);
-    free(brow);
     free(tokens);
     ember_batch_free(&batch);
     ember_context_free(bctx);

@@ -480,9 +480,12 @@ static void block_checkpoint(engine *e, slot *s, int32_t n_past0, bool prompt_en
 static void slot_embd_after_decode(engine *e, slot *s)
 {
     engine_req *r = s->req;
-    const int32_t i0 = s->i_batch0, n = s->n_batch_entries, n_embd = e->rt.n_embd;
+    const int32_t i0 = s->i_batch0, n = s->n_batch_entries, n_embd = e->rt.n_embd, n_past0 = s->n_past;
     s->n_past += n;
     s->n_batch_entries = 0;
+    /* the slot keeps this prompt's cache like a completion's, so its
+     * recurrent state is checkpointed the same way (prefix reuse later) */
+    block_checkpoint(e, s, n_past0, s->n_past >= s->prefill_end);
     const ember_pooling pool = r->p.pooling;
     for (int32_t k = 0; k < n; k++) {
         const int32_t pos = e->batch.pos[i0 + k];

@@ -10,6 +10,7 @@ CPU backend), checked here on the CPU (the GPU run uses the same code):
   numpy's over the positions it scored.
 """
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -61,3 +62,26 @@ def test_kl_options_need_the_mode(ember_bin, smollm2_path, tmp_path):
     r = subprocess.run([ember_bin, "perplexity", "-m", smollm2_path, "-f", TEXT, "--kl-json", str(tmp_path / "x")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--kl-divergence-cpu" in r.stderr
+
+
+def peak_rss_mib(stderr):
+    m = re.search(r"peak RSS ([0-9.]+) MiB", stderr)
+    assert m, stderr
+    return float(m.group(1))
+
+
+def test_kl_costs_at_most_a_second_run(ember_bin, gemma3_path):
+    # The base is a second model and context on the CPU: the KL mode may cost
+    # about one more plain run, not also a copy of the base's logits rows.
+    # With -c 512 (-b 512) one batch scores 255 positions; at Gemma 3's
+    # 262144-token vocabulary such a copy is 255 MiB, and the old code made it
+    # (measured 1354 MiB against 2 x 551); the bound allows half of it.
+    args = [ember_bin, "perplexity", "-m", gemma3_path, "-f", TEXT, "-c", "512", "--chunks", "1", "-t", "2",
+            "-ngl", "0"]
+    plain = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    kl = subprocess.run(args + ["--kl-divergence-cpu"], capture_output=True, text=True, timeout=300)
+    assert kl.returncode == 0, kl.stderr
+    assert "Mean    KLD:   0.000000" in kl.stdout
+    row_copy_mib = 255 * 262144 * 4 / 2**20
+    assert peak_rss_mib(kl.stderr) < 2 * peak_rss_mib(plain.stderr) + row_copy_mib / 2

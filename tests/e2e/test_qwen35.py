@@ -169,3 +169,28 @@ def test_prefix_cache_hits_through_block_checkpoints(ember_bin):
         assert srv.stop() == 0
     assert [g[0] for g in got] == want
     assert [g[1] for g in got] == [0, 0, 0, 0], got
+
+
+def test_embedding_prompt_leaves_checkpoints(ember_bin):
+    """An embeddings request leaves its prompt in the slot's cache like a
+    completion does, and checkpoints its recurrent state the same way: a
+    completion that shares 30 of its 41 tokens then takes them from the
+    checkpoint at 24 (cached_tokens 30, not 0) and gives the cold greedy
+    run's text."""
+    base = list(range(100, 141))
+    prompt = base[:30] + [5, 5, 5]
+    want = cold(ember_bin, prompt)
+    port = free_port()
+    srv = Server([ember_bin, "serve", "-m", MODEL, "--port", str(port), "-np", "1", "-c", "256", "-t", "2", "-ngl", "0",
+                  "--embedding", "--pooling", "mean", "--checkpoint-min-step", "8"], port)
+    try:
+        r = requests.post(srv.base + "/v1/embeddings", timeout=60, json={"input": [base]})
+        assert r.status_code == 200, r.text
+        r = requests.post(srv.base + "/v1/completions", timeout=60, json={
+            "prompt": prompt, "max_tokens": N, "temperature": 0, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        j = r.json()
+    finally:
+        assert srv.stop() == 0
+    assert j["choices"][0]["text"] == want
+    assert j["usage"]["prompt_tokens_details"]["cached_tokens"] == 30

@@ -292,6 +292,11 @@ ember_status ember_seq_ctx_checkpoint(ember_context *ctx, ember_seq_id seq);
  * checkpoints) and block checkpoints are on: the engine then ends prefill
  * chunks at block boundaries and calls ember_seq_ctx_checkpoint there. */
 bool ember_context_wants_checkpoints(const ember_context *ctx);
+/* The most bytes the recurrent-state snapshots (the rollback one and the
+ * n_ctx_checkpoints block checkpoints of every sequence) can take once all
+ * are allocated (they are, on first use, and then counted in
+ * ember_context_kv_bytes); 0 without recurrent layers. */
+uint64_t ember_context_checkpoint_bytes_max(const ember_context *ctx);
 /* Number of positions sequence `seq` holds (its next position). */
 ember_pos ember_seq_len(const ember_context *ctx, ember_seq_id seq);
 /* Free KV tokens left in the pool (free blocks x 32). */

@@ -93,6 +93,13 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* v as a JSON number, or null when it is not finite (JSON has no NaN/Inf) */
+static void json_num(FILE *f, const char *sep, double v, bool full)
+{
+    if (isfinite(v)) fprintf(f, full ? "%s%.17g" : "%s%.9g", sep, v);
+    else fprintf(f, "%snull", sep);
+}
+
 /* KL statistics of a run against the CPU base */
 typedef struct kl_stats {
     double *kld;         /* [count] per scored position */
@@ -117,10 +124,12 @@ static bool kl_add(kl_stats *k, const float *base, const float *test, int32_t n,
         k->cap = cap;
     }
     if (k->dump && k->count < k->n_dump) {
-        fprintf(k->dump, "%s{\"kld\": %.17g, \"base\": [", k->count ? ", " : "", kl);
-        for (int32_t i = 0; i < n; i++) fprintf(k->dump, "%s%.9g", i ? ", " : "", base[i]);
+        fprintf(k->dump, "%s{\"kld\": ", k->count ? ", " : "");
+        json_num(k->dump, "", kl, true);
+        fprintf(k->dump, ", \"base\": [");
+        for (int32_t i = 0; i < n; i++) json_num(k->dump, i ? ", " : "", base[i], false);
         fprintf(k->dump, "], \"test\": [");
-        for (int32_t i = 0; i < n; i++) fprintf(k->dump, "%s%.9g", i ? ", " : "", test[i]);
+        for (int32_t i = 0; i < n; i++) json_num(k->dump, i ? ", " : "", test[i], false);
         fprintf(k->dump, "]}");
     }
     k->kld[k->count++] = kl;
@@ -378,10 +387,15 @@ int cmd_perplexity(int argc, char **argv)
         printf("====== Token probability statistics ======\n");
         printf("Same top p: %6.3f %%\n", 100.0 * same);
         if (kj) {
-            fprintf(kj, "], \"n\": %ld, \"mean_kld\": %.17g, \"mean_kld_err\": %.17g, \"median_kld\": %.17g, "
-                        "\"p99_kld\": %.17g, \"max_kld\": %.17g, \"same_top\": %.17g, \"ppl\": %.17g, "
-                        "\"ppl_base\": %.17g}\n",
-                    ks.count, mk, ek, kmed, k99, ks.kld[ks.count - 1], same, ppl, ppl_b);
+            fprintf(kj, "], \"n\": %ld", ks.count);
+            const char *keys[] = {"mean_kld", "mean_kld_err", "median_kld", "p99_kld", "max_kld", "same_top", "ppl",
+                                  "ppl_base"};
+            const double vals[] = {mk, ek, kmed, k99, ks.kld[ks.count - 1], same, ppl, ppl_b};
+            for (size_t q = 0; q < sizeof vals / sizeof *vals; q++) {
+                fprintf(kj, ", \"%s\": ", keys[q]);
+                json_num(kj, "", vals[q], true);
+            }
+            fprintf(kj, "}\n");
             if (fclose(kj) != 0) {
                 kj = NULL;
                 fprintf(stderr, "ember: cannot write %s\n", kl_json);

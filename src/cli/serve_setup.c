@@ -255,6 +255,9 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
             o->model_path, ember_model_arch(m->model), ember_model_n_layer(m->model), n_vocab,
             mib(ember_model_size_bytes(m->model)), m->pool_tokens, o->n_parallel, m->n_ctx, kv_names[o->type_k],
             kv_names[o->type_v], mib(ember_context_kv_bytes(m->ctx)), mib(ember_context_scratch_bytes(m->ctx)));
+    if (ember_context_checkpoint_bytes_max(m->ctx) > 0)
+        fprintf(log, "ember: recurrent-state snapshots (rollback + --ctx-checkpoints per slot): up to %.1f MiB more, "
+                     "allocated as they are taken\n", mib(ember_context_checkpoint_bytes_max(m->ctx)));
     return EMBER_OK;
 fail:
     fprintf(log, "ember: %s: %s\n", ember_status_name(st), ember_last_error());

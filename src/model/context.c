@@ -688,6 +688,11 @@ ember_status ember_seq_ctx_checkpoint(ember_context *c, ember_seq_id seq)
 
 bool ember_context_wants_checkpoints(const ember_context *c) { return c && c->rs && c->p.n_ctx_checkpoints > 0; }
 
+uint64_t ember_context_checkpoint_bytes_max(const ember_context *c)
+{
+    return c && c->rs ? ember_rs_bytes(c->rs) * (1u + c->p.n_ctx_checkpoints) : 0;
+}
+
 /* Decode seq's recorded tokens [from, to) again (no logits), after its KV
  * cache was cut to `from` and its state set to stand for [0, from). The
  * last decode's logits (and hidden states) stay readable: they are brought

@@ -129,8 +129,12 @@ def test_disconnect_mid_stream_frees_slot(smol):
             n += line.startswith(b"data: ")
             if n >= 3:
                 break
-        busy = requests.get(smol.base + "/slots", headers=HDR).json()
-        assert any(s["is_processing"] for s in busy), busy
+        # /slots may lag the first tokens a moment (seen in about 1 of 10 fresh servers, cause not
+        # found yet): ask until it shows the request
+        deadline = time.time() + 3
+        while not any(s["is_processing"] for s in requests.get(smol.base + "/slots", headers=HDR).json()):
+            assert time.time() < deadline, "the request never showed in /slots"
+            time.sleep(0.02)
     slots = smol.wait_idle(timeout=10, headers=HDR)
     assert not any(s["is_processing"] for s in slots)
     assert all(s["n_decoded"] < 400 for s in slots)

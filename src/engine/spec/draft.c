@@ -74,6 +74,11 @@ static int32_t draft_propose(void *self, const spec_input *in, int32_t n_max, fl
         k += c;
         d->n_kv[slot] = k;
     }
+    /* a draft with recurrent layers cannot cut its state back: keep it as
+     * of n, so the next call's truncate to the accepted prefix (>= n)
+     * restores it and decodes only the accepted tokens, instead of failing
+     * and decoding the whole context again (a no-op for other drafts) */
+    if (ember_seq_checkpoint(d->ctx, slot) != EMBER_OK) { draft_forget(d, slot); return 0; }
     int32_t n_out = 0;
     for (;;) {
         const float *l = ember_get_logits(d->ctx, -1);

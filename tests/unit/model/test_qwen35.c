@@ -328,6 +328,8 @@ static void test_qwen35_block_checkpoints(void **st)
     oracle_load(LONG_JSON, &o);
     ember_context *c = new_ctx(m, 3, 16);
     assert_true(ember_context_wants_checkpoints(c));
+    const uint64_t kv_before = ember_context_kv_bytes(c), snap_max = ember_context_checkpoint_bytes_max(c);
+    assert_true(snap_max > 0);
     ember_batch b;
     assert_int_equal(ember_batch_init(512, &b), EMBER_OK);
     double max_diff = 0.0, max_ref = 0.0;
@@ -350,6 +352,9 @@ static void test_qwen35_block_checkpoints(void **st)
     decode_range(c, &b, &o, 2, 64, 80, 16, &max_diff, &max_ref);
     assert_int_equal(ember_seq_truncate(c, 0, 20), EMBER_ERR_RANGE);   /* before the first checkpoint */
     check("block checkpoints: truncate and fork", max_diff, max_ref);
+    /* what was allocated stays within the bound the server prints */
+    assert_true(ember_context_kv_bytes(c) > kv_before);
+    assert_true(ember_context_kv_bytes(c) - kv_before <= snap_max);
     ember_batch_free(&b);
     ember_context_free(c);
 

@@ -161,11 +161,14 @@ void test_lanes_match_dequantized_dot(void **state)
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const bool k = types[ti][3] == 'K';
         /* 32-element formats: 20 blocks (Gemma 3's 640), 18 (a tail of 2 for the
-         * 8-block step), 64; K formats: 4, 10 (E4B's 2560) and 40 super-blocks */
+         * 8-block step), 64; K formats: 4, 10 (E4B's 2560) and 40 super-blocks
+         * (passes of 4, 2 or 1 super-blocks per lane for 1, 3 and 8 columns:
+         * whole, partial and several passes a row) */
         const int64_t shapes[3] = {k ? 1024 : 640, k ? 2560 : 576, k ? 10240 : 2048};
         for (int si = 0; si < 3; si++) {
             worst = fmax(worst, run_case<1>(types[ti], shapes[si], 5));
             worst = fmax(worst, run_case<3>(types[ti], shapes[si], 3));
+            worst = fmax(worst, run_case<8>(types[ti], shapes[si], 2));   /* K formats: one super-block a pass */
         }
     }
     print_message("all cases: worst max|diff|/max|ref| %.3g\n", worst);

@@ -7,8 +7,8 @@
 #               parts (../shared/tools/llama.cpp-cuda-sm90) as llama/, and each EXTRA_FILE (by its
 #               base name), splits the tar into /tmp/bundle-pieces/p0..pN of PIECE bytes (default
 #               40,000,000) and writes their sha256 beside them (/tmp/bundle-pieces/sha).
-#             bash bench/gpu/bundle_h200.sh next
-#               moves the next piece (and, with the last, the sha file) into .carry/pieces/ (the one
+#             bash bench/gpu/bundle_h200.sh next I
+#               copies piece I (and, with the last, the sha file) alone into .carry/pieces/ (the one
 #               path each call carries); prints "last" with the last piece.
 #   device:   bash bench/gpu/bundle_h200.sh stash     (every call: .carry/pieces/* -> /root/stash/)
 #             bash bench/gpu/bundle_h200.sh open      (last call: checks the sha, unpacks into
@@ -29,12 +29,11 @@ case "${1:-}" in
     sha256sum /tmp/bundle.tar | cut -c1-64 > "$P/sha"
     rm -f /tmp/bundle.tar; rm -rf /tmp/bundle
     ls -la "$P" ;;
-  next)
+  next)   # next I: piece I (0, 1, ...) alone in .carry/pieces (the sha file beside the last)
+    i=${2:?piece number}
     rm -rf .carry/pieces; mkdir -p .carry/pieces
-    n=$(ls "$P"/p? 2>/dev/null | head -1) || true
-    [ -n "$n" ] || { echo "no pieces left"; exit 1; }
-    mv "$n" .carry/pieces/
-    if ! ls "$P"/p? >/dev/null 2>&1; then cp "$P/sha" .carry/pieces/; echo last; fi
+    cp "$P/p$i" .carry/pieces/
+    if [ ! -e "$P/p$((i + 1))" ]; then cp "$P/sha" .carry/pieces/; echo last; fi
     ls -la .carry/pieces ;;
   stash)
     mkdir -p /root/stash; cp .carry/pieces/* /root/stash/; ls -la /root/stash ;;
@@ -47,5 +46,5 @@ case "${1:-}" in
     fi
     mkdir -p .carry; for f in /root/carry/*; do ln -sfn "$f" .carry/; done
     ls -la .carry/ ;;
-  *) echo "usage: $0 pack [FILE...] | next | stash | open"; exit 2 ;;
+  *) echo "usage: $0 pack [FILE...] | next I | stash | open"; exit 2 ;;
 esac

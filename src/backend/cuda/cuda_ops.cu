@@ -338,6 +338,80 @@ __global__ void k_norm_quant(const float *x, const float *__restrict__ w1, float
                        QM == 1 ? qsum + r * (n / bs) : nullptr, n);
 }
 
+/* k_norm_quant for rows of n <= kNormRegK * blockDim.x (blockDim.x =
+ * ember_norm_threads(n)): the same arithmetic in the same order (thread t
+ * sums elements t + k blockDim.x, k ascending, then ember_block_sum_d), but
+ * the row is read from global memory once: the weights are loaded before
+ * the programmatic-dependent-launch wait (they do not depend on the
+ * previous kernel), x and the residual right after it, all held in
+ * registers; the quantizer reads the new residual from shared memory
+ * (dynamic, n floats) instead of re-reading it from L2. The old kernel read
+ * x, the residual and the weights in four dependent trips. */
+constexpr int kNormRegK = 8;
+
+template <int QM, bool ADD, bool NORM2>
+__global__ void k_norm_quant_reg(const float *x, const float *__restrict__ w1, float *y1, float *residual, float eps1,
+                                 const float *__restrict__ w, float *y, int8_t *qs, float *qd, float *qsum, int64_t n,
+                                 float eps)
+{
+    extern __shared__ float row_s[];
+    const int64_t r = blockIdx.x;
+    const int64_t bs = QM == 2 ? 256 : 32;
+    const int T = blockDim.x, t = threadIdx.x;
+    float wv1[kNormRegK], xv[kNormRegK], rv[kNormRegK];
+#pragma unroll
+    for (int k = 0; k < kNormRegK; k++) {
+        const int64_t i = t + (int64_t)k * T;
+        wv1[k] = ADD && i < n ? (w1 ? w1[i] : 1.f) : 0.f;
+    }
+    if ((!ADD || NORM2) && w) /* the quantizer's weights, one 128-byte line per thread */
+        for (int64_t i = (int64_t)t * 32; i < n; i += (int64_t)T * 32) asm volatile("prefetch.global.L1 [%0];" ::"l"(w + i));
+    ember_pdl_wait();
+#pragma unroll
+    for (int k = 0; k < kNormRegK; k++) {
+        const int64_t i = t + (int64_t)k * T;
+        xv[k] = i < n ? x[r * n + i] : 0.f;
+        rv[k] = ADD && i < n ? residual[r * n + i] : 0.f;
+    }
+    if (ADD) {
+        double ss = 0.0;
+#pragma unroll
+        for (int k = 0; k < kNormRegK; k++)
+            if (t + (int64_t)k * T < n) ss += (double)__fmul_rn(xv[k], xv[k]);
+        ss = ember_block_sum_d(ss);
+        const float inv1 = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)n), eps1)));
+#pragma unroll
+        for (int k = 0; k < kNormRegK; k++) {
+            const int64_t i = t + (int64_t)k * T;
+            if (i >= n) continue;
+            const float v = __fmul_rn(__fmul_rn(xv[k], inv1), wv1[k]);
+            y1[r * n + i] = v;
+            rv[k] = __fadd_rn(rv[k], v); /* not contracted into an FMA with the norm's product */
+            residual[r * n + i] = rv[k];
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < kNormRegK; k++) rv[k] = xv[k];
+    }
+    float inv = 1.0f;
+    if (!ADD || NORM2) {
+        double ss = 0.0;
+#pragma unroll
+        for (int k = 0; k < kNormRegK; k++)
+            if (t + (int64_t)k * T < n) ss += (double)__fmul_rn(rv[k], rv[k]);
+        ss = ember_block_sum_d(ss);
+        inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)n), eps)));
+    }
+#pragma unroll
+    for (int k = 0; k < kNormRegK; k++) {
+        const int64_t i = t + (int64_t)k * T;
+        if (i < n) row_s[i] = rv[k];
+    }
+    __syncthreads();
+    norm_quant_row<QM>(row_s, inv, !ADD || NORM2 ? w : nullptr, y ? y + r * n : nullptr, qs + r * n, qd + r * (n / bs),
+                       QM == 1 ? qsum + r * (n / bs) : nullptr, n);
+}
+
 /* out = act(gate) * up (as k_glu) and its Q8_K blocks (cuda_q8.cu's
  * quantizer: id = 127/amax, q = rint(out * id), d = 1/id). One warp per
  * block of 256; lane l holds elements 8l..8l+7. */
@@ -586,6 +660,19 @@ static void launch_norm_quant(ember_cuda *cu, uint32_t act_type, const float *x,
     float *d = q8_d(buf, n, n_rows);
     const unsigned grid = (unsigned)n_rows;
     const int th = ember_norm_threads(n);
+    if (n <= (int64_t)kNormRegK * th && n * (int64_t)sizeof(float) <= 48 * 1024) {
+        const size_t sh = (size_t)n * sizeof(float);
+        if (act_type == EMBER_TYPE_Q8_0)
+            ember_launch(k_norm_quant_reg<0, ADD, NORM2>, grid, th, sh, cu->stream, x, w1, y1, residual, eps1, w, y,
+                         (int8_t *)buf, d, (float *)NULL, n, eps);
+        else if (act_type == EMBER_TYPE_Q8_1)
+            ember_launch(k_norm_quant_reg<1, ADD, NORM2>, grid, th, sh, cu->stream, x, w1, y1, residual, eps1, w, y,
+                         (int8_t *)buf, d, d + n_rows * (n / 32), n, eps);
+        else
+            ember_launch(k_norm_quant_reg<2, ADD, NORM2>, grid, th, sh, cu->stream, x, w1, y1, residual, eps1, w, y,
+                         (int8_t *)buf, d, (float *)NULL, n, eps);
+        return;
+    }
     if (act_type == EMBER_TYPE_Q8_0)
         ember_launch(k_norm_quant<0, ADD, NORM2>, grid, th, 0, cu->stream, x, w1, y1, residual, eps1, w, y,
                      (int8_t *)buf, d, (float *)NULL, n, eps);

@@ -27,13 +27,14 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: ember bench -m FILE [-p N] [-n N] [-r N] [-t N] [-b N] [-c N] [-o md|json]\n"
+        "usage: ember bench -m FILE [-p N] [-n N] [-r N] [-t N] [-b N] [-ub N] [-c N] [-o md|json]\n"
         "  -m, --model FILE       GGUF model\n"
         "  -p, --n-prompt N       prompt tokens for the pp test (default 512; 0 = skip)\n"
         "  -n, --n-gen N          tokens for the tg test (default 128; 0 = skip)\n"
         "  -r, --repetitions N    timed repetitions (default 5)\n"
         "  -t, --threads N        (default: all cores)\n"
         "  -b, --batch-size N     (default 2048, as llama-bench)\n"
+        "  -ub, --ubatch-size N   tokens per forward pass (default 512, as llama-bench; at most -b)\n"
         "  -c, --ctx-size N       context size (default n_prompt + n_gen, as llama-bench)\n"
         "  -ngl N                 0 = CPU; default -1 = all layers on the GPU when there is one\n"
         "  --device I             CUDA device index (default 0)\n"
@@ -122,7 +123,7 @@ static ember_status run_tg(ember_context *ctx, ember_batch *b, int32_t n_gen, in
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *output = "md";
-    long n_prompt = 512, n_gen = 128, reps = 5, n_threads = 0, n_batch = 2048, n_ctx_arg = 0;
+    long n_prompt = 512, n_gen = 128, reps = 5, n_threads = 0, n_batch = 2048, n_ubatch = 512, n_ctx_arg = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -143,6 +144,7 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) { if (!cli_int(a, v, 1, 1000, &reps)) return 2; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 1024, &n_threads)) return 2; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &n_batch)) return 2; }
+        else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) { if (!cli_int(a, v, 1, 1 << 20, &n_ubatch)) return 2; }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 1, 1 << 24, &n_ctx_arg)) return 2; }
         else {
             fprintf(stderr, "ember bench: unknown option '%s'\n", a);
@@ -179,7 +181,7 @@ int cmd_bench(int argc, char **argv)
     cp.n_ctx = (uint32_t)n_ctx;
     cp.n_seq_max = 1;
     cp.n_batch = (uint32_t)nb;
-    cp.n_ubatch = (uint32_t)(nb < 512 ? nb : 512);
+    cp.n_ubatch = (uint32_t)(nb < n_ubatch ? nb : n_ubatch);
     cp.n_threads = (int32_t)n_threads;
     ember_context *ctx = NULL;
     ember_batch batch = {0};
@@ -238,9 +240,9 @@ int cmd_bench(int argc, char **argv)
     const double gpu_used0 = (double)(gpu_total - gpu_free0) / mib, gpu_used1 = (double)(gpu_total - gpu_free1) / mib;
     if (!strcmp(output, "json")) {
         printf("{\"model\":\"%s\",\"arch\":\"%s\",\"size_bytes\":%llu,\"threads\":%ld,\"n_batch\":%ld,"
-               "\"reps\":%ld,\"n_ctx\":%ld,\"peak_rss_bytes\":%llu",
+               "\"n_ubatch\":%u,\"reps\":%ld,\"n_ctx\":%ld,\"peak_rss_bytes\":%llu",
                model, ember_model_arch(cm.model), (unsigned long long)ember_model_size_bytes(cm.model), n_threads,
-               nb, reps, n_ctx, (unsigned long long)cli_peak_rss());
+               nb, cp.n_ubatch, reps, n_ctx, (unsigned long long)cli_peak_rss());
         if (gpu_mem)
             printf(",\"gpu_used_before_bytes\":%llu,\"gpu_used_after_bytes\":%llu",
                    (unsigned long long)(gpu_total - gpu_free0), (unsigned long long)(gpu_total - gpu_free1));

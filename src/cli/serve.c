@@ -38,6 +38,7 @@ static void usage(FILE *f)
             "      --kv-pool N             the same as -c (older name)\n"
             "  -t, --threads N             CPU threads (default: all cores)\n"
             "  -b, --batch-size N          most tokens decoded per step (default 512)\n"
+            "  -ub, --ubatch-size N        tokens per forward pass (default 512; at most -b)\n"
             "      --prefill-chunk N       most prompt tokens per step while others generate (default 128)\n"
             "  -ctxcp, --ctx-checkpoints N  models with recurrent layers (qwen35): state checkpoints kept per slot\n"
             "                              for the prefix cache (default 8, 0..64, 0 = none)\n"
@@ -214,7 +215,8 @@ int cmd_serve(int argc, char **argv)
             if (cli_gpu_option(argc, argv, &i) < 0) return 2;
         } else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) {
             if (!v) goto missing;
-            i++;   /* accepted for llama-server compatibility; ignored */
+            if (!int_arg(a, TAKE(), 1, 1 << 16, &x)) return 2;
+            o.n_ubatch = (int32_t)x;
         } else {
             fprintf(stderr, "ember serve: unknown option '%s'\n", a);
             usage(stderr);

@@ -209,7 +209,8 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
     cp.n_kv_tokens = m->pool_tokens;
     cp.n_seq_max = (uint32_t)o->n_parallel;
     cp.n_batch = (uint32_t)o->n_batch;
-    cp.n_ubatch = (uint32_t)(o->n_batch < 512 ? o->n_batch : 512);
+    const int32_t ub = o->n_ubatch > 0 ? o->n_ubatch : 512;
+    cp.n_ubatch = (uint32_t)(o->n_batch < ub ? o->n_batch : ub);
     cp.n_threads = o->n_threads;
     cp.type_k = o->type_k;
     cp.type_v = o->type_v;

@@ -22,6 +22,7 @@ typedef struct serve_opts {
     int32_t n_parallel;         /* -np */
     int32_t n_threads;          /* -t; <= 0: all cores */
     int32_t n_batch;            /* -b */
+    int32_t n_ubatch;           /* -ub: tokens per forward pass (0: 512), at most n_batch */
     int32_t n_prefill_chunk;    /* --prefill-chunk */
     int32_t n_ctx_checkpoints;  /* --ctx-checkpoints: block checkpoints of a recurrent state per slot (-1: default 8) */
     int32_t ckpt_interval;      /* --checkpoint-min-step: tokens between them (0: 256) */

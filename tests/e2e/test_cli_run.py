@@ -86,3 +86,17 @@ def test_bench_reports_pp_and_tg(ember_bin, smollm2_path):
     assert d["peak_rss_bytes"] > d["size_bytes"] // 2
     r = run(ember_bin, "bench", "-m", smollm2_path, "-p", "16", "-n", "2", "-r", "1", "-t", "2")
     assert r.returncode == 0 and "| pp16 |" in r.stdout and "| tg2 |" in r.stdout
+
+
+def test_bench_ubatch_as_llama_bench(ember_bin, smollm2_path):
+    """-ub as llama-bench's: tokens per forward pass, default 512, at most the batch (here the
+    32-token prompt); a 0 is refused."""
+    want = {None: 32, "8": 8, "4096": 32}
+    for ub, n in want.items():
+        r = run(ember_bin, "bench", "-m", smollm2_path, "-p", "32", "-n", "0", "-r", "1", "-t", "2", "-o", "json",
+                *(["-ub", ub] if ub else []))
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        assert d["n_batch"] == 32 and d["n_ubatch"] == n, (ub, d)
+    r = run(ember_bin, "bench", "-m", smollm2_path, "-ub", "0")
+    assert r.returncode == 2 and "-ub" in r.stderr

@@ -79,7 +79,7 @@ __host__ __device__ __forceinline__ int sbyte(uint32_t s0, uint32_t s1, uint32_t
     return (int)((w >> (8 * (i & 3))) & 0xFFu);
 }
 
-/* Super-blocks of a K-quant row whose loads one lane keeps in flight at
+/* Super-blocks of a Q4_K row whose loads one lane keeps in flight at
  * once: every load of a pass is issued before the first one is used (a
  * row of E4B's 2560 columns is 10 super-blocks: one pass). Fewer with more
  * columns, whose activations take the registers. */
@@ -156,64 +156,47 @@ EMBER_UNROLL
  * bytes 4l..4l+3 of each of the block's 8 chunks of 32 elements (chunk
  * c = 4h + kq: u = (ql[64h + 32(kq&1) + b] >> 4(kq>>1)) & 15 |
  * ((qh[32h + b] >> 2kq) & 3) << 4, element 32c + b, scale sc[2c + b/16]);
- * the -32 offset as 32 times the scaled activation sums. Blocks are 210
- * bytes (2-byte aligned): 16-bit loads. A pass loads the quants, the
- * scale pairs and d of kpass<NC>::U super-blocks before any arithmetic. */
+ * the -32 offset as 32 times the scaled activation sums. (A pass of
+ * kpass<NC>::U super-blocks loaded first, as Q4_K's, took 72 registers
+ * and was 14% slower on E4B's down projection: H200 2026-12-03.) */
 template <int NC>
 __host__ __device__ __forceinline__ void mmvq6_K_lane(const uint8_t *wr, int nb, const int8_t *aq, const float *ad,
                                                       int64_t n, int lane, float *acc)
 {
-    constexpr int U = kpass<NC>::U;
     const int l = lane & 7, k = lane >> 3, hs = l >= 4;
-    for (int b0 = k; b0 < nb; b0 += 4 * U) {
-        uint32_t qh[U][2], ql[U][4];
-        uint32_t scp[U][4];   /* the 16 scale bytes, 4 per word (2-byte loads) */
-        uint32_t dwb[U];
+EMBER_UNROLL_N("unroll 2")
+    for (int b = k; b < nb; b += 4) {
+        const uint8_t *blk = wr + (size_t)b * 210;
+        const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
+        const float dw = ld_f16(blk + 208);
+        uint32_t u[8];
 EMBER_UNROLL
-        for (int u = 0; u < U; u++) {
-            const int b = b0 + 4 * u;
-            const uint8_t *blk = wr + (size_t)(b < nb ? b : b0) * 210;   /* past the end: a valid block, unused */
+        for (int hh = 0; hh < 2; hh++) {
+            const uint32_t qh = ld_u32_a2(blk + 128 + 32 * hh + 4 * l);
 EMBER_UNROLL
-            for (int hh = 0; hh < 2; hh++) {
-                qh[u][hh] = ld_u32_a2(blk + 128 + 32 * hh + 4 * l);
+            for (int lo = 0; lo < 2; lo++) {
+                const uint32_t ql = ld_u32_a2(blk + 64 * hh + 32 * lo + 4 * l);
 EMBER_UNROLL
-                for (int lo = 0; lo < 2; lo++) ql[u][2 * hh + lo] = ld_u32_a2(blk + 64 * hh + 32 * lo + 4 * l);
-            }
-EMBER_UNROLL
-            for (int w = 0; w < 4; w++) scp[u][w] = ld_u32_a2(blk + 192 + 4 * w);
-            dwb[u] = (uint32_t)blk[208] | ((uint32_t)blk[209] << 8);
-        }
-EMBER_UNROLL
-        for (int u = 0; u < U; u++) {
-            const int b = b0 + 4 * u;
-            if (b >= nb) continue;
-            uint32_t uq[8];
-EMBER_UNROLL
-            for (int hh = 0; hh < 2; hh++)
-EMBER_UNROLL
-                for (int lo = 0; lo < 2; lo++)
-EMBER_UNROLL
-                    for (int hi = 0; hi < 2; hi++) {
-                        const int kq = lo + 2 * hi;
-                        uq[4 * hh + kq] = ((ql[u][2 * hh + lo] >> (4 * hi)) & 0x0F0F0F0Fu) |
-                                          (((qh[u][hh] >> (2 * kq)) & 0x03030303u) << 4);
-                    }
-            int scu[8];   /* sc[2 ch + hs]: byte (2 ch + hs) & 3 of word ch / 2 */
-EMBER_UNROLL
-            for (int ch = 0; ch < 8; ch++) scu[ch] = (int)(int8_t)(uint8_t)(scp[u][ch >> 1] >> (8 * ((2 * ch + hs) & 3)));
-            const float dw = f16_bits(dwb[u]);
-EMBER_UNROLL
-            for (int c = 0; c < NC; c++) {
-                const int8_t *a = aq + c * n + (int64_t)b * 256;
-                int vv = 0, ss = 0;
-EMBER_UNROLL
-                for (int ch = 0; ch < 8; ch++) {
-                    const int av = *reinterpret_cast<const int *>(a + 32 * ch + 4 * l);
-                    vv += scu[ch] * dp4a_s((int)uq[ch], av, 0);
-                    ss += scu[ch] * dp4a_s(0x01010101, av, 0);
+                for (int hi = 0; hi < 2; hi++) {
+                    const int kq = lo + 2 * hi;
+                    u[4 * hh + kq] = ((ql >> (4 * hi)) & 0x0F0F0F0Fu) | (((qh >> (2 * kq)) & 0x03030303u) << 4);
                 }
-                acc[c] = fmaf((float)(vv - 32 * ss), dw * ad[c * (n / 256) + b], acc[c]);
             }
+        }
+        int scu[8];
+EMBER_UNROLL
+        for (int ch = 0; ch < 8; ch++) scu[ch] = sc[2 * ch + hs];
+EMBER_UNROLL
+        for (int c = 0; c < NC; c++) {
+            const int8_t *a = aq + c * n + (int64_t)b * 256;
+            int vv = 0, ss = 0;
+EMBER_UNROLL
+            for (int ch = 0; ch < 8; ch++) {
+                const int av = *reinterpret_cast<const int *>(a + 32 * ch + 4 * l);
+                vv += scu[ch] * dp4a_s((int)u[ch], av, 0);
+                ss += scu[ch] * dp4a_s(0x01010101, av, 0);
+            }
+            acc[c] = fmaf((float)(vv - 32 * ss), dw * ad[c * (n / 256) + b], acc[c]);
         }
     }
 }

@@ -21,7 +21,10 @@
  * p; ln(PPL(Q)/PPL(base))), and with --kl-json FILE as JSON (also every
  * position's KLD in scoring order, "kld_by_position": chunk c's position
  * first_scored + i at c * per_chunk + i), with the first --kl-dump N
- * positions' rows (for an independent check of the arithmetic). Both
+ * positions' rows (for an independent check of the arithmetic: "test" this
+ * run's logits, "test_lp" and "base_lp" the two log-prob rows the sum took,
+ * "base" the CPU base's logits with --kl-divergence-cpu; "base_file" says
+ * which mode wrote the JSON). Both
  * distributions enter the sum as float32 log-probabilities (log-softmax in
  * double with float exponentials, as llama-perplexity, rounded to float32:
  * the base file's precision), so every mode does the same arithmetic. The

@@ -58,16 +58,17 @@ static void cu_upload(ember_backend *be, float *dst, const float *src, int64_t n
 {
     cuda_backend *b = (cuda_backend *)be;
     cb_flush(b);
-    cb_mix(b, 115);
-    cb_mix(b, (uint64_t)n);
-    cb_mixp(b, src);
+    cb_rec_op(b, EMBER_STEP_UPLOAD, 0);
+    cb_rec_i64(b, n);
+    cb_rec_ptr(b, src);
     const size_t bytes = (size_t)n * sizeof(float);
     if (!cb_is_act(b, dst)) {   /* host scratch (an arch that reads it on the host) */
+        cb_rec_ptr(b, EMBER_STEP_HOST_OUT);
         if (b->mode != M_EAGER) b->failed = true;
         else if (dst != src) memmove(dst, src, bytes);
         return;
     }
-    cb_mixp(b, dst);
+    cb_rec_ptr(b, dst);
     if (b->in_step) b->host_in = true;
     if (b->mode == M_EAGER) {
         if (b->in_step && b->s_n <= GRAPH_MAX_N && b->up_off + bytes > b->up_pin_bytes) {
@@ -154,7 +155,11 @@ static void op_free(ember_backend *be)
         cb_verify_report(b);
         ember_backend_free(b->cpu);
     }
-    for (int32_t i = 0; i < b->n_graphs; i++) ember_cuda_graph_free(b->graphs[i].g);
+    for (int32_t i = 0; i < b->n_graphs; i++) {
+        ember_cuda_graph_free(b->graphs[i].g);
+        ember_step_free(&b->graphs[i].step);
+    }
+    ember_step_free(&b->rec);
     for (size_t i = 0; i < b->n_copies; i++) {
         dev_copy *c = &b->copies[i];
         if (c->arena) continue;
@@ -245,8 +250,8 @@ static void cu_copy(ember_backend *be, float *dst, const float *src, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
     cb_flush(b);
-    cb_mix(b, 100);
-    cb_mix(b, (uint64_t)n);
+    cb_rec_op(b, EMBER_STEP_COPY, 0);
+    cb_rec_i64(b, n);
     const float *s = cb_in_f(b, 0, src, (size_t)n);
     float *d = cb_out_f(b, SLOT_OUT, dst, (size_t)n);
     if (cb_skip(b)) return;
@@ -258,9 +263,9 @@ static void cu_softcap(ember_backend *be, float *x, float cap, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
     cb_flush(b);
-    cb_mix(b, 101);
-    cb_mix(b, (uint64_t)n);
-    cb_mixf(b, cap);
+    cb_rec_op(b, EMBER_STEP_SOFTCAP, 0);
+    cb_rec_i64(b, n);
+    cb_rec_f32(b, cap);
     float *d = cb_io_f(b, 0, x, (size_t)n);
     if (cb_skip(b)) return;
     CK("softcap", ember_cuda_softcap(b->cu, d, cap, n));
@@ -271,12 +276,13 @@ static void cu_get_rows(ember_backend *be, const ember_weight *w, const ember_to
 {
     cuda_backend *b = (cuda_backend *)be;
     cb_flush(b);
-    cb_mix(b, 102);
-    cb_mix(b, (uint64_t)n);
-    cb_mixp(b, w->data);
+    cb_rec_op(b, EMBER_STEP_GET_ROWS, 0);
+    cb_rec_i64(b, n);
+    cb_rec_ptr(b, w->data);
     const ember_cuda_tensor *t = cb_weight(b, w);
-    const int32_t *d_ids = b->in_step && ids == b->s_tok && n <= b->s_n ? cb_step_tok(b)
-                                                                        : cb_up_i32(b, 0, ids, (size_t)n);
+    const bool step_ids = b->in_step && ids == b->s_tok && n <= b->s_n;
+    cb_rec_i64(b, step_ids);   /* the step's tokens, or an upload (never replayed) */
+    const int32_t *d_ids = step_ids ? cb_step_tok(b) : cb_up_i32(b, 0, ids, (size_t)n);
     float *d_out = cb_out_f(b, 1, out, (size_t)n * w->n_in);
     if (cb_skip(b)) return;
     CK("get_rows", ember_cuda_get_rows(b->cu, t, d_ids, n, d_out));
@@ -287,9 +293,11 @@ static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float
                         float eps)
 {
     cuda_backend *b = (cuda_backend *)be;
-    cb_mix(b, 103);
-    cb_mix(b, (uint64_t)(n_rows * 131 + n));
-    cb_mixp(b, w);
+    cb_rec_op(b, EMBER_STEP_RMS_NORM, 0);
+    cb_rec_i64(b, n_rows);
+    cb_rec_i64(b, n);
+    cb_rec_f32(b, eps);
+    cb_rec_ptr(b, w);
     const size_t len = (size_t)(n_rows * n);
     /* a per-head norm in place: the one before it may join the head preparation */
     const bool head_like = x == y && cb_is_act(b, x) && cb_ph_on(b) && n_rows % b->s_n == 0;
@@ -356,14 +364,16 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
     if (fuse_glu) b->pg.on = false;
     if (fuse_add) b->pa.on = false;
     cb_flush(b);
-    cb_mix(b, 114 + 1000 * (uint64_t)fuse_norm + 2000 * (uint64_t)fuse_glu + 4000 * (uint64_t)fuse_add);
-    cb_mix(b, (uint64_t)(n_tokens * 7 + n_w));
+    cb_rec_op(b, EMBER_STEP_MATMUL_Q8, (fuse_norm ? CB_FUSED_NORM : 0u) | (fuse_glu ? CB_FUSED_GLU : 0u) |
+                                           (fuse_add ? CB_FUSED_ADD : 0u));
+    cb_rec_i64(b, n_tokens);
+    cb_rec_i64(b, n_w);
     const float *dx = cb_in_f(b, 0, x, (size_t)n);
     const void *q[3];
     const ember_cuda_tensor *t[3];
     float *dy[3];
     for (int32_t k = 0; k < n_w; k++) {
-        cb_mixp(b, ws[k]->data);
+        cb_rec_ptr(b, ws[k]->data);
         t[k] = cb_weight(b, ws[k]);
         dy[k] = cb_out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
     }
@@ -438,8 +448,9 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
     } else {
         cb_flush(b);
     }
-    cb_mix(b, 104);
-    cb_mix(b, (uint64_t)(n_tokens * 7 + n_w));
+    cb_rec_op(b, EMBER_STEP_MATMUL, (fuse_round ? CB_FUSED_NORM : 0u) | (fuse_glu ? CB_FUSED_GLU : 0u));
+    cb_rec_i64(b, n_tokens);
+    cb_rec_i64(b, n_w);
     const float *dx = cb_in_f(b, 0, x, (size_t)n);
     /* activations rounded to each weight's vec_dot_type, once per format
      * (as the CPU backend quantizes them), unless EMBER_CUDA_F32_ACT */
@@ -451,7 +462,7 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
         fmt[k] = b->f32_act || !qt ? EMBER_TYPE_F32 : qt->vec_dot_type;
         xin[k] = dx;
-        cb_mixp(b, ws[k]->data);
+        cb_rec_ptr(b, ws[k]->data);
         t[k] = cb_weight(b, ws[k]);
         dy[k] = cb_out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
     }
@@ -553,19 +564,24 @@ static void cu_rope_ext(ember_backend *be, float *x, int64_t n_tokens, int32_t n
                         const float *freq_factors)
 {
     cuda_backend *b = (cuda_backend *)be;
-    cb_mix(b, 105);
-    cb_mix(b, (uint64_t)(n_tokens * 1000003 + n_head * 1009 + head_dim * 17 + n_rot) * 4 + (uint64_t)mode);
-    cb_mixf(b, base);
-    cb_mixf(b, freq_scale);
-    cb_mixp(b, freq_factors);
+    cb_rec_op(b, EMBER_STEP_ROPE, 0);
+    cb_rec_i64(b, n_tokens);
+    cb_rec_i64(b, n_head);
+    cb_rec_i64(b, head_dim);
+    cb_rec_i64(b, n_rot);
+    cb_rec_i64(b, (int64_t)mode);
+    cb_rec_f32(b, base);
+    cb_rec_f32(b, freq_scale);
+    cb_rec_ptr(b, freq_factors);
     const size_t n = (size_t)n_tokens * n_head * head_dim;
     float *d = cb_io_f(b, 0, x, n);
-    const int32_t *dpos = b->in_step && pos == b->s_pos && n_tokens <= b->s_n
-                              ? cb_step_pos(b) : cb_up_i32(b, 1, pos, (size_t)n_tokens);
+    const bool step_pos = b->in_step && pos == b->s_pos && n_tokens <= b->s_n;
+    const int32_t *dpos = step_pos ? cb_step_pos(b) : cb_up_i32(b, 1, pos, (size_t)n_tokens);
     const float *dff = freq_factors ? cb_vec(b, freq_factors, n_rot / 2) : NULL;
     int32_t n_pos = 0, n_tab = 0;
     const float *tab = rope_table(b, base, freq_scale, n_rot, freq_factors, &n_pos, &n_tab);
-    cb_mixp(b, tab);
+    cb_rec_ptr(b, tab);
+    cb_rec_i64(b, step_pos);   /* the step's positions, or an upload (never replayed) */
     if (tab && cb_is_act(b, x) && !b->ph.store && n_tokens == b->s_n && dpos == cb_step_pos(b) && cb_ph_take_norm(b)) {
         /* joins the head preparation, after the norm of x if that waits there */
         ember_cuda_head_part *P = cb_ph_find(b, d);
@@ -609,8 +625,9 @@ static void glu(ember_backend *be, ember_cuda_act act, float *gate, const float 
 {
     cuda_backend *b = (cuda_backend *)be;
     cb_flush(b);
-    cb_mix(b, 106 + (uint64_t)act);
-    cb_mix(b, (uint64_t)n);
+    cb_rec_op(b, EMBER_STEP_GLU, 0);
+    cb_rec_i64(b, (int64_t)act);
+    cb_rec_i64(b, n);
     float *dg = cb_io_f(b, 0, gate, (size_t)n);
     const float *du = cb_in_f(b, 1, up_h, (size_t)n);
     if (b->fuse_on && b->in_step && cb_is_act(b, gate) && cb_is_act(b, up_h) && n % 256 == 0) {
@@ -640,14 +657,15 @@ static void cu_swiglu(ember_backend *be, float *gate, const float *u, int64_t n)
 static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
-    cb_mix(b, 110);
-    cb_mix(b, (uint64_t)n);
-    if (b->pn.on && b->pn.y == x && b->pn.n * b->pn.n_rows == n && cb_is_act(b, y) && b->pn.x != y) {
+    const bool with_norm = b->pn.on && b->pn.y == x && b->pn.n * b->pn.n_rows == n && cb_is_act(b, y) && b->pn.x != y;
+    cb_rec_op(b, EMBER_STEP_ADD, with_norm ? CB_FUSED_NORM : 0u);
+    cb_rec_i64(b, n);
+    if (with_norm) {
         b->pn.on = false;   /* y += rms_norm(..) in one kernel (it still writes the norm's output) */
         cb_flush_head(b);
         cb_flush_pa(b);
         cb_flush_scale(b);
-        cb_mixp(b, y);
+        cb_rec_ptr(b, y);
         if (b->fuse_add && b->in_step && !b->f32_act) {   /* held back for the next block's pre-norm and matmul */
             b->pa.on = true;
             b->pa.x = b->pn.x;
@@ -675,9 +693,9 @@ static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
 static void cu_scale(ember_backend *be, float *x, float s, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
-    cb_mix(b, 111);
-    cb_mix(b, (uint64_t)n);
-    cb_mixf(b, s);
+    cb_rec_op(b, EMBER_STEP_SCALE, 0);
+    cb_rec_i64(b, n);
+    cb_rec_f32(b, s);
     const bool defer = b->fuse_on && !b->exact_attn && b->in_step && cb_is_act(b, x) && pow2(s);
     /* a waiting head preparation stays: it comes before this scale; a
      * waiting post-norm add goes first (a matmul may fuse it alone later,
@@ -710,19 +728,21 @@ static void cu_kv_store(ember_backend *be, const ember_kv_layer_view *kv, const 
 {
     cuda_backend *b = (cuda_backend *)be;
     check_kv(kv);
-    cb_mix(b, 112);
-    cb_mix(b, (uint64_t)n);
-    cb_mixp(b, kv->k);
+    cb_rec_op(b, EMBER_STEP_KV_STORE, 0);
+    cb_rec_i64(b, n);
+    cb_rec_ptr(b, kv->k);
+    cb_rec_ptr(b, kv->v);
     const int32_t *dcells;
     bool step_rows = true;
     if (b->in_step && rows == b->s_kv_row && n <= b->s_n) {
         dcells = cb_step_cells(b);
-        cb_mix(b, 1);
+        cb_rec_i64(b, 1);
     } else if (b->in_step && b->s_kv_row_swa && rows == b->s_kv_row_swa && n <= b->s_n) {
         dcells = cb_step_cells_swa(b);
-        cb_mix(b, 2);
+        cb_rec_i64(b, 2);
     } else {
         step_rows = false;
+        cb_rec_i64(b, 0);   /* uploaded rows (never replayed) */
         int32_t *cells = cb_host_i32(b, (size_t)n);
         for (int32_t i = 0; i < n; i++) cells[i] = (int32_t)rows[i];
         dcells = cb_up_i32(b, 2, cells, (size_t)n);
@@ -787,11 +807,16 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         q_scale = b->ps.s;
     }
     cb_flush(b);   /* the head preparation first: it writes q and the K/V rows */
-    cb_mix(b, 113);
-    cb_mix(b, (uint64_t)n);
-    cb_mixp(b, kv->k);
-    cb_mix(b, (uint64_t)p->n_swa);
-    cb_mixf(b, p->kq_scale);
+    cb_rec_op(b, EMBER_STEP_ATTENTION, 0);
+    cb_rec_i64(b, n);
+    cb_rec_ptr(b, kv->k);
+    cb_rec_ptr(b, kv->v);
+    cb_rec_i64(b, p->n_head);
+    cb_rec_i64(b, p->n_head_kv);
+    cb_rec_i64(b, p->head_dim_k);
+    cb_rec_i64(b, p->n_swa);
+    cb_rec_f32(b, p->kq_scale);
+    cb_rec_f32(b, q_scale);
     const int32_t bt = kv->block_tokens;
     const int32_t *dpos, *dseq, *dtab;
     int32_t max_ctx, max_pages;
@@ -802,12 +827,13 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         dtab = b->d_step + (swa_q ? b->s_tab_swa : b->s_tab);
         max_ctx = b->s_max_ctx;
         max_pages = b->s_max_pages;
-        cb_mix(b, swa_q ? 2 : 1);
+        cb_rec_i64(b, swa_q ? 2 : 1);
     } else {
         max_ctx = (int32_t)b->lim.max_kv_tokens;
         for (int32_t i = 0; i < n; i++)
             if (queries[i].pos + 1 > max_ctx) max_ctx = queries[i].pos + 1;
         max_pages = (max_ctx + bt - 1) / bt;
+        cb_rec_i64(b, 0);   /* uploaded queries (never replayed) */
         /* one block-table row per query (queries of one sequence repeat it) */
         int32_t *h = cb_host_i32(b, (size_t)n * (max_pages + 2));
         int32_t *hpos = h, *hseq = h + n, *htab = h + 2 * n;
@@ -825,7 +851,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         dseq = d ? d + n : NULL;
         dtab = d ? d + 2 * n : NULL;
     }
-    cb_mix(b, (uint64_t)max_pages);
+    cb_rec_i64(b, max_pages);
     const size_t nq = (size_t)n * p->n_head * p->head_dim_k;
     const float *dq = cb_in_f(b, 0, q, nq);
     float *dout = cb_out_f(b, 1, out, nq);

@@ -3,11 +3,15 @@
  * arrays (tokens, positions, KV cells, block tables) once per micro-batch,
  * and decode steps of one shape (batch size, logits rows, sequence
  * pattern) run as one CUDA graph: the first step of a shape runs op by op,
- * the second is captured, later ones replay it (the ops then only check
- * that the same sequence of calls happens, through the step signature; a
- * mismatch makes the caller run the pass again op by op).
+ * the second is captured, later ones replay it. A capture keeps the step
+ * its ops recorded (b->rec, step.h: one node per op with its operands and
+ * the fusion it took); a replay records the step again without launching
+ * anything and launches the graph only when the two are equal node for
+ * node (else the graph is dropped for good and the caller runs the pass
+ * again op by op). After TRUST_REPLAYS equal replays a step without host
+ * inputs replays without its forward pass.
  *
- * Owns: the graph table, the step signature, capture/replay decisions, the
+ * Owns: the graph table, the captured steps, capture/replay decisions, the
  * host outputs deferred to step_end.
  * Must not: synchronise with the host inside a step except to return host
  * outputs, or allocate device memory during a capture.
@@ -15,22 +19,6 @@
 #include "backend/cuda/cuda_internal.h"
 
 #include <string.h>
-
-/* ---- step signature: what a replay must repeat ---------------------------- */
-
-void cb_mix(cuda_backend *b, uint64_t v)
-{
-    b->sig ^= v + 0x9e3779b97f4a7c15ull + (b->sig << 6) + (b->sig >> 2);
-}
-
-void cb_mixp(cuda_backend *b, const void *p) { cb_mix(b, (uint64_t)(uintptr_t)p); }
-
-void cb_mixf(cuda_backend *b, float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    cb_mix(b, u);
-}
 
 /* ---- graphs --------------------------------------------------------------- */
 
@@ -76,7 +64,8 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     b->in_step = true;
     b->mode = M_EAGER;
     b->failed = false;
-    b->sig = 0;
+    b->whole = false;
+    ember_step_begin(&b->rec);
     b->cur = NULL;
     b->n_pend = 0;
     b->host_in = false;
@@ -167,8 +156,8 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     if (e->g) {
         b->mode = M_REPLAY;
         if (e->verified >= TRUST_REPLAYS && e->n_pend == 1 && e->pend_is_logits && st->logits && !e->host_in) {
-            /* the forward pass would only repeat the checked op sequence */
-            b->sig = e->sig;
+            /* the forward pass would only record the step already checked */
+            b->whole = true;
             b->n_pend = 1;
             b->pend_host[0] = st->logits;
             b->pend_dev[0] = e->pend_dev[0];
@@ -204,13 +193,14 @@ bool cb_step_end(ember_backend *be)
     } else if (b->mode == M_CAPTURE) {
         ember_cuda_graph *g = NULL;
         const ember_status st = ember_cuda_graph_end(b->cu, &g);
-        if (st != EMBER_OK || b->failed) {
+        ember_step_end(&b->rec);
+        /* a step that could not be recorded whole could never be matched */
+        if (st != EMBER_OK || b->failed || b->rec.broken || ember_step_copy(&e->step, &b->rec) != EMBER_OK) {
             ember_cuda_graph_free(g);
             e->disabled = true;
             ok = false;
         } else {
             e->g = g;
-            e->sig = b->sig;
             e->n_pend = b->n_pend;
             e->verified = 0;
             e->pend_is_logits = b->n_pend == 1 && b->pend_host[0] == b->s_logits;
@@ -224,7 +214,9 @@ bool cb_step_end(ember_backend *be)
             upload_done(b);
         }
     } else {
-        if (b->failed || b->sig != e->sig || b->n_pend != e->n_pend) {
+        ember_step_end(&b->rec);
+        const bool same = b->whole || ember_step_equal(&b->rec, &e->step);
+        if (b->failed || !same || b->n_pend != e->n_pend) {
             CK("graph", ember_cuda_synchronize(b->cu));
             ember_cuda_graph_free(e->g);
             e->g = NULL;
@@ -240,7 +232,9 @@ bool cb_step_end(ember_backend *be)
     }
     b->n_pend = 0;
     b->failed = false;
+    b->whole = false;
     b->cur = NULL;
+    ember_step_end(&b->rec);
     if (!ok) {   /* the caller runs the pass again, op by op */
         b->mode = M_EAGER;
         b->up_off = 0;

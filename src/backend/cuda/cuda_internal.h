@@ -10,7 +10,7 @@
  *   cuda_fuse.c     the fusion state held back between ops (pn/ps/pg/ph/pa)
  *                   and its flush
  *   cuda_graph.c    step_begin/step_end: the step arrays, capture and replay
- *                   of decode steps, the step signature
+ *                   of decode steps keyed by step equality (step.h)
  *   cuda_verify.c   the verify decorator (EMBER_CUDA_VERIFY=1)
  * Must not: be included by code outside src/backend/cuda/, or by .cu files
  * (they see only cuda_backend.h's C ABI).
@@ -20,6 +20,7 @@
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/step.h"
 #include "base/status.h"
 
 #include <stdbool.h>
@@ -67,7 +68,7 @@ typedef struct graph_entry {
     int32_t seen;            /* eager runs of this key so far */
     bool disabled;           /* capture or replay failed: stay eager */
     ember_cuda_graph *g;
-    uint64_t sig;            /* hash of the op sequence captured */
+    ember_step step;         /* the step captured, node by node (replayed only when a step equals it) */
     uint64_t gen;            /* memory generation at capture */
     int32_t n_pend;
     const void *pend_dev[MAX_PEND];
@@ -117,7 +118,8 @@ typedef struct cuda_backend {
     bool in_step;
     step_mode mode;
     bool failed;             /* capture/replay cannot go on: the step runs again eagerly */
-    uint64_t sig;
+    ember_step rec;          /* the step as its ops come (recorded in captures and replays only) */
+    bool whole;              /* the step replays without its forward pass (nothing recorded) */
     graph_entry *cur;
     const ember_token *s_tok;
     const ember_pos *s_pos;
@@ -202,11 +204,30 @@ _Noreturn void cb_die(const char *op);
 
 /* ---- cuda_graph.c ----------------------------------------------------------- */
 
-/* Step signature: what a replay must repeat. cb_mix folds one value into
- * b->sig, cb_mixp a pointer, cb_mixf a float's bits. */
-void cb_mix(cuda_backend *b, uint64_t v);
-void cb_mixp(cuda_backend *b, const void *p);
-void cb_mixf(cuda_backend *b, float f);
+/* The recorded step (b->rec, step.h): what a replay must repeat. Each op
+ * entry point starts its node with cb_rec_op (op kind, CB_FUSED_* for the
+ * fusion it took) and gives its operands in a fixed order: pointers
+ * (cb_rec_ptr; cb_in_f / cb_out_f give EMBER_STEP_HOST_IN / _OUT for host
+ * memory), shapes and parameters (cb_rec_i64, cb_rec_f32). Recorded only
+ * while a step is captured or replayed (eager steps compare nothing). */
+enum { CB_FUSED_NORM = 1u, CB_FUSED_GLU = 2u, CB_FUSED_ADD = 4u };
+
+static inline void cb_rec_op(cuda_backend *b, ember_step_op op, uint32_t flags)
+{
+    if (b->mode != M_EAGER) ember_step_node_add(&b->rec, op, flags);
+}
+static inline void cb_rec_ptr(cuda_backend *b, const void *p)
+{
+    if (b->mode != M_EAGER) ember_step_ptr(&b->rec, p);
+}
+static inline void cb_rec_i64(cuda_backend *b, int64_t v)
+{
+    if (b->mode != M_EAGER) ember_step_i64(&b->rec, v);
+}
+static inline void cb_rec_f32(cuda_backend *b, float f)
+{
+    if (b->mode != M_EAGER) ember_step_f32(&b->rec, f);
+}
 
 /* True when the ops must not touch the device (a replay, or a capture that
  * cannot go on). */
@@ -272,8 +293,8 @@ bool cb_is_act(const cuda_backend *b, const void *p);
 /* Device pointer for an op's input of n floats at p (cb_in_f), its output
  * (cb_out_f; cb_out_done copies it to host memory afterwards when p is
  * there), or an in-place operand (cb_io_f); host memory goes through
- * staging slot `slot`. Each folds where the data lives into the step
- * signature. */
+ * staging slot `slot`. Each records where the data lives as an operand of
+ * the op's node (cb_rec_ptr). */
 const float *cb_in_f(cuda_backend *b, int slot, const float *p, size_t n);
 float *cb_out_f(cuda_backend *b, int slot, float *p, size_t n);
 float *cb_io_f(cuda_backend *b, int slot, float *p, size_t n);

@@ -6,7 +6,8 @@
  *
  * Owns: the copy table (open addressing by host address), the arena
  * (bump allocation over 64 MiB chunks), staging slots and host index
- * scratch, and the step-signature words that say where each operand lives.
+ * scratch, and the operand words of the recorded step (step.h) that say
+ * where each operand lives.
  * Must not: allocate device memory inside a capture or replay (it marks
  * the step failed instead), or launch kernels.
  */
@@ -228,10 +229,10 @@ const float *cb_in_f(cuda_backend *b, int slot, const float *p, size_t n)
 {
     if (!p) return NULL;
     if (cb_is_act(b, p)) {
-        cb_mixp(b, p);
+        cb_rec_ptr(b, p);
         return p;
     }
-    cb_mix(b, 1);
+    cb_rec_ptr(b, EMBER_STEP_HOST_IN);
     if (b->mode != M_EAGER) {
         const void *d = pending(b, p);
         if (!d) b->failed = true;
@@ -248,10 +249,10 @@ const float *cb_in_f(cuda_backend *b, int slot, const float *p, size_t n)
 float *cb_out_f(cuda_backend *b, int slot, float *p, size_t n)
 {
     if (cb_is_act(b, p)) {
-        cb_mixp(b, p);
+        cb_rec_ptr(b, p);
         return p;
     }
-    cb_mix(b, 2);
+    cb_rec_ptr(b, EMBER_STEP_HOST_OUT);
     if (b->mode == M_EAGER) return cb_stage(b, slot, n * sizeof(float));
     const void *d = pending(b, p);
     if (d) return (float *)d;

@@ -1,8 +1,9 @@
 /*
- * step.c — a recorded step and node-by-node equality (step.h).
+ * step.c — running a step through a backend, a recorded step and
+ * node-by-node equality (step.h).
  *
- * Owns: the node and operand arrays (grown by doubling; once they hold the
- * largest step, recording allocates nothing).
+ * Owns: the step_begin/step_end loop; the node and operand arrays (grown by
+ * doubling; once they hold the largest step, recording allocates nothing).
  * Must not: know devices, or decide what a backend records.
  */
 #include "backend/step.h"
@@ -11,6 +12,21 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+int ember_backend_run_step(ember_backend *be, const ember_backend_step *st, void (*forward)(void *arg), void *arg)
+{
+    int runs = 0;
+    if (!be->ops->step_begin(be, st)) {   /* true: the backend replays the whole step */
+        forward(arg);
+        runs++;
+    }
+    if (!be->ops->step_end(be)) {   /* a graph replay that did not match: run op by op */
+        forward(arg);
+        runs++;
+        be->ops->step_end(be);
+    }
+    return runs;
+}
 
 void ember_step_init(ember_step *s) { memset(s, 0, sizeof *s); }
 

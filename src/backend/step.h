@@ -1,12 +1,14 @@
 /*
- * step.h — a step (one forward pass over a micro-batch) as an explicit list
- * of nodes, recorded by a backend between ember_step_begin and
- * ember_step_end: one node per op call {op kind, the backend's variant of
- * it, operands}. Two steps are the same step when they are equal node by
- * node; a backend replays a captured step (a CUDA graph) only then.
+ * step.h — a step (one forward pass over a micro-batch): how a caller runs
+ * one through a backend (ember_backend_run_step, the only place that knows
+ * the step_begin/step_end protocol of backend.h), and a step as an
+ * explicit list of nodes, recorded by a backend between ember_step_begin
+ * and ember_step_end: one node per op call {op kind, the backend's variant
+ * of it, operands}. Two steps are the same step when they are equal node
+ * by node; a backend replays a captured step (a CUDA graph) only then.
  *
- * Owns: recording (amortised growth, no allocation once warm), equality,
- * copying a recorded step.
+ * Owns: the step protocol's loop, recording (amortised growth, no
+ * allocation once warm), equality, copying a recorded step.
  * Must not: know any device (plain C, tested on the CPU), or hash: equality
  * compares every recorded word.
  *
@@ -20,9 +22,19 @@
 #define EMBER_BACKEND_STEP_H
 
 #include "ember.h"
+#include "backend/backend.h"
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Run one forward pass over the micro-batch st on be: forward(arg) issues
+ * the pass's ops. It runs not at all (be replays the whole step itself:
+ * step_begin returned true), once, or twice (a replay that did not match
+ * what was captured: the second pass runs op by op). Returns how many
+ * times forward ran (0, 1 or 2). Outputs (st->logits) are written, or left
+ * on the device for logits_sync / logits_top, when it returns. */
+int ember_backend_run_step(ember_backend *be, const struct ember_backend_step *st, void (*forward)(void *arg),
+                           void *arg);
 
 /* What a node does: the op table's ops (backend.h) as a backend records them. */
 typedef enum ember_step_op {

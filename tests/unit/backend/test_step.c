@@ -2,7 +2,9 @@
  * backend checks before it replays a captured step. Equal recordings are
  * equal; a change in any op, flag, pointer, shape or float parameter, in the
  * kind of an operand, or one node more or less makes them unequal; growth
- * past the first capacity keeps every word; a broken step equals none. */
+ * past the first capacity keeps every word; a broken step equals none.
+ * ember_backend_run_step against a scripted backend: the forward pass runs
+ * 0, 1 or 2 times as step_begin/step_end answer. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -246,6 +248,65 @@ static void test_broken_and_closed(void **state)
     ember_step_free(&b);
 }
 
+/* A backend whose step_begin/step_end answer from a script, and log calls. */
+static struct {
+    bool begin_ret, end_ret[2];
+    int n_begin, n_end, n_forward;
+    char log[16];
+    int n_log;
+} fake;
+
+static bool fake_step_begin(ember_backend *be, const ember_backend_step *st)
+{
+    (void)be;
+    assert_int_equal(st->n, 3);
+    fake.n_begin++;
+    fake.log[fake.n_log++] = 'b';
+    return fake.begin_ret;
+}
+
+static bool fake_step_end(ember_backend *be)
+{
+    (void)be;
+    fake.log[fake.n_log++] = 'e';
+    return fake.end_ret[fake.n_end++ > 0];
+}
+
+static void fake_forward(void *arg)
+{
+    assert_int_equal(*(int *)arg, 42);
+    fake.n_forward++;
+    fake.log[fake.n_log++] = 'f';
+}
+
+static void test_run_step(void **state)
+{
+    (void)state;
+    static const ember_backend_ops ops = {.name = "fake", .step_begin = fake_step_begin, .step_end = fake_step_end};
+    ember_backend be = {.ops = &ops};
+    const ember_backend_step st = {.n = 3};
+    int arg = 42;
+    /* {step_begin, first step_end, second step_end, forward runs, call order} */
+    static const struct { bool b, e0, e1; int runs; const char *log; } cases[] = {
+        {false, true, true, 1, "bfe"},       /* eager, or a matching replay */
+        {true, true, true, 0, "be"},         /* the backend replays the whole step */
+        {false, false, true, 2, "bfefe"},    /* a replay that did not match: again, op by op */
+        {true, false, true, 1, "befe"},      /* a whole replay refused at the end */
+        {false, false, false, 2, "bfefe"},   /* the second step_end's answer is not asked twice */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memset(&fake, 0, sizeof fake);
+        fake.begin_ret = cases[c].b;
+        fake.end_ret[0] = cases[c].e0;
+        fake.end_ret[1] = cases[c].e1;
+        assert_int_equal(ember_backend_run_step(&be, &st, fake_forward, &arg), cases[c].runs);
+        assert_int_equal(fake.n_forward, cases[c].runs);
+        assert_int_equal(fake.n_begin, 1);
+        fake.log[fake.n_log] = 0;
+        assert_string_equal(fake.log, cases[c].log);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_float_bits),
         cmocka_unit_test(test_growth),
         cmocka_unit_test(test_broken_and_closed),
+        cmocka_unit_test(test_run_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

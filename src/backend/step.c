@@ -71,38 +71,11 @@ static bool grow_args(ember_step *s, uint32_t want)
     return true;
 }
 
-void ember_step_node_add(ember_step *s, ember_step_op op, uint32_t flags)
+bool ember_step_reserve_(ember_step *s, bool node)
 {
-    if (!s->open || s->broken) return;
-    if (!grow_nodes(s, s->n + 1)) {
-        s->broken = true;
-        return;
-    }
-    s->node[s->n++] = (ember_step_node){.op = (uint32_t)op, .flags = flags, .at = s->n_args};
-}
-
-static void put(ember_step *s, uint64_t w, bool ptr)
-{
-    if (!s->open || s->broken) return;
-    if (s->n == 0 || s->node[s->n - 1].n_arg == EMBER_STEP_MAX_ARGS || !grow_args(s, s->n_args + 1)) {
-        s->broken = true;
-        return;
-    }
-    ember_step_node *nd = &s->node[s->n - 1];
-    if (ptr) nd->ptr_mask |= (uint16_t)(1u << nd->n_arg);
-    nd->n_arg++;
-    s->arg[s->n_args++] = w;
-}
-
-void ember_step_ptr(ember_step *s, const void *p) { put(s, (uint64_t)(uintptr_t)p, true); }
-
-void ember_step_i64(ember_step *s, int64_t v) { put(s, (uint64_t)v, false); }
-
-void ember_step_f32(ember_step *s, float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    put(s, u, false);
+    const bool ok = node ? grow_nodes(s, s->n + 1) : grow_args(s, s->n_args + 1);
+    if (!ok) s->broken = true;
+    return ok;
 }
 
 static bool node_equal(const ember_step *a, const ember_step *b, int32_t i)

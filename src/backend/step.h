@@ -90,13 +90,13 @@ void ember_step_end(ember_step *s);
 
 /* Append a node {op, flags} with no operands yet; the operand calls below
  * add to the last node. Out of memory marks s broken (never equal). */
-void ember_step_node_add(ember_step *s, ember_step_op op, uint32_t flags);
+static inline void ember_step_node_add(ember_step *s, ember_step_op op, uint32_t flags);
 /* Operand of the last node: a pointer, an integer value, a float value (its
  * bits: -0.f and 0.f differ, a NaN equals the same NaN). A node without
  * room (EMBER_STEP_MAX_ARGS), or no node yet, marks s broken. */
-void ember_step_ptr(ember_step *s, const void *p);
-void ember_step_i64(ember_step *s, int64_t v);
-void ember_step_f32(ember_step *s, float f);
+static inline void ember_step_ptr(ember_step *s, const void *p);
+static inline void ember_step_i64(ember_step *s, int64_t v);
+static inline void ember_step_f32(ember_step *s, float f);
 
 /* True when neither step is broken and they hold the same nodes: equal op,
  * flags, number of operands, kinds and words, node for node, and the same
@@ -117,5 +117,41 @@ uint64_t ember_step_arg(const ember_step *s, int32_t node, int32_t i, bool *is_p
 
 /* Short name of an op ("matmul_q8"); "?" outside the enum. */
 const char *ember_step_op_name(ember_step_op op);
+
+/* ---- the recording calls, inline: a backend makes about ten per op ---- */
+
+/* Room for one more node (node true) or operand; false (s broken) when
+ * memory ran out. The slow path of the calls below (step.c). */
+bool ember_step_reserve_(ember_step *s, bool node);
+
+static inline void ember_step_node_add(ember_step *s, ember_step_op op, uint32_t flags)
+{
+    if (!s->open || s->broken) return;
+    if (s->n == s->cap && !ember_step_reserve_(s, true)) return;
+    s->node[s->n++] = (ember_step_node){.op = (uint32_t)op, .flags = flags, .at = s->n_args};
+}
+
+static inline void ember_step_put_(ember_step *s, uint64_t w, bool ptr)
+{
+    if (!s->open || s->broken) return;
+    if (s->n == 0 || s->node[s->n - 1].n_arg == EMBER_STEP_MAX_ARGS) {
+        s->broken = true;
+        return;
+    }
+    if (s->n_args == s->cap_args && !ember_step_reserve_(s, false)) return;
+    ember_step_node *nd = &s->node[s->n - 1];
+    if (ptr) nd->ptr_mask |= (uint16_t)(1u << nd->n_arg);
+    nd->n_arg++;
+    s->arg[s->n_args++] = w;
+}
+
+static inline void ember_step_ptr(ember_step *s, const void *p) { ember_step_put_(s, (uint64_t)(uintptr_t)p, true); }
+static inline void ember_step_i64(ember_step *s, int64_t v) { ember_step_put_(s, (uint64_t)v, false); }
+
+static inline void ember_step_f32(ember_step *s, float f)
+{
+    union { float f; uint32_t u; } b = {.f = f};
+    ember_step_put_(s, b.u, false);
+}
 
 #endif

@@ -6,7 +6,7 @@
  * weights, norm vectors and the KV cache by host address; activation
  * memory handed out by act_alloc; host memory staged around the op),
  * decides whether it waits to be fused with the next op (cuda_fuse.c
- * launches what waits), folds what it did into the step signature and
+ * launches what waits), records its node of the step (step.h) and
  * launches its kernels unless the step replays a graph (cuda_graph.c).
  * Verify mode wraps these entry points (cuda_verify.c); the memory report
  * is cuda_report.c.

@@ -6,12 +6,13 @@
  * helpers each file gives the others, all prefixed cb_:
  *   backend_cuda.c  the op entry points (the op table), creation and free
  *   cuda_mem.c      device copies by host address, arena chunks, staging,
- *                   activations vs host memory, the memory report's numbers
+ *                   activations vs host memory
  *   cuda_fuse.c     the fusion state held back between ops (pn/ps/pg/ph/pa)
  *                   and its flush
  *   cuda_graph.c    step_begin/step_end: the step arrays, capture and replay
  *                   of decode steps keyed by step equality (step.h)
  *   cuda_verify.c   the verify decorator (EMBER_CUDA_VERIFY=1)
+ *   cuda_report.c   the memory report (print_memory)
  * Must not: be included by code outside src/backend/cuda/, or by .cu files
  * (they see only cuda_backend.h's C ABI).
  */
@@ -309,6 +310,9 @@ const int32_t *cb_up_i32(cuda_backend *b, int slot, const int32_t *h, size_t n);
  * want (+50%), outside any step. Errors: those of ember_cuda_malloc /
  * ember_cuda_host_alloc / ember_cuda_synchronize. */
 ember_status cb_grow_dev(cuda_backend *b, void **p, size_t *have, size_t want, bool host);
+
+/* ---- cuda_report.c ---------------------------------------------------------- */
+
 /* The op table's print_memory: what the backend holds, by category. */
 void cb_print_memory(const ember_backend *be, FILE *f);
 

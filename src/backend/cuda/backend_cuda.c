@@ -40,12 +40,6 @@ void cb_die(const char *op)
     abort();
 }
 
-static bool pow2(float s)
-{
-    int e;
-    return s > 0.f && frexpf(s, &e) == 0.5f;
-}
-
 /* ---- host inputs (cu_upload) ------------------------------------------------
  * dst (activation memory) = src (host memory), n floats. Eagerly a plain
  * upload (a pageable copy is staged before cudaMemcpyAsync returns). In a
@@ -299,16 +293,13 @@ static void cu_rms_norm(ember_backend *be, float *y, const float *x, const float
     cb_rec_f32(b, eps);
     cb_rec_ptr(b, w);
     const size_t len = (size_t)(n_rows * n);
-    /* a per-head norm in place: the one before it may join the head preparation */
-    const bool head_like = x == y && cb_is_act(b, x) && cb_ph_on(b) && n_rows % b->s_n == 0;
-    /* the pre-norm of the residual a post-norm add just wrote waits with it */
-    const bool after_add = b->pa.on && x == b->pa.res && y != x && n == b->pa.n && n_rows == b->pa.n_rows &&
-                           cb_is_act(b, y) && !b->pn.on && !b->ps.on && !b->pg.on && !b->ph.n_parts;
+    const bool head_like = cb_pat_head_norm(b, y, x, n_rows);
+    const bool after_add = cb_pat_add_norm(b, y, x, n_rows, n);
     if (!after_add && !(head_like && cb_ph_take_norm(b))) cb_flush(b);
     const float *dx = cb_in_f(b, 0, x, len);
     float *dy = y == x ? (float *)dx : cb_out_f(b, 1, y, len);
     const float *dw = cb_vec(b, w, n);
-    if (b->fuse_on && b->in_step && cb_is_act(b, x) && cb_is_act(b, y)) {
+    if (cb_norm_waits(b, y, x)) {
         b->pn.on = true;   /* launched by the next op, or fused into an add */
         b->pn.x = dx;
         b->pn.w = dw;
@@ -345,17 +336,12 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
         fmt[k] = ember_cuda_q8_act_type(ws[k]->type);
         same = same && fmt[k] == fmt[0];
     }
-    /* a pending RMSNorm or GLU that produces x quantizes it in its own
-     * kernel (the same bytes as ember_cuda_quantize_q8) */
-    const bool fuse_norm = same && b->pn.on && b->pn.y == x && b->pn.n == n_in && b->pn.n_rows == n_tokens &&
-                           (fmt[0] == EMBER_TYPE_Q8_0 || fmt[0] == EMBER_TYPE_Q8_1 ||
-                            (fmt[0] == EMBER_TYPE_Q8_K && n_in % 256 == 0));
-    const bool fuse_glu = same && !fuse_norm && b->pg.on && b->pg.gate == x && b->pg.n == n && fmt[0] == EMBER_TYPE_Q8_K;
-    /* a post-norm add waiting before it: with the norm (its pre-norm reads
-     * the residual), or alone when x is that residual */
-    const bool q8_fmt = fmt[0] == EMBER_TYPE_Q8_0 || fmt[0] == EMBER_TYPE_Q8_1 || (fmt[0] == EMBER_TYPE_Q8_K && n_in % 256 == 0);
-    const bool fuse_add = same && q8_fmt && b->pa.on && b->pa.n == n_in && b->pa.n_rows == n_tokens && !fuse_glu &&
-                          (fuse_norm ? b->pn.x == b->pa.res : !b->pn.on && x == b->pa.res);
+    /* a waiting RMSNorm or GLU that produces x quantizes it in its own
+     * kernel (the same bytes as ember_cuda_quantize_q8), a waiting post-norm
+     * add with it (cuda_fuse.c's patterns) */
+    const bool fuse_norm = same && cb_pat_norm_quant(b, x, n_in, n_tokens, fmt[0]);
+    const bool fuse_glu = same && !fuse_norm && cb_pat_glu_quant(b, x, n, fmt[0]);
+    const bool fuse_add = same && !fuse_glu && cb_pat_add_quant(b, x, n_in, n_tokens, fmt[0], fuse_norm);
     const float *nx = b->pn.x, *nw = b->pn.w, *gup = b->pg.up;
     const float neps = b->pn.eps;
     const ember_cuda_act gact = b->pg.act;
@@ -421,18 +407,8 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         return;
     }
     const int64_t n = n_tokens * ws[0]->n_in;
-    /* an RMSNorm waiting for this matmul's input: its Q8_0 rounding is done
-     * in the norm's kernel when every weight wants 32-blocks (Q8_0/Q8_1) */
-    bool fuse_round = b->pn.on && b->pn.y == x && b->pn.n % 32 == 0 && b->pn.n * b->pn.n_rows == n && !b->f32_act;
-    for (int32_t k = 0; fuse_round && k < n_w; k++) {
-        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
-        fuse_round = qt && (qt->vec_dot_type == EMBER_TYPE_Q8_0 || qt->vec_dot_type == EMBER_TYPE_Q8_1);
-    }
-    bool fuse_glu = b->pg.on && b->pg.gate == x && b->pg.n == n && !b->f32_act;
-    for (int32_t k = 0; fuse_glu && k < n_w; k++) {
-        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
-        fuse_glu = qt && qt->vec_dot_type == EMBER_TYPE_Q8_K;
-    }
+    const bool fuse_round = cb_pat_norm_round(b, x, n, n_w, ws);
+    const bool fuse_glu = cb_pat_glu_round(b, x, n, n_w, ws);
     const ember_cuda_act gact = b->pg.act;
     const float *gup = b->pg.up;
     if (fuse_glu) b->pg.on = false;
@@ -630,7 +606,7 @@ static void glu(ember_backend *be, ember_cuda_act act, float *gate, const float 
     cb_rec_i64(b, n);
     float *dg = cb_io_f(b, 0, gate, (size_t)n);
     const float *du = cb_in_f(b, 1, up_h, (size_t)n);
-    if (b->fuse_on && b->in_step && cb_is_act(b, gate) && cb_is_act(b, up_h) && n % 256 == 0) {
+    if (cb_glu_waits(b, gate, up_h, n)) {
         b->pg.on = true;   /* launched by the next op, or with the next matmul's Q8_K rounding */
         b->pg.act = act;
         b->pg.gate = dg;
@@ -657,7 +633,7 @@ static void cu_swiglu(ember_backend *be, float *gate, const float *u, int64_t n)
 static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
 {
     cuda_backend *b = (cuda_backend *)be;
-    const bool with_norm = b->pn.on && b->pn.y == x && b->pn.n * b->pn.n_rows == n && cb_is_act(b, y) && b->pn.x != y;
+    const bool with_norm = cb_pat_norm_add(b, y, x, n);
     cb_rec_op(b, EMBER_STEP_ADD, with_norm ? CB_FUSED_NORM : 0u);
     cb_rec_i64(b, n);
     if (with_norm) {
@@ -696,7 +672,7 @@ static void cu_scale(ember_backend *be, float *x, float s, int64_t n)
     cb_rec_op(b, EMBER_STEP_SCALE, 0);
     cb_rec_i64(b, n);
     cb_rec_f32(b, s);
-    const bool defer = b->fuse_on && !b->exact_attn && b->in_step && cb_is_act(b, x) && pow2(s);
+    const bool defer = cb_scale_waits(b, x, s);
     /* a waiting head preparation stays: it comes before this scale; a
      * waiting post-norm add goes first (a matmul may fuse it alone later,
      * after the scale was launched) */
@@ -802,7 +778,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         cb_die("attention");
     }
     float q_scale = 1.f;
-    if (b->ps.on && b->ps.x == q && b->ps.n == (int64_t)n * p->n_head * p->head_dim_k) {
+    if (cb_pat_scale_attn(b, q, (int64_t)n * p->n_head * p->head_dim_k)) {
         b->ps.on = false;   /* q * 2^k rounds to f16 exactly as q does */
         q_scale = b->ps.s;
     }

@@ -3,14 +3,19 @@
  * wait for the next op (cuda_backend.pn/ps/pg/ph/pa, see cuda_internal.h)
  * and the flush that launches them when the next op cannot take them.
  *
- * Owns: launching what waits (cb_flush and its pieces), in the order the
- * ops came, and the bookkeeping of the head preparation (per-head norms,
- * RoPE and K/V store of a layer, one ember_cuda_head_prep launch).
- * Must not: decide when an op waits (the op entry points in backend_cuda.c
- * do), or touch the device during a replay (cb_skip).
+ * Owns: the named fusion patterns (when an op waits, and which waiting op
+ * the next op takes into its kernel), launching what waits (cb_flush and
+ * its pieces) in the order the ops came, and the bookkeeping of the head
+ * preparation (per-head norms, RoPE and K/V store of a layer, one
+ * ember_cuda_head_prep launch).
+ * Must not: launch an op's own kernels (the op entry points in
+ * backend_cuda.c do, with what they took), or touch the device during a
+ * replay (cb_skip).
  */
 #include "backend/cuda/cuda_internal.h"
+#include "quant/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Launch what fusion held back (see cuda_backend.fuse_on). */
@@ -112,4 +117,91 @@ bool cb_ph_take_norm(cuda_backend *b)
     P->eps = b->pn.eps;
     b->pn.on = false;
     return true;
+}
+
+/* ---- named patterns: when an op waits, and what the next op takes ---------- */
+
+bool cb_norm_waits(const cuda_backend *b, const float *y, const float *x)
+{
+    return b->fuse_on && b->in_step && cb_is_act(b, x) && cb_is_act(b, y);
+}
+
+bool cb_glu_waits(const cuda_backend *b, const float *gate, const float *up, int64_t n)
+{
+    return b->fuse_on && b->in_step && cb_is_act(b, gate) && cb_is_act(b, up) && n % 256 == 0;
+}
+
+static bool pow2(float s)
+{
+    int e;
+    return s > 0.f && frexpf(s, &e) == 0.5f;
+}
+
+bool cb_scale_waits(const cuda_backend *b, const float *x, float s)
+{
+    return b->fuse_on && !b->exact_attn && b->in_step && cb_is_act(b, x) && pow2(s);
+}
+
+bool cb_pat_head_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows)
+{
+    return x == y && cb_is_act(b, x) && cb_ph_on(b) && n_rows % b->s_n == 0;
+}
+
+bool cb_pat_add_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows, int64_t n)
+{
+    return b->pa.on && x == b->pa.res && y != x && n == b->pa.n && n_rows == b->pa.n_rows && cb_is_act(b, y) &&
+           !b->pn.on && !b->ps.on && !b->pg.on && !b->ph.n_parts;
+}
+
+bool cb_pat_norm_add(const cuda_backend *b, const float *y, const float *x, int64_t n)
+{
+    return b->pn.on && b->pn.y == x && b->pn.n * b->pn.n_rows == n && cb_is_act(b, y) && b->pn.x != y;
+}
+
+/* Q8 block formats the fused norm / add kernels write (Q8_K: whole 256-blocks). */
+static bool q8_blocks(uint32_t fmt, int64_t n_in)
+{
+    return fmt == EMBER_TYPE_Q8_0 || fmt == EMBER_TYPE_Q8_1 || (fmt == EMBER_TYPE_Q8_K && n_in % 256 == 0);
+}
+
+bool cb_pat_norm_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt)
+{
+    return b->pn.on && b->pn.y == x && b->pn.n == n_in && b->pn.n_rows == n_tokens && q8_blocks(fmt, n_in);
+}
+
+bool cb_pat_glu_quant(const cuda_backend *b, const float *x, int64_t n, uint32_t fmt)
+{
+    return b->pg.on && b->pg.gate == x && b->pg.n == n && fmt == EMBER_TYPE_Q8_K;
+}
+
+bool cb_pat_add_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt,
+                      bool with_norm)
+{
+    return q8_blocks(fmt, n_in) && b->pa.on && b->pa.n == n_in && b->pa.n_rows == n_tokens &&
+           (with_norm ? b->pn.x == b->pa.res : !b->pn.on && x == b->pa.res);
+}
+
+bool cb_pat_norm_round(const cuda_backend *b, const float *x, int64_t n, int32_t n_w, const ember_weight *const *ws)
+{
+    bool ok = b->pn.on && b->pn.y == x && b->pn.n % 32 == 0 && b->pn.n * b->pn.n_rows == n && !b->f32_act;
+    for (int32_t k = 0; ok && k < n_w; k++) {
+        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
+        ok = qt && (qt->vec_dot_type == EMBER_TYPE_Q8_0 || qt->vec_dot_type == EMBER_TYPE_Q8_1);
+    }
+    return ok;
+}
+
+bool cb_pat_glu_round(const cuda_backend *b, const float *x, int64_t n, int32_t n_w, const ember_weight *const *ws)
+{
+    bool ok = b->pg.on && b->pg.gate == x && b->pg.n == n && !b->f32_act;
+    for (int32_t k = 0; ok && k < n_w; k++) {
+        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
+        ok = qt && qt->vec_dot_type == EMBER_TYPE_Q8_K;
+    }
+    return ok;
+}
+
+bool cb_pat_scale_attn(const cuda_backend *b, const float *q, int64_t n)
+{
+    return b->ps.on && b->ps.x == q && b->ps.n == n;
 }

@@ -269,6 +269,47 @@ ember_cuda_head_part *cb_ph_find(cuda_backend *b, const float *x);
 ember_cuda_head_part *cb_ph_add(cuda_backend *b, float *x, int64_t n_head, int64_t head_dim);
 bool cb_ph_take_norm(cuda_backend *b);
 
+/* Named fusion patterns (pure tests of the waiting state; the caller
+ * takes what they name). When an op waits for the next one instead of
+ * launching: an RMSNorm y = norm(x) on activation memory (cb_norm_waits),
+ * a GLU on gate/up [n], n a multiple of 256 (cb_glu_waits), a power-of-two
+ * scale of x (cb_scale_waits: exact to fold into the attention's scale).
+ * What the next op takes:
+ *   cb_pat_head_norm   a per-head norm in place (n_rows a multiple of the
+ *                      step's tokens): the waiting norm may join the head
+ *                      preparation
+ *   cb_pat_add_norm    add -> norm: the pre-norm y = norm(x) of the residual
+ *                      x a waiting post-norm add writes ([n_rows, n]) waits
+ *                      with it
+ *   cb_pat_norm_add    norm -> add: y[n] += the waiting norm's output x, one
+ *                      kernel
+ *   cb_pat_norm_quant  norm -> matmul(+quantize): the waiting norm wrote the
+ *                      matmul input x [n_tokens, n_in], quantized to fmt in
+ *                      its kernel
+ *   cb_pat_glu_quant   glu -> matmul(+quantize): the waiting GLU wrote x [n]
+ *                      (Q8_K only)
+ *   cb_pat_add_quant   add -> (norm ->) matmul(+quantize): a waiting post-norm
+ *                      add, with the norm (with_norm) or alone when x is its
+ *                      residual
+ *   cb_pat_norm_round  norm -> matmul, F32 kernels: the norm's kernel rounds
+ *                      x [n] to Q8_0 when every weight of ws wants 32-blocks
+ *   cb_pat_glu_round   glu -> matmul, F32 kernels: likewise to Q8_K
+ *   cb_pat_scale_attn  pow2 scale -> attention: the waiting scale of q [n]
+ *                      folds into the attention's scale */
+bool cb_norm_waits(const cuda_backend *b, const float *y, const float *x);
+bool cb_glu_waits(const cuda_backend *b, const float *gate, const float *up, int64_t n);
+bool cb_scale_waits(const cuda_backend *b, const float *x, float s);
+bool cb_pat_head_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows);
+bool cb_pat_add_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows, int64_t n);
+bool cb_pat_norm_add(const cuda_backend *b, const float *y, const float *x, int64_t n);
+bool cb_pat_norm_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt);
+bool cb_pat_glu_quant(const cuda_backend *b, const float *x, int64_t n, uint32_t fmt);
+bool cb_pat_add_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt,
+                      bool with_norm);
+bool cb_pat_norm_round(const cuda_backend *b, const float *x, int64_t n, int32_t n_w, const ember_weight *const *ws);
+bool cb_pat_glu_round(const cuda_backend *b, const float *x, int64_t n, int32_t n_w, const ember_weight *const *ws);
+bool cb_pat_scale_attn(const cuda_backend *b, const float *q, int64_t n);
+
 /* ---- cuda_mem.c ------------------------------------------------------------- */
 
 /* Staging slot `slot` (< STAGE_SLOTS) of at least `bytes`; grown only

@@ -11,6 +11,8 @@
 #                         once into /root/llama (kept while the machine stays warm)
 #   .carry/whl/*.whl      openai and its dependencies for bench/serve.py (python 3.12)
 #   .carry/g3header.xz, .carry/g3cut.gguf   Gemma 3 270M regrown by bench/gpu/regrow_gguf_stdlib.py
+#   .carry/smollm2.gguf   (model "smol", optional) the real SmolLM2-135M-Instruct Q4_1, for "kl"
+#   More than one call's 64 MiB: bench/gpu/bundle_h200.sh carries them in pieces.
 # Environment: OUT (results), MODELS ("g3 e4b" default), TESTS=0 skips the GPU unit tests,
 #   PARTS (default "check kl engine serve1 serve8"), EMBER_EXTRA (extra ember serve flags).
 # Results: $OUT/summary.txt (everything) and $OUT/results.jsonl (one JSON object per measurement).
@@ -51,6 +53,7 @@ fi
 model_path() {
   case $1 in
     g3) [ -f /dev/shm/g3.gguf ] || python3 bench/gpu/regrow_gguf_stdlib.py $C/g3header.xz $C/g3cut.gguf /dev/shm/g3.gguf >/dev/null; echo /dev/shm/g3.gguf ;;
+    smol) echo $C/smollm2.gguf ;;   # the real SmolLM2-135M-Instruct Q4_1 (bundle_h200.sh pack EXTRA)
     e4b) [ -f /dev/shm/e4b.gguf ] || python3 bench/gpu/make_e4b_gguf_stdlib.py /dev/shm/e4b.gguf >/dev/null 2>&1; echo /dev/shm/e4b.gguf ;;
   esac
 }

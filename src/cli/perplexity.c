@@ -20,8 +20,10 @@
  * put the same token first ("Same top p"), and both perplexities. Printed
  * as llama-perplexity prints its KL block (mean KLD with its standard error,
  * median, 99th percentile, maximum; same top p; ln(PPL(Q)/PPL(base))), and
- * with --kl-json FILE as JSON, with the first --kl-dump N positions' two
- * logits rows, base and test (for an independent check of the arithmetic).
+ * with --kl-json FILE as JSON (also every position's KLD in scoring order,
+ * "kld_by_position": chunk c's position first_scored + i at c * per_chunk
+ * + i), with the first --kl-dump N positions' two logits rows, base and
+ * test (for an independent check of the arithmetic).
  * Owns: the options and that computation. Must not: change the model.
  */
 #include <math.h>
@@ -371,6 +373,10 @@ int cmd_perplexity(int argc, char **argv)
         }
         const double mk = sum / (double)ks.count, vk = sum2 / (double)ks.count - mk * mk;
         const double ek = ks.count > 1 && vk > 0 ? sqrt(vk / (double)(ks.count - 1)) : 0.0;
+        if (kj) {   /* every scored position's KLD in scoring order (chunk-major), before the sort */
+            fprintf(kj, "], \"kld_by_position\": [");
+            for (long i = 0; i < ks.count; i++) json_num(kj, i ? ", " : "", ks.kld[i], false);
+        }
         qsort(ks.kld, (size_t)ks.count, sizeof *ks.kld, cmp_double);
         const double kmed = ks.kld[ks.count / 2], k99 = ks.kld[(long)(0.99 * (double)(ks.count - 1))];
         const double mb = ks.nll_base / (double)ks.count, ppl_b = exp(mb);
@@ -387,7 +393,8 @@ int cmd_perplexity(int argc, char **argv)
         printf("====== Token probability statistics ======\n");
         printf("Same top p: %6.3f %%\n", 100.0 * same);
         if (kj) {
-            fprintf(kj, "], \"n\": %ld", ks.count);
+            fprintf(kj, "], \"n\": %ld, \"first_scored\": %ld, \"per_chunk\": %ld", ks.count, first,
+                    n_ctx - 1 - first);
             const char *keys[] = {"mean_kld", "mean_kld_err", "median_kld", "p99_kld", "max_kld", "same_top", "ppl",
                                   "ppl_base"};
             const double vals[] = {mk, ek, kmed, k99, ks.kld[ks.count - 1], same, ppl, ppl_b};

@@ -7,7 +7,7 @@ CPU backend), checked here on the CPU (the GPU run uses the same code):
 - with a Q8_0 KV cache for the measured run, the per-position KL divergences
   the tool reports equal numpy's sum p (log p - log q) over the dumped logits
   rows (an independent computation), and its summary statistics equal
-  numpy's over the positions it scored.
+  numpy's over the per-position list it writes (kld_by_position).
 """
 import json
 import re
@@ -51,6 +51,15 @@ def test_kl_matches_numpy(ember_bin, smollm2_path, tmp_path):
         # the tool sums float exponentials (as llama-perplexity), numpy doubles
         assert row["kld"] == pytest.approx(want, rel=1e-4, abs=1e-8)
         assert row["kld"] != pytest.approx(float((np.exp(lq) * (lq - lp)).sum()), rel=1e-3)   # not KL(Q||P)
+    # every position in scoring order: the dumped rows first, and numpy's statistics over all of them
+    byp = np.asarray(j["kld_by_position"], dtype=np.float64)
+    assert len(byp) == j["n"] == 63 and j["first_scored"] == 64 and j["per_chunk"] == 63
+    for row, v in zip(j["dump"], byp[:4]):
+        lp, lq = log_softmax(row["base"]), log_softmax(row["test"])
+        assert v == pytest.approx(float((np.exp(lp) * (lp - lq)).sum()), rel=1e-4, abs=1e-8)
+    assert j["mean_kld"] == pytest.approx(float(byp.mean()), rel=1e-6)
+    assert j["max_kld"] == pytest.approx(float(byp.max()), rel=1e-6)
+    assert j["median_kld"] == pytest.approx(float(np.sort(byp)[len(byp) // 2]), rel=1e-6)
     assert 0 < j["mean_kld"] < 0.1            # a quantized KV cache moves the logits a little
     assert j["median_kld"] <= j["p99_kld"] <= j["max_kld"]
     assert 0.5 < j["same_top"] < 1.0 or j["same_top"] == 1.0

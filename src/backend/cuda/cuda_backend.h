@@ -187,7 +187,7 @@ ember_status ember_cuda_quantize_q8(ember_cuda *cu, uint32_t act_type, const flo
  * n = w->ne0; y: [n_cols, w->ne1] F32. Any n_cols (8 per kernel pass).
  * The exact integer block dots are summed in the CPU backend's order,
  * bit-identical to it (cuda_q8.cu), or, after
- * ember_cuda_set_exact_matvec(cu, false) (EMBER_CUDA_MMVQ=1), in free
+ * ember_cuda_set_exact_matvec(cu, false) (the default; EMBER_CUDA_MMVQ=0 turns it off), in free
  * float order (cuda_mmvq.cu: within 1e-5 of max |y| of the CPU backend).
  * Errors: EMBER_ERR_UNSUPPORTED (type without an integer kernel),
  * EMBER_ERR_INVALID_ARG. */

@@ -65,7 +65,8 @@ static void test_options_defaults(void **st)
     assert_int_equal(o.n_threads, 0);
     assert_int_equal(o.cpu_prefetch_bytes, 4096);
     assert_false(o.cpu_no_gemm || o.cpu_no_vnni || o.cpu_no_small_gemm || o.cpu_no_attn_multi || o.cpu_no_expf_vec);
-    assert_false(o.cuda_verify || o.cuda_f32_act || o.cuda_exact || o.cuda_mmvq);
+    assert_false(o.cuda_verify || o.cuda_f32_act || o.cuda_exact);
+    assert_true(o.cuda_mmvq);
     assert_true(o.cuda_graphs && o.cuda_fuse && o.cuda_fuse_head && o.cuda_fuse_add && o.cuda_q8 && o.cuda_rope_table && o.cuda_tf32 && o.cuda_pdl);
     assert_true(o.cuda_gemm_f16 && o.cuda_attn_tc);
     assert_int_equal(o.cuda_cublas_ws_mib, 4);

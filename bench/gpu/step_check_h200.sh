@@ -61,8 +61,8 @@ for m in g3 e4b; do
       [ $rc = 0 ] || fail=1
     done
   done
-  log "=== $m engine tg256 (ember bench -p 0 -n 256 -r 3), main then this build, twice"
-  for rep in 1 2; do
+  log "=== $m engine tg256 (ember bench -p 0 -n 256 -r 3), main then this build, ${REPS:-2} times"
+  for rep in $(seq 1 ${REPS:-2}); do
     for b in gm gs; do
       timeout 100 /tmp/$b/b/bin/ember bench -m $M -ngl 99 -c 4096 -p 0 -n 256 -r 3 2>&1 | grep -E "^\|" | tail -1 | sed "s/^/$b /" | tee -a "$R"
     done

@@ -183,7 +183,8 @@ typedef struct ember_backend_ops {
      * has replayed identically before): the caller then skips the forward
      * pass and calls step_end, which writes the logits to st->logits.
      * A backend without graphed steps (caps.graphed_steps false) returns
-     * false from step_begin and true from step_end. */
+     * false from step_begin and true from step_end. Callers run a step
+     * through ember_backend_run_step (step.h), which keeps this protocol. */
     bool (*step_begin)(ember_backend *be, const struct ember_backend_step *st);
     bool (*step_end)(ember_backend *be);
 

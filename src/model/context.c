@@ -22,9 +22,11 @@
  * asks for more logits rows than any before it. The backend comes from
  * ember_backend_new; what it can do is read from its caps.
  * Must not: know an architecture's math (model files), KV block internals
- * (kv/), or which backend it holds (no backend headers besides backend.h).
+ * (kv/), which backend it holds (no backend headers besides backend.h and
+ * step.h), or how a backend replays steps (ember_backend_run_step).
  */
 #include "model/model.h"
+#include "backend/step.h"
 #include "base/status.h"
 
 #include <stdlib.h>
@@ -450,6 +452,21 @@ static ember_status swa_rows(ember_context *c, const ember_batch *b, int32_t u0,
     return EMBER_OK;
 }
 
+/* One forward pass of the arch over a micro-batch: the callback of
+ * ember_backend_run_step (backend/step.h), which may run it again when the
+ * backend's replay of the step did not match. */
+struct forward_args {
+    const ember_arch *arch;
+    const ember_run *run;
+    const ember_ubatch *ub;
+};
+
+static void run_forward(void *p)
+{
+    const struct forward_args *a = p;
+    a->arch->forward(a->run, a->ub);
+}
+
 ember_status ember_decode(ember_context *c, const ember_batch *b)
 {
     if (!c || !b) return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: context or batch is NULL");
@@ -594,12 +611,8 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .logits_defer = u1 == n && n_uo > 0,
         };
         if (bs.logits_defer) c->logits_pending = true;
-        if (!c->be->ops->step_begin(c->be, &bs))   /* true: the backend replays the whole step */
-            c->m->arch->forward(&run, &ubatch);
-        if (!c->be->ops->step_end(c->be)) {   /* a graph replay that did not match: run op by op */
-            c->m->arch->forward(&run, &ubatch);
-            c->be->ops->step_end(c->be);
-        }
+        struct forward_args fa = {c->m->arch, &run, &ubatch};
+        ember_backend_run_step(c->be, &bs, run_forward, &fa);
     }
     c->n_last = n;
     c->n_out_last = n_out;

@@ -18,7 +18,7 @@
  * by their host address; the KV cache lives on the device (F16 only);
  * activations live on the device when the context takes them from
  * act_alloc; decode steps of up to 32 entries run as CUDA graphs
- * (backend_cuda.c). opt->cuda_verify runs every op on the CPU backend too
+ * (cuda_graph.c). opt->cuda_verify runs every op on the CPU backend too
  * (host activations, no graphs); the other cuda_* switches are read here
  * and by ember_cuda_new. Called by ember_backend_new (registry.c).
  * Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_NOMEM,

@@ -1,14 +1,15 @@
 /*
- * cuda_report.c — the CUDA backend's memory report (ember_cuda_report_print,
- * backend_cuda.h), moved out of backend_cuda.c.
+ * cuda_report.c — the CUDA backend's memory report: the op table's
+ * print_memory (cb_print_memory) gathers what the backend holds into an
+ * ember_cuda_report, ember_cuda_report_print (backend_cuda.h) prints it.
  *
  * Owns: the wording and the arithmetic of the report: what is ember's
  * (device copies, scratch, staging, the context's own allocations), the
  * driver's stack reservation and the pinned host buffers, in MiB.
- * Must not: reach into the backend's state (backend_cuda.c fills an
- * ember_cuda_report) or touch the device.
+ * Must not: change the backend's state (it only reads the counters that
+ * cuda_mem.c and the ops keep) or touch the device.
  */
-#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_internal.h"
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
@@ -35,4 +36,28 @@ void ember_cuda_report_print(const ember_cuda_report *r, FILE *f)
                " context); pinned host: logits %.1f, PLE upload %.1f, mapped weights %.1f\n",
             mib(ours), mib(st->stack_bytes), (unsigned long long)st->stack_per_thread, mib(r->pinned_bytes),
             mib(r->up_pin_bytes), mib(st->host_bytes - r->pinned_bytes - r->up_pin_bytes));
+}
+
+void cb_print_memory(const ember_backend *be, FILE *f)
+{
+    const cuda_backend *b = (const cuda_backend *)be;
+    if (!f) return;
+    ember_cuda_report r = {.n_ctx = b->lim.max_kv_tokens, .n_ubatch = b->lim.max_tokens, .n_chunks = b->n_chunks,
+                           .n_rope_tables = b->n_rtab, .up_pin_bytes = b->up_pin_bytes};
+    ember_cuda_mem_stats(b->cu, &r.mem);
+    r.weight_bytes = b->cat_bytes[CAT_WEIGHT], r.weight_count = b->cat_count[CAT_WEIGHT];
+    r.vec_bytes = b->cat_bytes[CAT_VEC], r.vec_count = b->cat_count[CAT_VEC];
+    r.kv_bytes = b->cat_bytes[CAT_KV], r.kv_count = b->cat_count[CAT_KV];
+    for (int32_t i = 0; i < b->n_chunks; i++) {
+        r.arena_bytes += b->chunks[i].size;
+        r.arena_used += b->chunks[i].used;
+    }
+    for (int i = 0; i < MAX_ACT; i++) r.act_bytes += b->act_bytes[i], r.pinned_bytes += b->pinned_bytes[i];
+    for (int i = 0; i < STAGE_SLOTS; i++) {
+        if (i >= SLOT_ROUND && i < SLOT_OUT) r.round_bytes += b->stage_bytes[i];
+        else r.io_bytes += b->stage_bytes[i];
+    }
+    for (int32_t i = 0; i < b->n_rtab; i++) r.rope_bytes += b->rtab[i].bytes;
+    r.step_bytes = (uint64_t)b->d_step_n * sizeof(int32_t);
+    ember_cuda_report_print(&r, f);
 }

@@ -1,4 +1,4 @@
-/* The CUDA backend's head preparation (backend_cuda.c cuda_backend.ph:
+/* The CUDA backend's head preparation (cuda_fuse.c, cuda_backend.ph:
  * per-head RMSNorm, RoPE and the K/V store recorded as the ops come and
  * launched as one cuda_head.cu kernel) inside real steps: the attention
  * layer's op sequence of Gemma 3 (q/k norms, NEOX RoPE, a power-of-two q

@@ -13,10 +13,13 @@
  * compares every recorded word.
  *
  * Operands are 64-bit words in call order, each marked pointer or value:
- * pointers (activation memory, weights, KV buffers, or EMBER_STEP_HOST_IN /
- * EMBER_STEP_HOST_OUT for host memory staged by the backend, whose address
- * is not part of the step) and values (shapes and integer parameters, float
- * parameters by their bits).
+ * pointers (activation memory, weights, KV buffers and the host addresses
+ * that key their device copies, as recorded; host memory that a step
+ * stages in or out is EMBER_STEP_HOST_IN / EMBER_STEP_HOST_OUT, its
+ * address not part of the step) and values (shapes and integer
+ * parameters, float parameters by their bits). A node of more than
+ * EMBER_STEP_MAX_ARGS operands breaks the step (no graph for it: the
+ * backend runs it op by op).
  */
 #ifndef EMBER_BACKEND_STEP_H
 #define EMBER_BACKEND_STEP_H

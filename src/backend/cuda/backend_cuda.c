@@ -402,6 +402,10 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
                       float *const *ys)
 {
     cuda_backend *b = (cuda_backend *)be;
+    if (n_w < 1 || n_w > 3) {   /* the launches take up to 3 weights (mm_seg); backend.h allows 16 */
+        ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul of %d weights at once (at most 3)", (int)n_w);
+        cb_die("matmul");
+    }
     if (q8_path(b, n_tokens, n_w, ws)) {
         cu_matmul_q8(b, x, n_tokens, n_w, ws, ys);
         return;

@@ -6,7 +6,7 @@
  * (Gemma 3/4, Qwen 3), RoPE, and the F16 store of K and V into the paged
  * cache. Apart, these are up to six launches per layer of a few microseconds
  * each over a few KiB (Gemma 3 270M decode: 5 of ~17 kernels a layer,
- * bench/results/cuda-h200.md); backend_cuda.c records them as they are
+ * bench/results/cuda-h200.md); cuda_fuse.c records them as they are
  * called and launches this one kernel in their place.
  * The arithmetic is that of the kernels it replaces (cuda_ops.cu k_rms_norm,
  * cuda_rope_tab.cu k_rope_tab, k_kv_store2), with the norm's reduction over

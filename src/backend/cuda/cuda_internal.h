@@ -75,7 +75,7 @@ typedef struct graph_entry {
     const void *pend_dev[MAX_PEND];
     size_t pend_bytes[MAX_PEND];
     bool pend_is_logits;     /* its one host output is always the step's logits */
-    int32_t verified;        /* replays whose op sequence matched the capture */
+    int32_t verified;        /* replays whose recorded step equalled the captured one */
     bool host_in;            /* the step uploads host data (cu_upload): never replayed without its forward pass */
 } graph_entry;
 

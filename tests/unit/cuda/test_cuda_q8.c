@@ -342,7 +342,7 @@ static case_result run_case(ember_backend *cpu, const char *tname, int64_t ne0, 
 static void matmul_q8_vs_cpu(bool exact)
 {
     TEST_NEED_GPU();
-    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 2560, .max_kv_tokens = 16, .max_head_dim = 256};
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 10240, .max_kv_tokens = 16, .max_head_dim = 256};
     ember_backend *cpu = NULL;
     assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
     print_message("CPU variant %s\n", ember_cpu_variant_name(ember_cpu_variant_active()));
@@ -352,9 +352,11 @@ static void matmul_q8_vs_cpu(bool exact)
     long identical = 0, total = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const bool k = types[ti][3] == 'K';
-        /* K types: 4, 8 and 10 super-blocks (2560: E4B's width, a tail of 2 for the 4-block step) */
-        const int64_t shapes[3] = {k ? 1024 : 640, k ? 2048 : 576, k ? 2560 : 1088};
-        for (int si = 0; si < 3; si++)
+        /* K types: 4, 8 and 10 super-blocks (2560: E4B's width, a tail of 2 for the 4-block step),
+         * and 40 (10240: E4B's down projection; one column takes two warps a row, cuda_mmvq.cu
+         * k_mmvq_split) */
+        const int64_t shapes[4] = {k ? 1024 : 640, k ? 2048 : 576, k ? 2560 : 1088, k ? 10240 : 2048};
+        for (int si = 0; si < 4; si++)
             for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {
                 /* 301 rows: not a multiple of the 4 rows of a CTA */
                 const case_result r = run_case(cpu, types[ti], shapes[si], 301, cols[ci], exact);

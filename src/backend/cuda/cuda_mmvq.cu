@@ -99,58 +99,6 @@ k_mmvq(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const
     }
 }
 
-/* One column, long K-quant rows (nb >= kSplitMinNb super-blocks, E4B's
- * down projections of 10240): two warps per row, each over one half of its
- * super-blocks, so a CTA of kWarpsQ8 warps computes kWarpsQ8 / 2 rows and
- * twice the warps are in flight for the few rows of such a matrix (2560:
- * ~19 warps per SM with one warp per row). The halves' sums are added in
- * shared memory. ms: the rows' segments with kWarpsQ8 / 2 rows per CTA
- * (split_segs). */
-constexpr int kSplitMinNb = 16;
-
-template <class R>
-__global__ void __launch_bounds__(kWarpsQ8 * 32)
-k_mmvq_split(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
-             const float *__restrict__ as, int64_t n, size_t blk_bytes)
-{
-    constexpr int kRows = kWarpsQ8 / 2;
-    __shared__ float half_sum[kRows];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp & 1, rl = warp >> 1;
-    const unsigned bx = blockIdx.x;
-    const int seg = bx < ms.end0 ? 0 : (bx < ms.end1 ? 1 : 2);
-    const unsigned b0 = seg == 0 ? 0u : (seg == 1 ? ms.end0 : ms.end1);
-    const int64_t n_rows = seg == 0 ? ms.n0 : (seg == 1 ? ms.n1 : ms.n2);
-    const int64_t row = (int64_t)(bx - b0) * kRows + rl;
-    const bool has = row < n_rows;
-    const int h0 = part ? nb / 2 : 0, nbh = part ? nb - nb / 2 : nb / 2;
-    const uint8_t *wr = has ? (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + row * row_bytes + (size_t)h0 * blk_bytes
-                            : nullptr;
-    if (has) prefetch_row(wr, (size_t)nbh * blk_bytes);
-    ember_pdl_wait();
-    float acc[1] = {0.0f};
-    if (has) R::template run<1>(wr, nbh, aq + (int64_t)h0 * 256, ad + h0, as, n, lane, acc);
-    const float v = warp_sum(acc[0]);
-    if (part == 1 && lane == 0) half_sum[rl] = v;
-    __syncthreads();
-    if (has && part == 0 && lane == 0) {
-        float *y = seg == 0 ? ms.y0 : (seg == 1 ? ms.y1 : ms.y2);
-        y[row] = v + half_sum[rl];
-    }
-}
-
-/* ms's segments re-cut to kWarpsQ8 / 2 rows per CTA; returns the grid */
-unsigned split_segs(const mm_seg &ms, mm_seg &out)
-{
-    constexpr int kRows = kWarpsQ8 / 2;
-    out = ms;
-    const unsigned c0 = (unsigned)((ms.n0 + kRows - 1) / kRows);
-    const unsigned c1 = ms.W1 ? (unsigned)((ms.n1 + kRows - 1) / kRows) : 0u;
-    const unsigned c2 = ms.W2 ? (unsigned)((ms.n2 + kRows - 1) / kRows) : 0u;
-    out.end0 = c0;
-    out.end1 = ms.W1 ? c0 + c1 : c0;
-    return c0 + c1 + c2;
-}
-
 template <int NC>
 void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
                     const q8_view &a, int64_t n)
@@ -173,24 +121,10 @@ void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
         ember_launch(k_mmvq<row32<uq8_0>, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb32, a.qs, a.d, a.s, n);
         break;
     case EMBER_TYPE_Q4_K:
-        if (NC == 1 && nb256 >= kSplitMinNb) {
-            mm_seg ss;
-            const unsigned g2 = split_segs(ms, ss);
-            ember_launch(k_mmvq_split<row4_K>, g2, kWarpsQ8 * 32, 0, st, ss, row_bytes, nb256, a.qs, a.d, a.s, n,
-                         (size_t)144);
-        } else {
-            ember_launch(k_mmvq<row4_K, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb256, a.qs, a.d, a.s, n);
-        }
+        ember_launch(k_mmvq<row4_K, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb256, a.qs, a.d, a.s, n);
         break;
     default: /* Q6_K (checked by the caller) */
-        if (NC == 1 && nb256 >= kSplitMinNb) {
-            mm_seg ss;
-            const unsigned g2 = split_segs(ms, ss);
-            ember_launch(k_mmvq_split<row6_K>, g2, kWarpsQ8 * 32, 0, st, ss, row_bytes, nb256, a.qs, a.d, a.s, n,
-                         (size_t)210);
-        } else {
-            ember_launch(k_mmvq<row6_K, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb256, a.qs, a.d, a.s, n);
-        }
+        ember_launch(k_mmvq<row6_K, NC>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb256, a.qs, a.d, a.s, n);
         break;
     }
 }

@@ -353,8 +353,7 @@ static void matmul_q8_vs_cpu(bool exact)
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const bool k = types[ti][3] == 'K';
         /* K types: 4, 8 and 10 super-blocks (2560: E4B's width, a tail of 2 for the 4-block step),
-         * and 40 (10240: E4B's down projection; one column takes two warps a row, cuda_mmvq.cu
-         * k_mmvq_split) */
+         * and 40 (10240: E4B's down projection, many passes a lane) */
         const int64_t shapes[4] = {k ? 1024 : 640, k ? 2048 : 576, k ? 2560 : 1088, k ? 10240 : 2048};
         for (int si = 0; si < 4; si++)
             for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++) {

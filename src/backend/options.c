@@ -49,6 +49,9 @@ static const opt_row rows[] = {
     /* CUDA backend (cuda/) */
     {"EMBER_CUDA_VERIFY", OPT_BOOL, F(cuda_verify), 0, 0, 1, NULL,
      "1: run every CUDA op on the CPU backend too and print the worst difference per op (host activations, no graphs)"},
+    {"EMBER_CUDA_GRAPH_LOG", OPT_BOOL, F(cuda_graph_log), 0, 0, 1, NULL,
+     "1: say on stderr why a decode step's CUDA graph was dropped (capture refused, or the first node where a "
+     "replayed step differed from the captured one)"},
     {"EMBER_CUDA_GRAPHS", OPT_BOOL, F(cuda_graphs), 1, 0, 1, NULL,
      "0: no CUDA graphs (decode steps run op by op)"},
     {"EMBER_CUDA_FUSE", OPT_BOOL, F(cuda_fuse), 1, 0, 1, NULL,

@@ -924,6 +924,7 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
     b->q8_on = o.cuda_q8;
     b->rope_tab_on = o.cuda_rope_table;
     b->graphs_on = o.cuda_graphs;
+    b->graph_log = o.cuda_graph_log;
     b->fuse_on = o.cuda_fuse;
     b->fuse_head = o.cuda_fuse && o.cuda_fuse_head;
     b->fuse_add = o.cuda_fuse && o.cuda_fuse_add;

@@ -18,6 +18,7 @@
  */
 #include "backend/cuda/cuda_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- graphs --------------------------------------------------------------- */
@@ -196,6 +197,10 @@ bool cb_step_end(ember_backend *be)
         ember_step_end(&b->rec);
         /* a step that could not be recorded whole could never be matched */
         if (st != EMBER_OK || b->failed || b->rec.broken || ember_step_copy(&e->step, &b->rec) != EMBER_OK) {
+            if (b->graph_log)
+                fprintf(stderr, "ember: cuda graph: capture refused (%s), the step runs op by op\n",
+                        st != EMBER_OK ? "capture failed" : b->failed ? "an op could not be captured"
+                        : b->rec.broken ? "the step could not be recorded whole" : "out of memory");
             ember_cuda_graph_free(g);
             e->disabled = true;
             ok = false;
@@ -217,6 +222,14 @@ bool cb_step_end(ember_backend *be)
         ember_step_end(&b->rec);
         const bool same = b->whole || ember_step_equal(&b->rec, &e->step);
         if (b->failed || !same || b->n_pend != e->n_pend) {
+            if (b->graph_log) {
+                const int32_t d = same ? -1 : ember_step_first_diff(&b->rec, &e->step);
+                const ember_step *r = d >= 0 && d < b->rec.n ? &b->rec : (d >= 0 && d < e->step.n ? &e->step : NULL);
+                fprintf(stderr, "ember: cuda graph: replay dropped (%s%s%d%s%s), the step runs op by op\n",
+                        b->failed ? "an op could not be replayed" : !same ? "steps differ" : "outputs differ",
+                        d >= 0 ? " at node " : "", d >= 0 ? (int)d : 0, r ? ", " : "",
+                        r ? ember_step_op_name((ember_step_op)r->node[d].op) : "");
+            }
             CK("graph", ember_cuda_synchronize(b->cu));
             ember_cuda_graph_free(e->g);
             e->g = NULL;

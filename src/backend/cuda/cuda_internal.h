@@ -141,6 +141,7 @@ typedef struct cuda_backend {
     size_t pend_bytes[MAX_PEND];
     /* graphs */
     bool graphs_on;          /* EMBER_CUDA_GRAPHS=0 turns them off */
+    bool graph_log;          /* EMBER_CUDA_GRAPH_LOG=1: why a graph was dropped, on stderr */
     uint64_t gen;            /* bumped when staging or step buffers move */
     graph_entry graphs[MAX_GRAPHS];
     int32_t n_graphs;

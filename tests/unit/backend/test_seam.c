@@ -29,7 +29,7 @@ static float frand(void)   /* xorshift64, uniform in [-1, 1) */
 /* every row the table has; the test fails when one is added without a test */
 static const char *const switches[] = {
     "EMBER_CPU_VARIANT", "EMBER_PREFETCH", "EMBER_NO_GEMM", "EMBER_NO_VNNI", "EMBER_NO_SMALL_GEMM",
-    "EMBER_NO_ATTN_MULTI", "EMBER_NO_EXPF_VEC", "EMBER_CUDA_VERIFY", "EMBER_CUDA_GRAPHS", "EMBER_CUDA_FUSE",
+    "EMBER_NO_ATTN_MULTI", "EMBER_NO_EXPF_VEC", "EMBER_CUDA_VERIFY", "EMBER_CUDA_GRAPH_LOG", "EMBER_CUDA_GRAPHS", "EMBER_CUDA_FUSE",
     "EMBER_CUDA_FUSE_HEAD", "EMBER_CUDA_FUSE_ADD", "EMBER_CUDA_Q8", "EMBER_CUDA_MMVQ", "EMBER_CUDA_F32_ACT", "EMBER_CUDA_EXACT", "EMBER_CUDA_ROPE_TABLE",
     "EMBER_CUDA_TF32",
     "EMBER_CUDA_GEMM_F16", "EMBER_CUDA_ATTN_TC", "EMBER_CUDA_PDL", "EMBER_CUDA_CUBLAS_WS_MIB", "EMBER_CUDA_STACK",
@@ -65,7 +65,7 @@ static void test_options_defaults(void **st)
     assert_int_equal(o.n_threads, 0);
     assert_int_equal(o.cpu_prefetch_bytes, 4096);
     assert_false(o.cpu_no_gemm || o.cpu_no_vnni || o.cpu_no_small_gemm || o.cpu_no_attn_multi || o.cpu_no_expf_vec);
-    assert_false(o.cuda_verify || o.cuda_f32_act || o.cuda_exact);
+    assert_false(o.cuda_verify || o.cuda_f32_act || o.cuda_exact || o.cuda_graph_log);
     assert_true(o.cuda_mmvq);
     assert_true(o.cuda_graphs && o.cuda_fuse && o.cuda_fuse_head && o.cuda_fuse_add && o.cuda_q8 && o.cuda_rope_table && o.cuda_tf32 && o.cuda_pdl);
     assert_true(o.cuda_gemm_f16 && o.cuda_attn_tc);

@@ -60,7 +60,10 @@ const char serve_spec_usage[] =
     "                              draft-mtp: 0, as llama.cpp)\n"
     "      --spec-adaptive on|off  per-slot draft length from measured acceptance and verify cost (default on)\n"
     "      --spec-row-cost C       cost of one more verified row relative to a 1-token step (default: measured\n"
-    "                              from the server's own step times, starting from 0.35)\n";
+    "                              from the server's own step times, starting from 0.35)\n"
+    "      --spec-force-accept X   BENCHMARKS ONLY: accept X drafted tokens a step on average whatever the model\n"
+    "                              draws (the output is not the model's), to time speculation at a chosen\n"
+    "                              acceptance on random-weight files\n";
 
 int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
 {
@@ -71,7 +74,8 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
                    !strcmp(a, "--spec-draft-n-max") || !strcmp(a, "--draft-max") ||
                    !strcmp(a, "--spec-draft-n-min") || !strcmp(a, "--draft-min") ||
                    !strcmp(a, "--spec-draft-p-min") || !strcmp(a, "--draft-p-min") || !strcmp(a, "--spec-adaptive") ||
-                   !strcmp(a, "--spec-row-cost") || !strcmp(a, "--spec-layers") || !strcmp(a, "--spec-early-exit");
+                   !strcmp(a, "--spec-row-cost") || !strcmp(a, "--spec-layers") || !strcmp(a, "--spec-early-exit") ||
+                   !strcmp(a, "--spec-force-accept");
     if (!is_spec) return 0;
     if (!v) { fprintf(stderr, "ember: %s needs a value\n", a); return -1; }
     (*i)++;
@@ -101,6 +105,13 @@ int serve_parse_spec_flag(int argc, char **argv, int *i, serve_opts *o)
             return -1;
         }
         o->spec.n_layer_draft = (int32_t)x;
+    } else if (!strcmp(a, "--spec-force-accept")) {
+        double x = strtod(v, &end);
+        if (*end || end == v || !(x >= 0 && x <= SPEC_MAX_DRAFT)) {
+            fprintf(stderr, "ember: --spec-force-accept expects a number of tokens in [0, %d], got '%s'\n", SPEC_MAX_DRAFT, v);
+            return -1;
+        }
+        o->spec.force_accept = (float)x;
     } else if (!strcmp(a, "--spec-row-cost")) {
         double c = strtod(v, &end);
         if (*end || end == v || !(c > 0 && c <= 4)) {

@@ -548,22 +548,35 @@ int32_t slot_after_decode(engine *e, slot *s)
     }
     const bool has_head = s->has_head;
     s->has_head = false;
+    /* --spec-force-accept (benchmarks): the first `forced` drafts are taken as
+     * they are and the draw after them never matches (no grammar or forced
+     * tokens of the request's own: those keep the real rule) */
+    const int32_t forced = n_draft > 0 && !s->grammar && s->n_force == 0
+                               ? spec_engine_forced_accept(e->cfg.spec, s->id, n_draft) : -1;
     for (int32_t j = 0; j <= n_draft; j++) {
         /* the row's head when it decides the draw (no grammar, nothing
          * forced), else the full row */
         const ember_logits_top *head = has_head ? &e->heads[s->head0 + j] : NULL;
         const float *logits = NULL;
         ember_token t = -1;
-        if (head && (s->grammar || s->n_force > 0 ||
-                     e->rt.sampler_sample_top(e->rt.ctx, s->smpl, head, &t) != EMBER_OK))
-            head = NULL;
-        if (!head) {
-            logits = e->rt.get_logits(e->rt.ctx, i0 + j);
-            if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); break; }
-            t = slot_draw(e, s, logits);   /* grammar / forced tokens; -1: released */
+        if (forced >= 0 && j < forced) {   /* accepted by force: the draft token, the row only for logprobs */
+            t = s->draft[j];
+            if (!head && !(logits = e->rt.get_logits(e->rt.ctx, i0 + j))) {
+                slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry");
+                break;
+            }
+        } else {
+            if (head && (s->grammar || s->n_force > 0 ||
+                         e->rt.sampler_sample_top(e->rt.ctx, s->smpl, head, &t) != EMBER_OK))
+                head = NULL;
+            if (!head) {
+                logits = e->rt.get_logits(e->rt.ctx, i0 + j);
+                if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); break; }
+                t = slot_draw(e, s, logits);   /* grammar / forced tokens; -1: released */
+            }
         }
         if (t < 0) break;
-        bool hit = j < n_draft && t == s->draft[j];
+        bool hit = j < n_draft && (forced >= 0 ? j < forced : t == s->draft[j]);
         n_sampled++;
         if (hit) {   /* counted before emit_token, which may finish the request and drop r */
             n_acc++;

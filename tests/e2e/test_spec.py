@@ -152,9 +152,26 @@ def test_draft_model_vocab_mismatch_refused(ember_bin, smollm2_path, gemma3_path
     assert "vocabulary" in p.stderr
 
 
+def test_force_accept_overrides_the_draw(ember_bin, smollm2_path):
+    """--spec-force-accept X (benchmarks): the target as its own draft would have (nearly) every
+    one of its 4 drafted tokens accepted; forced to 1.5 a step, the steps accept 1 and 2 in turn
+    (floor/ceil dithered), so accepted / steps is 1.5 and far from the 4 of the real rule."""
+    srv = start(ember_bin, smollm2_path, "--spec-type", "draft", "-md", smollm2_path, "--spec-draft-p-min", "0",
+                "--spec-draft-n-max", "4", "--spec-adaptive", "off", "--spec-force-accept", "1.5", np=1)
+    try:
+        _, toks, t = complete(srv, PROMPTS[0], n=40)   # the code rewrite: a long answer
+        assert len(toks) == 40, t
+        steps = t["draft_n"] / 4          # every step drafts 4 (p_min 0, adaptive off), the last maybe fewer
+        assert steps >= 10, t
+        assert 1.2 <= t["draft_n_accepted"] / steps <= 1.8, t
+    finally:
+        srv.stop()
+
+
 def test_bad_spec_flags(ember_bin, smollm2_path):
     import subprocess
     for args in (["--spec-type", "bogus"], ["--spec-draft-n-max", "0"], ["--spec-draft-p-min", "2"],
-                 ["--spec-row-cost", "0"], ["--spec-layers", "0"]):
+                 ["--spec-row-cost", "0"], ["--spec-layers", "0"], ["--spec-force-accept", "-1"],
+                 ["--spec-force-accept", "33"], ["--spec-force-accept", "x"]):
         p = subprocess.run([ember_bin, "serve", "-m", smollm2_path, *args], capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, args

@@ -33,7 +33,7 @@
 spec_params spec_default_params(void)
 {
     return (spec_params){.type = SPEC_NONE, .n_max = 16, .n_min = 0, .p_min = 0.75f, .adaptive = true,
-                         .row_cost = 0.35f, .ngram_min = 2, .ngram_max = 4};
+                         .row_cost = 0.35f, .ngram_min = 2, .ngram_max = 4, .force_accept = -1.0f};
 }
 
 static const char *const type_names[] = {"none", "ngram", "draft", "layerskip", "draft-dflash", "draft-mtp"};
@@ -57,13 +57,15 @@ ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n
     else if (!(p->p_min >= 0 && p->p_min <= 1)) bad = "--spec-draft-p-min must be in [0, 1]";
     else if (p->adaptive && !(p->row_cost > 0)) bad = "--spec-row-cost must be > 0";
     else if (n_slots < 1) bad = "n_slots must be >= 1";
+    else if (p->force_accept >= 0 && !(p->force_accept <= (float)SPEC_MAX_DRAFT))
+        bad = "--spec-force-accept must be in [0, 32]";
     if (bad) {
         if (prop.free) prop.free(prop.self);
         return ember_error(EMBER_ERR_INVALID_ARG, "speculation: %s (n_max %d, n_min %d, p_min %g)", bad, p->n_max,
                            p->n_min, (double)p->p_min);
     }
     spec_engine *s = calloc(1, sizeof *s);
-    double *acc = calloc((size_t)n_slots * 4, sizeof *acc);
+    double *acc = calloc((size_t)n_slots * 5, sizeof *acc);
     uint8_t *last_long = calloc((size_t)n_slots, 1);
     int32_t *idle = calloc((size_t)n_slots, sizeof *idle);
     double *t_base = calloc((size_t)n_slots + 1, sizeof *t_base);
@@ -87,6 +89,7 @@ ember_status spec_engine_new(const spec_params *p, spec_proposer prop, int32_t n
     s->acc_r = acc + n_slots;
     s->lacc_a = acc + 2 * n_slots;
     s->lacc_r = acc + 3 * n_slots;
+    s->force_frac = acc + 4 * n_slots;
     s->last_long = last_long;
     s->idle = idle;
     s->t_base = t_base;
@@ -115,10 +118,14 @@ void spec_engine_describe(const spec_engine *s, char *buf, size_t cap)
 {
     char extra[256] = "";
     if (s->prop.describe) s->prop.describe(s->prop.self, extra, sizeof extra);
-    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s (row cost %.2f%s%s)",
+    char forced[96] = "";
+    if (s->p.force_accept >= 0)
+        snprintf(forced, sizeof forced, "; FORCED acceptance %.2f a step (benchmark: output is not the model's)",
+                 (double)s->p.force_accept);
+    snprintf(buf, cap, "speculative decoding: %s (%s), draft n_max %d, n_min %d, p_min %.2f, adaptive %s (row cost %.2f%s%s)%s",
              spec_type_name(s->p.type), extra, s->p.n_max, s->p.n_min, (double)s->p.p_min,
              s->p.adaptive ? "on" : "off", (double)s->p.row_cost, s->p.row_cost_auto ? " until measured" : "",
-             s->prop.costly ? " + measured draft cost" : "");
+             s->prop.costly ? " + measured draft cost" : "", forced);
 }
 
 int32_t spec_best_length(double alpha, float row_cost, int32_t n_max)
@@ -259,6 +266,15 @@ void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t
     r[slot] = 0.8 * r[slot] + (n_accepted < n_drafted ? 1 : 0);
     s->idle[slot] = 0;
     if (s->prop.feedback) s->prop.feedback(s->prop.self, slot, n_drafted, n_accepted);
+}
+
+int32_t spec_engine_forced_accept(spec_engine *s, int32_t slot, int32_t n_draft)
+{
+    if (!s || !(s->p.force_accept >= 0) || slot < 0 || slot >= s->n_slots) return -1;
+    const double x = s->force_frac[slot] + (double)s->p.force_accept;
+    const int32_t k = (int32_t)floor(x);
+    s->force_frac[slot] = x - (double)k;
+    return k < 0 ? 0 : (k > n_draft ? n_draft : k);
 }
 
 void spec_engine_slot_reset(spec_engine *s, int32_t slot)

@@ -129,6 +129,11 @@ typedef struct spec_params {
                          * ember serve sets it unless --spec-row-cost is given */
     int32_t ngram_min, ngram_max; /* n-gram: lookup key lengths tried, longest first */
     int32_t n_layer_draft;        /* layerskip: --spec-layers k (0: half the target's layers) */
+    float force_accept;           /* --spec-force-accept X (benchmarks only; < 0: off): every verification
+                                   * step accepts X drafted tokens on average (floor and ceil dithered),
+                                   * whatever the target draws, so the cost of speculation at a chosen
+                                   * acceptance can be timed on random-weight files; the output is then
+                                   * NOT the target's */
 } spec_params;
 
 spec_params spec_default_params(void);
@@ -159,6 +164,7 @@ typedef struct spec_engine {
     double *rc_est;    /* [n_slots + 1] measured row cost for steps of i slot rows (row_cost_auto) */
     int32_t *n_rc;     /* [n_slots + 1] samples behind rc_est[i] */
     int32_t base;      /* slot rows (no drafts) of the last decode-only step */
+    double *force_frac; /* [n_slots] --spec-force-accept: the fraction carried to the next step */
     spec_stats st;
 } spec_engine;
 
@@ -186,6 +192,10 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
 /* After verification: n_accepted of n_drafted were accepted. Updates the
  * counters and the slot's acceptance estimate (counts decay by 0.8 a draft). */
 void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);
+/* --spec-force-accept: how many of this step's n_draft drafted tokens the
+ * slot accepts by force (k = floor(f + X) with f the slot's carried
+ * fraction, then f = f + X - k; at most n_draft), or -1 when forcing is off. */
+int32_t spec_engine_forced_accept(spec_engine *s, int32_t slot, int32_t n_draft);
 void spec_engine_slot_reset(spec_engine *s, int32_t slot);
 /* The engine's step timing: a target decode of n_rows batch entries (no
  * prefill), n_draft_rows of them draft tokens, took dt seconds (of process

@@ -110,6 +110,11 @@ def main():
     ember = os.path.join(ROOT, "build", "bin", "ember")
     par = os.path.join(ROOT, "build", "bench", "par_decode")
     T = str(args.threads)
+
+    def save():   # after every step, so that a cut-short run keeps what it measured
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
     res = dict(model=args.model, model_bytes=os.path.getsize(args.model), threads=args.threads, cpu=cpu_model(),
                nproc=os.cpu_count(), reps=args.reps, p=args.p, n=args.n, raw={})
 
@@ -118,15 +123,18 @@ def main():
                         "-r", str(args.reps)])
         res["raw"]["ember_bench"] = out + err
         res["ember"] = ember_bench_medians(out + err)
+        save()
         out, err = run([os.path.join(bindir, "llama-bench"), "-m", args.model, "-t", T, "-p", str(args.p),
                         "-n", str(args.n), "-r", str(args.reps), "-o", "json"])
         res["raw"]["llama_bench"] = out + err[-3000:]
         res["llama"] = llama_bench_medians(out)
+        save()
     if "par" not in skip:
         out, err = run([par, args.model, "-np", "8", "-pp", "128", "-tg", "64", "-r", str(args.par_reps),
                         "-ngl", "0", "-t", T])
         res["raw"]["par_decode"] = out + err[-2000:]
         res.setdefault("ember", {})["8x tg64 (S_TG)"] = par_decode_stg(out)
+        save()
         stg = []
         for _ in range(args.par_runs):
             out, err = run([os.path.join(bindir, "llama-batched-bench"), "-m", args.model, "-npp", "128", "-ntg", "64",
@@ -143,9 +151,7 @@ def main():
         rows.append(f"| {k} | {a if a is not None else 'n/a'} | {f'{b:.2f}' if b else 'n/a'} | {r} |")
     res["table"] = "\n".join(rows)
     print(res["table"])
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+    save()
 
 
 if __name__ == "__main__":

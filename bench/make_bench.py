@@ -45,13 +45,13 @@ def have_gpu():
         ["nvidia-smi", "-L"], capture_output=True).returncode == 0
 
 
-def llama_cpp_bin(jobs):
-    """Build (once) and return llama.cpp's bin folder."""
+def llama_cpp_bin(jobs, need=("llama-bench", "llama-server"), cpu_only=False):
+    """Build (once) the targets in `need` and return llama.cpp's bin folder."""
     base = os.environ.get("LLAMA_CPP_DIR") or os.path.expanduser("~/.cache/ember/llama.cpp")
-    cuda = have_gpu() and shutil.which("nvcc") is not None
+    cuda = not cpu_only and have_gpu() and shutil.which("nvcc") is not None
     build = os.path.join(base, "build-cuda" if cuda else "build")
     bindir = os.path.join(build, "bin")
-    need = ["llama-bench", "llama-server"]
+    need = list(need)
     if all(os.path.exists(os.path.join(bindir, b)) for b in need):
         return bindir, cuda
     src = glob.glob(os.path.join(base, "llama_cpp_python-*", "vendor", "llama.cpp"))

@@ -5,7 +5,7 @@
  * steps decode one token per sequence in one batch of N; reported: the
  * prompt time, the decode time and N*TG / decode time (S_TG, tok/s).
  *
- *   par_decode MODEL [-np N] [-pp PP] [-tg TG] [-r REPS] [-ngl N]
+ *   par_decode MODEL [-np N] [-pp PP] [-tg TG] [-r REPS] [-ngl N] [-t THREADS]
  * Must not: be a test (speed is never asserted) or sample (tokens are
  * random, as in llama-batched-bench).
  */
@@ -26,16 +26,17 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL [-np N] [-pp PP] [-tg TG] [-r REPS] [-ngl N]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL [-np N] [-pp PP] [-tg TG] [-r REPS] [-ngl N] [-t THREADS]\n", argv[0]);
         return 2;
     }
-    int np = 8, pp = 128, tg = 128, reps = 3, ngl = -1;
+    int np = 8, pp = 128, tg = 128, reps = 3, ngl = -1, nt = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-np")) np = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-pp")) pp = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-tg")) tg = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-ngl")) ngl = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t")) nt = atoi(argv[i + 1]);
     }
     if (np < 1 || pp < 1 || tg < 1 || reps < 1) return 2;
     ember_model_params mp = ember_model_default_params();
@@ -49,6 +50,7 @@ int main(int argc, char **argv)
     cp.n_ctx = (uint32_t)(pp + tg + 1);
     cp.n_kv_tokens = (uint32_t)((pp + tg + 32) * np);
     cp.n_seq_max = (uint32_t)np;
+    if (nt > 0) cp.n_threads = nt;
     cp.n_batch = (uint32_t)(pp * np > 2048 ? 2048 : pp * np);
     if ((int)cp.n_batch < np) cp.n_batch = (uint32_t)np;
     cp.n_ubatch = cp.n_batch < 512 ? cp.n_batch : 512;

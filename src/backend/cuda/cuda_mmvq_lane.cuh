@@ -152,51 +152,84 @@ EMBER_UNROLL
     }
 }
 
-/* Q6_K: lane = 8k + l: k (0..3) one of 4 consecutive super-blocks, l the
- * bytes 4l..4l+3 of each of the block's 8 chunks of 32 elements (chunk
- * c = 4h + kq: u = (ql[64h + 32(kq&1) + b] >> 4(kq>>1)) & 15 |
- * ((qh[32h + b] >> 2kq) & 3) << 4, element 32c + b, scale sc[2c + b/16]);
- * the -32 offset as 32 times the scaled activation sums. (A pass of
- * kpass<NC>::U super-blocks loaded first, as Q4_K's, took 72 registers
- * and was 14% slower on E4B's down projection: H200 2026-12-03.) */
+/* (lo:hi) >> sh, sh 0 or 16 (the funnel shift) */
+__host__ __device__ __forceinline__ uint32_t funnel_r(uint32_t lo, uint32_t hi, int sh)
+{
+#ifdef __CUDA_ARCH__
+    return __funnelshift_r(lo, hi, sh);
+#else
+    return sh ? (lo >> sh) | (hi << (32 - sh)) : lo;
+#endif
+}
+
+/* The 16 bytes at p, which is only 2-byte aligned (Q6_K's 210-byte blocks):
+ * the two aligned 16-byte lines from p & ~15 are loaded and the wanted
+ * words funnel-shifted out of them, so one lane issues two wide loads
+ * instead of eight 16-bit ones. Reads [p & ~15, (p & ~15) + 32): the caller
+ * keeps that inside the tensor (16-byte aligned base). */
+__host__ __device__ __forceinline__ void ld16_a2(const uint8_t *p, uint32_t *out)
+{
+    const uintptr_t a = (uintptr_t)p;
+    const uint4 *line = reinterpret_cast<const uint4 *>(a & ~(uintptr_t)15);
+    const uint4 x = line[0], y = line[1];
+    const uint32_t w[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+    const bool q2 = (a & 8) != 0, q1 = (a & 4) != 0;
+    const int sh = (a & 2) ? 16 : 0;
+    uint32_t t[6], v[5];
+EMBER_UNROLL
+    for (int j = 0; j < 6; j++) t[j] = q2 ? w[j + 2] : w[j];
+EMBER_UNROLL
+    for (int j = 0; j < 5; j++) v[j] = q1 ? t[j + 1] : t[j];
+EMBER_UNROLL
+    for (int j = 0; j < 4; j++) out[j] = funnel_r(v[j], v[j + 1], sh);
+}
+
+/* Q6_K: lane = 8k + l: k (0..3) one of 4 consecutive super-blocks; l =
+ * 4hh + 2lo + hf takes the 16 ql bytes 64hh + 32lo + 16hf.. and the 16 qh
+ * bytes 32hh + 16hf.. (each two wide loads, ld16_a2): ql byte i's low nibble
+ * with qh bits 2lo.. is element e0 + i, e0 = 128hh + 32lo + 16hf, scale
+ * sc[e0 / 16]; its high nibble with qh bits 2lo + 4.. is element e0 + 64,
+ * scale sc[e0 / 16 + 4] (ggml's dequantize_row_q6_K); the -32 offset as 32
+ * times the activation sums. (The lanes used to take 4 bytes of each of the
+ * block's 8 chunks, 12 16-bit and 8 byte loads a block: ~0.9 TB/s on E4B's
+ * down projection, H200 2026-12-03.) */
 template <int NC>
 __host__ __device__ __forceinline__ void mmvq6_K_lane(const uint8_t *wr, int nb, const int8_t *aq, const float *ad,
                                                       int64_t n, int lane, float *acc)
 {
-    const int l = lane & 7, k = lane >> 3, hs = l >= 4;
+    const int l = lane & 7, k = lane >> 3;
+    const int hh = l >> 2, lo = (l >> 1) & 1, hf = l & 1;
+    const int e0 = 128 * hh + 32 * lo + 16 * hf, s0 = e0 / 16;
+    const int qoff = 64 * hh + 32 * lo + 16 * hf, hoff = 128 + 32 * hh + 16 * hf;
+    const int shl = 2 * lo, shh = 2 * lo + 4;
 EMBER_UNROLL_N("unroll 2")
     for (int b = k; b < nb; b += 4) {
         const uint8_t *blk = wr + (size_t)b * 210;
-        const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192);
+        uint32_t ql[4], qh[4];
+        ld16_a2(blk + qoff, ql);
+        ld16_a2(blk + hoff, qh);
+        const int scl = (int8_t)blk[192 + s0], sch = (int8_t)blk[192 + s0 + 4];
         const float dw = ld_f16(blk + 208);
-        uint32_t u[8];
+        int ul[4], uh[4];
 EMBER_UNROLL
-        for (int hh = 0; hh < 2; hh++) {
-            const uint32_t qh = ld_u32_a2(blk + 128 + 32 * hh + 4 * l);
-EMBER_UNROLL
-            for (int lo = 0; lo < 2; lo++) {
-                const uint32_t ql = ld_u32_a2(blk + 64 * hh + 32 * lo + 4 * l);
-EMBER_UNROLL
-                for (int hi = 0; hi < 2; hi++) {
-                    const int kq = lo + 2 * hi;
-                    u[4 * hh + kq] = ((ql >> (4 * hi)) & 0x0F0F0F0Fu) | (((qh >> (2 * kq)) & 0x03030303u) << 4);
-                }
-            }
+        for (int i = 0; i < 4; i++) {
+            ul[i] = (int)((ql[i] & 0x0F0F0F0Fu) | (((qh[i] >> shl) & 0x03030303u) << 4));
+            uh[i] = (int)(((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> shh) & 0x03030303u) << 4));
         }
-        int scu[8];
-EMBER_UNROLL
-        for (int ch = 0; ch < 8; ch++) scu[ch] = sc[2 * ch + hs];
 EMBER_UNROLL
         for (int c = 0; c < NC; c++) {
-            const int8_t *a = aq + c * n + (int64_t)b * 256;
-            int vv = 0, ss = 0;
+            const int8_t *a = aq + c * n + (int64_t)b * 256 + e0;
+            const int4 a0 = *reinterpret_cast<const int4 *>(a), a1 = *reinterpret_cast<const int4 *>(a + 64);
+            const int al[4] = {a0.x, a0.y, a0.z, a0.w}, ah[4] = {a1.x, a1.y, a1.z, a1.w};
+            int dl = 0, sl = 0, dh = 0, sh = 0;
 EMBER_UNROLL
-            for (int ch = 0; ch < 8; ch++) {
-                const int av = *reinterpret_cast<const int *>(a + 32 * ch + 4 * l);
-                vv += scu[ch] * dp4a_s((int)u[ch], av, 0);
-                ss += scu[ch] * dp4a_s(0x01010101, av, 0);
+            for (int i = 0; i < 4; i++) {
+                dl = dp4a_s(ul[i], al[i], dl);
+                sl = dp4a_s(0x01010101, al[i], sl);
+                dh = dp4a_s(uh[i], ah[i], dh);
+                sh = dp4a_s(0x01010101, ah[i], sh);
             }
-            acc[c] = fmaf((float)(vv - 32 * ss), dw * ad[c * (n / 256) + b], acc[c]);
+            acc[c] = fmaf((float)(scl * (dl - 32 * sl) + sch * (dh - 32 * sh)), dw * ad[c * (n / 256) + b], acc[c]);
         }
     }
 }

@@ -3,7 +3,7 @@
 # same run. BINS="label:tarball ..." (tarballs made by bench/gpu/pack_carry.sh), the first the
 # base, the last the change under test. GPU unit tests of the last; per model (g3, e4b): engine
 # tg256 (ember bench -p 0 -n 256 -r 3) of each build in turn, REPS times (default 2); 8-stream
-# decode (par_decode -np 8) of each; greedy ids after a 600-token random prompt of each (equal
+# decode (par_decode -np 8) of each; engine pp512 and pp2048 of each (PP=0 skips); greedy ids after a 600-token random prompt of each (equal
 # unless a change moves float order); then the per-kernel profile of the last
 # (bench/gpu/profile_h200.sh; PROFILE=0 skips it).
 # Inputs: the tarballs, .carry/g3header.xz and .carry/g3cut.gguf (serve_h200.sh).
@@ -42,6 +42,14 @@ for m in g3 e4b; do
       timeout 100 /tmp/ab-$l/b/bin/ember bench -m $M -ngl 99 -c 4096 -p 0 -n 256 -r 3 2>&1 | grep -E "^\|" | tail -1 | sed "s/^/$l /" | tee -a "$R"
     done
   done
+  if [ "${PP:-1}" = 1 ]; then
+    log "=== $m engine pp512 and pp2048 (ember bench -p N -n 0 -r 3), each build"
+    for l in "${labels[@]}"; do
+      for p in 512 2048; do
+        timeout 100 /tmp/ab-$l/b/bin/ember bench -m $M -ngl 99 -c 4096 -p $p -n 0 -r 3 2>&1 | grep -E "^\|" | tail -1 | sed "s/^/$l /" | tee -a "$R"
+      done
+    done
+  fi
   log "=== $m 8 streams (par_decode -np 8 -pp 128 -tg 128 -r 2)"
   for l in "${labels[@]}"; do
     timeout 120 /tmp/ab-$l/b/bench/par_decode $M -ngl 99 -np 8 -pp 128 -tg 128 -r 2 2>&1 | tail -1 | sed "s/^/$l /" | tee -a "$R"

@@ -480,7 +480,7 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         CK("matmul (activation rounding)", ember_cuda_round_act(b->cu, fmt[k], dx, r, n));
         xin[k] = r;
     }
-    for (int32_t k = 0; k < n_w; k++) CK("matmul", ember_cuda_matmul(b->cu, t[k], xin[k], n_tokens, dy[k]));
+    CK("matmul", ember_cuda_matmul_multi(b->cu, n_w, t, xin, n_tokens, dy));
     for (int32_t k = 0; k < n_w; k++) cb_out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
 }
 

@@ -150,6 +150,13 @@ void ember_cuda_tensor_release(ember_cuda *cu, ember_cuda_tensor *t);
  * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED. */
 ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
                                int64_t n_cols, float *y);
+/* ember_cuda_matmul of weight ws[k] on xs[k] into ys[k], k < n_w, one after
+ * another; where weights read the same x (Q/K/V, gate/up of a prompt), the
+ * f16 GEMM form converts x to f16 once for all of them (session 24's
+ * profile: the conversion, two kernels a weight, was 13% of E4B's prefill).
+ * Errors: as ember_cuda_matmul. */
+ember_status ember_cuda_matmul_multi(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws,
+                                     const float *const *xs, int64_t n_cols, float *const *ys);
 
 /* y = dequantize(quantize(x)) in activation format `act_type`, over n
  * floats (n a multiple of its block): Q8_0 and Q8_1 (blocks of 32: d =

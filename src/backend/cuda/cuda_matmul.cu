@@ -262,19 +262,31 @@ void matvec_cols(cudaStream_t st, const ember_cuda_tensor *w, const float *x, in
  * llama.cpp's cuBLAS path does for quantized weights. Half the dequantized
  * bytes of the TF32 form and twice its tensor rate. */
 
+/* What the f16 form last converted (ember_cuda_matmul_multi): weights that
+ * read the same x in one call share its f16 copy, which stays in the
+ * scratch after the weight rows as long as the scratch is not moved. */
+struct f16x_memo {
+    const void *scr;
+    const float *x;
+    int64_t nx;
+};
+
 template <class T>
-ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y,
+                             f16x_memo *memo)
 {
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
     /* 32 MiB of f16 rows per chunk (E4B's 10240 x 2560 in two), a multiple
      * of 128 rows so that every chunk's output y + r0 keeps the 16-byte
      * alignment cuBLAS's fast kernels need (an odd r0 once picked align1
-     * kernels at a third of the speed: bench/results/cuda-h200.md) */
+     * kernels at a third of the speed: bench/results/cuda-h200.md). The
+     * rows' region is sized by the row length alone, so that x's copy after
+     * it sits at the same place for every weight of one row length. */
     int64_t chunk = 4 * kGemmScratchFloats / w->ne0;
     if (chunk >= 128) chunk -= chunk % 128;
     if (chunk < 1) chunk = 1;
-    if (chunk > w->ne1) chunk = w->ne1;
     const size_t b_w = ((size_t)(chunk * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
+    if (chunk > w->ne1) chunk = w->ne1;
     const size_t b_x = ((size_t)(n_cols * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
     void *scr = NULL;
     ember_status s = ember_cuda_scratch(cu, b_w + b_x + 256, &scr);
@@ -283,11 +295,15 @@ ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const f
     unsigned *amax = (unsigned *)((char *)scr + b_w + b_x);
     float *ab = (float *)(amax + 4);
     const int64_t nx = n_cols * w->ne0;
-    const unsigned grid = (unsigned)((nx + 255) / 256 < 1024 ? (nx + 255) / 256 : 1024);
-    if ((s = ember_cuda_check(cudaMemsetAsync(amax, 0, sizeof *amax, cu->stream), "matmul (amax)")) != EMBER_OK) return s;
-    ember_launch(k_amax, grid, 256, 0, cu->stream, x, nx, amax);
-    ember_launch(k_to_half_scaled, grid, 256, 0, cu->stream, x, nx, (const unsigned *)amax, xh, ab);
-    if ((s = ember_cuda_launched("matmul (f16 activations)")) != EMBER_OK) return s;
+    if (!memo || memo->scr != scr || memo->x != x || memo->nx != nx) {
+        const unsigned grid = (unsigned)((nx + 255) / 256 < 1024 ? (nx + 255) / 256 : 1024);
+        if ((s = ember_cuda_check(cudaMemsetAsync(amax, 0, sizeof *amax, cu->stream), "matmul (amax)")) != EMBER_OK)
+            return s;
+        ember_launch(k_amax, grid, 256, 0, cu->stream, x, nx, amax);
+        ember_launch(k_to_half_scaled, grid, 256, 0, cu->stream, x, nx, (const unsigned *)amax, xh, ab);
+        if ((s = ember_cuda_launched("matmul (f16 activations)")) != EMBER_OK) return s;
+        if (memo) *memo = {scr, x, nx};
+    }
     /* alpha = s and beta = 0 are read from the device (ab) */
     if (cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_DEVICE) != CUBLAS_STATUS_SUCCESS)
         return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSetPointerMode failed");
@@ -312,9 +328,10 @@ ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const f
 }
 
 template <class T>
-ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y,
+                         f16x_memo *memo)
 {
-    if (cu->gemm_f16 && w->type != EMBER_TYPE_F32) return matmul_gemm_f16<T>(cu, w, x, n_cols, y);
+    if (cu->gemm_f16 && w->type != EMBER_TYPE_F32) return matmul_gemm_f16<T>(cu, w, x, n_cols, y, memo);
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
     int64_t chunk = kGemmScratchFloats / w->ne0;
     if (chunk >= 128) chunk -= chunk % 128;   /* aligned outputs (see matmul_gemm_f16) */
@@ -341,7 +358,8 @@ ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float
 }
 
 template <class T>
-ember_status matmul_t(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y)
+ember_status matmul_t(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y,
+                      f16x_memo *memo)
 {
     if (w->ne0 % T::QK != 0)
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul: %s row length %lld is not a multiple of %d",
@@ -349,7 +367,7 @@ ember_status matmul_t(ember_cuda *cu, const ember_cuda_tensor *w, const float *x
     if (w->ne0 / T::QK * T::UNITS > INT32_MAX)
         return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul: row of %lld elements too long",
                            (long long)w->ne0);
-    if (n_cols > kGemmMinCols) return matmul_gemm<T>(cu, w, x, n_cols, y);
+    if (n_cols > kGemmMinCols) return matmul_gemm<T>(cu, w, x, n_cols, y, memo);
     for (int64_t c0 = 0; c0 < n_cols; c0 += kMaxCols) {
         const int nc = (int)(n_cols - c0 < kMaxCols ? n_cols - c0 : kMaxCols);
         /* the kernel indexes y with n_rows stride per column: offset both */
@@ -445,7 +463,34 @@ extern "C" ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tenso
     EMBER_CUDA_NONNULL(x);
     EMBER_CUDA_NONNULL(y);
     if (n_cols <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul: n_cols = %lld", (long long)n_cols);
-    EMBER_CUDA_TYPE_DISPATCH(w->type, matmul_t, cu, w, x, n_cols, y)
+    EMBER_CUDA_TYPE_DISPATCH(w->type, matmul_t, cu, w, x, n_cols, y, (f16x_memo *)NULL)
+}
+
+static ember_status matmul_one(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y,
+                               f16x_memo *memo)
+{
+    ember_status s = check_tensor(w, "matmul");
+    if (s != EMBER_OK) return s;
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(y);
+    EMBER_CUDA_TYPE_DISPATCH(w->type, matmul_t, cu, w, x, n_cols, y, memo)
+}
+
+extern "C" ember_status ember_cuda_matmul_multi(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws,
+                                                const float *const *xs, int64_t n_cols, float *const *ys)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(ws);
+    EMBER_CUDA_NONNULL(xs);
+    EMBER_CUDA_NONNULL(ys);
+    if (n_w < 1 || n_cols <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul: %d weights, n_cols = %lld", (int)n_w, (long long)n_cols);
+    f16x_memo memo = {NULL, NULL, 0};
+    for (int32_t k = 0; k < n_w; k++) {
+        const ember_status s = matmul_one(cu, ws[k], xs[k], n_cols, ys[k], &memo);
+        if (s != EMBER_OK) return s;
+    }
+    return EMBER_OK;
 }
 
 extern "C" ember_status ember_cuda_get_rows(ember_cuda *cu, const ember_cuda_tensor *w, const int32_t *ids,

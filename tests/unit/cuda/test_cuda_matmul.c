@@ -24,26 +24,11 @@ static int64_t pick_ne0(const test_blocks *b, int which)
 
 static float x_amp = 2.f;   /* activations uniform in [-x_amp, x_amp) */
 
-static void check_matmul(const char *tname, int64_t ne0, int64_t n_rows, int64_t n_cols, bool in_host)
+/* Outputs y [n_cols, n_rows] of W x off the double-precision dot of gguf-py's
+ * dequantized rows ref [n_rows, ne0] with x [n_cols, ne0]; prints the first few. */
+static int count_bad(const char *tname, const float *ref, const float *x, const float *y, int64_t ne0, int64_t n_rows,
+                     int64_t n_cols)
 {
-    test_blocks b;
-    test_blocks_load(tname, &b);
-    uint8_t *raw;
-    float *ref;
-    test_blocks_matrix(&b, ne0, n_rows, &raw, &ref);
-    ember_cuda_tensor w;
-    CU_OK(ember_cuda_tensor_upload(test_cu, b.type, ne0, n_rows, raw, in_host, &w));
-    assert_int_equal(w.in_host, in_host);
-
-    float *x = malloc(sizeof(float) * ne0 * n_cols), *y = malloc(sizeof(float) * n_rows * n_cols);
-    assert_non_null(x);
-    assert_non_null(y);
-    for (int64_t i = 0; i < ne0 * n_cols; i++) x[i] = test_randf(-x_amp, x_amp);
-    float *dx = dev_new(x, sizeof(float) * ne0 * n_cols);
-    float *dy = dev_new(NULL, sizeof(float) * n_rows * n_cols);
-    CU_OK(ember_cuda_matmul(test_cu, &w, dx, n_cols, dy));
-    dev_get(y, dy, sizeof(float) * n_rows * n_cols);
-
     int bad = 0;
     /* wide batches run f16 tensor-core GEMMs by default (quantized weights;
      * TF32 with EMBER_CUDA_GEMM_F16=0 or F32 weights): operands keep 10
@@ -67,7 +52,30 @@ static void check_matmul(const char *tname, int64_t ne0, int64_t n_rows, int64_t
                             tname, (long long)ne0, (long long)n_rows, (long long)n_cols, (long long)c,
                             (long long)r, got, s, sa);
         }
-    assert_int_equal(bad, 0);
+    return bad;
+}
+
+static void check_matmul(const char *tname, int64_t ne0, int64_t n_rows, int64_t n_cols, bool in_host)
+{
+    test_blocks b;
+    test_blocks_load(tname, &b);
+    uint8_t *raw;
+    float *ref;
+    test_blocks_matrix(&b, ne0, n_rows, &raw, &ref);
+    ember_cuda_tensor w;
+    CU_OK(ember_cuda_tensor_upload(test_cu, b.type, ne0, n_rows, raw, in_host, &w));
+    assert_int_equal(w.in_host, in_host);
+
+    float *x = malloc(sizeof(float) * ne0 * n_cols), *y = malloc(sizeof(float) * n_rows * n_cols);
+    assert_non_null(x);
+    assert_non_null(y);
+    for (int64_t i = 0; i < ne0 * n_cols; i++) x[i] = test_randf(-x_amp, x_amp);
+    float *dx = dev_new(x, sizeof(float) * ne0 * n_cols);
+    float *dy = dev_new(NULL, sizeof(float) * n_rows * n_cols);
+    CU_OK(ember_cuda_matmul(test_cu, &w, dx, n_cols, dy));
+    dev_get(y, dy, sizeof(float) * n_rows * n_cols);
+
+    assert_int_equal(count_bad(tname, ref, x, y, ne0, n_rows, n_cols), 0);
 
     dev_free(dx, sizeof(float) * ne0 * n_cols);
     dev_free(dy, sizeof(float) * n_rows * n_cols);
@@ -109,6 +117,61 @@ static void test_prefill_gemm_path(void **state)
     check_matmul("Q4_K", 2560, 64, 40, false);
     check_matmul("Q6_K", 1024, 33, 64, false);
     x_amp = 2.f;
+}
+
+/* Prompt matmuls of several weights in one call (ember_cuda_matmul_multi:
+ * Q/K/V, gate/up): weights that read the same x share its f16 copy; a
+ * weight on another x of the same shape (here 1e5 times larger, which moves
+ * the f16 scale) must not reuse it. Every output against gguf-py's
+ * dequantization. */
+static void test_prefill_gemm_multi(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    static const char *const tn[4] = {"Q4_K", "Q6_K", "Q4_K", "Q6_K"};
+    static const int64_t rows[4] = {70, 33, 300, 129};
+    const int64_t ne0 = 2048, n_cols = 100;
+    test_blocks b[4];
+    uint8_t *raw[4];
+    float *ref[4], *y[4], *dy[4];
+    ember_cuda_tensor w[4];
+    const ember_cuda_tensor *wp[4];
+    float *x1 = malloc(sizeof(float) * ne0 * n_cols), *x2 = malloc(sizeof(float) * ne0 * n_cols);
+    assert_non_null(x1);
+    assert_non_null(x2);
+    for (int64_t i = 0; i < ne0 * n_cols; i++) {
+        x1[i] = test_randf(-2.f, 2.f);
+        x2[i] = test_randf(-2e5f, 2e5f);
+    }
+    float *dx1 = dev_new(x1, sizeof(float) * ne0 * n_cols), *dx2 = dev_new(x2, sizeof(float) * ne0 * n_cols);
+    const float *xs[4] = {dx1, dx1, dx2, dx1};   /* x1, x1 again, x2, back to x1 */
+    const float *hx[4] = {x1, x1, x2, x1};
+    for (int k = 0; k < 4; k++) {
+        test_blocks_load(tn[k], &b[k]);
+        test_blocks_matrix(&b[k], ne0, rows[k], &raw[k], &ref[k]);
+        CU_OK(ember_cuda_tensor_upload(test_cu, b[k].type, ne0, rows[k], raw[k], false, &w[k]));
+        wp[k] = &w[k];
+        y[k] = malloc(sizeof(float) * rows[k] * n_cols);
+        assert_non_null(y[k]);
+        dy[k] = dev_new(NULL, sizeof(float) * rows[k] * n_cols);
+    }
+    CU_OK(ember_cuda_matmul_multi(test_cu, 4, wp, xs, n_cols, dy));
+    int bad = 0;
+    for (int k = 0; k < 4; k++) {
+        dev_get(y[k], dy[k], sizeof(float) * rows[k] * n_cols);
+        bad += count_bad(tn[k], ref[k], hx[k], y[k], ne0, rows[k], n_cols);
+        dev_free(dy[k], sizeof(float) * rows[k] * n_cols);
+        ember_cuda_tensor_release(test_cu, &w[k]);
+        free(y[k]);
+        free(raw[k]);
+        free(ref[k]);
+        test_blocks_free(&b[k]);
+    }
+    dev_free(dx1, sizeof(float) * ne0 * n_cols);
+    dev_free(dx2, sizeof(float) * ne0 * n_cols);
+    free(x1);
+    free(x2);
+    assert_int_equal(bad, 0);
 }
 
 /* A large upload used at once: the first matmul must see every byte (a
@@ -221,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_small_batch_all_types),
         cmocka_unit_test(test_upload_then_use_at_once),
         cmocka_unit_test(test_prefill_gemm_path),
+        cmocka_unit_test(test_prefill_gemm_multi),
         cmocka_unit_test(test_matmul_host_resident),
         cmocka_unit_test(test_get_rows_all_types),
         cmocka_unit_test(test_rejects_bad_input),

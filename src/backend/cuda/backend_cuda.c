@@ -410,9 +410,13 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
                       float *const *ys)
 {
     cuda_backend *b = (cuda_backend *)be;
-    if (n_w < 1 || n_w > 3) {   /* the launches take up to 3 weights (mm_seg); backend.h allows 16 */
-        ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul of %d weights at once (at most 3)", (int)n_w);
+    if (n_w < 1 || n_w > 16) {   /* backend.h's limit */
+        ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul of %d weights at once (1..16)", (int)n_w);
         cb_die("matmul");
+    }
+    if (n_w > 3) {   /* the launches take up to 3 weights (mm_seg): Qwen3.5's 4 in two calls */
+        for (int32_t k0 = 0; k0 < n_w; k0 += 3) cu_matmul(be, x, n_tokens, n_w - k0 < 3 ? n_w - k0 : 3, ws + k0, ys + k0);
+        return;
     }
     if (q8_path(b, n_tokens, n_w, ws)) {
         cu_matmul_q8(b, x, n_tokens, n_w, ws, ys);

@@ -112,6 +112,68 @@ static void run_case(const bcase *c, bool exact)
     ember_backend_free(cpu);
 }
 
+/* The backend's matmul op with more weights than one launch takes (Qwen3.5's
+ * four projections of one input; cu_matmul splits them by three), against
+ * the CPU backend's: one decode row and a 40-row prompt, Q4_K weights from
+ * gguf-py's blocks, every output within 2e-3 of max |cpu| (the prompt's f16
+ * GEMM; the decode mat-vecs agree to 1e-5). */
+static void test_backend_matmul_four_weights(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    ember_backend_limits lim = {.max_tokens = 64, .max_n_in = 1024, .max_kv_tokens = 64, .max_head_dim = 64};
+    ember_backend *cpu = NULL, *gpu = NULL;
+    CU_OK(test_cpu_backend_new(2, &lim, &cpu));
+    ember_backend_options go = ember_backend_options_default();
+    CU_OK(ember_backend_cuda_new(&go, &lim, &gpu));
+    test_blocks bl;
+    test_blocks_load("Q4_K", &bl);
+    const int64_t ne0 = 1024;
+    static const int64_t rows[4] = {64, 32, 96, 16};
+    uint8_t *raw[4];
+    float *deq[4];
+    ember_weight w[4];
+    const ember_weight *wp[4];
+    for (int k = 0; k < 4; k++) {
+        test_blocks_matrix(&bl, ne0, rows[k], &raw[k], &deq[k]);
+        w[k] = (ember_weight){.type = bl.type, .n_in = ne0, .n_out = rows[k],
+                              .row_bytes = (size_t)(ne0 / bl.block_size) * bl.block_bytes, .data = raw[k],
+                              .name = "w"};
+        wp[k] = &w[k];
+    }
+    for (int nt = 1; nt <= 40; nt += 39) {
+        float *x = malloc(sizeof(float) * ne0 * nt), *yc[4], *yg[4];
+        assert_non_null(x);
+        for (int64_t i = 0; i < ne0 * nt; i++) x[i] = test_randf(-1.f, 1.f);
+        for (int k = 0; k < 4; k++) {
+            yc[k] = malloc(sizeof(float) * rows[k] * nt);
+            yg[k] = malloc(sizeof(float) * rows[k] * nt);
+            assert_true(yc[k] && yg[k]);
+        }
+        cpu->ops->matmul(cpu, x, nt, 4, wp, yc);
+        gpu->ops->matmul(gpu, x, nt, 4, wp, yg);
+        for (int k = 0; k < 4; k++) {
+            double mc = 0, md = 0;
+            for (int64_t i = 0; i < rows[k] * nt; i++) {
+                mc = fmax(mc, fabs(yc[k][i]));
+                md = fmax(md, fabs((double)yc[k][i] - yg[k][i]));
+            }
+            print_message("matmul of 4 weights, %d tokens, weight %d: max|diff|/max|cpu| %.3g\n", nt, k, md / mc);
+            assert_true(md <= (nt == 1 ? 1e-5 : 2e-3) * mc);
+            free(yc[k]);
+            free(yg[k]);
+        }
+        free(x);
+    }
+    for (int k = 0; k < 4; k++) {
+        free(raw[k]);
+        free(deq[k]);
+    }
+    test_blocks_free(&bl);
+    ember_backend_free(gpu);
+    ember_backend_free(cpu);
+}
+
 static void test_backend_attn_matches_cpu(void **state)
 {
     (void)state;
@@ -154,6 +216,7 @@ static void test_backend_attn_exact_bits(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_matmul_four_weights),
         cmocka_unit_test(test_backend_attn_matches_cpu),
         cmocka_unit_test(test_backend_attn_exact_bits),
     };

@@ -364,14 +364,6 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
         dy[k] = cb_out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
     }
     if (cb_skip(b)) return;
-    /* a waiting GLU before one decode row's mat-vec of a small FFN: one kernel */
-    if (fuse_glu && n_w == 1 && ember_cuda_glu_matmul_fits(b->cu, t[0], n_tokens)) {
-        CK("matmul (glu + quantize + mat-vec)",
-           ember_cuda_glu_matmul_q8K(b->cu, gact, dx, gup, (float *)dx, n_tokens, t[0], dy[0]));
-        b->fused.glu_matvec++;
-        cb_out_done(b, ys[0], dy[0], (size_t)(n_tokens * ws[0]->n_out));
-        return;
-    }
     for (int32_t k = 0; k < n_w; k++) {   /* x quantized once per activation format */
         int32_t j = 0;
         while (j < k && fmt[j] != fmt[k]) j++;

@@ -309,20 +309,6 @@ ember_status ember_cuda_add_norm_quant_q8(ember_cuda *cu, uint32_t act_type, con
 ember_status ember_cuda_glu_quant_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
                                       float *out, void *buf, int64_t n);
 
-/* y = W x with x = act(gate) * up, in one kernel (decode: one column):
- * the same values as ember_cuda_glu_quant_q8K then ember_cuda_matmul_q8 of
- * its buffer, up to float summation order (the free-order mat-vecs,
- * cuda_mmvq.cu). gate, up, out [n] with n = w->ne0 (out may be gate, NULL:
- * not written), y [w->ne1]. ember_cuda_glu_matmul_fits says when it applies:
- * n_cols 1, a Q4_K or Q6_K weight, n % 256 == 0 and n <= kGluMmvqMaxN
- * (every CTA quantizes the whole row into its shared memory), not the
- * CPU-order mat-vecs (EMBER_CUDA_EXACT). Errors: EMBER_ERR_UNSUPPORTED
- * where it does not apply. */
-enum { kGluMmvqMaxN = 4096 };
-bool ember_cuda_glu_matmul_fits(const ember_cuda *cu, const ember_cuda_tensor *w, int64_t n_cols);
-ember_status ember_cuda_glu_matmul_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
-                                       float *out, int64_t n_cols, const ember_cuda_tensor *w, float *y);
-
 /* y = rms_norm(x) * w (y may equal x) and r = ember_cuda_round_act(Q8_0, y)
  * in one kernel (the rounding of the matmul that reads y next); n % 32 == 0. */
 ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float *x, const float *w, float *y, float *r,

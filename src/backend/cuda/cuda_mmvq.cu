@@ -32,6 +32,14 @@ namespace ember_q8 {
 
 namespace {
 
+/* Ask L2 for row wr[0, row_bytes): one 128-byte line per lane per step. */
+__device__ __forceinline__ void prefetch_row(const uint8_t *wr, size_t row_bytes)
+{
+    const uintptr_t lo = (uintptr_t)wr & ~(uintptr_t)127, hi = (uintptr_t)wr + row_bytes;
+    for (uintptr_t p = lo + (uintptr_t)(threadIdx.x & 31) * 128; p < hi; p += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

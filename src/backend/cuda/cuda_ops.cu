@@ -9,7 +9,6 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_mmvq_lane.cuh"
 #include <cuda_fp16.h>
 
 namespace {
@@ -413,15 +412,6 @@ __global__ void k_norm_quant_reg(const float *x, const float *__restrict__ w1, f
                        QM == 1 ? qsum + r * (n / bs) : nullptr, n);
 }
 
-/* act(gate) * up as k_glu (the f16 GELU's tail below -10 is 0) */
-template <int ACT> __device__ __forceinline__ float glu_val(float g, float u)
-{
-    const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
-                    : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
-                                                      : act_gelu_tanh_f16(g);
-    return ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * u;
-}
-
 /* out = act(gate) * up (as k_glu) and its Q8_K blocks (cuda_q8.cu's
  * quantizer: id = 127/amax, q = rint(out * id), d = 1/id). One warp per
  * block of 256; lane l holds elements 8l..8l+7. */
@@ -436,64 +426,14 @@ __global__ void k_glu_quant_q8K(const float *gate, const float *up, float *out, 
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         const int64_t j = blk * 256 + 8 * lane + i;
-        v[i] = glu_val<ACT>(gate[j], up[j]);
+        const float g = gate[j];
+        const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(g)
+                        : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(g)
+                                                          : act_gelu_tanh_f16(g);
+        v[i] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * up[j];
         out[j] = v[i];
     }
     quant_q8K_block(v, qs + blk * 256, qd + blk);
-}
-
-/* GLU, its Q8_K quantization and the mat-vec that reads it, in one kernel
- * (one decode row; the GLU kernel before Gemma 3's down projection was a
- * launch of ~5 us of ~45 us a layer, session 24's profile). Every CTA
- * computes act(gate) * up over all n elements and quantizes it into shared
- * memory ([n] int8, then [n / 256] float scales: the bytes k_glu_quant_q8K
- * writes), then its warps run cuda_mmvq.cu's rows (one warp per row) of a
- * Q4_K or Q6_K weight over it. The GLU result reaches out (which may be
- * gate: in place) from the last CTA to finish, after every CTA has read
- * gate (done: a counter at 0, re-armed). */
-template <bool Q6, int ACT>
-__global__ void __launch_bounds__(ember_q8::kWarpsQ8 * 32)
-k_glu_mmvq(ember_q8::mm_seg ms, size_t row_bytes, int nb, const float *gate, const float *up, float *out, int64_t n,
-           unsigned *__restrict__ done)
-{
-    extern __shared__ __align__(16) int8_t glu_q[];
-    float *glu_d = reinterpret_cast<float *>(glu_q + n);
-    const uint8_t *wr;
-    float *y;
-    int64_t n_rows, row;
-    const bool has = ember_q8::mm_seg_row(ms, row_bytes, wr, y, n_rows, row);
-    if (has) ember_q8::prefetch_row(wr, row_bytes);
-    ember_pdl_wait();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int64_t blk = warp; blk < n / 256; blk += blockDim.x >> 5) {
-        float v[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int64_t j = blk * 256 + 8 * lane + i;
-            v[i] = glu_val<ACT>(gate[j], up[j]);
-        }
-        quant_q8K_block(v, glu_q + blk * 256, glu_d + blk);
-    }
-    __syncthreads();
-    if (has) {
-        float acc[1] = {0.f};
-        if (Q6) ember_q8::mmvq6_K_lane<1>(wr, nb, glu_q, glu_d, n, lane, acc);
-        else ember_q8::mmvq4_K_lane<1>(wr, nb, glu_q, glu_d, n, lane, acc);
-        float v = acc[0];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) y[row] = v;
-    }
-    if (!out) return;
-    __shared__ bool last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(done, 1u) == gridDim.x - 1;
-        if (last) *done = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = glu_val<ACT>(gate[i], up[i]);
 }
 
 } /* namespace */
@@ -808,46 +748,4 @@ extern "C" ember_status ember_cuda_glu_quant_q8K(ember_cuda *cu, ember_cuda_act 
     else
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu_quant_q8K: unknown activation %d", (int)act);
     return ember_cuda_launched("glu_quant_q8K");
-}
-
-extern "C" bool ember_cuda_glu_matmul_fits(const ember_cuda *cu, const ember_cuda_tensor *w, int64_t n_cols)
-{
-    return cu && !cu->exact_mm && w && w->data && n_cols == 1 &&
-           (w->type == EMBER_TYPE_Q4_K || w->type == EMBER_TYPE_Q6_K) && w->ne0 % 256 == 0 &&
-           w->ne0 <= kGluMmvqMaxN && w->ne1 > 0 && w->ne1 <= INT32_MAX;
-}
-
-extern "C" ember_status ember_cuda_glu_matmul_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate,
-                                                  const float *up, float *out, int64_t n_cols,
-                                                  const ember_cuda_tensor *w, float *y)
-{
-    EMBER_CUDA_NONNULL(cu);
-    EMBER_CUDA_NONNULL(gate);
-    EMBER_CUDA_NONNULL(up);
-    EMBER_CUDA_NONNULL(y);
-    if (!ember_cuda_glu_matmul_fits(cu, w, n_cols))
-        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: glu_matmul_q8K: needs one column, a Q4_K or Q6_K weight of "
-                           "rows of n %% 256 == 0, n <= %d, and the free-order mat-vecs", kGluMmvqMaxN);
-    unsigned *done = NULL;
-    ember_status s = ember_cuda_counters(cu, 1, &done);
-    if (s != EMBER_OK) return s;
-    const int64_t n = w->ne0;
-    const unsigned grid = (unsigned)((w->ne1 + ember_q8::kWarpsQ8 - 1) / ember_q8::kWarpsQ8);
-    ember_q8::mm_seg ms = {};
-    ms.W0 = (const uint8_t *)w->data;
-    ms.y0 = y;
-    ms.n0 = w->ne1;
-    ms.end0 = ms.end1 = grid;
-    const size_t smem = (size_t)n + (size_t)(n / 256) * sizeof(float);
-    const int nb = (int)(n / 256), th = ember_q8::kWarpsQ8 * 32;
-    const bool q6 = w->type == EMBER_TYPE_Q6_K;
-#define GLU_MMVQ(ACT)                                                                                                \
-    (q6 ? ember_launch(k_glu_mmvq<true, ACT>, grid, th, smem, cu->stream, ms, w->row_bytes, nb, gate, up, out, n, done) \
-        : ember_launch(k_glu_mmvq<false, ACT>, grid, th, smem, cu->stream, ms, w->row_bytes, nb, gate, up, out, n, done))
-    if (act == EMBER_CUDA_ACT_SILU) GLU_MMVQ(EMBER_CUDA_ACT_SILU);
-    else if (act == EMBER_CUDA_ACT_GELU_TANH_F16) GLU_MMVQ(EMBER_CUDA_ACT_GELU_TANH_F16);
-    else if (act == EMBER_CUDA_ACT_GELU_TANH) GLU_MMVQ(EMBER_CUDA_ACT_GELU_TANH);
-    else return ember_error(EMBER_ERR_INVALID_ARG, "cuda: glu_matmul_q8K: unknown activation %d", (int)act);
-#undef GLU_MMVQ
-    return ember_cuda_launched("glu_matmul_q8K");
 }

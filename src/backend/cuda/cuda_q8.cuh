@@ -94,16 +94,6 @@ __device__ __forceinline__ bool mm_seg_row(const mm_seg &ms, size_t row_bytes, c
     return true;
 }
 
-/* Ask L2 for row wr[0, row_bytes): one 128-byte line per lane per step
- * (the mat-vecs issue it before their programmatic-dependent-launch wait:
- * weights never depend on the previous kernel). */
-__device__ __forceinline__ void prefetch_row(const uint8_t *wr, size_t row_bytes)
-{
-    const uintptr_t lo = (uintptr_t)wr & ~(uintptr_t)127, hi = (uintptr_t)wr + row_bytes;
-    for (uintptr_t p = lo + (uintptr_t)(threadIdx.x & 31) * 128; p < hi; p += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 /* 6-bit scale and min of sub-block j of a Q4_K block (ggml get_scale_min_k4) */
 __device__ __forceinline__ void k4_sm_int(const uint8_t *s, int j, int *sc, int *mn)
 {

@@ -332,6 +332,7 @@ ember_status matmul_gemm(ember_cuda *cu, const ember_cuda_tensor *w, const float
                          f16x_memo *memo)
 {
     if (cu->gemm_f16 && w->type != EMBER_TYPE_F32) return matmul_gemm_f16<T>(cu, w, x, n_cols, y, memo);
+    if (memo) *memo = {NULL, NULL, 0};   /* this form's rows may reach where the f16 copy lay */
     const int units = (int)(w->ne0 / T::QK) * T::UNITS;
     int64_t chunk = kGemmScratchFloats / w->ne0;
     if (chunk >= 128) chunk -= chunk % 128;   /* aligned outputs (see matmul_gemm_f16) */
@@ -454,18 +455,7 @@ ember_status check_tensor(const ember_cuda_tensor *w, const char *fn)
                            ember_type_name(type), (unsigned)(type));                              \
     }
 
-extern "C" ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
-                                          int64_t n_cols, float *y)
-{
-    EMBER_CUDA_NONNULL(cu);
-    ember_status s = check_tensor(w, "matmul");
-    if (s != EMBER_OK) return s;
-    EMBER_CUDA_NONNULL(x);
-    EMBER_CUDA_NONNULL(y);
-    if (n_cols <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul: n_cols = %lld", (long long)n_cols);
-    EMBER_CUDA_TYPE_DISPATCH(w->type, matmul_t, cu, w, x, n_cols, y, (f16x_memo *)NULL)
-}
-
+/* One weight's matmul (memo: the f16 copy of x shared within ember_cuda_matmul_multi, or NULL). */
 static ember_status matmul_one(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y,
                                f16x_memo *memo)
 {
@@ -474,6 +464,14 @@ static ember_status matmul_one(ember_cuda *cu, const ember_cuda_tensor *w, const
     EMBER_CUDA_NONNULL(x);
     EMBER_CUDA_NONNULL(y);
     EMBER_CUDA_TYPE_DISPATCH(w->type, matmul_t, cu, w, x, n_cols, y, memo)
+}
+
+extern "C" ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const float *x,
+                                          int64_t n_cols, float *y)
+{
+    EMBER_CUDA_NONNULL(cu);
+    if (n_cols <= 0) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul: n_cols = %lld", (long long)n_cols);
+    return matmul_one(cu, w, x, n_cols, y, NULL);
 }
 
 extern "C" ember_status ember_cuda_matmul_multi(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_q8_act.cuh"
 #include <cuda_fp16.h>
 
 namespace {
@@ -235,29 +236,6 @@ unsigned elementwise_grid(int64_t n)
 }
 
 
-/* One Q8_K block of 256 values held 8 per lane (lane l: elements 8l..8l+7)
- * (ggml quantize_row_q8_K, as cuda_q8.cu k_quant_q8_K): id = 127/amax,
- * q = rint(v * id) into qs [256], d = 1/id (0 for an all-zero block) into
- * *qd. The whole warp calls it. */
-__device__ __forceinline__ void quant_q8K_block(const float v[8], int8_t *qs, float *qd)
-{
-    const int lane = threadIdx.x & 31;
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint32_t wq[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int q = __float2int_rn(__fmul_rn(v[i], id));
-        wq[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
-    }
-    *reinterpret_cast<uint2 *>(qs + 8 * lane) = make_uint2(wq[0], wq[1]);
-    if (lane == 0) *qd = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
-}
-
 /* Row quantizers of the fused norm kernels (one CTA per row, all threads
  * call them): y[i] = x[i] * inv * w[i] (w NULL: 1; inv 1 and w NULL: x as
  * is) written to yr when yr, and its Q8 blocks with cuda_q8.cu's quantizers
@@ -279,7 +257,7 @@ __device__ __forceinline__ void norm_quant_row(const float *xr, float inv, const
                 v[i] = __fmul_rn(__fmul_rn(xr[j], inv), w ? w[j] : 1.f);
                 if (yr) yr[j] = v[i];
             }
-            quant_q8K_block(v, qs + blk * 256, qd + blk);
+            ember_q8_blockK(v, qs + blk * 256, qd + blk);
         }
         return;
     }
@@ -287,22 +265,8 @@ __device__ __forceinline__ void norm_quant_row(const float *xr, float inv, const
     for (int64_t base = warp0; base < n; base += blockDim.x) {
         const int64_t i = base + lane;
         const float v = __fmul_rn(__fmul_rn(xr[i], inv), w ? w[i] : 1.f);
-        float amax = fabsf(v);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-        const int q = __float2int_rn(__fmul_rn(v, id));
         if (yr) yr[i] = v;
-        qs[i] = (int8_t)q;
-        int sum = q;
-        if (QM == 1) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        }
-        if (lane == 0) {
-            qd[base / 32] = __half2float(__float2half_rn(d));
-            if (QM == 1) qsum[base / 32] = __half2float(__float2half_rn(__fmul_rn(__int2float_rn(sum), d)));
-        }
+        ember_q8_block32<QM == 1>(v, qs + base, qd + base / 32, QM == 1 ? qsum + base / 32 : nullptr);
     }
 }
 
@@ -433,7 +397,7 @@ __global__ void k_glu_quant_q8K(const float *gate, const float *up, float *out, 
         v[i] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && g <= -10.f ? 0.f : a * up[j];
         out[j] = v[i];
     }
-    quant_q8K_block(v, qs + blk * 256, qd + blk);
+    ember_q8_blockK(v, qs + blk * 256, qd + blk);
 }
 
 } /* namespace */

@@ -30,6 +30,7 @@
  * f16 s widened).
  */
 #include "backend/cuda/cuda_q8.cuh"
+#include "backend/cuda/cuda_q8_act.cuh"
 
 using namespace ember_cu;
 using namespace ember_q8;
@@ -52,28 +53,11 @@ __global__ void k_quant_q8_32(const float *__restrict__ x, int8_t *__restrict__ 
     const int64_t g = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (g >= n_blocks) return;
     const int lane = threadIdx.x & 31;
-    const float v = x[g * 32 + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float df = __fdiv_rn(amax, 127.0f);
-    const float id = df != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    const int q = __float2int_rn(__fmul_rn(v, id));
-    qs[g * 32 + lane] = (int8_t)q;
-    int sum = q;
-    if (Q81) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    }
-    if (lane == 0) {
-        d[g] = __half2float(__float2half_rn(df));
-        if (Q81) s[g] = __half2float(__float2half_rn(__fmul_rn(__int2float_rn(sum), df)));
-    }
+    ember_q8_block32<Q81>(x[g * 32 + lane], qs + g * 32, d + g, Q81 ? s + g : nullptr);
 }
 
 /* One warp per block of 256 (Q8_K, ggml quantize_row_q8_K): lane i holds
- * elements 8i..8i+7. amax == 0 gives q = 0, d = 0; else id = 127/amax,
- * q = rint(x * id), d = 1/id. */
+ * elements 8i..8i+7 (cuda_q8_act.cuh). */
 __global__ void k_quant_q8_K(const float *__restrict__ x, int8_t *__restrict__ qs, float *__restrict__ d,
                              int64_t n_blocks)
 {
@@ -84,20 +68,7 @@ __global__ void k_quant_q8_K(const float *__restrict__ x, int8_t *__restrict__ q
     const float4 a = *reinterpret_cast<const float4 *>(x + g * 256 + 8 * lane);
     const float4 b = *reinterpret_cast<const float4 *>(x + g * 256 + 8 * lane + 4);
     const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    uint32_t w[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int q = __float2int_rn(__fmul_rn(v[i], id));
-        w[i >> 2] |= ((uint32_t)q & 0xFFu) << (8 * (i & 3));
-    }
-    *reinterpret_cast<uint2 *>(qs + g * 256 + 8 * lane) = make_uint2(w[0], w[1]);
-    if (lane == 0) d[g] = amax != 0.0f ? __fdiv_rn(1.0f, id) : 0.0f;
+    ember_q8_blockK(v, qs + g * 256, d + g);
 }
 
 

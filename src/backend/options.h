@@ -47,6 +47,7 @@ typedef struct ember_backend_options {
     bool cuda_fuse;          /* EMBER_CUDA_FUSE: fuse norm/scale/GLU into neighbouring kernels */
     bool cuda_fuse_add;      /* EMBER_CUDA_FUSE_ADD: post-norm add + next pre-norm + quantize in one kernel */
     bool cuda_fuse_head;     /* EMBER_CUDA_FUSE_HEAD: per-head norms + RoPE + K/V store in one kernel */
+    bool cuda_fuse_attn;     /* EMBER_CUDA_FUSE_ATTN: decode attention quantizes the next matmul's input */
     bool cuda_q8;            /* EMBER_CUDA_Q8: integer mat-vec on Q8 activations (CPU-identical) */
     bool cuda_mmvq;          /* EMBER_CUDA_MMVQ: Q8 mat-vecs in free float order (cuda_mmvq.cu) */
     bool cuda_f32_act;       /* EMBER_CUDA_F32_ACT: matmul on unrounded F32 activations */

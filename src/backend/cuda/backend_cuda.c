@@ -342,6 +342,7 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
     const bool fuse_norm = same && cb_pat_norm_quant(b, x, n_in, n_tokens, fmt[0]);
     const bool fuse_glu = same && !fuse_norm && cb_pat_glu_quant(b, x, n, fmt[0]);
     const bool fuse_add = same && !fuse_glu && cb_pat_add_quant(b, x, n_in, n_tokens, fmt[0], fuse_norm);
+    const bool fuse_attn = same && !fuse_norm && !fuse_glu && !fuse_add && cb_pat_attn_quant(b, x, n_in, n_tokens, fmt[0]);
     const float *nx = b->pn.x, *nw = b->pn.w, *gup = b->pg.up;
     const float neps = b->pn.eps;
     const ember_cuda_act gact = b->pg.act;
@@ -349,9 +350,11 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
     if (fuse_norm) b->pn.on = false;
     if (fuse_glu) b->pg.on = false;
     if (fuse_add) b->pa.on = false;
+    ember_cuda_attn_params tap = b->pt.ap;
+    if (fuse_attn) b->pt.on = false;
     cb_flush(b);
     cb_rec_op(b, EMBER_STEP_MATMUL_Q8, (fuse_norm ? CB_FUSED_NORM : 0u) | (fuse_glu ? CB_FUSED_GLU : 0u) |
-                                           (fuse_add ? CB_FUSED_ADD : 0u));
+                                           (fuse_add ? CB_FUSED_ADD : 0u) | (fuse_attn ? CB_FUSED_ATTN : 0u));
     cb_rec_i64(b, n_tokens);
     cb_rec_i64(b, n_w);
     const float *dx = cb_in_f(b, 0, x, (size_t)n);
@@ -383,6 +386,13 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
                ember_cuda_rms_norm_quant_q8(b->cu, fmt[0], nx, nw, (float *)dx, r, n_in, n_tokens, neps));
         else if (k == 0 && fuse_glu)
             CK("matmul (glu + quantize)", ember_cuda_glu_quant_q8K(b->cu, gact, (float *)dx, gup, (float *)dx, r, n));
+        else if (k == 0 && fuse_attn) {
+            tap.q8_type = fmt[0];
+            tap.q8_buf = r;
+            CK("matmul (attention + quantize)", ember_cuda_attn(b->cu, &tap, b->pt.dq, b->pt.n, b->pt.dpos, b->pt.dseq,
+                                                                b->pt.dtab, b->pt.dk, b->pt.dv, b->pt.dout));
+            b->fused.attn_quant++;
+        }
         else
             CK("matmul (quantize activations)", ember_cuda_quantize_q8(b->cu, fmt[k], dx, n_in, n_tokens, r));
         q[k] = r;
@@ -841,12 +851,26 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     float *dout = cb_out_f(b, 1, out, nq);
     const uint16_t *dk = cb_kv_dev(b, kv->k, kv->k_row_bytes * (size_t)kv->n_rows);
     const uint16_t *dv = cb_kv_dev(b, kv->v, kv->v_row_bytes * (size_t)kv->n_rows);
-    if (cb_skip(b)) return;
     const ember_cuda_attn_params ap = {
         .n_head = p->n_head, .n_head_kv = p->n_head_kv, .head_dim = p->head_dim_k, .scale = p->kq_scale * q_scale,
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
         .exact = b->exact_attn, .exact_tiled = n >= 64,   /* the CPU's split (FA_TILE_Q) */
     };
+    if (cb_attn_waits(b, out, n)) {   /* the next matmul may take it (attention + quantize) */
+        b->pt.on = true;
+        b->pt.ap = ap;
+        b->pt.n = n;
+        b->pt.out = out;
+        b->pt.dq = dq;
+        b->pt.dpos = dpos;
+        b->pt.dseq = dseq;
+        b->pt.dtab = dtab;
+        b->pt.dk = dk;
+        b->pt.dv = dv;
+        b->pt.dout = dout;
+        return;
+    }
+    if (cb_skip(b)) return;
     if (b->attn_tc && !b->exact_attn && b->mode == M_EAGER && n >= ATTN_TC_MIN_RUN && p->head_dim_k % 8 == 0) {
         /* prompt runs on the tensor cores (cuda_attn_prefill.cu): a run is
          * consecutive entries of one sequence at consecutive positions;
@@ -932,6 +956,7 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
     b->fuse_on = o.cuda_fuse;
     b->fuse_head = o.cuda_fuse && o.cuda_fuse_head;
     b->fuse_add = o.cuda_fuse && o.cuda_fuse_add;
+    b->fuse_attn = o.cuda_fuse && o.cuda_fuse_attn;
     b->exact_attn = o.cuda_exact;
     b->attn_tc = o.cuda_attn_tc;
     /* F16 KV only; activations on the device; graphs key on the batch

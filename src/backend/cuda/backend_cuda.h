@@ -33,6 +33,7 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
 typedef struct ember_cuda_fusion_counts {
     int64_t head_prep;
     int64_t add_norm;    /* ember_cuda_add_norm_quant_q8: a post-norm add with the next matmul's input */
+    int64_t attn_quant;  /* attention kernels that wrote the next matmul's Q8 input */
 } ember_cuda_fusion_counts;
 void ember_backend_cuda_fusion_counts(const ember_backend *be, ember_cuda_fusion_counts *out);
 

@@ -20,6 +20,8 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_q8.cuh"
+#include "backend/cuda/cuda_q8_act.cuh"
 #include "backend/expf_glibc.h"
 #include <cuda_fp16.h>
 
@@ -35,6 +37,40 @@ struct attn_args {
     int n_swa, page_size, max_pages;
     int n_splits, chunk;
 };
+
+/* The output's Q8 blocks, written beside out when qm >= 0 (the quantized
+ * input of the next matmul; cuda_q8.cu's buffer for [n_tokens, n_head *
+ * head_dim]): qm 0 Q8_0, 1 Q8_1, 2 Q8_K; G * D a multiple of the block. */
+struct attn_q8 {
+    int8_t *qs;
+    float *d, *s;
+    int qm;
+};
+
+/* Quantize the n values of y (shared memory) that start at element e0 of
+ * the Q8 buffer (e0 and n whole blocks), one block per warp in turn
+ * (cuda_q8_act.cuh's quantizers). All threads call it. */
+__device__ __forceinline__ void quant_span(const attn_q8 &o, const float *y, int64_t e0, int n)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (o.qm == 2) {
+        for (int b = warp; b < n / 256; b += nw) {
+            float v[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = y[b * 256 + 8 * lane + i];
+            ember_q8_blockK(v, o.qs + e0 + b * 256, o.d + e0 / 256 + b);
+        }
+        return;
+    }
+    for (int b = warp; b < n / 32; b += nw) {
+        const float v = y[b * 32 + lane];
+        const int64_t g = e0 / 32 + b;
+        if (o.qm == 1)
+            ember_q8_block32<true>(v, o.qs + e0 + b * 32, o.d + g, o.s + g);
+        else
+            ember_q8_block32<false>(v, o.qs + e0 + b * 32, o.d + g, nullptr);
+    }
+}
 
 template <int E>
 __device__ __forceinline__ void load_half_row(const __half *p, float *v)
@@ -73,14 +109,18 @@ __global__ void __launch_bounds__(kWarps * 32)
 k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
        const int32_t *__restrict__ block_table, const __half *__restrict__ kc, const __half *__restrict__ vc,
        float *__restrict__ out, float *__restrict__ part_o, float2 *__restrict__ part_ml,
-       unsigned *__restrict__ done)
+       unsigned *__restrict__ done, attn_q8 oq)
 {
-    ember_pdl_wait();
     constexpr int E = D / 32;
+    constexpr int U = D >= 512 ? 2 : 4;
     const int split = blockIdx.x, hkv = blockIdx.y;
     const int64_t t = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
+    /* pos, seq and the block table are the step's arrays (uploaded before
+     * the step's first kernel, never written by a kernel): read before the
+     * programmatic-dependent-launch wait, with the first keys' cells, so
+     * that after it only q and K/V are loaded. */
     const int p = pos[t];
     const int s = seq[t];
     const int lo = a.n_swa > 0 ? max(0, p - a.n_swa + 1) : 0;
@@ -89,9 +129,24 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
     /* splits past this query's keys leave at once and take no part in the
      * merge: the grid is sized for the longest context (a graph keeps it),
      * the work for the keys there are (n_eff splits; one writes the output
-     * itself). Every CTA of (t, hkv) reads the same pos, so they agree. */
+     * itself). Every CTA of (t, hkv) reads the same pos, so they agree.
+     * They write nothing, so they may leave before the wait (the others
+     * wait, so the grid still ends after the previous kernel). */
     const int n_eff = a.n_splits == 1 ? 1 : min(a.n_splits, (p - lo + a.chunk) / a.chunk);
     if (split >= n_eff) return;
+    const int32_t *bt = block_table + (int64_t)s * a.max_pages;
+    /* Keys j = k_begin + warp + kWarps*(U*it + u): U keys per iteration,
+     * all K/V loads issued before any math so their latencies overlap
+     * (fewer at D = 512, where q and the accumulators already hold 32 G
+     * registers per lane). The cells of the next iteration's keys are
+     * loaded one iteration ahead (the first before the wait). */
+    int64_t cell[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int j = k_begin + warp + u * kWarps;
+        cell[u] = j < k_end ? (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size : 0;
+    }
+    ember_pdl_wait();
 
     float qr[G][E], acc[G][E], m[G], l[G];
 #pragma unroll
@@ -110,12 +165,6 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
         }
     }
 
-    /* Keys j = k_begin + warp + kWarps*(U*it + u): U keys per iteration,
-     * all K/V loads issued before any math so their latencies overlap
-     * (fewer at D = 512, where q and the accumulators already hold 32 G
-     * registers per lane). */
-    constexpr int U = D >= 512 ? 2 : 4;
-    const int32_t *bt = block_table + (int64_t)s * a.max_pages;
     for (int j0 = k_begin + warp; j0 < k_end; j0 += kWarps * U) {
         float kr[U][E], vr[U][E];
         bool ok[U];
@@ -124,14 +173,18 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
             const int j = j0 + u * kWarps;
             ok[u] = j < k_end;
             if (ok[u]) {
-                const int64_t cell = (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size;
-                const int64_t off = (cell * a.n_head_kv + hkv) * D + lane * E;
+                const int64_t off = (cell[u] * a.n_head_kv + hkv) * D + lane * E;
                 load_half_row<E>(kc + off, kr[u]);
                 load_half_row<E>(vc + off, vr[u]);
             } else {
 #pragma unroll
                 for (int e = 0; e < E; e++) kr[u][e] = vr[u][e] = 0.f;
             }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + kWarps * U + u * kWarps;
+            cell[u] = j < k_end ? (int64_t)bt[j / a.page_size] * a.page_size + j % a.page_size : 0;
         }
 #pragma unroll
         for (int g = 0; g < G; g++) {
@@ -172,10 +225,13 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
     }
 
     /* merge the warps: dynamic shared memory holds [kWarps][G][D] partial
-     * outputs, then [kWarps][G] maxima and sums */
+     * outputs, then [kWarps][G] maxima and sums, then (oq) the [G][D]
+     * output to quantize */
     extern __shared__ float smem[];
     float *sm_o = smem;
     float *sm_m = smem + kWarps * G * D, *sm_l = sm_m + kWarps * G;
+    float *sm_y = sm_l + kWarps * G;
+    const int64_t e0 = (t * a.n_head + (int64_t)hkv * G) * D; /* this CTA's first output element */
 #pragma unroll
     for (int g = 0; g < G; g++) {
 #pragma unroll
@@ -203,14 +259,22 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
         }
         const int64_t h = (int64_t)hkv * G + g;
         if (n_eff == 1) {
-            out[(t * a.n_head + h) * D + dd] = L > 0.f ? O / L : 0.f;
+            const float y = L > 0.f ? O / L : 0.f;
+            out[(t * a.n_head + h) * D + dd] = y;
+            if (oq.qm >= 0) sm_y[i] = y;
         } else {
             const int64_t ps = (t * a.n_head + h) * a.n_splits + split;
             part_o[ps * D + dd] = O;
             if (dd == 0) part_ml[ps] = make_float2(M, L);
         }
     }
-    if (n_eff == 1) return;
+    if (n_eff == 1) {
+        if (oq.qm >= 0) {
+            __syncthreads();
+            quant_span(oq, sm_y, e0, G * D);
+        }
+        return;
+    }
 
     /* The last CTA of this (token, KV head) to finish merges the splits
      * (the threadFenceReduction pattern of the CUDA samples) and re-arms the
@@ -257,13 +321,20 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
         float O = 0.f;
 #pragma unroll 8
         for (int k = 0; k < n_eff; k++) O = fmaf(__ldcg(po + (int64_t)k * D), wg[k], O);
-        out[th * D + dd] = sm_L[g] > 0.f ? O / sm_L[g] : 0.f;
+        const float y = sm_L[g] > 0.f ? O / sm_L[g] : 0.f;
+        out[th * D + dd] = y;
+        if (oq.qm >= 0) sm_y[i] = y;
+    }
+    if (oq.qm >= 0) {
+        __syncthreads();
+        quant_span(oq, sm_y, e0, G * D);
     }
 }
 
 template <int D, int G>
 ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
-                    const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
+                    const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out,
+                    const attn_q8 &oq)
 {
     float *part_o = NULL;
     float2 *part_ml = NULL;
@@ -281,7 +352,7 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
     /* warp partials; the last CTA's split weights reuse that space */
     size_t sm_o = (size_t)kWarps * G * D;
     if ((size_t)G * kMaxSplits > sm_o) sm_o = (size_t)G * kMaxSplits;
-    const size_t smem = (sm_o + 2 * (size_t)kWarps * G) * sizeof(float);
+    const size_t smem = (sm_o + 2 * (size_t)kWarps * G + (size_t)G * D) * sizeof(float); /* + the output to quantize */
     static bool attr_set = false; /* once per instantiation */
     if (!attr_set) {
         ember_status s = ember_cuda_check(
@@ -291,7 +362,7 @@ ember_status launch(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const 
         attr_set = true;
     }
     dim3 grid((unsigned)a.n_splits, (unsigned)a.n_head_kv, (unsigned)n_tokens);
-    ember_launch(k_attn<D, G>, grid, kWarps * 32, smem, cu->stream, a, q, pos, seq, bt, kc, vc, out, part_o, part_ml, done);
+    ember_launch(k_attn<D, G>, grid, kWarps * 32, smem, cu->stream, a, q, pos, seq, bt, kc, vc, out, part_o, part_ml, done, oq);
     return ember_cuda_launched("attn");
 }
 
@@ -589,17 +660,18 @@ ember_status launch_any(ember_cuda *cu, const attn_args &a, int D, int64_t n_tok
  * absent heads. */
 template <int D>
 ember_status launch_g(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
-                      const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
+                      const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out,
+                      const attn_q8 &oq)
 {
     switch (a.G) {
-    case 1: return launch<D, 1>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 2: return launch<D, 2>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 3: return launch<D, 3>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 4: return launch<D, 4>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 5: return launch<D, 5>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 6: return launch<D, 6>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 7: return launch<D, 7>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    default: return launch<D, 8>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 1: return launch<D, 1>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 2: return launch<D, 2>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 3: return launch<D, 3>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 4: return launch<D, 4>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 5: return launch<D, 5>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 6: return launch<D, 6>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 7: return launch<D, 7>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    default: return launch<D, 8>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
     }
 }
 
@@ -607,13 +679,14 @@ ember_status launch_g(ember_cuda *cu, const attn_args &a, int64_t n_tokens, cons
  * registers per lane, so the tuned kernel stops at G = 4; more heads per KV
  * head take the generic kernel. */
 ember_status launch_512(ember_cuda *cu, const attn_args &a, int64_t n_tokens, const float *q, const int32_t *pos,
-                        const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out)
+                        const int32_t *seq, const int32_t *bt, const __half *kc, const __half *vc, float *out,
+                        const attn_q8 &oq)
 {
     switch (a.G) {
-    case 1: return launch<512, 1>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 2: return launch<512, 2>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 3: return launch<512, 3>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
-    case 4: return launch<512, 4>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out);
+    case 1: return launch<512, 1>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 2: return launch<512, 2>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 3: return launch<512, 3>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
+    case 4: return launch<512, 4>(cu, a, n_tokens, q, pos, seq, bt, kc, vc, out, oq);
     default: return launch_any(cu, a, 512, n_tokens, q, pos, seq, bt, kc, vc, out);
     }
 }
@@ -650,6 +723,11 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
     if (p->n_swa < 0 || !(p->scale > 0.f) || p->softcap < 0.f)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_swa %d, scale %g, softcap %g", p->n_swa,
                            (double)p->scale, (double)p->softcap);
+    if (p->q8_buf && p->q8_type != EMBER_TYPE_Q8_0 && p->q8_type != EMBER_TYPE_Q8_1 && p->q8_type != EMBER_TYPE_Q8_K)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: quantized output as %s", ember_type_name(p->q8_type));
+    if (p->q8_buf && (int64_t)p->n_head * p->head_dim % (int64_t)ember_type_block_size(p->q8_type) != 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: attn: n_head %d x head_dim %d is not whole %s blocks",
+                           p->n_head, p->head_dim, ember_type_name(p->q8_type));
 
     attn_args a;
     a.n_head = p->n_head;
@@ -693,17 +771,36 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
             EXACT_CASE(256)
             EXACT_CASE(512)
         default: /* no CPU-order kernel for this size: the generic one (F32 order, not the CPU's) */
-            return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
+            launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
         }
 #undef EXACT_CASE
-        return ember_cuda_launched("attn (CPU order)");
+        const ember_status st = ember_cuda_launched("attn (CPU order)");
+        if (st != EMBER_OK || !p->q8_buf) return st;
+        return ember_cuda_quantize_q8(cu, p->q8_type, out, (int64_t)p->n_head * p->head_dim, n_tokens, p->q8_buf);
     }
-    if (a.G > kMaxG) return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
-    switch (p->head_dim) {
-    case 64: return launch_g<64>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
-    case 128: return launch_g<128>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
-    case 256: return launch_g<256>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
-    case 512: return launch_512(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out);
-    default: return launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    /* the tuned kernels quantize their own output when a CTA's G heads are
+     * whole blocks; otherwise the quantizer runs after the attention */
+    const int D = p->head_dim;
+    const bool tuned = a.G <= kMaxG && (D == 64 || D == 128 || D == 256 || (D == 512 && a.G <= 4));
+    attn_q8 oq = {NULL, NULL, NULL, -1};
+    if (p->q8_buf && tuned && (int64_t)a.G * D % (int64_t)ember_type_block_size(p->q8_type) == 0) {
+        const ember_q8::q8_view v = ember_q8::q8_split(p->q8_type, p->q8_buf, (int64_t)p->n_head * D, n_tokens);
+        oq.qs = const_cast<int8_t *>(v.qs);
+        oq.d = const_cast<float *>(v.d);
+        oq.s = const_cast<float *>(v.s);
+        oq.qm = p->q8_type == EMBER_TYPE_Q8_0 ? 0 : p->q8_type == EMBER_TYPE_Q8_1 ? 1 : 2;
     }
+    ember_status st;
+    if (!tuned)
+        st = launch_any(cu, a, D, n_tokens, q, pos, seq, block_table, kc, vc, out);
+    else if (D == 64)
+        st = launch_g<64>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out, oq);
+    else if (D == 128)
+        st = launch_g<128>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out, oq);
+    else if (D == 256)
+        st = launch_g<256>(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out, oq);
+    else
+        st = launch_512(cu, a, n_tokens, q, pos, seq, block_table, kc, vc, out, oq);
+    if (st != EMBER_OK || !p->q8_buf || oq.qm >= 0) return st;
+    return ember_cuda_quantize_q8(cu, p->q8_type, out, (int64_t)p->n_head * D, n_tokens, p->q8_buf);
 }

@@ -393,6 +393,14 @@ typedef struct ember_cuda_attn_params {
     int32_t max_ctx;     /* most positions a sequence reaches; sizes the key splits */
     bool exact;          /* the CPU backend's order and f16 rounding (slow; see cuda_attn.cu) */
     bool exact_tiled;    /* with exact: its >= 64-query tiled all-f32 order instead of the one-row one */
+    /* ember_cuda_attn only: when q8_buf is not NULL, out is also written
+     * quantized to q8_type (EMBER_TYPE_Q8_0, _Q8_1 or _Q8_K) into q8_buf,
+     * the buffer of ember_cuda_quantize_q8 for n = n_head * head_dim and
+     * n_cols = n_tokens (the same bytes it writes), by the attention kernel
+     * itself where it can (the tuned kernels, n_head / n_head_kv * head_dim
+     * a multiple of the block), else by ember_cuda_quantize_q8 after it */
+    uint32_t q8_type;
+    void *q8_buf;
 } ember_cuda_attn_params;
 
 /* Attention of a run of n_q prompt queries of one sequence at positions
@@ -419,8 +427,11 @@ ember_status ember_cuda_attn_prefill(ember_cuda *cu, const ember_cuda_attn_param
  * block_table: device int32 [n_seq, max_pages]: key j of sequence s lives in
  * cell block_table[s*max_pages + j/page_size]*page_size + j%page_size of
  * k_cache / v_cache: [cells, n_head_kv, head_dim] F16. All keys up to pos[t]
- * must be stored before the call.
- * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (head_dim outside 1..1024). */
+ * must be stored before the call. pos, seq and block_table are read before
+ * the kernel's programmatic-dependent-launch wait: they must not be written
+ * by the kernel launched just before it (the step's arrays, or uploads).
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (head_dim outside
+ * 1..1024, a q8_type other than Q8_0 / Q8_1 / Q8_K). */
 ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_params *p, const float *q,
                              int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                              const int32_t *block_table, const uint16_t *k_cache,

@@ -19,8 +19,18 @@
 #include <string.h>
 
 /* Launch what fusion held back (see cuda_backend.fuse_on). */
+void cb_flush_attn(cuda_backend *b)
+{
+    if (!b->pt.on) return;
+    b->pt.on = false;
+    if (cb_skip(b)) return;
+    CK("attention", ember_cuda_attn(b->cu, &b->pt.ap, b->pt.dq, b->pt.n, b->pt.dpos, b->pt.dseq, b->pt.dtab, b->pt.dk,
+                                    b->pt.dv, b->pt.dout));
+}
+
 void cb_flush_pa(cuda_backend *b)
 {
+    cb_flush_attn(b);
     if (!b->pa.on) return;
     b->pa.on = false;
     if (cb_skip(b)) return;
@@ -39,6 +49,7 @@ void cb_flush_norm(cuda_backend *b)
 
 void cb_flush_scale(cuda_backend *b)
 {
+    cb_flush_attn(b);
     if (!b->ps.on) return;
     b->ps.on = false;
     if (cb_skip(b)) return;
@@ -47,6 +58,7 @@ void cb_flush_scale(cuda_backend *b)
 
 void cb_flush_glu(cuda_backend *b)
 {
+    cb_flush_attn(b);
     if (!b->pg.on) return;
     b->pg.on = false;
     if (cb_skip(b)) return;
@@ -55,6 +67,7 @@ void cb_flush_glu(cuda_backend *b)
 
 void cb_flush_head(cuda_backend *b)
 {
+    cb_flush_attn(b);
     if (!b->ph.n_parts) return;
     ember_cuda_head_args a = {.n_tokens = b->s_n, .head_dim = b->ph.head_dim, .n_parts = b->ph.n_parts,
                               .pos = cb_step_pos(b), .cells = b->ph.cells};
@@ -69,6 +82,7 @@ void cb_flush_head(cuda_backend *b)
 
 void cb_flush(cuda_backend *b)
 {
+    cb_flush_attn(b);
     cb_flush_head(b);
     cb_flush_pa(b);
     cb_flush_norm(b);
@@ -204,4 +218,16 @@ bool cb_pat_glu_round(const cuda_backend *b, const float *x, int64_t n, int32_t 
 bool cb_pat_scale_attn(const cuda_backend *b, const float *q, int64_t n)
 {
     return b->ps.on && b->ps.x == q && b->ps.n == n;
+}
+
+bool cb_attn_waits(const cuda_backend *b, const float *out, int32_t n)
+{
+    return b->fuse_attn && !b->exact_attn && b->in_step && n <= GRAPH_MAX_N && b->q8_on && !b->f32_act &&
+           cb_is_act(b, out);
+}
+
+bool cb_pat_attn_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt)
+{
+    return b->pt.on && b->pt.out == x && b->pt.n == n_tokens &&
+           (int64_t)b->pt.ap.n_head * b->pt.ap.head_dim == n_in && q8_blocks(fmt, n_in);
 }

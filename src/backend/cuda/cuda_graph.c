@@ -69,6 +69,7 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     ember_step_begin(&b->rec);
     b->cur = NULL;
     b->n_pend = 0;
+    b->out_slots = 0;
     b->host_in = false;
     b->up_off = 0;
     b->s_tok = st->token;

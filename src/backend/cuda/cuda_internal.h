@@ -56,9 +56,10 @@ typedef struct arena_chunk {
 } arena_chunk;
 
 /* Staging slots: 0-1 inputs from host memory, 2-4 rounded activations (one
- * per weight of a matmul; preallocated for the limits), 5-7 outputs to host
- * memory (one per weight). */
-enum { STAGE_SLOTS = 8, SLOT_ROUND = 2, SLOT_OUT = 5 };
+ * per weight of a matmul; preallocated for the limits), 5-8 outputs to host
+ * memory (inside a step each host output of the step gets its own, from the
+ * one asked for up: a captured step downloads them all after the graph). */
+enum { STAGE_SLOTS = 9, SLOT_ROUND = 2, SLOT_OUT = 5 };
 enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32, ATTN_TC_MIN_RUN = 64 };
 
 typedef enum step_mode { M_EAGER = 0, M_CAPTURE, M_REPLAY } step_mode;
@@ -135,6 +136,7 @@ typedef struct cuda_backend {
      * the _swa pieces only when the cache has a sliding-window group */
     int32_t *d_step;
     size_t d_step_n;
+    uint32_t out_slots;      /* output staging slots holding a host output of this step (bit per slot) */
     int32_t n_pend;
     float *pend_host[MAX_PEND];
     const void *pend_dev[MAX_PEND];
@@ -153,6 +155,7 @@ typedef struct cuda_backend {
     bool fuse_on;
     bool fuse_head;          /* the head preparation below (EMBER_CUDA_FUSE_HEAD=0: off) */
     bool fuse_add;           /* pa below (EMBER_CUDA_FUSE_ADD=0: off) */
+    bool fuse_attn;          /* pt below (EMBER_CUDA_FUSE_ATTN=0: off) */
     bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
     bool attn_tc;            /* prompt runs of >= ATTN_TC_MIN_RUN queries on the tensor cores (EMBER_CUDA_ATTN_TC=0: off) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
@@ -170,6 +173,20 @@ typedef struct cuda_backend {
      * kernel (ember_cuda_add_norm_quant_q8): launched by any other op. It
      * always comes before a waiting norm; no head op joins while it waits. */
     struct { bool on; const float *x, *w; float *y, *res; int64_t n, n_rows; float eps; } pa;
+    /* a decode attention on activation memory, held back so that the next
+     * matmul's Q8 input comes from the attention kernel itself
+     * (ember_cuda_attn with q8_buf): launched by any other op, before
+     * anything else that waits (it flushed them all when it came). */
+    struct {
+        bool on;
+        ember_cuda_attn_params ap;
+        int32_t n;
+        const float *out;   /* the op's output (host address of the activation) */
+        const float *dq;
+        const int32_t *dpos, *dseq, *dtab;
+        const uint16_t *dk, *dv;
+        float *dout;
+    } pt;
     ember_cuda_fusion_counts fused;
     /* cu_upload: host inputs of a step (gemma4's per-layer embeddings) */
     bool host_in;            /* this step called cu_upload */
@@ -212,7 +229,7 @@ _Noreturn void cb_die(const char *op);
  * (cb_rec_ptr; cb_in_f / cb_out_f give EMBER_STEP_HOST_IN / _OUT for host
  * memory), shapes and parameters (cb_rec_i64, cb_rec_f32). Recorded only
  * while a step is captured or replayed (eager steps compare nothing). */
-enum { CB_FUSED_NORM = 1u, CB_FUSED_GLU = 2u, CB_FUSED_ADD = 4u };
+enum { CB_FUSED_NORM = 1u, CB_FUSED_GLU = 2u, CB_FUSED_ADD = 4u, CB_FUSED_ATTN = 8u };
 
 static inline void cb_rec_op(cuda_backend *b, ember_step_op op, uint32_t flags)
 {
@@ -250,10 +267,12 @@ static inline const int32_t *cb_step_cells_swa(cuda_backend *b) { return b->d_st
 
 /* ---- cuda_fuse.c ------------------------------------------------------------ */
 
-/* Launch what fusion held back: cb_flush everything in its order (head
- * preparation, post-norm add, norm, scale, GLU); the others one piece each
- * (cb_flush_norm launches a waiting post-norm add first). */
+/* Launch what fusion held back: cb_flush everything in its order (attention,
+ * head preparation, post-norm add, norm, scale, GLU); the others one piece
+ * each, every one after a waiting attention (the oldest when it waits), and
+ * cb_flush_norm after a waiting post-norm add. */
 void cb_flush(cuda_backend *b);
+void cb_flush_attn(cuda_backend *b);
 void cb_flush_pa(cuda_backend *b);
 void cb_flush_norm(cuda_backend *b);
 void cb_flush_scale(cuda_backend *b);
@@ -274,7 +293,9 @@ bool cb_ph_take_norm(cuda_backend *b);
  * takes what they name). When an op waits for the next one instead of
  * launching: an RMSNorm y = norm(x) on activation memory (cb_norm_waits),
  * a GLU on gate/up [n], n a multiple of 256 (cb_glu_waits), a power-of-two
- * scale of x (cb_scale_waits: exact to fold into the attention's scale).
+ * scale of x (cb_scale_waits: exact to fold into the attention's scale),
+ * a decode attention (<= GRAPH_MAX_N queries) writing activation memory
+ * (cb_attn_waits).
  * What the next op takes:
  *   cb_pat_head_norm   a per-head norm in place (n_rows a multiple of the
  *                      step's tokens): the waiting norm may join the head
@@ -296,10 +317,14 @@ bool cb_ph_take_norm(cuda_backend *b);
  *                      x [n] to Q8_0 when every weight of ws wants 32-blocks
  *   cb_pat_glu_round   glu -> matmul, F32 kernels: likewise to Q8_K
  *   cb_pat_scale_attn  pow2 scale -> attention: the waiting scale of q [n]
- *                      folds into the attention's scale */
+ *                      folds into the attention's scale
+ *   cb_pat_attn_quant  attention -> matmul(+quantize): the waiting attention
+ *                      wrote x [n_tokens, n_in], quantized to fmt in its
+ *                      kernel */
 bool cb_norm_waits(const cuda_backend *b, const float *y, const float *x);
 bool cb_glu_waits(const cuda_backend *b, const float *gate, const float *up, int64_t n);
 bool cb_scale_waits(const cuda_backend *b, const float *x, float s);
+bool cb_attn_waits(const cuda_backend *b, const float *out, int32_t n);
 bool cb_pat_head_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows);
 bool cb_pat_add_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows, int64_t n);
 bool cb_pat_norm_add(const cuda_backend *b, const float *y, const float *x, int64_t n);
@@ -310,6 +335,7 @@ bool cb_pat_add_quant(const cuda_backend *b, const float *x, int64_t n_in, int64
 bool cb_pat_norm_round(const cuda_backend *b, const float *x, int64_t n, int32_t n_w, const ember_weight *const *ws);
 bool cb_pat_glu_round(const cuda_backend *b, const float *x, int64_t n, int32_t n_w, const ember_weight *const *ws);
 bool cb_pat_scale_attn(const cuda_backend *b, const float *q, int64_t n);
+bool cb_pat_attn_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt);
 
 /* ---- cuda_mem.c ------------------------------------------------------------- */
 

@@ -253,9 +253,24 @@ float *cb_out_f(cuda_backend *b, int slot, float *p, size_t n)
         return p;
     }
     cb_rec_ptr(b, EMBER_STEP_HOST_OUT);
-    if (b->mode == M_EAGER) return cb_stage(b, slot, n * sizeof(float));
-    const void *d = pending(b, p);
+    const void *d = b->mode == M_EAGER ? NULL : pending(b, p);
     if (d) return (float *)d;
+    if (b->in_step && slot >= SLOT_OUT) {
+        /* a slot of its own in the step, the same in its eager runs and its
+         * capture (so the capture finds it grown) */
+        int s = slot;
+        while (s < STAGE_SLOTS && (b->out_slots >> s & 1u)) s++;
+        if (s == STAGE_SLOTS) {
+            if (b->mode != M_EAGER) {
+                b->failed = true;
+                return NULL;
+            }
+            s = slot;   /* eager: each output is downloaded by its op (logits may wait: they come last) */
+        }
+        b->out_slots |= 1u << s;
+        slot = s;
+    }
+    if (b->mode == M_EAGER) return cb_stage(b, slot, n * sizeof(float));
     if (b->n_pend == MAX_PEND) {
         b->failed = true;
         return NULL;

@@ -5,11 +5,16 @@
  * scale, store), Gemma 4 (q/k norms and a weightless v norm, 512-wide heads,
  * q's RoPE between) and Llama (RoPE only, normal mode), as a prompt step of
  * 5 tokens and then decode steps (the second one of a shape is captured as
- * a CUDA graph, the third replays it). Every step's attention output must be
- * bit-identical to the same backend with this fusion off (cuda_fuse_head =
- * false: the lone kernels, which the kernel tests check) and
- * within 1e-2 of max |cpu| of the CPU backend's ops (f16 KV on both sides;
- * a wrong head, angle, norm or cell is off by O(1)).
+ * a CUDA graph, the third replays it; the last two past 32 keys, where the
+ * attention merges two key splits). The attention output feeds an output
+ * projection (a matmul of golden gguf-py blocks whose Q8 input the
+ * attention kernel writes itself: cb_pat_attn_quant), as in a layer. Every
+ * step's attention output and projection must be bit-identical to the same
+ * backend with these fusions off (cuda_fuse_head = cuda_fuse_attn = false:
+ * the lone kernels, which the kernel tests check); the attention within
+ * 1e-2 of max |cpu| of the CPU backend's ops (f16 KV on both sides; a wrong
+ * head, angle, norm or cell is off by O(1)), the projection within 3e-2 of
+ * max |cpu| (its Q8 input is of slightly different values).
  * Without EMBER_CUDA or a GPU every case skips. */
 #include "cuda_test.h"
 
@@ -24,19 +29,23 @@ typedef struct hcase {
     const char *name;
     seq_kind kind;
     int n_head, n_head_kv, head_dim;
+    const char *wo_type;   /* the output projection's block format (golden blocks) */
 } hcase;
 
+enum { N_OUT = 96 };   /* rows of the output projection */
+
 typedef struct layer_data {
-    float *q, *k_act, *v_act;   /* activations (act_alloc: one set per backend for all steps, as the engine keeps its scratch) */
+    float *q, *k_act, *v_act, *o_act;   /* activations (act_alloc: one set per backend for all steps, as the engine keeps its scratch) */
+    const ember_weight *wo;             /* output projection [N_OUT, n_head * head_dim] */
     float *wq, *wk;   /* norm weights [head_dim] */
     int32_t *blocks;
     uint16_t *k, *v;  /* host KV layer (the CPU backend's; the GPU keeps its own copy) */
 } layer_data;
 
 /* One step of n tokens at positions pos0.. through backend be; out: host
- * [n, n_head, head_dim]. */
+ * [n, n_head, head_dim], y: host [n, N_OUT] (the output projection). */
 static void run_step(ember_backend *be, const hcase *c, const layer_data *L, const ember_kv_layer_view *view, int pos0,
-                     int n, const float *q_h, const float *k_h, const float *v_h, float *out)
+                     int n, const float *q_h, const float *k_h, const float *v_h, float *out, float *y)
 {
     const int D = c->head_dim, H = c->n_head, Hk = c->n_head_kv, bt = view->block_tokens;
     const size_t nq = (size_t)n * H * D, nk = (size_t)n * Hk * D;
@@ -82,7 +91,9 @@ static void run_step(ember_backend *be, const hcase *c, const layer_data *L, con
             break;
         }
         op->kv_store(be, view, k, v, rows, n);
-        op->attention(be, view, &ap, q, qs, n, out);
+        op->attention(be, view, &ap, q, qs, n, L->o_act);
+        op->matmul(be, L->o_act, n, 1, &L->wo, &y);
+        op->copy(be, out, L->o_act, (int64_t)nq);
         if (op->step_end(be)) break;
         assert_int_equal(pass, 0);
     }
@@ -98,7 +109,16 @@ static void run_case(const hcase *c)
     ember_backend_options go = ember_backend_options_default();
     CU_OK(ember_backend_cuda_new(&go, &lim, &be[1]));
     go.cuda_fuse_head = false;
+    go.cuda_fuse_attn = false;
     CU_OK(ember_backend_cuda_new(&go, &lim, &be[2]));
+    test_blocks bl;
+    test_blocks_load(c->wo_type, &bl);
+    uint8_t *wo_raw;
+    float *wo_deq;
+    test_blocks_matrix(&bl, (int64_t)H * D, N_OUT, &wo_raw, &wo_deq);
+    const ember_weight wo = {.type = bl.type, .n_in = (int64_t)H * D, .n_out = N_OUT,
+                             .row_bytes = (size_t)((int64_t)H * D / bl.block_size) * bl.block_bytes, .data = wo_raw,
+                             .name = "attn_output.weight"};
     layer_data L[3];
     ember_kv_layer_view view[3];
     float *wq = malloc(sizeof(float) * D), *wk = malloc(sizeof(float) * D);
@@ -110,23 +130,29 @@ static void run_case(const hcase *c)
     }
     for (int i = 0; i < n_blocks; i++) blocks[i] = n_blocks - 1 - i;   /* reversed: the cell matters */
     for (int b = 0; b < 3; b++) {
-        L[b] = (layer_data){.wq = wq, .wk = wk, .blocks = blocks, .k = calloc((size_t)(n_ctx * row), 2),
+        L[b] = (layer_data){.wq = wq, .wk = wk, .wo = &wo, .blocks = blocks, .k = calloc((size_t)(n_ctx * row), 2),
                             .v = calloc((size_t)(n_ctx * row), 2)};
         assert_true(L[b].k && L[b].v);
         L[b].q = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * H * D);
+        L[b].o_act = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * H * D);
         L[b].k_act = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * row);
         L[b].v_act = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * row);
-        assert_true(L[b].q && L[b].k_act && L[b].v_act);
+        assert_true(L[b].q && L[b].k_act && L[b].v_act && L[b].o_act);
         view[b] = (ember_kv_layer_view){.type_k = EMBER_TYPE_F16, .type_v = EMBER_TYPE_F16, .k = L[b].k, .v = L[b].v,
                                         .k_row_bytes = (size_t)row * 2, .v_row_bytes = (size_t)row * 2,
                                         .block_tokens = bt, .n_rows = n_ctx};
     }
-    const int steps[][2] = {{0, 5}, {5, 1}, {6, 1}, {7, 1}, {8, 1}};   /* (pos0, n) */
+    /* (pos0, n); the keys 9..39 stay zero on both sides */
+    const int steps[][2] = {{0, 5}, {5, 1}, {6, 1}, {7, 1}, {8, 1}, {40, 1}, {41, 1}};
     const size_t max_q = (size_t)5 * H * D, max_k = (size_t)5 * row;
     float *qh = malloc(sizeof(float) * max_q), *kh = malloc(sizeof(float) * max_k), *vh = malloc(sizeof(float) * max_k);
-    float *out[3];
-    for (int b = 0; b < 3; b++) out[b] = malloc(sizeof(float) * max_q);
-    assert_true(qh && kh && vh && out[0] && out[1] && out[2]);
+    float *out[3], *y[3];
+    for (int b = 0; b < 3; b++) {
+        out[b] = malloc(sizeof(float) * max_q);
+        y[b] = malloc(sizeof(float) * 5 * N_OUT);
+        assert_true(out[b] && y[b]);
+    }
+    assert_true(qh && kh && vh);
     for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
         const int pos0 = steps[s][0], n = steps[s][1];
         const size_t nq = (size_t)n * H * D, nk = (size_t)n * row;
@@ -135,7 +161,7 @@ static void run_case(const hcase *c)
             kh[i] = test_randf(-2.f, 2.f);
             vh[i] = test_randf(-1.f, 1.f);
         }
-        for (int b = 0; b < 3; b++) run_step(be[b], c, &L[b], &view[b], pos0, n, qh, kh, vh, out[b]);
+        for (int b = 0; b < 3; b++) run_step(be[b], c, &L[b], &view[b], pos0, n, qh, kh, vh, out[b], y[b]);
         double md = 0, mr = 0;
         size_t n_diff = 0, first = 0;
         for (size_t i = 0; i < nq; i++) {
@@ -151,18 +177,35 @@ static void run_case(const hcase *c)
         if (n_diff)
             fail_msg("%s step %zu: %zu outputs differ from the unfused kernels; first [%zu]: %a vs %a", c->name, s,
                      n_diff, first, (double)out[1][first], (double)out[2][first]);
+        double ymd = 0, ymr = 0;
+        for (size_t i = 0; i < (size_t)n * N_OUT; i++) {
+            if (memcmp(&y[1][i], &y[2][i], sizeof(float)) != 0)
+                fail_msg("%s step %zu: projection [%zu] %a differs from the unfused kernels' %a", c->name, s, i,
+                         (double)y[1][i], (double)y[2][i]);
+            const double d = fabs((double)y[1][i] - y[0][i]);
+            if (d > ymd || d != d) ymd = d;
+            if (fabs(y[0][i]) > ymr) ymr = fabs(y[0][i]);
+        }
+        printf("# %s step %zu: projection (%s) max|fused - cpu| %.3g, max|cpu| %.3g\n", c->name, s, c->wo_type, ymd, ymr);
+        assert_true(ymr > 0.01);
+        if (!(ymd <= 3e-2 * ymr)) fail_msg("%s step %zu: projection max|fused - cpu| %g > 3e-2 * %g", c->name, s, ymd, ymr);
     }
     ember_cuda_fusion_counts fc[2];
     ember_backend_cuda_fusion_counts(be[1], &fc[0]);
     ember_backend_cuda_fusion_counts(be[2], &fc[1]);
-    printf("# %s: %lld fused head launches (unfused backend: %lld)\n", c->name, (long long)fc[0].head_prep,
-           (long long)fc[1].head_prep);
-    /* steps 0-2 launch one each (the third into its capture), 3 and 4 replay the graph */
-    if (fc[0].head_prep < 3) fail_msg("%s: only %lld fused head launches in 5 steps", c->name, (long long)fc[0].head_prep);
+    printf("# %s: %lld fused head launches, %lld attention + quantize (unfused backend: %lld, %lld)\n", c->name,
+           (long long)fc[0].head_prep, (long long)fc[0].attn_quant, (long long)fc[1].head_prep,
+           (long long)fc[1].attn_quant);
+    /* steps 0-2 launch one each (the third into its capture), the later ones replay the graph */
+    if (fc[0].head_prep < 3) fail_msg("%s: only %lld fused head launches", c->name, (long long)fc[0].head_prep);
+    if (fc[0].attn_quant < 3) fail_msg("%s: only %lld attention + quantize launches", c->name, (long long)fc[0].attn_quant);
     assert_int_equal(fc[1].head_prep, 0);
+    assert_int_equal(fc[1].attn_quant, 0);
     for (int b = 0; b < 3; b++) {
         free(out[b]);
+        free(y[b]);
         be[b]->ops->act_free(be[b], L[b].q);
+        be[b]->ops->act_free(be[b], L[b].o_act);
         be[b]->ops->act_free(be[b], L[b].k_act);
         be[b]->ops->act_free(be[b], L[b].v_act);
         free(L[b].k);
@@ -175,6 +218,9 @@ static void run_case(const hcase *c)
     free(wq);
     free(wk);
     free(blocks);
+    free(wo_raw);
+    free(wo_deq);
+    test_blocks_free(&bl);
 }
 
 static void test_head_prep_matches_unfused_and_cpu(void **state)
@@ -182,9 +228,11 @@ static void test_head_prep_matches_unfused_and_cpu(void **state)
     (void)state;
     TEST_NEED_GPU();
     const hcase cases[] = {
-        {"gemma3 (4 x 256, 1 KV head)", SEQ_GEMMA3, 4, 1, 256},
-        {"gemma4 (8 x 512, 2 KV heads)", SEQ_GEMMA4, 8, 2, 512},
-        {"llama (4 x 64, 2 KV heads)", SEQ_LLAMA, 4, 2, 64},
+        {"gemma3 (4 x 256, 1 KV head)", SEQ_GEMMA3, 4, 1, 256, "Q4_K"},   /* Q8_K input, one block per head */
+        {"gemma4 (8 x 512, 2 KV heads)", SEQ_GEMMA4, 8, 2, 512, "Q5_0"},  /* Q8_0 */
+        {"llama (4 x 64, 2 KV heads)", SEQ_LLAMA, 4, 2, 64, "Q4_1"},      /* Q8_1 */
+        /* Q8_K over 2 heads of 64 per KV head: blocks span CTAs, so the quantizer runs after the attention */
+        {"llama (4 x 64, 2 KV heads), Q4_K projection", SEQ_LLAMA, 4, 2, 64, "Q4_K"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }

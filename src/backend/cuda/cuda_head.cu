@@ -20,41 +20,78 @@ namespace {
 
 /* One CTA per (head of any part, token): blockIdx.x runs over the parts'
  * heads in order, blockIdx.y over tokens; the row goes through shared
- * memory (head_dim floats). */
+ * memory (head_dim floats). Before the programmatic-dependent-launch wait
+ * (none of it is written by the previous kernel): the norm weights, the
+ * step's position and cell, and the RoPE (cos, sin) of this thread's pairs;
+ * after it, one read of the row into registers (thread t holds elements
+ * t + k blockDim.x, k < kHeadK: head_dim <= 1024 at ember_norm_threads'
+ * sizes needs at most 4), summed in ember_row_inv_rms' order. */
+constexpr int kHeadK = 4, kHeadPairs = 2;
+
 __global__ void k_head_prep(ember_cuda_head_args a)
 {
-    ember_pdl_wait();
     extern __shared__ float row[];
     const int64_t t = blockIdx.y;
     int h = (int)blockIdx.x, p = 0;
     while (p + 1 < a.n_parts && h >= a.part[p].n_head) h -= a.part[p++].n_head;
     const ember_cuda_head_part &P = a.part[p];
-    const int D = a.head_dim;
+    const int D = a.head_dim, T = blockDim.x, tid = threadIdx.x;
+    float wn[kHeadK];
+#pragma unroll
+    for (int k = 0; k < kHeadK; k++) {
+        const int i = tid + k * T;
+        wn[k] = P.norm && P.norm_w && i < D ? P.norm_w[i] : 1.f;
+    }
+    const int32_t pos = P.rope ? a.pos[t] : 0;
+    const int32_t cell = P.cache ? a.cells[t] : -1;
+    const int half = P.n_rot / 2;
+    float rc[kHeadPairs] = {1.f, 1.f}, rs[kHeadPairs] = {0.f, 0.f};
+    if (P.rope)
+#pragma unroll
+        for (int k = 0; k < kHeadPairs; k++) {
+            const int i = tid + k * T;
+            if (i < half)
+                ember_rope_tab_cs(pos, i, reinterpret_cast<const float2 *>(P.tab), P.n_pos, P.n_tab, P.theta_scale,
+                                  P.freq_scale, P.ff, rc[k], rs[k]);
+        }
+    ember_pdl_wait();
     float *xr = P.x + (t * P.n_head + h) * (int64_t)D;
-    const float inv = P.norm ? ember_row_inv_rms(xr, D, P.eps) : 1.0f;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        const float v = xr[i];
-        row[i] = P.norm ? __fmul_rn(__fmul_rn(v, inv), P.norm_w ? P.norm_w[i] : 1.f) : v;
+    float xv[kHeadK];
+#pragma unroll
+    for (int k = 0; k < kHeadK; k++) {
+        const int i = tid + k * T;
+        xv[k] = i < D ? xr[i] : 0.f;
+    }
+    float inv = 1.0f;
+    if (P.norm) { /* ember_row_inv_rms on the registers */
+        double ss = 0.0;
+#pragma unroll
+        for (int k = 0; k < kHeadK; k++)
+            if (tid + k * T < D) ss += (double)__fmul_rn(xv[k], xv[k]);
+        ss = ember_block_sum_d(ss);
+        inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)D), P.eps)));
+    }
+#pragma unroll
+    for (int k = 0; k < kHeadK; k++) {
+        const int i = tid + k * T;
+        if (i < D) row[i] = P.norm ? __fmul_rn(__fmul_rn(xv[k], inv), wn[k]) : xv[k];
     }
     __syncthreads();
     if (P.rope) {
-        const int32_t pos = a.pos[t];
-        const int half = P.n_rot / 2;
-        for (int i = threadIdx.x; i < half; i += blockDim.x) {
-            float c, s;
-            ember_rope_tab_cs(pos, i, reinterpret_cast<const float2 *>(P.tab), P.n_pos, P.n_tab, P.theta_scale,
-                              P.freq_scale, P.ff, c, s);
+#pragma unroll
+        for (int k = 0; k < kHeadPairs; k++) {
+            const int i = tid + k * T;
+            if (i >= half) continue;
             const int i0 = P.neox ? i : 2 * i;
             const int i1 = P.neox ? i + half : 2 * i + 1;
             const float x0 = row[i0], x1 = row[i1];
-            row[i0] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
-            row[i1] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
+            row[i0] = __fmaf_rn(x0, rc[k], -__fmul_rn(x1, rs[k]));
+            row[i1] = __fmaf_rn(x0, rs[k], __fmul_rn(x1, rc[k]));
         }
         __syncthreads();
     }
-    const int32_t cell = P.cache ? a.cells[t] : -1;
     __half *dst = cell >= 0 ? reinterpret_cast<__half *>(P.cache) + ((int64_t)cell * P.n_head + h) * D : nullptr;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    for (int i = tid; i < D; i += T) {
         const float v = row[i];
         if (P.norm || P.rope) xr[i] = v;
         if (dst) dst[i] = __float2half_rn(v);
@@ -85,7 +122,11 @@ extern "C" ember_status ember_cuda_head_prep(ember_cuda *cu, const ember_cuda_he
         heads += P->n_head;
     }
     if (heads > 65535) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: head_prep: %lld heads", (long long)heads);
-    ember_launch(k_head_prep, dim3((unsigned)heads, (unsigned)a->n_tokens), ember_norm_threads(a->head_dim),
+    /* the kernel's registers: kHeadK elements and kHeadPairs RoPE pairs per thread */
+    const int th = ember_norm_threads(a->head_dim);
+    if ((a->head_dim + th - 1) / th > kHeadK || (a->head_dim / 2 + th - 1) / th > kHeadPairs)
+        return ember_error(EMBER_ERR_INTERNAL, "cuda: head_prep: head_dim %d over %d threads", (int)a->head_dim, th);
+    ember_launch(k_head_prep, dim3((unsigned)heads, (unsigned)a->n_tokens), th,
                  (size_t)a->head_dim * sizeof(float), cu->stream, *a);
     return ember_cuda_launched("head_prep");
 }

@@ -2,7 +2,8 @@
 # bench/gpu/ttft_ab_h200.sh — served TTFT of cold 3,000- and 16,000-token prompts (bench/ttft.py,
 # median of 3) for several builds of ember on the E4B-shaped file, alternating the builds REPS times
 # (default 2) in one run. BINS="label:tarball ..." as bench/gpu/ab_bins_h200.sh (the tarballs of
-# bench/gpu/pack_carry.sh). No llama.cpp: for the ratio, serve_h200.sh's llama-server figures.
+# bench/gpu/pack_carry.sh); a label may repeat a tarball with other flags: ARGS_<label>="..." are
+# appended to its ember serve command. No llama.cpp: for the ratio, serve_h200.sh's llama-server figures.
 # Output: $OUT/ttft-ab.txt.
 set -u
 : "${OUT:?set OUT}" "${BINS:?set BINS=\"label:tarball ...\"}"
@@ -18,7 +19,8 @@ export LD_LIBRARY_PATH=/tmp/tt-${labels[0]}/lib:/usr/local/cuda/lib64:${LD_LIBRA
 for rep in $(seq 1 ${REPS:-2}); do
   for l in "${labels[@]}"; do
     port=$((19000 + RANDOM % 900))
-    /tmp/tt-$l/b/bin/ember serve -m /dev/shm/e4b.gguf -ngl 99 -np 1 -c 20480 --port $port --alias m > /tmp/tt-srv.txt 2>&1 &
+    xv=ARGS_$l   # extra ember serve flags of this label (ARGS_label="-ub 2048 -b 2048")
+    /tmp/tt-$l/b/bin/ember serve -m /dev/shm/e4b.gguf -ngl 99 -np 1 -c 20480 --port $port --alias m ${!xv:-} > /tmp/tt-srv.txt 2>&1 &
     pid=$!
     up=0
     for i in $(seq 1 240); do curl -sf http://127.0.0.1:$port/health >/dev/null 2>&1 && { up=1; break; }; sleep 0.25; done

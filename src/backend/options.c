@@ -83,6 +83,8 @@ static const opt_row rows[] = {
      "0: plain kernel launches (no programmatic dependent launch)"},
     {"EMBER_CUDA_CUBLAS_WS_MIB", OPT_INT, F(cuda_cublas_ws_mib), 4, 0, 65536, NULL,
      "cuBLAS workspace in MiB (0: cuBLAS's own default, 32 MiB on Hopper)"},
+    {"EMBER_CUDA_ATTN_MIN_KEYS", OPT_INT, F(cuda_attn_min_keys), 32, 8, 4096, NULL,
+     "keys in the shortest split of the decode attention (flash decoding): fewer, longer splits merge less"},
     {"EMBER_CUDA_STACK", OPT_INT, F(cuda_stack_bytes), 128, -1, 1 << 20, NULL,
      "per-thread stack bytes (cudaLimitStackSize) the driver reserves for every resident thread (-1: the driver's 1 KiB)"},
 };

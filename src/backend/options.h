@@ -58,6 +58,7 @@ typedef struct ember_backend_options {
     bool cuda_attn_tc;       /* EMBER_CUDA_ATTN_TC: prompt-run attention as f16 GEMMs on the tensor cores */
     bool cuda_pdl;           /* EMBER_CUDA_PDL: programmatic dependent launch */
     int32_t cuda_cublas_ws_mib;  /* EMBER_CUDA_CUBLAS_WS_MIB: cuBLAS workspace, MiB (0: cuBLAS's own) */
+    int32_t cuda_attn_min_keys;  /* EMBER_CUDA_ATTN_MIN_KEYS: shortest key split of the decode attention */
     int32_t cuda_stack_bytes;    /* EMBER_CUDA_STACK: cudaLimitStackSize per thread, bytes (-1: the driver's) */
 } ember_backend_options;
 

@@ -743,7 +743,8 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
     const int span = p->n_swa > 0 && p->n_swa < p->max_ctx ? p->n_swa : p->max_ctx;
     const int64_t rows = n_tokens * p->n_head_kv;
     int64_t want = rows >= 1024 ? 1 : (1024 + rows - 1) / rows;
-    int64_t by_len = (span + 31) / 32; /* no split shorter than 32 keys */
+    const int min_keys = cu->attn_min_keys > 0 ? cu->attn_min_keys : 32;
+    int64_t by_len = (span + min_keys - 1) / min_keys; /* no split shorter than min_keys keys (default 32) */
     int64_t ns = want < by_len ? want : by_len;
     if (ns > kMaxSplits) ns = kMaxSplits;
     if (ns < 1) ns = 1;

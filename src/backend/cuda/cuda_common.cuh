@@ -33,6 +33,7 @@ struct ember_cuda {
     bool capturing;
     bool gemm_f16;         /* quantized prefill GEMMs on f16 tensor cores (options: EMBER_CUDA_GEMM_F16) */
     bool exact_mm;         /* decode mat-vecs in the CPU backend's float order (EMBER_CUDA_EXACT; cuda_q8.cu) */
+    int attn_min_keys;     /* shortest key split of the decode attention (EMBER_CUDA_ATTN_MIN_KEYS; cuda_attn.cu) */
     uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
 };
 

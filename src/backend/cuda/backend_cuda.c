@@ -856,7 +856,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         .softcap = 0.f, .n_swa = p->n_swa, .page_size = bt, .max_pages = max_pages, .max_ctx = max_ctx,
         .exact = b->exact_attn, .exact_tiled = n >= 64,   /* the CPU's split (FA_TILE_Q) */
     };
-    if (cb_attn_waits(b, out, n)) {   /* the next matmul may take it (attention + quantize) */
+    if (cb_attn_waits(b, q, out, n)) {   /* the next matmul may take it (attention + quantize) */
         b->pt.on = true;
         b->pt.ap = ap;
         b->pt.n = n;

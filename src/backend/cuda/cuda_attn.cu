@@ -772,7 +772,10 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
             EXACT_CASE(256)
             EXACT_CASE(512)
         default: /* no CPU-order kernel for this size: the generic one (F32 order, not the CPU's) */
-            launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
+        {
+            const ember_status sa = launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
+            if (sa != EMBER_OK) return sa;
+        }
         }
 #undef EXACT_CASE
         const ember_status st = ember_cuda_launched("attn (CPU order)");

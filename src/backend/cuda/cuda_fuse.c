@@ -220,14 +220,17 @@ bool cb_pat_scale_attn(const cuda_backend *b, const float *q, int64_t n)
     return b->ps.on && b->ps.x == q && b->ps.n == n;
 }
 
-bool cb_attn_waits(const cuda_backend *b, const float *out, int32_t n)
+bool cb_attn_waits(const cuda_backend *b, const float *q, const float *out, int32_t n)
 {
     return b->fuse_attn && !b->exact_attn && b->in_step && n <= GRAPH_MAX_N && b->q8_on && !b->f32_act &&
-           cb_is_act(b, out);
+           cb_is_act(b, q) && cb_is_act(b, out);
 }
 
+/* Only while nothing waits after the attention: the matmul launches the
+ * attention after its flush, so an op held behind it (a scale or a
+ * per-head norm of its output) would run first. */
 bool cb_pat_attn_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt)
 {
-    return b->pt.on && b->pt.out == x && b->pt.n == n_tokens &&
-           (int64_t)b->pt.ap.n_head * b->pt.ap.head_dim == n_in && q8_blocks(fmt, n_in);
+    return b->pt.on && b->pt.out == x && b->pt.n == n_tokens && !b->pn.on && !b->ps.on && !b->pg.on && !b->pa.on &&
+           !b->ph.n_parts && (int64_t)b->pt.ap.n_head * b->pt.ap.head_dim == n_in && q8_blocks(fmt, n_in);
 }

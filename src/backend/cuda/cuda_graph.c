@@ -252,6 +252,7 @@ bool cb_step_end(ember_backend *be)
     if (!ok) {   /* the caller runs the pass again, op by op */
         b->mode = M_EAGER;
         b->up_off = 0;
+        b->out_slots = 0;
         return false;
     }
     b->mode = M_EAGER;

@@ -294,8 +294,8 @@ bool cb_ph_take_norm(cuda_backend *b);
  * launching: an RMSNorm y = norm(x) on activation memory (cb_norm_waits),
  * a GLU on gate/up [n], n a multiple of 256 (cb_glu_waits), a power-of-two
  * scale of x (cb_scale_waits: exact to fold into the attention's scale),
- * a decode attention (<= GRAPH_MAX_N queries) writing activation memory
- * (cb_attn_waits).
+ * a decode attention (<= GRAPH_MAX_N queries) from and to activation
+ * memory (cb_attn_waits).
  * What the next op takes:
  *   cb_pat_head_norm   a per-head norm in place (n_rows a multiple of the
  *                      step's tokens): the waiting norm may join the head
@@ -320,11 +320,11 @@ bool cb_ph_take_norm(cuda_backend *b);
  *                      folds into the attention's scale
  *   cb_pat_attn_quant  attention -> matmul(+quantize): the waiting attention
  *                      wrote x [n_tokens, n_in], quantized to fmt in its
- *                      kernel */
+ *                      kernel (only when nothing else waits) */
 bool cb_norm_waits(const cuda_backend *b, const float *y, const float *x);
 bool cb_glu_waits(const cuda_backend *b, const float *gate, const float *up, int64_t n);
 bool cb_scale_waits(const cuda_backend *b, const float *x, float s);
-bool cb_attn_waits(const cuda_backend *b, const float *out, int32_t n);
+bool cb_attn_waits(const cuda_backend *b, const float *q, const float *out, int32_t n);
 bool cb_pat_head_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows);
 bool cb_pat_add_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows, int64_t n);
 bool cb_pat_norm_add(const cuda_backend *b, const float *y, const float *x, int64_t n);

@@ -857,17 +857,8 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
         .exact = b->exact_attn, .exact_tiled = n >= 64,   /* the CPU's split (FA_TILE_Q) */
     };
     if (cb_attn_waits(b, q, out, n)) {   /* the next matmul may take it (attention + quantize) */
-        b->pt.on = true;
-        b->pt.ap = ap;
-        b->pt.n = n;
-        b->pt.out = out;
-        b->pt.dq = dq;
-        b->pt.dpos = dpos;
-        b->pt.dseq = dseq;
-        b->pt.dtab = dtab;
-        b->pt.dk = dk;
-        b->pt.dv = dv;
-        b->pt.dout = dout;
+        b->pt = (cb_held_attn){.on = true, .ap = ap, .n = n, .out = out, .dq = dq, .dpos = dpos, .dseq = dseq,
+                               .dtab = dtab, .dk = dk, .dv = dv, .dout = dout};
         return;
     }
     if (cb_skip(b)) return;

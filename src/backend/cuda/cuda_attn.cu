@@ -753,6 +753,7 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
 
     const __half *kc = reinterpret_cast<const __half *>(k_cache);
     const __half *vc = reinterpret_cast<const __half *>(v_cache);
+    ember_status st;
     if (p->exact) {
         if (p->softcap > 0.f)
             return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: attn: CPU-order attention has no softcap");
@@ -772,13 +773,11 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
             EXACT_CASE(256)
             EXACT_CASE(512)
         default: /* no CPU-order kernel for this size: the generic one (F32 order, not the CPU's) */
-        {
-            const ember_status sa = launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
-            if (sa != EMBER_OK) return sa;
-        }
+            st = launch_any(cu, a, p->head_dim, n_tokens, q, pos, seq, block_table, kc, vc, out);
+            if (st != EMBER_OK) return st;
         }
 #undef EXACT_CASE
-        const ember_status st = ember_cuda_launched("attn (CPU order)");
+        st = ember_cuda_launched("attn (CPU order)");
         if (st != EMBER_OK || !p->q8_buf) return st;
         return ember_cuda_quantize_q8(cu, p->q8_type, out, (int64_t)p->n_head * p->head_dim, n_tokens, p->q8_buf);
     }
@@ -794,7 +793,6 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
         oq.s = const_cast<float *>(v.s);
         oq.qm = p->q8_type == EMBER_TYPE_Q8_0 ? 0 : p->q8_type == EMBER_TYPE_Q8_1 ? 1 : 2;
     }
-    ember_status st;
     if (!tuned)
         st = launch_any(cu, a, D, n_tokens, q, pos, seq, block_table, kc, vc, out);
     else if (D == 64)

@@ -80,6 +80,19 @@ typedef struct graph_entry {
     bool host_in;            /* the step uploads host data (cu_upload): never replayed without its forward pass */
 } graph_entry;
 
+/* A decode attention held back for the next matmul (cuda_backend.pt): its
+ * parameters and device operands, as ember_cuda_attn takes them. */
+typedef struct cb_held_attn {
+    bool on;
+    ember_cuda_attn_params ap;
+    int32_t n;
+    const float *out;   /* the op's output (host address of the activation) */
+    const float *dq;
+    const int32_t *dpos, *dseq, *dtab;
+    const uint16_t *dk, *dv;
+    float *dout;
+} cb_held_attn;
+
 typedef struct cuda_backend {
     ember_backend base;
     ember_cuda *cu;
@@ -177,16 +190,7 @@ typedef struct cuda_backend {
      * matmul's Q8 input comes from the attention kernel itself
      * (ember_cuda_attn with q8_buf): launched by any other op, before
      * anything else that waits (it flushed them all when it came). */
-    struct {
-        bool on;
-        ember_cuda_attn_params ap;
-        int32_t n;
-        const float *out;   /* the op's output (host address of the activation) */
-        const float *dq;
-        const int32_t *dpos, *dseq, *dtab;
-        const uint16_t *dk, *dv;
-        float *dout;
-    } pt;
+    cb_held_attn pt;
     ember_cuda_fusion_counts fused;
     /* cu_upload: host inputs of a step (gemma4's per-layer embeddings) */
     bool host_in;            /* this step called cu_upload */

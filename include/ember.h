@@ -249,6 +249,35 @@ typedef struct ember_logits_top {
 ember_status ember_get_logits_top(ember_context *ctx, int32_t n, const int32_t *entries, int32_t k,
                                   ember_logits_top *out);
 
+/* ember_get_logits_top in two halves, so that the next decode is queued
+ * before the host waits (the served path's pipeline):
+ * ember_get_logits_top_start queues the heads of entries[0, n) of the last
+ * decode (arguments as ember_get_logits_top) and sets *queued; *queued
+ * false (nothing queued, EMBER_OK): the backend cannot run them
+ * asynchronously, call ember_get_logits_top instead.
+ * ember_get_logits_top_finish(ctx, out) waits for those heads only and
+ * fills out[n]; it must follow a start that queued, once, and may come
+ * after a later ember_decode_fed. Errors: as ember_get_logits_top;
+ * EMBER_ERR_INVALID_ARG for a finish without a queued start. */
+ember_status ember_get_logits_top_start(ember_context *ctx, int32_t n, const int32_t *entries, int32_t k,
+                                        bool *queued);
+ember_status ember_get_logits_top_finish(ember_context *ctx, ember_logits_top *out);
+
+/* True when ember_decode_fed works on this context: the backend copies
+ * tokens from queued heads on the device (a GPU backend), and the model
+ * reads its tokens only on the device (not gemma4's per-layer embeddings)
+ * and keeps no recurrent state (whose rollback replays host tokens). */
+bool ember_context_token_feedback(const ember_context *ctx);
+
+/* ember_decode, where entry i with top_row[i] >= 0 takes as its token the
+ * argmax (id[0]) of row top_row[i] of the heads queued by the last
+ * ember_get_logits_top_start (batch->token[i] is then ignored; the host
+ * learns the token from ember_get_logits_top_finish). top_row[i] = -1:
+ * batch->token[i]. Errors: those of ember_decode; EMBER_ERR_UNSUPPORTED
+ * without ember_context_token_feedback; EMBER_ERR_INVALID_ARG for a row
+ * outside the queued heads or none queued, or more than 64 entries. */
+ember_status ember_decode_fed(ember_context *ctx, const ember_batch *batch, const int32_t *top_row);
+
 /* Sequences. A sequence exists once it holds a token; these edit it:
  * - remove: drop all of its positions and free its KV blocks;
  * - truncate: keep positions [0, n_keep), drop the rest (KV rollback, no copy;

@@ -14,7 +14,9 @@
 #   .carry/smollm2.gguf   (model "smol", optional) the real SmolLM2-135M-Instruct Q4_1, for "kl"
 #   More than one call's 64 MiB: bench/gpu/bundle_h200.sh carries them in pieces.
 # Environment: OUT (results), MODELS ("g3 e4b" default), TESTS=0 skips the GPU unit tests,
-#   PARTS (default "check kl engine serve1 serve8"), EMBER_EXTRA (extra ember serve flags).
+#   PARTS (default "check kl engine serve1 serve8"; serve1ab: ember's served single stream with
+#   EMBER_CUDA_FEEDBACK=0 and 1 alternating, and their greedy texts compared), EMBER_EXTRA (extra
+#   ember serve flags), EMBER_ENV (VAR=value for ember serve).
 # Results: $OUT/summary.txt (everything) and $OUT/results.jsonl (one JSON object per measurement).
 set -u
 : "${OUT:?set OUT}"
@@ -40,15 +42,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$S"
 log "commit $(cat .carry/commit 2>/dev/null)"
 
-if [ "${TESTS:-1}" = 1 ]; then
-  log "=== GPU unit tests $(el)"
-  for t in test_seam test_runtime test_cuda_head test_cuda_sample test_cuda_ops test_cuda_matmul test_cuda_attn test_cuda_q8 test_cuda_backend_attn test_cuda_exact; do
-    [ -x $B/tests/$t ] || continue
-    timeout 120 $B/tests/$t > /tmp/$t.txt 2>&1; rc=$?
-    log "$t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"
-    [ $rc = 0 ] || tail -20 /tmp/$t.txt | tee -a "$S"
-  done
-fi
 
 model_path() {
   case $1 in
@@ -57,6 +50,18 @@ model_path() {
     e4b) [ -f /dev/shm/e4b.gguf ] || python3 bench/gpu/make_e4b_gguf_stdlib.py /dev/shm/e4b.gguf >/dev/null 2>&1; echo /dev/shm/e4b.gguf ;;
   esac
 }
+
+if [ "${TESTS:-1}" = 1 ]; then
+  log "=== GPU unit tests $(el)"
+  # test_runtime feeds 24 greedy steps from the device (ember_decode_fed) on the regrown Gemma 3
+  export EMBER_TEST_GPU_GGUF=$(model_path g3)
+  for t in test_seam test_runtime test_cuda_head test_cuda_sample test_cuda_ops test_cuda_matmul test_cuda_attn test_cuda_q8 test_cuda_backend_attn test_cuda_exact; do
+    [ -x $B/tests/$t ] || continue
+    timeout 120 $B/tests/$t > /tmp/$t.txt 2>&1; rc=$?
+    log "$t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"
+    [ $rc = 0 ] || tail -20 /tmp/$t.txt | tee -a "$S"
+  done
+fi
 
 # weight bytes read per decoded token (every tensor but the per-layer-embedding table, of which
 # one row per token is read), and the HBM bound at 4.8 TB/s
@@ -86,7 +91,7 @@ serve_run() {  # label model engine np ctx (the KV cache in all, in both servers
   local label=$1 m=$2 eng=$3 np=$4 ctx=$5; shift 5
   local port=$((18000 + RANDOM % 2000)) pid
   if [ $eng = ember ]; then
-    $B/bin/ember serve -m $m -ngl 99 -np $np -c $ctx --port $port --alias m ${EMBER_EXTRA:-} > /tmp/srv.txt 2>&1 &
+    env ${EMBER_ENV:-} $B/bin/ember serve -m $m -ngl 99 -np $np -c $ctx --port $port --alias m ${EMBER_EXTRA:-} > /tmp/srv.txt 2>&1 &
   else
     LD_LIBRARY_PATH=$LD/lib:/usr/local/cuda/lib64 $LD/bin/llama-server -m $m -ngl 99 -np $np -c $ctx --port $port \
       --alias m --jinja > /tmp/srv.txt 2>&1 &
@@ -105,6 +110,12 @@ serve_run() {  # label model engine np ctx (the KV cache in all, in both servers
           --config "$label" --server-pid $pid --json /tmp/sv.json > /tmp/sv.txt 2>&1
         log "$label 8-parallel: $(python3 -c "import json;d=json.load(open('/tmp/sv.json'));p=d['parallel'];print('aggregate %.1f tok/s, per stream %.1f, ok %d/8, gpu %s MiB, errors %s'%(p.get('aggregate_tok_s') or 0, p.get('per_stream_tok_s') or 0, p['n_ok'], d['memory'].get('gpu_MiB'), d['errors']))" 2>&1)"
         jl "{\"what\":\"$label par8\",\"report\":$(python3 -c "import json;d=json.load(open('/tmp/sv.json'));d['parallel'].pop('streams',None);d['single'].pop('runs',None);print(json.dumps(d))" 2>/dev/null || echo null)}" ;;
+      text)   # one greedy completion's text (for A/B equality) and the pipeline counter
+        curl -s http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
+          -d '{"prompt":"The history of the river valley","max_tokens":160,"temperature":0,"ignore_eos":true}' \
+          | python3 -c "import json,sys;print(json.load(sys.stdin)['choices'][0]['text'])" > "/tmp/text-${label// /_}.txt" 2>&1
+        log "$label text: $(md5sum < "/tmp/text-${label// /_}.txt" | cut -c1-12) $(wc -c < "/tmp/text-${label// /_}.txt") bytes;" \
+          "$(curl -s http://127.0.0.1:$port/metrics | grep -E '^ember_decode_steps(_pipelined)?_total' | tr '\n' ' ')" ;;
       ttft3k|ttft16k)
         local n=3000; [ $w = ttft16k ] && n=16000
         timeout 200 python3 bench/ttft.py --base-url http://127.0.0.1:$port/v1 --tokens $n -r 3 > /tmp/tt.json 2>/tmp/tt.err
@@ -152,6 +163,13 @@ for mm in $MODELS; do
         log "--- $mm served single stream + TTFT (np 1, -c 20480) $(el)"
         serve_run "ember $mm np1" $M ember 1 20480 single ttft3k ttft16k
         serve_run "llama $mm np1" $M llama 1 20480 single ttft3k ttft16k ;;
+      serve1ab)   # the served pipeline (EMBER_CUDA_FEEDBACK) off and on, alternating, same server flags
+        log "--- $mm served single stream, EMBER_CUDA_FEEDBACK=0 / 1 alternating (np 1, -c 20480) $(el)"
+        for rep in 1 2; do
+          for fb in 0 1; do EMBER_ENV="EMBER_CUDA_FEEDBACK=$fb" serve_run "ember $mm np1 fb$fb" $M ember 1 20480 single text; done
+        done
+        cmp -s "/tmp/text-ember_${mm}_np1_fb0.txt" "/tmp/text-ember_${mm}_np1_fb1.txt" && log "$mm: greedy text equal with feedback off and on" \
+          || log "$mm: greedy text DIFFERS with feedback off and on" ;;
       serve8)
         log "--- $mm served 8 parallel (32768 KV tokens in all) $(el)"
         serve_run "ember $mm np8" $M ember 8 32768 par8

@@ -213,6 +213,17 @@ typedef struct ember_backend_ops {
      * that a step with logits_defer left pending (waits for the device).
      * A no-op for rows already on the host. */
     void (*logits_sync)(ember_backend *be, float *host, size_t bytes);
+    /* logits_top in two halves, so that the next step can be queued before
+     * the host waits: logits_top_start queues the heads of rows (as
+     * logits_top) and their download, and returns true; false when it cannot
+     * run them asynchronously (rows on the host, no device memory, a host
+     * backend): the caller uses logits_top. logits_top_finish waits for
+     * that download only (not for work queued after it) and fills out[r] for
+     * the n_rows rows of the start. A step queued between the two may take
+     * its tokens from these heads (ember_backend_step.token_top,
+     * caps.token_feedback). */
+    bool (*logits_top_start)(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k);
+    void (*logits_top_finish)(ember_backend *be, ember_logits_top *out);
 
     /* ===== recurrent (linear-attention) ops: Qwen3.5's Gated DeltaNet =====
      * Optional: NULL in a backend that lacks them (CUDA for now); a context
@@ -294,6 +305,10 @@ typedef struct ember_backend_step {
     bool logits_defer;               /* the logits may stay on the device until logits_sync / logits_top
                                       * (the context sets it on the last micro-batch of a decode) */
     int32_t block_tokens;            /* KV cells per block */
+    /* NULL, or [n]: >= 0: entry i's token is id[0] of row token_top[i] of the
+     * last logits_top_start (caps.token_feedback; token[i] is a placeholder
+     * the forward pass must not read on the host); -1: token[i] */
+    const int32_t *token_top;
 } ember_backend_step;
 
 /* What a backend can do, filled by its constructor; callers read these
@@ -316,6 +331,11 @@ typedef struct ember_backend_caps {
     /* KV cache element types kv_store and attention accept: bit (1u << t)
      * for each ember_type t (F32, F16, Q8_0). */
     uint32_t kv_types;
+    /* A step's tokens may be the argmax of a head that logits_top_start
+     * queued and nobody has read yet (ember_backend_step.token_top): the
+     * device copies them into the step, so the step is queued before the
+     * host knows them. */
+    bool token_feedback;
 } ember_backend_caps;
 
 struct ember_backend {

@@ -43,6 +43,7 @@ typedef struct ember_backend_options {
     /* CUDA backend (cuda/backend_cuda.c, cuda/cuda_core.cu) */
     bool cuda_verify;        /* EMBER_CUDA_VERIFY: run every op on the CPU too and compare */
     bool cuda_graphs;        /* EMBER_CUDA_GRAPHS: capture and replay decode steps as CUDA graphs */
+    bool cuda_feedback;      /* EMBER_CUDA_FEEDBACK: greedy steps take their tokens from the device (caps.token_feedback) */
     bool cuda_graph_log;     /* EMBER_CUDA_GRAPH_LOG: why a graph was dropped, on stderr */
     bool cuda_fuse;          /* EMBER_CUDA_FUSE: fuse norm/scale/GLU into neighbouring kernels */
     bool cuda_fuse_add;      /* EMBER_CUDA_FUSE_ADD: post-norm add + next pre-norm + quantize in one kernel */

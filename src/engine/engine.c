@@ -43,6 +43,10 @@ ember_status engine_new(const engine_config *cfg, const engine_runtime *rt, cons
         if (!e->slots[i].tokens) goto nomem;
     }
     if (engine_batch_init(cfg->n_batch, &e->batch) != EMBER_OK) goto nomem;
+    if (rt->decode_fed) {   /* the step queued ahead (pipeline.c) */
+        if (engine_batch_init(cfg->n_batch, &e->batch_next) != EMBER_OK) goto nomem;
+        if (!(e->top_row = malloc(sizeof *e->top_row * (size_t)cfg->n_batch))) goto nomem;
+    }
     if (cfg->spec && cfg->spec->prop.n_hidden_layers > 0) {
         /* the proposer reads the target's hidden states (spec_input) */
         const spec_proposer *pr = &cfg->spec->prop;
@@ -200,6 +204,8 @@ void engine_free(engine *e)
     free(e->slot_info);
     free(e->queue);
     engine_batch_free(&e->batch);
+    engine_batch_free(&e->batch_next);
+    free(e->top_row);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     pthread_cond_destroy(&e->op_cv);

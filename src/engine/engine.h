@@ -72,6 +72,14 @@ typedef struct engine_runtime {
     ember_status (*logits_top)(void *ctx, int32_t n, const int32_t *entries, int32_t k, ember_logits_top *out);
     int32_t (*sampler_top_k)(void *ctx, const ember_sampler *s);
     ember_status (*sampler_sample_top)(void *ctx, ember_sampler *s, const ember_logits_top *top, ember_token *out);
+    /* Optional, all three or none (NULL: each step waits for its tokens
+     * before the next is queued): the pipeline of greedy decode steps
+     * (ember_get_logits_top_start / _finish, ember_decode_fed). The engine
+     * queues step N + 1 with the argmax tokens of step N before the host
+     * reads them, then handles step N while N + 1 runs. */
+    ember_status (*logits_top_start)(void *ctx, int32_t n, const int32_t *entries, int32_t k, bool *queued);
+    ember_status (*logits_top_finish)(void *ctx, ember_logits_top *out);
+    ember_status (*decode_fed)(void *ctx, const ember_batch *batch, const int32_t *top_row);
     /* Optional (NULL: post_sampling_probs requests are refused): the chain's
      * candidates for `logits` before `chosen` is accepted, as a record: log p
      * of `chosen` among them (-inf when not one) and the k most probable with
@@ -269,6 +277,7 @@ typedef struct engine_stats {
     uint64_t n_prompt_tokens, n_prompt_tokens_cached, n_gen_tokens;
     double t_prompt_s, t_gen_s;      /* step time spent on prefill / decode entries */
     uint64_t n_steps, n_requests_done, n_requests_cancelled;
+    uint64_t n_steps_pipelined;      /* steps whose successor was queued before their tokens were read (pipeline.c) */
     uint64_t n_preemptions;          /* requests that waited for a full KV pool (scheduler.c) */
     uint32_t kv_free_tokens;
     int32_t max_batch_seen;

@@ -66,6 +66,10 @@ typedef struct slot {
     int32_t head0;
     /* an embedding request's running sum for mean pooling, [n_embd] (allocated at its first admission) */
     double *embd_sum;
+    /* pipeline.c: the request this slot had when the step after this one
+     * was queued with its argmax token (NULL: none), and its entry there */
+    engine_req *pipe_req;
+    int32_t pipe_entry;
 } slot;
 
 struct engine {
@@ -78,6 +82,13 @@ struct engine {
     ember_logits_top *heads;  /* [heads_cap] this step's row heads (slot_heads) */
     int32_t *head_rows;       /* [heads_cap] their batch entries */
     int32_t heads_cap;
+    /* pipeline.c: the step queued ahead, built here and swapped with batch
+     * when adopted; top_row [n_batch] its entries' head rows */
+    ember_batch batch_next;
+    int32_t *top_row;
+    bool inflight;            /* batch is queued on the device; its results are the next step's */
+    double t_queued;          /* when it was queued */
+    bool rows_gone;           /* the step being handled has a successor queued: its full rows are overwritten */
 
     pthread_mutex_t mu;       /* queue, counters, stopping */
     pthread_cond_t cv;        /* new work or stop */
@@ -116,7 +127,22 @@ engine_req *engine_queue_take(engine *e, int32_t k); /* mu held: the k-th waitin
 void engine_slot_op_run(engine *e);                /* engine thread, mu not held: the pending op if its slot is idle */
 void engine_req_finish(engine_req *r, engine_finish f, const char *err);
 
+/* pipeline.c: greedy steps queued one ahead. engine_pipe_queue, after
+ * e->batch was queued: queue its heads and, when every slot draws the
+ * argmax, the next step fed with them (NONE: nothing queued, take
+ * slot_heads; HEADS: heads queued only; NEXT: both). engine_pipe_heads:
+ * wait for those heads (into e->heads, has_head). engine_pipe_adopt, after
+ * the slots handled e->batch (NEXT only): the queued step becomes e->batch
+ * and e->inflight; entries of slots that stopped are cut off. */
+enum { ENGINE_PIPE_MAX = 64 };   /* entries of a step queued ahead (ember_decode_fed) */
+typedef enum { ENGINE_PIPE_NONE, ENGINE_PIPE_HEADS, ENGINE_PIPE_NEXT } engine_pipe;
+engine_pipe engine_pipe_queue(engine *e, int32_t n_prefill);
+void engine_pipe_heads(engine *e);
+void engine_pipe_adopt(engine *e);
+
 /* slot.c: the per-slot seam "propose / sample / accept". */
+void engine_batch_add(ember_batch *b, ember_token t, ember_pos pos, ember_seq_id seq, bool logits, bool embd);
+int32_t slot_head_k(engine *e, slot *s);                   /* head size of the slot's rows this step; 0: full rows */
 /* tokens between the prefix cache's block checkpoints (engine_config.ckpt_interval) */
 static inline int32_t slot_ckpt_interval(const engine *e) { return e->cfg.ckpt_interval > 0 ? e->cfg.ckpt_interval : 256; }
 int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */

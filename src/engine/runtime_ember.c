@@ -41,6 +41,15 @@ static ember_status rt_logits_top(void *c, int32_t n, const int32_t *entries, in
 {
     return ember_get_logits_top(c, n, entries, k, out);
 }
+static ember_status rt_top_start(void *c, int32_t n, const int32_t *entries, int32_t k, bool *queued)
+{
+    return ember_get_logits_top_start(c, n, entries, k, queued);
+}
+static ember_status rt_top_finish(void *c, ember_logits_top *out) { return ember_get_logits_top_finish(c, out); }
+static ember_status rt_decode_fed(void *c, const ember_batch *b, const int32_t *top_row)
+{
+    return ember_decode_fed(c, b, top_row);
+}
 static int32_t rt_sampler_top_k(void *c, const ember_sampler *s) { return ember_sampler_top_k(s); }
 static ember_status rt_sample_top(void *c, ember_sampler *s, const ember_logits_top *t, ember_token *out)
 {
@@ -95,5 +104,8 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t
         .get_embeddings = ember_context_embeddings_supported(ctx) ? rt_get_embd : NULL,
         .logits_top = rt_logits_top, .sampler_top_k = rt_sampler_top_k, .sampler_sample_top = rt_sample_top,
         .sampler_post_probs = rt_post_probs,
+        .logits_top_start = ember_context_token_feedback(ctx) ? rt_top_start : NULL,
+        .logits_top_finish = ember_context_token_feedback(ctx) ? rt_top_finish : NULL,
+        .decode_fed = ember_context_token_feedback(ctx) ? rt_decode_fed : NULL,
     };
 }

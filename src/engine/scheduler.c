@@ -361,9 +361,13 @@ static bool resume_waiting(engine *e)
     }
 }
 
+static int32_t step_results(engine *e, int32_t n_prefill, double dt);
+
 static int32_t step(engine *e)
 {
     e->step_no++;
+    /* a step queued ahead (pipeline.c): its results are this step's */
+    if (e->inflight) return step_results(e, 0, engine_now() - e->t_queued);
     int32_t n_slots = e->cfg.n_slots;
 
     for (int32_t i = 0; i < n_slots; i++) {
@@ -488,7 +492,20 @@ static int32_t step(engine *e)
                        e->rt.get_hidden, e->rt.ctx, s->i_batch0);
         }
 
-    slot_heads(e);
+    return step_results(e, n_prefill, dt);
+}
+
+/* Sample, emit and count the results of e->batch (decoded, or queued
+ * ahead), queueing its successor first when pipeline.c allows. */
+static int32_t step_results(engine *e, int32_t n_prefill, double dt)
+{
+    const int32_t n_slots = e->cfg.n_slots;
+    const int32_t n_total = e->batch.n_tokens;
+    e->inflight = false;
+    const engine_pipe pipe = engine_pipe_queue(e, n_prefill);
+    if (pipe == ENGINE_PIPE_NONE) slot_heads(e);
+    else engine_pipe_heads(e);
+    e->rows_gone = pipe == ENGINE_PIPE_NEXT;
     int32_t n_sampled = 0, n_slot_rows = 0, n_tok_max = 0;
     for (int32_t i = 0; i < n_slots; i++) {
         slot *s = &e->slots[i];
@@ -509,7 +526,10 @@ static int32_t step(engine *e)
     if (n_total > e->st.max_batch_seen) e->st.max_batch_seen = n_total;
     e->st.n_busy_slot_steps += (uint64_t)n_slot_rows;
     if (n_tok_max > e->st.n_tokens_max) e->st.n_tokens_max = n_tok_max;
+    e->st.n_steps_pipelined += pipe == ENGINE_PIPE_NEXT;
     pthread_mutex_unlock(&e->mu);
+    e->rows_gone = false;
+    if (pipe == ENGINE_PIPE_NEXT) engine_pipe_adopt(e);
     return n_total;
 }
 

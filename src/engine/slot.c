@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void batch_add(ember_batch *b, ember_token t, ember_pos pos, ember_seq_id seq, bool logits, bool embd)
+void engine_batch_add(ember_batch *b, ember_token t, ember_pos pos, ember_seq_id seq, bool logits, bool embd)
 {
     int32_t i = b->n_tokens++;
     b->token[i] = t;
@@ -75,13 +75,13 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
     if (s->state == SLOT_GENERATE) {
         /* the last sampled token, then this slot's draft (verified in the same batch) */
         s->i_logits = b->n_tokens;
-        batch_add(b, s->tokens[s->n_tokens - 1], s->n_past, s->id, true, false);
+        engine_batch_add(b, s->tokens[s->n_tokens - 1], s->n_past, s->id, true, false);
         s->n_batch_entries = 1;
         s->n_draft = e->cfg.spec ? spec_slot_draft(e, s, budget - 1) : 0;
         /* a recurrent state cannot be cut back: keep it as of n_past, so the
          * rollback of rejected drafts restores it and recomputes the kept ones */
         if (s->n_draft > 0 && e->rt.seq_checkpoint) e->rt.seq_checkpoint(e->rt.ctx, s->id);
-        for (int32_t k = 0; k < s->n_draft; k++) batch_add(b, s->draft[k], s->n_past + 1 + k, s->id, true, false);
+        for (int32_t k = 0; k < s->n_draft; k++) engine_batch_add(b, s->draft[k], s->n_past + 1 + k, s->id, true, false);
         s->n_batch_entries += s->n_draft;
     } else if (s->state == SLOT_PREFILL) {
         int32_t n = s->prefill_end - s->n_past;
@@ -94,12 +94,12 @@ int32_t slot_propose(engine *e, slot *s, int32_t budget)
         for (int32_t k = 0; k < n; k++) {
             int32_t pos = s->n_past + k;
             if (p->embd) {   /* no logits: the final hidden states of the positions pooling reads */
-                batch_add(b, s->tokens[pos], pos, s->id, false, embd_wants(p->pooling, pos, s->n_prompt));
+                engine_batch_add(b, s->tokens[pos], pos, s->id, false, embd_wants(p->pooling, pos, s->n_prompt));
                 continue;
             }
             bool last = pos == s->prefill_end - 1;
             if (last) s->i_logits = b->n_tokens;
-            batch_add(b, s->tokens[pos], pos, s->id, last, false);
+            engine_batch_add(b, s->tokens[pos], pos, s->id, last, false);
         }
         s->n_batch_entries = n;
     }
@@ -356,7 +356,7 @@ static void fill_logprobs_head(const ember_logits_top *h, engine_tok *rec, int32
  * full: a grammar or forced tokens (they look at the whole row), a sampler
  * that needs the row (bias, penalties, a draw over all tokens), or more
  * logprobs alternatives than a head holds. */
-static int32_t slot_head_k(engine *e, slot *s)
+int32_t slot_head_k(engine *e, slot *s)
 {
     if (!s->req || s->grammar || s->n_force > 0 || s->req->p.post_sampling_probs) return 0;
     int32_t k = e->rt.sampler_top_k(e->rt.ctx, s->smpl);
@@ -569,6 +569,10 @@ int32_t slot_after_decode(engine *e, slot *s)
             if (head && (s->grammar || s->n_force > 0 ||
                          e->rt.sampler_sample_top(e->rt.ctx, s->smpl, head, &t) != EMBER_OK))
                 head = NULL;
+            if (!head && e->rows_gone) {   /* a step queued ahead has taken the rows (pipeline.c) */
+                slot_release(e, s, ENGINE_FINISH_ERROR, "the row's head was lost");
+                break;
+            }
             if (!head) {
                 logits = e->rt.get_logits(e->rt.ctx, i0 + j);
                 if (!logits) { slot_release(e, s, ENGINE_FINISH_ERROR, "no logits for the slot's last entry"); break; }

@@ -41,6 +41,7 @@ struct ember_context {
     ember_kv *kv;
     ember_rs *rs;              /* recurrent state per sequence, NULL without recurrent layers */
     ember_token *hist;         /* with rs: [n_seq_max][n_ctx] each sequence's tokens (replays after a rollback) */
+    int32_t top_queued;        /* rows of the heads ember_get_logits_top_start queued, until their finish (0: none) */
     ember_batch replay;        /* with rs: [n_batch] entries for those replays */
     int32_t *out_map_save;     /* with rs: [n_batch] the last decode's out_map, kept across a replay */
     ember_scratch s;
@@ -467,7 +468,31 @@ static void run_forward(void *p)
     a->arch->forward(a->run, a->ub);
 }
 
-ember_status ember_decode(ember_context *c, const ember_batch *b)
+static ember_status decode_impl(ember_context *c, const ember_batch *b, const int32_t *top_row);
+
+ember_status ember_decode(ember_context *c, const ember_batch *b) { return decode_impl(c, b, NULL); }
+
+bool ember_context_token_feedback(const ember_context *c)
+{
+    return c && c->be->caps.token_feedback && !c->hist && !c->m->arch->host_tokens;
+}
+
+ember_status ember_decode_fed(ember_context *c, const ember_batch *b, const int32_t *top_row)
+{
+    if (!c || !b || !top_row) return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode_fed: context, batch or top_row is NULL");
+    if (!ember_context_token_feedback(c))
+        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_decode_fed: this backend and model take tokens from the host only");
+    if (c->top_queued <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode_fed: no heads queued (ember_get_logits_top_start)");
+    if (b->n_tokens > 64) return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode_fed: %d entries (at most 64)", b->n_tokens);
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (top_row[i] < -1 || top_row[i] >= c->top_queued)
+            return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode_fed: entry %d: head row %d not in [-1, %d)", i,
+                               top_row[i], c->top_queued);
+    return decode_impl(c, b, top_row);
+}
+
+static ember_status decode_impl(ember_context *c, const ember_batch *b, const int32_t *top_row)
 {
     if (!c || !b) return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: context or batch is NULL");
     const int32_t n = b->n_tokens;
@@ -495,7 +520,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             st = ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: entry %d: seq_id %d not in [0, n_seq_max %u)", i, s, c->p.n_seq_max);
             break;
         }
-        if (b->token[i] < 0 || b->token[i] >= hp->n_vocab) {
+        if ((!top_row || top_row[i] < 0) && (b->token[i] < 0 || b->token[i] >= hp->n_vocab)) {
             st = ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: entry %d: token %d not in [0, n_vocab %d)", i, b->token[i], hp->n_vocab);
             break;
         }
@@ -609,6 +634,7 @@ ember_status ember_decode(ember_context *c, const ember_batch *b)
             .block_tokens = (int32_t)ember_kv_block_tokens(c->kv), .logits = ubatch.logits,
             /* only the last micro-batch: its rows stay in the backend's output buffer */
             .logits_defer = u1 == n && n_uo > 0,
+            .token_top = top_row ? top_row + u0 : NULL,
         };
         if (bs.logits_defer) c->logits_pending = true;
         struct forward_args fa = {c->m->arch, &run, &ubatch};
@@ -659,6 +685,42 @@ ember_status ember_get_logits_top(ember_context *c, int32_t n, const int32_t *en
     if (st == EMBER_OK) c->be->ops->logits_top(c->be, rows, n, c->m->hp.n_vocab, k, out);
     if (rows != rows_small) free(rows);
     return st;
+}
+
+ember_status ember_get_logits_top_start(ember_context *c, int32_t n, const int32_t *entries, int32_t k, bool *queued)
+{
+    if (queued) *queued = false;
+    if (!c || n < 1 || !entries || !queued)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: NULL context, entries or queued (n %d)", n);
+    if (k < 1 || k > EMBER_LOGITS_TOP_MAX || k > c->m->hp.n_vocab)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: k %d not in [1, %d]", k,
+                           EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);
+    if (c->top_queued > 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: the last start was not finished");
+    const float *rows_small[16];
+    const float **rows = n <= 16 ? rows_small : malloc(sizeof *rows * (size_t)n);
+    if (!rows) return ember_error(EMBER_ERR_NOMEM, "ember_get_logits_top_start: %d rows", n);
+    ember_status st = EMBER_OK;
+    for (int32_t r = 0; r < n && st == EMBER_OK; r++)
+        if (!(rows[r] = logits_row(c, entries[r])))
+            st = ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: entry %d of the last decode has no logits",
+                             entries[r]);
+    if (st == EMBER_OK && c->be->ops->logits_top_start(c->be, rows, n, c->m->hp.n_vocab, k)) {
+        c->top_queued = n;
+        *queued = true;
+    }
+    if (rows != rows_small) free(rows);
+    return st;
+}
+
+ember_status ember_get_logits_top_finish(ember_context *c, ember_logits_top *out)
+{
+    if (!c || !out) return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_finish: NULL context or out");
+    if (c->top_queued <= 0)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_finish: no heads queued");
+    c->be->ops->logits_top_finish(c->be, out);
+    c->top_queued = 0;
+    return EMBER_OK;
 }
 
 const float *ember_get_logits(ember_context *c, int32_t i)

@@ -554,6 +554,7 @@ const ember_arch ember_arch_gemma4 = {
     /* scratch is read on the host only by MoE files, which set
      * ember_model.host_scratch */
     .device_scratch = true,
+    .host_tokens = true,   /* the per-layer embeddings gather rows by token on the host */
     .hidden = true,
 };
 

@@ -152,6 +152,10 @@ struct ember_arch {
      * dereferences it on the host), so a GPU backend may keep it on the
      * device (ember_backend_ops.act_alloc). */
     bool device_scratch;
+    /* forward reads ub->token on the host (beyond get_rows): gemma4's
+     * per-layer embeddings. Such a model cannot take its tokens from the
+     * device (ember_decode_fed). */
+    bool host_tokens;
     /* forward honours r->n_layer and calls ember_layer_end (layer-skip
      * drafts, hidden states for draft heads); false: it always runs every
      * layer and keeps no hidden state. */

@@ -143,6 +143,9 @@ char *metrics_render(const metrics_input *in, size_t *len)
     put(&b, "ember_tokens_predicted_total", "counter", "Tokens generated.", (double)st->n_gen_tokens);
     put(&b, "ember_tokens_predicted_seconds_total", "counter", "Decode time spent on generated tokens.", st->t_gen_s);
     put(&b, "ember_decode_steps_total", "counter", "Engine steps (batched decode calls).", (double)st->n_steps);
+    put(&b, "ember_decode_steps_pipelined_total", "counter",
+        "Steps whose successor was queued on the device before the host read their tokens (greedy decode).",
+        (double)st->n_steps_pipelined);
     put(&b, "ember_requests_finished_total", "counter", "Requests finished (any reason).", (double)st->n_requests_done);
     put(&b, "ember_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).",
         (double)st->n_requests_cancelled);

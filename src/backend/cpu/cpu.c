@@ -989,6 +989,14 @@ static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n
 
 static void op_logits_sync(ember_backend *be, float *host, size_t bytes) {}
 
+/* Nothing runs asynchronously here: the caller takes logits_top. */
+static bool op_logits_top_start(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k)
+{
+    return false;
+}
+
+static void op_logits_top_finish(ember_backend *be, ember_logits_top *out) {}
+
 static const ember_backend_ops cpu_ops = {
     .name = "cpu",
     .free = op_free,
@@ -1017,6 +1025,8 @@ static const ember_backend_ops cpu_ops = {
     .print_memory = op_print_memory,
     .logits_top = op_logits_top,
     .logits_sync = op_logits_sync,
+    .logits_top_start = op_logits_top_start,
+    .logits_top_finish = op_logits_top_finish,
     /* recurrent (linear-attention) ops: recurrent.c */
     .conv1d_silu = ember_cpu_conv1d_silu,
     .gated_delta_rule = ember_cpu_gated_delta_rule,

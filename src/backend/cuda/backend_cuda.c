@@ -104,13 +104,11 @@ static void op_logits_sync(ember_backend *be, float *host, size_t bytes)
 }
 
 
-/* The heads of rows on the device when they all lie in the block the last
- * step left there; else (or when the device path cannot run: no memory, a
- * vocabulary past its sort) the host pass over the downloaded rows. */
-static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
-                          ember_logits_top *out)
+/* Room for the heads of n_rows rows of the block the last step left on the
+ * device (b->top_off their offsets); false when they are not all there or
+ * memory is short. */
+static bool top_prepare(cuda_backend *b, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k)
 {
-    cuda_backend *b = (cuda_backend *)be;
     bool on_device = b->lg_pending && n_rows > 0;
     const float *lh = b->lg_host;
     for (int32_t r = 0; on_device && r < n_rows; r++)
@@ -124,20 +122,52 @@ static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n
             on_device = false;
         }
     }
-    if (on_device) {
-        for (int32_t r = 0; r < n_rows; r++) b->top_off[r] = rows[r] - lh;
-        const size_t rb = ember_cuda_logits_top_result_bytes(n_rows, k);
-        on_device =
-            cb_grow_dev(b, &b->top_work, &b->top_work_bytes, ember_cuda_logits_top_work_bytes(n_rows, n_vocab, k), false) == EMBER_OK &&
-            cb_grow_dev(b, &b->top_res_dev, &b->top_res_bytes, rb, false) == EMBER_OK &&
-            cb_grow_dev(b, &b->top_res_host, &b->top_res_host_bytes, rb, true) == EMBER_OK &&
-            ember_cuda_logits_top(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work, b->top_work_bytes,
-                                  b->top_res_dev, b->top_res_host, out) == EMBER_OK;
-        if (on_device) return;
-    }
+    if (!on_device) return false;
+    for (int32_t r = 0; r < n_rows; r++) b->top_off[r] = rows[r] - lh;
+    const size_t rb = ember_cuda_logits_top_result_bytes(n_rows, k);
+    return cb_grow_dev(b, &b->top_work, &b->top_work_bytes, ember_cuda_logits_top_work_bytes(n_rows, n_vocab, k),
+                       false) == EMBER_OK &&
+           cb_grow_dev(b, &b->top_res_dev, &b->top_res_bytes, rb, false) == EMBER_OK &&
+           cb_grow_dev(b, &b->top_res_host, &b->top_res_host_bytes, rb, true) == EMBER_OK;
+}
+
+/* The heads of rows on the device when they all lie in the block the last
+ * step left there; else (or when the device path cannot run: no memory, a
+ * vocabulary past its sort) the host pass over the downloaded rows. */
+static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                          ember_logits_top *out)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    b->top_n = 0;
+    if (top_prepare(b, rows, n_rows, n_vocab, k) &&
+        ember_cuda_logits_top(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work, b->top_work_bytes,
+                              b->top_res_dev, b->top_res_host, out) == EMBER_OK)
+        return;
     /* rows on the host (or some of them), or the device path failed */
     if (b->lg_pending) op_logits_sync(be, b->lg_host, b->lg_bytes);
     ember_logits_top_host(rows, n_rows, n_vocab, k, out);
+}
+
+/* op_logits_top's device path, queued: false (nothing queued) where
+ * op_logits_top would take the host pass. */
+static bool op_logits_top_start(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    b->top_n = 0;
+    if (!top_prepare(b, rows, n_rows, n_vocab, k) ||
+        ember_cuda_logits_top_start(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work, b->top_work_bytes,
+                                    b->top_res_dev, b->top_res_host) != EMBER_OK)
+        return false;
+    b->top_n = n_rows;
+    b->top_k = k;
+    return true;
+}
+
+static void op_logits_top_finish(ember_backend *be, ember_logits_top *out)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    if (b->top_n == 0) cb_die("logits_top_finish without a start");
+    CK("logits_top_finish", ember_cuda_logits_top_finish(b->cu, b->top_res_host, b->top_n, b->top_k, out));
 }
 
 /* ---- ops ----------------------------------------------------------------- */
@@ -920,6 +950,8 @@ const ember_backend_ops cb_cuda_ops = {
     .scratch_bytes = op_scratch_bytes,
     .print_memory = cb_print_memory,
     .logits_top = op_logits_top,
+    .logits_top_start = op_logits_top_start,
+    .logits_top_finish = op_logits_top_finish,
     .logits_sync = op_logits_sync,
 };
 
@@ -954,12 +986,13 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
      * shape, not the layer count, so no layer-skip */
     b->base.caps = (ember_backend_caps){
         .device_activations = true, .graphed_steps = b->graphs_on, .layer_skip = false, .lazy_placement = true,
-        .kv_types = 1u << EMBER_TYPE_F16,
+        .kv_types = 1u << EMBER_TYPE_F16, .token_feedback = o.cuda_feedback,
     };
     if (o.cuda_verify) {
         b->base.ops = &cb_cuda_ops_verify;
         b->base.caps.device_activations = false;
         b->base.caps.graphed_steps = false;
+        b->base.caps.token_feedback = false;   /* the CPU reference reads the tokens on the host */
         ember_backend_options co = o;
         co.n_threads = 0;
         st = ember_backend_cpu_new(&co, lim, &b->cpu);

@@ -371,6 +371,26 @@ size_t ember_cuda_logits_top_result_bytes(int32_t n_rows, int32_t k);
 ember_status ember_cuda_logits_top(ember_cuda *cu, const float *logits, const int64_t *row_off, int32_t n_rows,
                                    int64_t n_vocab, int32_t k, void *work, size_t work_bytes, void *res_dev,
                                    void *res_host, ember_logits_top *out);
+/* ember_cuda_logits_top in two halves: _start queues the kernels and the
+ * download into res_host and records an event after it (no wait); _finish
+ * waits for that event only (work queued after _start keeps running) and
+ * unpacks res_host into out[n_rows] (the n_rows and k of the start).
+ * Errors as ember_cuda_logits_top. */
+ember_status ember_cuda_logits_top_start(ember_cuda *cu, const float *logits, const int64_t *row_off, int32_t n_rows,
+                                         int64_t n_vocab, int32_t k, void *work, size_t work_bytes, void *res_dev,
+                                         void *res_host);
+ember_status ember_cuda_logits_top_finish(ember_cuda *cu, const void *res_host, int32_t n_rows, int32_t k,
+                                          ember_logits_top *out);
+/* dst[i] = the argmax id (head entry 0) of row rows[i] of a head result
+ * res_dev (ember_cuda_logits_top's device buffer, rows of 1 + k keys) for
+ * i < n, queued on the stream: a step's tokens taken from the last heads
+ * without the host (ember_backend_step.token_top). dst: device int32 [n];
+ * rows: host [n], each in [0, n_res_rows) or -1 (dst[i] left as it is);
+ * n in [1, EMBER_CUDA_HEAD_TOKENS_MAX].
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_INTERNAL (launch). */
+enum { EMBER_CUDA_HEAD_TOKENS_MAX = 64 };
+ember_status ember_cuda_head_tokens(ember_cuda *cu, const void *res_dev, int32_t n_res_rows, int32_t k,
+                                    const int32_t *rows, int32_t n, int32_t *dst);
 
 /* ---- KV cache and attention ---------------------------------------------- */
 

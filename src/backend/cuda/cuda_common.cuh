@@ -35,6 +35,7 @@ struct ember_cuda {
     bool exact_mm;         /* decode mat-vecs in the CPU backend's float order (EMBER_CUDA_EXACT; cuda_q8.cu) */
     int attn_min_keys;     /* shortest key split of the decode attention (EMBER_CUDA_ATTN_MIN_KEYS; cuda_attn.cu) */
     uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
+    cudaEvent_t top_ev;    /* after the download of ember_cuda_logits_top_start (created on first use) */
 };
 
 /* Turn a CUDA runtime error into EMBER_ERR_INTERNAL with `what` in the

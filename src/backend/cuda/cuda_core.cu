@@ -109,6 +109,7 @@ extern "C" void ember_cuda_free(ember_cuda *cu)
     if (cu->counters) cudaFree(cu->counters);
     if (cu->cublas) cublasDestroy(cu->cublas);
     if (cu->cublas_ws) cudaFree(cu->cublas_ws);
+    if (cu->top_ev) cudaEventDestroy(cu->top_ev);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     free(cu);
 }

@@ -209,6 +209,7 @@ typedef struct cuda_backend {
     size_t top_work_bytes, top_res_bytes, top_res_host_bytes;
     int64_t *top_off;
     int32_t top_off_n;
+    int32_t top_n, top_k;   /* rows and k of the last logits_top_start (0: none pending) */
 } cuda_backend;
 /* ---- backend_cuda.c --------------------------------------------------------- */
 

@@ -223,9 +223,9 @@ static ember_status launch_top(ember_cuda *cu, const float *logits, const int64_
     return EMBER_OK;
 }
 
-extern "C" ember_status ember_cuda_logits_top(ember_cuda *cu, const float *logits, const int64_t *row_off, int32_t n_rows,
-                                              int64_t n_vocab, int32_t k, void *work, size_t work_bytes, void *res_dev,
-                                              void *res_host, ember_logits_top *out)
+/* The checks both halves share. */
+static ember_status top_check(ember_cuda *cu, const float *logits, const int64_t *row_off, int32_t n_rows,
+                              int64_t n_vocab, int32_t k, void *work, size_t work_bytes, void *res_dev, void *res_host)
 {
     EMBER_CUDA_NONNULL(cu);
     EMBER_CUDA_NONNULL(logits);
@@ -233,20 +233,28 @@ extern "C" ember_status ember_cuda_logits_top(ember_cuda *cu, const float *logit
     EMBER_CUDA_NONNULL(work);
     EMBER_CUDA_NONNULL(res_dev);
     EMBER_CUDA_NONNULL(res_host);
-    EMBER_CUDA_NONNULL(out);
     if (n_rows < 1 || k < 1 || k > EMBER_LOGITS_TOP_MAX || n_vocab < k || n_vocab > INT32_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: logits_top: %d rows, k %d, n_vocab %lld", n_rows, k,
                            (long long)n_vocab);
     if (work_bytes < ember_cuda_logits_top_work_bytes(n_rows, n_vocab, k))
         return ember_error(EMBER_ERR_INVALID_ARG, "cuda: logits_top: work buffer of %zu B too small", work_bytes);
+    return EMBER_OK;
+}
+
+static ember_status top_launch(ember_cuda *cu, const float *logits, const int64_t *row_off, int32_t n_rows,
+                               int64_t n_vocab, int32_t k, void *work, void *res_dev)
+{
     unsigned long long *res = (unsigned long long *)res_dev;
     const int kp = kp_for(k);
-    ember_status st = kp == 1   ? launch_top<1>(cu, logits, row_off, n_rows, n_vocab, k, work, res)
-                      : kp == 64 ? launch_top<64>(cu, logits, row_off, n_rows, n_vocab, k, work, res)
-                                 : launch_top<128>(cu, logits, row_off, n_rows, n_vocab, k, work, res);
-    if (st != EMBER_OK) return st;
-    st = ember_cuda_download(cu, res_host, res_dev, ember_cuda_logits_top_result_bytes(n_rows, k));
-    if (st != EMBER_OK) return st;
+    return kp == 1    ? launch_top<1>(cu, logits, row_off, n_rows, n_vocab, k, work, res)
+           : kp == 64 ? launch_top<64>(cu, logits, row_off, n_rows, n_vocab, k, work, res)
+                      : launch_top<128>(cu, logits, row_off, n_rows, n_vocab, k, work, res);
+}
+
+/* Keys of a result row back to (logit, id): pass 2's order-preserving key
+ * (float bits flipped for the sort, id complemented). */
+static void top_unpack(const void *res_host, int32_t n_rows, int32_t k, ember_logits_top *out)
+{
     const unsigned long long *h = (const unsigned long long *)res_host;
     for (int32_t r = 0; r < n_rows; r++) {
         const unsigned long long *o = h + (size_t)r * (1 + k);
@@ -266,5 +274,83 @@ extern "C" ember_status ember_cuda_logits_top(ember_cuda *cu, const float *logit
             t->id[i] = (ember_token)(~(unsigned)(key & 0xffffffffull));
         }
     }
+}
+
+extern "C" ember_status ember_cuda_logits_top(ember_cuda *cu, const float *logits, const int64_t *row_off, int32_t n_rows,
+                                              int64_t n_vocab, int32_t k, void *work, size_t work_bytes, void *res_dev,
+                                              void *res_host, ember_logits_top *out)
+{
+    EMBER_CUDA_NONNULL(out);
+    ember_status st = top_check(cu, logits, row_off, n_rows, n_vocab, k, work, work_bytes, res_dev, res_host);
+    if (st == EMBER_OK) st = top_launch(cu, logits, row_off, n_rows, n_vocab, k, work, res_dev);
+    if (st == EMBER_OK) st = ember_cuda_download(cu, res_host, res_dev, ember_cuda_logits_top_result_bytes(n_rows, k));
+    if (st != EMBER_OK) return st;
+    top_unpack(res_host, n_rows, k, out);
     return EMBER_OK;
+}
+
+extern "C" ember_status ember_cuda_logits_top_start(ember_cuda *cu, const float *logits, const int64_t *row_off,
+                                                    int32_t n_rows, int64_t n_vocab, int32_t k, void *work,
+                                                    size_t work_bytes, void *res_dev, void *res_host)
+{
+    ember_status st = top_check(cu, logits, row_off, n_rows, n_vocab, k, work, work_bytes, res_dev, res_host);
+    if (st != EMBER_OK) return st;
+    if (!cu->top_ev &&
+        (st = ember_cuda_check(cudaEventCreateWithFlags(&cu->top_ev, cudaEventDisableTiming), "logits_top (event)")) != EMBER_OK)
+        return st;
+    if ((st = top_launch(cu, logits, row_off, n_rows, n_vocab, k, work, res_dev)) != EMBER_OK) return st;
+    st = ember_cuda_check(cudaMemcpyAsync(res_host, res_dev, ember_cuda_logits_top_result_bytes(n_rows, k),
+                                          cudaMemcpyDeviceToHost, cu->stream),
+                          "logits_top (download)");
+    if (st != EMBER_OK) return st;
+    return ember_cuda_check(cudaEventRecord(cu->top_ev, cu->stream), "logits_top (event record)");
+}
+
+extern "C" ember_status ember_cuda_logits_top_finish(ember_cuda *cu, const void *res_host, int32_t n_rows, int32_t k,
+                                                     ember_logits_top *out)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(res_host);
+    EMBER_CUDA_NONNULL(out);
+    if (!cu->top_ev) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: logits_top_finish without a start");
+    ember_status st = ember_cuda_check(cudaEventSynchronize(cu->top_ev), "logits_top (event wait)");
+    if (st != EMBER_OK) return st;
+    top_unpack(res_host, n_rows, k, out);
+    return EMBER_OK;
+}
+
+namespace {
+struct head_rows {
+    int32_t row[EMBER_CUDA_HEAD_TOKENS_MAX];
+};
+
+/* dst[i] = the id of the first key of result row rows.row[i], for rows
+ * >= 0 (one thread per entry; -1 leaves dst[i]). */
+__global__ void k_head_tokens(const unsigned long long *res, int k, head_rows rows, int n, int32_t *dst)
+{
+    ember_pdl_wait();
+    const int i = threadIdx.x;
+    if (i < n && rows.row[i] >= 0) dst[i] = (int32_t)(~(unsigned)(res[(size_t)rows.row[i] * (1 + k) + 1] & 0xffffffffull));
+}
+}  // namespace
+
+extern "C" ember_status ember_cuda_head_tokens(ember_cuda *cu, const void *res_dev, int32_t n_res_rows, int32_t k,
+                                               const int32_t *rows, int32_t n, int32_t *dst)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(res_dev);
+    EMBER_CUDA_NONNULL(rows);
+    EMBER_CUDA_NONNULL(dst);
+    if (n < 1 || n > EMBER_CUDA_HEAD_TOKENS_MAX || k < 1 || k > EMBER_LOGITS_TOP_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: head_tokens: %d entries, k %d", n, k);
+    head_rows hr;
+    for (int32_t i = 0; i < n; i++) {
+        if (rows[i] < -1 || rows[i] >= n_res_rows)
+            return ember_error(EMBER_ERR_INVALID_ARG, "cuda: head_tokens: entry %d: row %d not in [0, %d)", i, rows[i],
+                               n_res_rows);
+        hr.row[i] = rows[i];
+    }
+    ember_launch(k_head_tokens, dim3(1), dim3(EMBER_CUDA_HEAD_TOKENS_MAX), 0, cu->stream,
+                 (const unsigned long long *)res_dev, (int)k, hr, (int)n, dst);
+    return ember_cuda_launched("head_tokens");
 }

@@ -281,6 +281,15 @@ static void v_logits_top(ember_backend *be, const float *const *rows, int32_t n_
 
 static void v_logits_sync(ember_backend *be, float *host, size_t bytes) { cb_cuda_ops.logits_sync(be, host, bytes); }
 
+/* Verified steps compare on the host: heads are never queued. */
+static bool v_logits_top_start(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k)
+{
+    (void)be, (void)rows, (void)n_rows, (void)n_vocab, (void)k;
+    return false;
+}
+
+static void v_logits_top_finish(ember_backend *be, ember_logits_top *out) { (void)be, (void)out; }
+
 const ember_backend_ops cb_cuda_ops_verify = {
     .name = "cuda",
     .free = v_free,
@@ -309,6 +318,8 @@ const ember_backend_ops cb_cuda_ops_verify = {
     .print_memory = v_print_memory,
     .logits_top = v_logits_top,
     .logits_sync = v_logits_sync,
+    .logits_top_start = v_logits_top_start,
+    .logits_top_finish = v_logits_top_finish,
 };
 
 void cb_verify_report(const cuda_backend *b)

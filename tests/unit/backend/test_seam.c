@@ -32,7 +32,7 @@ static const char *const switches[] = {
     "EMBER_NO_ATTN_MULTI", "EMBER_NO_EXPF_VEC", "EMBER_CUDA_VERIFY", "EMBER_CUDA_GRAPH_LOG", "EMBER_CUDA_GRAPHS", "EMBER_CUDA_FUSE",
     "EMBER_CUDA_FUSE_HEAD", "EMBER_CUDA_FUSE_ADD", "EMBER_CUDA_FUSE_ATTN", "EMBER_CUDA_Q8", "EMBER_CUDA_MMVQ", "EMBER_CUDA_F32_ACT", "EMBER_CUDA_EXACT", "EMBER_CUDA_ROPE_TABLE",
     "EMBER_CUDA_TF32",
-    "EMBER_CUDA_GEMM_F16", "EMBER_CUDA_ATTN_TC", "EMBER_CUDA_PDL", "EMBER_CUDA_CUBLAS_WS_MIB", "EMBER_CUDA_ATTN_MIN_KEYS", "EMBER_CUDA_STACK",
+    "EMBER_CUDA_GEMM_F16", "EMBER_CUDA_ATTN_TC", "EMBER_CUDA_FEEDBACK", "EMBER_CUDA_PDL", "EMBER_CUDA_CUBLAS_WS_MIB", "EMBER_CUDA_ATTN_MIN_KEYS", "EMBER_CUDA_STACK",
 };
 enum { N_SWITCHES = sizeof switches / sizeof switches[0] };
 
@@ -67,7 +67,7 @@ static void test_options_defaults(void **st)
     assert_false(o.cpu_no_gemm || o.cpu_no_vnni || o.cpu_no_small_gemm || o.cpu_no_attn_multi || o.cpu_no_expf_vec);
     assert_false(o.cuda_verify || o.cuda_f32_act || o.cuda_exact || o.cuda_graph_log);
     assert_true(o.cuda_mmvq);
-    assert_true(o.cuda_graphs && o.cuda_fuse && o.cuda_fuse_head && o.cuda_fuse_add && o.cuda_fuse_attn && o.cuda_q8 && o.cuda_rope_table && o.cuda_tf32 && o.cuda_pdl);
+    assert_true(o.cuda_graphs && o.cuda_fuse && o.cuda_fuse_head && o.cuda_fuse_add && o.cuda_fuse_attn && o.cuda_q8 && o.cuda_rope_table && o.cuda_tf32 && o.cuda_pdl && o.cuda_feedback);
     assert_true(o.cuda_gemm_f16 && o.cuda_attn_tc);
     assert_int_equal(o.cuda_cublas_ws_mib, 4);
     assert_int_equal(o.cuda_stack_bytes, 128);
@@ -86,6 +86,7 @@ static void test_options_env_values(void **st)
     setenv("EMBER_CUDA_FUSE_HEAD", "0", 1);
     setenv("EMBER_CUDA_FUSE_ADD", "no", 1);
     setenv("EMBER_CUDA_FUSE_ATTN", "0", 1);
+    setenv("EMBER_CUDA_FEEDBACK", "off", 1);
     setenv("EMBER_CUDA_EXACT", "1", 1);
     setenv("EMBER_CUDA_VERIFY", "TRUE", 1);
     setenv("EMBER_NO_GEMM", "yes", 1);
@@ -102,6 +103,7 @@ static void test_options_env_values(void **st)
     assert_false(o.cuda_fuse_head);
     assert_false(o.cuda_fuse_add);
     assert_false(o.cuda_fuse_attn);
+    assert_false(o.cuda_feedback);
     assert_true(o.cuda_exact);
     assert_true(o.cuda_verify);
     assert_true(o.cpu_no_gemm);
@@ -218,7 +220,7 @@ static void test_cpu_fills_every_op(void **st)
         (const void *)op->host_alloc, (const void *)op->host_free, (const void *)op->copy, (const void *)op->upload,
         (const void *)op->softcap, (const void *)op->step_begin, (const void *)op->step_end,
         (const void *)op->scratch_bytes, (const void *)op->print_memory, (const void *)op->logits_top,
-        (const void *)op->logits_sync,
+        (const void *)op->logits_sync, (const void *)op->logits_top_start, (const void *)op->logits_top_finish,
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         if (!fns[i]) fail_msg("op %zu is NULL", i);
@@ -227,6 +229,7 @@ static void test_cpu_fills_every_op(void **st)
     assert_false(be->caps.graphed_steps);
     assert_false(be->caps.lazy_placement);
     assert_true(be->caps.layer_skip);
+    assert_false(be->caps.token_feedback);
     assert_int_equal(be->caps.kv_types, (1u << EMBER_TYPE_F32) | (1u << EMBER_TYPE_F16) | (1u << EMBER_TYPE_Q8_0));
     /* activation memory: zeroed host memory */
     float *a = op->act_alloc(be, 1000 * sizeof(float));

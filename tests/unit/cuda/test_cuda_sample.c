@@ -1,4 +1,5 @@
-/* CUDA row heads (cuda_sample.cu, ember_cuda_logits_top) against
+/* CUDA row heads (cuda_sample.cu, ember_cuda_logits_top, its two halves
+ * _start / _finish, and ember_cuda_head_tokens' argmax copy) against
  * tests/common/logits_top_ref.h: a full qsort of (logit, id) and a long
  * double log-partition function. Ids and logits must be equal; the lse
  * within 1e-5 relative (chunk partial sums in float with __expf, combined
@@ -48,6 +49,35 @@ static void run_case(int64_t n_vocab, int n_rows, int k, int kind)
         else if (fabs(got[r].lse - lse) > 1e-5 * fmax(1.0, fabs(lse)))
             fail_msg("vocab %lld row %d: lse %.9g, want %.9g", (long long)n_vocab, r, (double)got[r].lse, lse);
     }
+    /* the two halves (ember_cuda_logits_top_start / _finish) with work
+     * queued between them: the same heads; and the argmax of each row
+     * copied to the device by ember_cuda_head_tokens (the step's tokens of
+     * ember_decode_fed), entry 0 left as it was (-1) */
+    ember_logits_top *got2 = malloc(sizeof *got2 * (size_t)n_rows);
+    const int32_t n_tok = n_rows + 1;
+    int32_t rows_of[41], tok_host[41];
+    rows_of[0] = -1;
+    for (int r = 0; r < n_rows; r++) rows_of[1 + r] = n_rows - 1 - r;
+    for (int i = 0; i < n_tok; i++) tok_host[i] = 1000 + i;
+    int32_t *tok = dev_new(tok_host, sizeof tok_host);
+    CU_OK(ember_cuda_logits_top_start(test_cu, d, off, n_rows, n_vocab, k, work, wb, res, host));
+    CU_OK(ember_cuda_head_tokens(test_cu, res, n_rows, k, rows_of, n_tok, tok));
+    CU_OK(ember_cuda_logits_top_finish(test_cu, host, n_rows, k, got2));
+    for (int r = 0; r < n_rows; r++) {
+        assert_int_equal(got2[r].n, k);
+        assert_memory_equal(got2[r].id, got[r].id, sizeof(ember_token) * (size_t)k);
+        assert_memory_equal(got2[r].logit, got[r].logit, sizeof(float) * (size_t)k);
+        assert_true(got2[r].max == got[r].max && got2[r].lse == got[r].lse);
+    }
+    CU_OK(ember_cuda_synchronize(test_cu));
+    CU_OK(ember_cuda_download(test_cu, tok_host, tok, sizeof tok_host));
+    assert_int_equal(tok_host[0], 1000);
+    for (int r = 0; r < n_rows; r++) {
+        ref_logits_top(x + off[n_rows - 1 - r], (int)n_vocab, 1, ids, lg, &mx, &lse);
+        assert_int_equal(tok_host[1 + r], ids[0]);
+    }
+    dev_free(tok, sizeof tok_host);
+    free(got2);
     free(got);
     ember_cuda_host_free(test_cu, host, rb);
     dev_free(work, wb);
@@ -90,6 +120,10 @@ static void test_bad_args(void **state)
     assert_int_equal(ember_cuda_logits_top(test_cu, d, &off, 1, 16, 0, d, 64, d, &t, &t), EMBER_ERR_INVALID_ARG);
     assert_int_equal(ember_cuda_logits_top(test_cu, d, &off, 1, 16, 129, d, 64, d, &t, &t), EMBER_ERR_INVALID_ARG);
     assert_int_equal(ember_cuda_logits_top(test_cu, d, &off, 1, 16, 1, d, 0, d, &t, &t), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_cuda_logits_top_start(test_cu, d, &off, 1, 16, 0, d, 64, d, &t), EMBER_ERR_INVALID_ARG);
+    const int32_t bad_row[1] = {3}, rows65[65] = {0};
+    assert_int_equal(ember_cuda_head_tokens(test_cu, d, 2, 1, bad_row, 1, (int32_t *)d), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_cuda_head_tokens(test_cu, d, 2, 1, rows65, 65, (int32_t *)d), EMBER_ERR_INVALID_ARG);
     dev_free(d, 64);
 }
 

@@ -724,6 +724,184 @@ static void test_slot_ops(void **state)
     fx_free(&f);
 }
 
+/* The pipeline (src/engine/pipeline.c): a runtime that can feed a step the
+ * argmax of heads not yet read (engine.h logits_top_start / _finish,
+ * decode_fed). The toy's start snapshots the heads of the rows (the host
+ * reduction of backend/logits_top.c) and the fed decode replaces each
+ * fed entry's token by its head's argmax, as the CUDA backend does on the
+ * device; get_logits after a fed decode returns the NEW step's rows, so an
+ * engine that read a row of the step it is handling after queueing the next
+ * gets the wrong text. Expected texts: fake_reference, as everywhere here. */
+static ember_logits_top pipe_heads[64];
+static int32_t pipe_n;              /* rows of the queued heads; 0: none */
+static int n_fed, n_fed_bad;
+static ember_token fed_tok[512];
+
+static ember_status pipe_start(void *ctx, int32_t n, const int32_t *entries, int32_t k, bool *queued)
+{
+    *queued = false;
+    if (pipe_n != 0 || n > 64) { n_fed_bad++; return EMBER_ERR_INVALID_ARG; }
+    ember_status st = toy_logits_top(ctx, n, entries, k, pipe_heads);
+    if (st != EMBER_OK) return st;
+    pipe_n = n;
+    *queued = true;
+    return EMBER_OK;
+}
+
+static ember_status pipe_finish(void *ctx, ember_logits_top *out)
+{
+    if (pipe_n == 0) { n_fed_bad++; return EMBER_ERR_INVALID_ARG; }
+    memcpy(out, pipe_heads, sizeof *out * (size_t)pipe_n);
+    pipe_n = 0;
+    return EMBER_OK;
+}
+
+static ember_status pipe_decode_fed(void *ctx, const ember_batch *b, const int32_t *top_row)
+{
+    if (pipe_n == 0 || b->n_tokens > 512) { n_fed_bad++; return EMBER_ERR_INVALID_ARG; }
+    ember_batch c = *b;
+    c.token = fed_tok;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        if (top_row[i] >= pipe_n) { n_fed_bad++; return EMBER_ERR_INVALID_ARG; }
+        c.token[i] = top_row[i] >= 0 ? pipe_heads[top_row[i]].id[0] : b->token[i];
+    }
+    n_fed++;
+    return fake_decode(ctx, &c);
+}
+
+static void fx_init_pipe(fixture *f, int32_t n_slots, int32_t n_ctx, uint32_t pool, int32_t n_batch, bool on)
+{
+    fx_init(f, n_slots, n_ctx, pool, n_batch, 8);
+    f->rt.logits_top = toy_logits_top;
+    f->rt.sampler_top_k = toy_top_k;
+    f->rt.sampler_sample_top = toy_sample_top;
+    if (on) {
+        f->rt.logits_top_start = pipe_start;
+        f->rt.logits_top_finish = pipe_finish;
+        f->rt.decode_fed = pipe_decode_fed;
+    }
+    engine_free(f->e);   /* again with the runtime table above */
+    engine_config cfg = {.n_slots = n_slots, .n_ctx = n_ctx, .n_batch = n_batch, .n_queue_max = 8};
+    assert_int_equal(engine_new(&cfg, &f->rt, &f->vocab, &f->e), EMBER_OK);
+    pipe_n = 0;
+    n_fed = n_fed_bad = 0;
+}
+
+/* Every slot's K/V holds exactly the tokens the slot says it has decoded. */
+static void expect_kv_matches_slots(fixture *f)
+{
+    for (int32_t i = 0; i < f->e->cfg.n_slots; i++) {
+        const slot *s = &f->e->slots[i];
+        assert_int_equal(f->m->len[i], s->n_past);
+        for (int32_t j = 0; j < s->n_past; j++) assert_int_equal(f->m->kv[i][j], s->tokens[j]);
+    }
+}
+
+/* Three greedy streams that end at different steps (lengths 9, 23, 40):
+ * the texts of the reference, most steps queued ahead (none past a
+ * stream's last token: its length is known), each slot's K/V its tokens. */
+static void test_pipeline_matches_reference(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_init_pipe(&f, 3, 256, 3 * 256, 32, true);
+    static const char *prompts[3] = {"pipelined one", "pipe two", "and the third stream"};
+    const int32_t n_pred[3] = {9, 23, 40};
+    engine_req *r[3];
+    for (int i = 0; i < 3; i++) r[i] = submit(&f, prompts[i], n_pred[i]);
+    run_until_done(&f, r, 3);
+    for (int i = 0; i < 3; i++) expect_reference(r[i], prompts[i], n_pred[i]);
+    engine_stats st;
+    engine_get_stats(f.e, &st, NULL);
+    assert_true(st.n_steps_pipelined >= 30);   /* all but the prefill and the last steps of each stream */
+    assert_true(n_fed >= 30);
+    assert_int_equal(n_fed_bad, 0);
+    assert_false(f.e->inflight);
+    expect_kv_matches_slots(&f);
+    /* a follow-up on the first conversation reuses its cache: right only if that K/V is right */
+    char follow[256];
+    snprintf(follow, sizeof follow, "%s%s", prompts[0], r[0]->text);
+    engine_req *g = submit(&f, follow, 12);
+    run_until_done(&f, &g, 1);
+    expect_reference(g, follow, 12);
+    assert_true(g->n_cached > 0);
+    expect_kv_matches_slots(&f);
+    for (int i = 0; i < 3; i++) engine_req_release(r[i]);
+    engine_req_release(g);
+    fx_free(&f);
+}
+
+/* Streams that end on EOS (the queued step was fed the EOS token itself)
+ * and a cancel while steps are queued ahead: texts and finishes as without
+ * the pipeline, the K/V of each slot its own tokens. */
+static void test_pipeline_eos_and_cancel(void **state)
+{
+    (void)state;
+    for (int on = 0; on < 2; on++) {
+        fixture f;
+        fx_init_pipe(&f, 3, 256, 3 * 256, 32, on);
+        f.m->eos_mod = 7;
+        static const char *prompts[3] = {"eos soon", "eos later maybe", "cancel me please"};
+        engine_req *r[3];
+        for (int i = 0; i < 3; i++) r[i] = submit(&f, prompts[i], 60);
+        for (int k = 0; k < 6; k++) engine_step(f.e);
+        engine_req_cancel(r[2]);
+        run_until_done(&f, r, 3);
+        for (int i = 0; i < 2; i++) {
+            ember_token t[64];
+            const int32_t n = make_prompt(t, prompts[i]);
+            char want[256];
+            bool eos;
+            fake_reference(t, n, 60, 7, want, &eos);
+            assert_string_equal(r[i]->text ? r[i]->text : "", want);
+            assert_int_equal(r[i]->finish, eos ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH);
+        }
+        assert_true(r[2]->finish == ENGINE_FINISH_CANCELLED || r[2]->finish == ENGINE_FINISH_STOP);
+        assert_int_equal(n_fed_bad, 0);
+        if (!on) assert_int_equal(n_fed, 0);
+        expect_kv_matches_slots(&f);
+        for (int i = 0; i < 3; i++) engine_req_release(r[i]);
+        fx_free(&f);
+    }
+}
+
+/* No step is queued ahead for a request whose sampler needs more than the
+ * argmax (logprobs here), nor while a request waits to be admitted. */
+static void test_pipeline_only_for_plain_greedy(void **state)
+{
+    (void)state;
+    fixture f;
+    fx_init_pipe(&f, 1, 256, 256, 32, true);
+    ember_token t[64];
+    engine_req_params p = {0};
+    p.prompt = t;
+    p.n_prompt = make_prompt(t, "with logprobs");
+    p.n_predict = 10;
+    p.logprobs = true;
+    p.top_logprobs = 2;
+    engine_req *a = NULL;
+    assert_int_equal(engine_submit(f.e, &p, &a), EMBER_OK);
+    run_until_done(&f, &a, 1);
+    expect_reference(a, "with logprobs", 10);
+    assert_int_equal(n_fed, 0);
+    /* one slot, two greedy requests: the second waits in the queue, so the
+     * first runs unpipelined until it ends; then the second pipelines */
+    engine_req *b = submit(&f, "first", 15), *c = submit(&f, "second", 15);
+    engine_step(f.e);
+    engine_step(f.e);
+    assert_int_equal(n_fed, 0);
+    engine_req *bc[2] = {b, c};
+    run_until_done(&f, bc, 2);
+    expect_reference(b, "first", 15);
+    expect_reference(c, "second", 15);
+    assert_true(n_fed >= 10);
+    expect_kv_matches_slots(&f);
+    engine_req_release(a);
+    engine_req_release(b);
+    engine_req_release(c);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -743,6 +921,9 @@ int main(void)
         cmocka_unit_test(test_pool_full_newest_waits),
         cmocka_unit_test(test_logprobs_and_seeded_sampling),
         cmocka_unit_test(test_row_heads_match_full_rows),
+        cmocka_unit_test(test_pipeline_matches_reference),
+        cmocka_unit_test(test_pipeline_eos_and_cancel),
+        cmocka_unit_test(test_pipeline_only_for_plain_greedy),
         cmocka_unit_test(test_embeddings_pooled),
         cmocka_unit_test(test_embeddings_refused),
         cmocka_unit_test(test_thread),

@@ -372,6 +372,110 @@ static void test_context_backend_seam(void **st)
     }
 }
 
+/* The pipeline's runtime calls (include/ember.h ember_get_logits_top_start
+ * / _finish, ember_decode_fed). On the CPU nothing is queued and a fed
+ * decode is refused. With EMBER_TEST_GPU_GGUF (a gemma3/llama/qwen3 file;
+ * bench/gpu runs it with the regrown Gemma 3 270M) on a GPU build: 24
+ * greedy tokens fed from the device's argmax equal those fed from the host
+ * (the plain ember_decode + ember_get_logits_top of the same context). */
+static void greedy_run(ember_context *c, bool fed, ember_token first, int n, ember_token *out)
+{
+    ember_batch b;
+    assert_int_equal(ember_batch_init(1, &b), EMBER_OK);
+    assert_int_equal(ember_seq_remove(c, 0), EMBER_OK);
+    const int32_t row0 = 0, top_row = 0;
+    ember_logits_top head;
+    b.n_tokens = 1;
+    set(&b, 0, first, 0, 0, 1);
+    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    for (int i = 0; i < n; i++) {
+        if (fed && i + 1 < n) {
+            bool queued = false;
+            assert_int_equal(ember_get_logits_top_start(c, 1, &row0, 1, &queued), EMBER_OK);
+            assert_true(queued);
+            set(&b, 0, -5, i + 1, 0, 1);   /* the placeholder is never read */
+            assert_int_equal(ember_decode_fed(c, &b, &top_row), EMBER_OK);
+            assert_int_equal(ember_get_logits_top_finish(c, &head), EMBER_OK);
+        } else {
+            assert_int_equal(ember_get_logits_top(c, 1, &row0, 1, &head), EMBER_OK);
+            if (i + 1 < n) {
+                set(&b, 0, head.id[0], i + 1, 0, 1);
+                assert_int_equal(ember_decode(c, &b), EMBER_OK);
+            }
+        }
+        out[i] = head.id[0];
+    }
+    ember_batch_free(&b);
+}
+
+static void test_token_feedback(void **st)
+{
+    (void)st;
+    if (model) {   /* the CPU backend */
+        ember_context *c = new_ctx(1, 256, EMBER_KV_F16);
+        assert_false(ember_context_token_feedback(c));
+        ember_batch b;
+        assert_int_equal(ember_batch_init(1, &b), EMBER_OK);
+        b.n_tokens = 1;
+        set(&b, 0, prompt_b[0], 0, 0, 1);
+        assert_int_equal(ember_decode(c, &b), EMBER_OK);
+        const int32_t row0 = 0, top_row = 0;
+        bool queued = true;
+        assert_int_equal(ember_get_logits_top_start(c, 1, &row0, 1, &queued), EMBER_OK);
+        assert_false(queued);
+        ember_logits_top head;
+        assert_int_equal(ember_get_logits_top_finish(c, &head), EMBER_ERR_INVALID_ARG);
+        set(&b, 0, 0, 1, 0, 1);
+        assert_int_equal(ember_decode_fed(c, &b, &top_row), EMBER_ERR_UNSUPPORTED);
+        assert_int_equal(ember_get_logits_top_start(c, 1, &row0, 0, &queued), EMBER_ERR_INVALID_ARG);
+        ember_batch_free(&b);
+        ember_context_free(c);
+    }
+    const char *gpu = getenv("EMBER_TEST_GPU_GGUF");
+    if (!gpu || !*gpu) {
+        if (!model) skip();
+        return;
+    }
+    ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = 99;
+    ember_model *gm = NULL;
+    assert_int_equal(ember_model_load(gpu, &mp, &gm), EMBER_OK);
+    ember_context_params p = ember_context_default_params();
+    p.n_ctx = 256;
+    p.n_batch = 64;
+    ember_context *c = NULL;
+    assert_int_equal(ember_context_new(gm, &p, &c), EMBER_OK);
+    if (!ember_context_token_feedback(c)) {
+        print_message("%s: no token feedback here (CPU build or no GPU)\n", gpu);
+        ember_context_free(c);
+        ember_model_free(gm);
+        skip();
+        return;
+    }
+    ember_token host_fed[24], dev_fed[24];
+    greedy_run(c, false, 2, 24, host_fed);
+    greedy_run(c, true, 2, 24, dev_fed);
+    for (int i = 0; i < 24; i++)
+        if (host_fed[i] != dev_fed[i]) fail_msg("token %d: %d fed from the device, %d from the host", i, dev_fed[i], host_fed[i]);
+    /* a fed decode needs queued heads; a start needs the last one finished */
+    ember_batch b;
+    assert_int_equal(ember_batch_init(1, &b), EMBER_OK);
+    const int32_t row0 = 0, bad_row = 1;
+    b.n_tokens = 1;
+    set(&b, 0, 0, 24, 0, 1);
+    assert_int_equal(ember_decode_fed(c, &b, &row0), EMBER_ERR_INVALID_ARG);
+    bool queued = false;
+    assert_int_equal(ember_get_logits_top_start(c, 1, &row0, 1, &queued), EMBER_OK);
+    assert_true(queued);
+    assert_int_equal(ember_get_logits_top_start(c, 1, &row0, 1, &queued), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_decode_fed(c, &b, &bad_row), EMBER_ERR_INVALID_ARG);
+    ember_logits_top head;
+    assert_int_equal(ember_get_logits_top_finish(c, &head), EMBER_OK);
+    ember_batch_free(&b);
+    ember_context_free(c);
+    ember_model_free(gm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_embeddings_rows),
         cmocka_unit_test(test_context_backend_seam),
+        cmocka_unit_test(test_token_feedback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

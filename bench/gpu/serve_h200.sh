@@ -38,7 +38,9 @@ LD=/root/llama/llama.cpp-cuda-sm90
 tar xJf $C/bins.tar.xz -C /tmp/g || { log "cannot unpack bins"; exit 1; }
 export LD_LIBRARY_PATH=/tmp/g/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 B=/tmp/g/b
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $C/whl/*.whl >/dev/null 2>&1 && export PYTHONPATH=/tmp/site
+# openai for bench/serve.py: installed once while the machine stays warm (a later call need not carry whl/)
+[ -d /tmp/site/openai ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $C/whl/*.whl >/dev/null 2>&1
+[ -d /tmp/site/openai ] && export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$S"
 log "commit $(cat .carry/commit 2>/dev/null)"
 

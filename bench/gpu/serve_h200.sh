@@ -59,7 +59,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   export EMBER_TEST_GPU_GGUF=$(model_path g3)
   for t in test_seam test_runtime test_cuda_head test_cuda_sample test_cuda_ops test_cuda_matmul test_cuda_attn test_cuda_q8 test_cuda_backend_attn test_cuda_exact; do
     [ -x $B/tests/$t ] || continue
-    timeout 120 $B/tests/$t > /tmp/$t.txt 2>&1; rc=$?
+    timeout 300 $B/tests/$t > /tmp/$t.txt 2>&1; rc=$?
     log "$t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"
     [ $rc = 0 ] || tail -20 /tmp/$t.txt | tee -a "$S"
   done

@@ -35,7 +35,8 @@ struct attn_args {
     int n_head, n_head_kv, G;
     float scale, softcap;
     int n_swa, page_size, max_pages;
-    int n_splits, chunk;
+    int n_splits, chunk; /* grid splits; keys per split for the longest context (span / n_splits) */
+    int chunk_min;       /* keys per split at least (EMBER_CUDA_ATTN_MIN_KEYS; <= chunk) */
 };
 
 /* The output's Q8 blocks, written beside out when qm >= 0 (the quantized
@@ -124,15 +125,21 @@ k_attn(attn_args a, const float *__restrict__ q, const int32_t *__restrict__ pos
     const int p = pos[t];
     const int s = seq[t];
     const int lo = a.n_swa > 0 ? max(0, p - a.n_swa + 1) : 0;
-    const int k_begin = lo + split * a.chunk;
-    const int k_end = min(p + 1, k_begin + a.chunk);
+    /* this query's split length: min_keys, or longer where its keys
+     * outnumber the grid's splits (at most a.chunk, the length the grid
+     * was sized for): a graph sized for a long context still splits a
+     * short one into min_keys-key pieces */
+    const int n_keys = p - lo + 1;
+    const int chunk = max(a.chunk_min, (n_keys + a.n_splits - 1) / a.n_splits);
+    const int k_begin = lo + split * chunk;
+    const int k_end = min(p + 1, k_begin + chunk);
     /* splits past this query's keys leave at once and take no part in the
      * merge: the grid is sized for the longest context (a graph keeps it),
      * the work for the keys there are (n_eff splits; one writes the output
      * itself). Every CTA of (t, hkv) reads the same pos, so they agree.
      * They write nothing, so they may leave before the wait (the others
      * wait, so the grid still ends after the previous kernel). */
-    const int n_eff = a.n_splits == 1 ? 1 : min(a.n_splits, (p - lo + a.chunk) / a.chunk);
+    const int n_eff = a.n_splits == 1 ? 1 : min(a.n_splits, (n_keys + chunk - 1) / chunk);
     if (split >= n_eff) return;
     const int32_t *bt = block_table + (int64_t)s * a.max_pages;
     /* Keys j = k_begin + warp + kWarps*(U*it + u): U keys per iteration,
@@ -750,6 +757,7 @@ extern "C" ember_status ember_cuda_attn(ember_cuda *cu, const ember_cuda_attn_pa
     if (ns < 1) ns = 1;
     a.chunk = (int)((span + ns - 1) / ns);
     a.n_splits = (int)((span + a.chunk - 1) / a.chunk);
+    a.chunk_min = min_keys < a.chunk ? min_keys : a.chunk;
 
     const __half *kc = reinterpret_cast<const __half *>(k_cache);
     const __half *vc = reinterpret_cast<const __half *>(v_cache);

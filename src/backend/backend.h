@@ -110,8 +110,11 @@ typedef struct ember_backend_ops {
                      int32_t n_rot, const ember_pos *pos, float base, float freq_scale,
                      ember_rope_mode mode, const float *freq_factors);
 
-    /* gate[i] = act(gate[i]) * up[i], i < n. GEGLU with GELU-tanh evaluated on
-     * the f16-rounded input and rounded to f16 (ggml's GELU table), SwiGLU with
+    /* gate[i] = act(gate[i]) * up[i], i < n. GEGLU with GELU-tanh (Hendrycks
+     * & Gimpel's tanh form): the CPU backend (and CUDA with EMBER_CUDA_EXACT=1)
+     * evaluates it on the f16-rounded input and rounds it to f16 (ggml's
+     * GELU table); CUDA by default in f32 (no table load; within an f16
+     * rounding, below the Q8 rounding that follows). SwiGLU with
      * silu(x) = x / (1 + e^-x). Shazeer 2020. */
     void (*geglu)(ember_backend *be, float *gate, const float *up, int64_t n);
     void (*swiglu)(ember_backend *be, float *gate, const float *up, int64_t n);

@@ -667,10 +667,13 @@ static void glu(ember_backend *be, ember_cuda_act act, float *gate, const float 
     cb_out_done(b, gate, dg, (size_t)n);
 }
 
-/* GELU through f16 as the CPU backend's table does (backend.h contract) */
+/* GELU in f32 (backend.h contract): the f16 table of the CPU backend is a
+ * dependent global load per element, on the serial path of a decode step's
+ * few-CTA GLU kernel; EMBER_CUDA_EXACT=1 keeps it (the CPU's bits). */
 static void cu_geglu(ember_backend *be, float *gate, const float *u, int64_t n)
 {
-    glu(be, EMBER_CUDA_ACT_GELU_TANH_F16, gate, u, n);
+    cuda_backend *b = (cuda_backend *)be;
+    glu(be, b->exact_attn ? EMBER_CUDA_ACT_GELU_TANH_F16 : EMBER_CUDA_ACT_GELU_TANH, gate, u, n);
 }
 
 static void cu_swiglu(ember_backend *be, float *gate, const float *u, int64_t n)

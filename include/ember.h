@@ -185,7 +185,8 @@ void ember_batch_free(ember_batch *b);
  * order. Results are deterministic for a given batch shape; a token decoded
  * alone and the same token inside a multi-token batch may differ in the last
  * bits (different matmul kernels), as in llama.cpp.
- * Errors (nothing is written, no sequence changes): EMBER_ERR_INVALID_ARG
+ * Errors (nothing is written, no sequence changes; after an INVALID_ARG or
+ * RANGE error the last decode's logits stay readable): EMBER_ERR_INVALID_ARG
  * (n_tokens not in [1, n_batch], NULL arrays, token out of vocab, bad seq id,
  * a position that does not continue its sequence; the message names the
  * entry), EMBER_ERR_RANGE (a sequence would exceed n_ctx, or the KV pool
@@ -257,8 +258,10 @@ ember_status ember_get_logits_top(ember_context *ctx, int32_t n, const int32_t *
  * asynchronously, call ember_get_logits_top instead.
  * ember_get_logits_top_finish(ctx, out) waits for those heads only and
  * fills out[n]; it must follow a start that queued, once, and may come
- * after a later ember_decode_fed. Errors: as ember_get_logits_top;
- * EMBER_ERR_INVALID_ARG for a finish without a queued start. */
+ * after a later ember_decode (or ember_decode_fed); between the two,
+ * ember_get_logits_top and another start are refused. Errors: as
+ * ember_get_logits_top; EMBER_ERR_INVALID_ARG for a finish without a
+ * queued start, or a start or ember_get_logits_top before the finish. */
 ember_status ember_get_logits_top_start(ember_context *ctx, int32_t n, const int32_t *entries, int32_t k,
                                         bool *queued);
 ember_status ember_get_logits_top_finish(ember_context *ctx, ember_logits_top *out);

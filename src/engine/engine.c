@@ -77,6 +77,7 @@ nomem:
 
 static void cancel_all(engine *e)
 {
+    e->inflight = false;   /* a step queued ahead is dropped with its slots */
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
         if (s->req) {

@@ -11,16 +11,22 @@
  * with that token before the host has seen it (ember_decode_fed): the host
  * then waits for step N's heads only, handles them while N + 1 runs, and
  * adopts N + 1 as the step in flight. A slot that stopped at step N (end of
- * generation, a stop string, a length, a cancel seen later) leaves its entry
- * of N + 1 void: the K/V written for it is cut off (seq_truncate) and its
- * row is never read. vLLM calls this async scheduling; llama-server waits.
+ * generation, a stop string) leaves its entry of N + 1 void: the K/V written
+ * for it is cut off (seq_truncate) and its row is never read. Nothing is
+ * queued ahead of a step where a slot reaches its length, while a request
+ * waits (queued or preempted) or a prompt is prefilled; a cancel is seen
+ * one step later than without the pipeline. vLLM calls this async
+ * scheduling; llama-server waits.
  *
  * Owns: the decision to queue ahead, the second batch, adoption.
  * Must not: sample (slot.c) or admit (scheduler.c).
  */
 #include "engine/engine_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+
+#include "base/status.h"
 
 /* Whether step e->batch (just queued, generating slots only) may have its
  * successor queued before its heads are read; *m: its slots. */
@@ -37,7 +43,8 @@ static bool pipe_eligible(engine *e, int32_t n_prefill, int32_t *m)
     int32_t n = 0;
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
-        if (s->state == SLOT_PREFILL) return false;
+        /* a prompt to prefill, or a preempted request to resume first (scheduler.c) */
+        if (s->state == SLOT_PREFILL || s->state == SLOT_WAIT) return false;
         if (s->state != SLOT_GENERATE) continue;
         if (s->n_batch_entries != 1 || s->i_logits < 0 || s->n_draft > 0 || !s->req) return false;
         const engine_req *r = s->req;
@@ -88,7 +95,13 @@ engine_pipe engine_pipe_queue(engine *e, int32_t n_prefill)
         engine_batch_add(b, 0, s->n_past + 1, s->id, true, false);
     }
     e->t_queued = engine_now();
-    if (e->rt.decode_fed(e->rt.ctx, b, e->top_row) != EMBER_OK) return ENGINE_PIPE_HEADS;   /* pool full: wait as usual */
+    const ember_status st = e->rt.decode_fed(e->rt.ctx, b, e->top_row);
+    if (st != EMBER_OK) {   /* this step's rows and heads stand; the next step decodes as usual */
+        if (st != EMBER_ERR_RANGE)   /* a full pool is no news: step() evicts or preempts */
+            fprintf(stderr, "ember engine: the step queued ahead failed (%s: %s); decoding it as usual\n",
+                    ember_status_name(st), ember_last_error());
+        return ENGINE_PIPE_HEADS;
+    }
     for (int32_t i = 0, k = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
         if (!s->has_head) continue;
@@ -132,8 +145,13 @@ void engine_pipe_adopt(engine *e)
             s->n_batch_entries = 0;
             s->i_logits = -1;
             const ember_seq_id q = e->batch_next.seq_id[j];
-            if (e->rt.seq_truncate && (!e->rt.seq_len || e->rt.seq_len(e->rt.ctx, q) > s->n_past))
-                e->rt.seq_truncate(e->rt.ctx, q, s->n_past);
+            if (e->rt.seq_truncate && (!e->rt.seq_len || e->rt.seq_len(e->rt.ctx, q) > s->n_past) &&
+                e->rt.seq_truncate(e->rt.ctx, q, s->n_past) != EMBER_OK) {
+                /* cannot happen for a cut of one position; if it did, the slot's cache goes */
+                e->rt.seq_remove(e->rt.ctx, q);
+                if (s->state == SLOT_IDLE) s->n_past = s->n_tokens = 0;
+                else slot_release(e, s, ENGINE_FINISH_ERROR, "the K/V of a step queued ahead could not be cut off");
+            }
         }
     }
     /* e->batch is the step in flight from now on */

@@ -497,9 +497,6 @@ static ember_status decode_impl(ember_context *c, const ember_batch *b, const in
     if (!c || !b) return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: context or batch is NULL");
     const int32_t n = b->n_tokens;
     const ember_hparams *hp = &c->m->hp;
-    c->n_last = 0;
-    c->n_out_last = 0;
-    c->logits_pending = false;
     if (n < 1 || (uint32_t)n > c->p.n_batch)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode: n_tokens %d not in [1, n_batch %u]", n, c->p.n_batch);
     if (!b->token || !b->pos || !b->seq_id || !b->logits)
@@ -547,7 +544,10 @@ static ember_status decode_impl(ember_context *c, const ember_batch *b, const in
             if (c->seq_next[ids[k]] == cnt[k]) ember_rs_seq_reset(c->rs, ids[k]);
     }
     for (int32_t k = 0; k < n_seqs; k++) c->seq_count[c->seq_list[k]] = 0;
-    if (st != EMBER_OK) return st;
+    if (st != EMBER_OK) return st;   /* nothing reserved: the last decode's rows stand */
+    c->n_last = 0;
+    c->n_out_last = 0;
+    c->logits_pending = false;
     if (c->hist)
         for (int32_t i = 0; i < n; i++) c->hist[(size_t)b->seq_id[i] * c->p.n_ctx + (size_t)b->pos[i]] = b->token[i];
 
@@ -670,6 +670,8 @@ ember_status ember_get_logits_top(ember_context *c, int32_t n, const int32_t *en
 {
     if (!c || (n > 0 && (!entries || !out)) || n < 0)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: NULL context, entries or out (n %d)", n);
+    if (c->top_queued > 0)   /* the backend's one head buffer holds the queued heads */
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: heads are queued (finish them first)");
     if (k < 1 || k > EMBER_LOGITS_TOP_MAX || k > c->m->hp.n_vocab)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: k %d not in [1, %d]", k,
                            EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);

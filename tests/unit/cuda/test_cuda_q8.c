@@ -377,6 +377,60 @@ static void matmul_q8_vs_cpu(bool exact)
     if (exact) assert_int_equal(identical, total);
 }
 
+/* k_mmvq_tall (a weight of >= 32,768 rows, one column) against k_mmvq on
+ * the same rows: a copy of the first 32,767 rows (one row below the
+ * threshold) takes the one-row-a-warp kernel; the two must agree bit for
+ * bit (the same lane program and warp sum per row). Every type. */
+static void test_matmul_q8_tall_equals_rowwise(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    static const char *const types[] = {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K"};
+    const int64_t tall = 32845, low = 32767;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        test_blocks bl;
+        test_blocks_load(types[ti], &bl);
+        const int64_t ne0 = types[ti][3] == 'K' ? 1024 : 640;
+        uint8_t *raw;
+        float *deq;
+        test_blocks_matrix(&bl, ne0, tall, &raw, &deq);
+        float *x = malloc(sizeof(float) * ne0), *yt = malloc(sizeof(float) * tall), *yl = malloc(sizeof(float) * low);
+        assert_non_null(x);
+        assert_non_null(yt);
+        assert_non_null(yl);
+        make_x(x, ne0, 1);
+        ember_cuda_tensor tt, tl;
+        CU_OK(ember_cuda_tensor_upload(test_cu, bl.type, ne0, tall, raw, false, &tt));
+        CU_OK(ember_cuda_tensor_upload(test_cu, bl.type, ne0, low, raw, false, &tl));   /* the first rows */
+        const uint32_t at = ember_cuda_q8_act_type(bl.type);
+        const size_t qb = ember_cuda_q8_bytes(at, ne0, 1);
+        float *dx = dev_new(x, sizeof(float) * ne0), *dyt = dev_new(NULL, sizeof(float) * tall),
+              *dyl = dev_new(NULL, sizeof(float) * low);
+        void *dq = dev_new(NULL, qb);
+        CU_OK(ember_cuda_quantize_q8(test_cu, at, dx, ne0, 1, dq));
+        ember_cuda_set_exact_matvec(test_cu, false);
+        CU_OK(ember_cuda_matmul_q8(test_cu, &tt, dq, 1, dyt));
+        CU_OK(ember_cuda_matmul_q8(test_cu, &tl, dq, 1, dyl));
+        dev_get(yt, dyt, sizeof(float) * tall);
+        dev_get(yl, dyl, sizeof(float) * low);
+        long diff = 0;
+        for (int64_t i = 0; i < low; i++) diff += memcmp(&yt[i], &yl[i], sizeof(float)) != 0;
+        if (diff) fail_msg("%s: %ld of %lld rows differ between the tall and the row-a-warp kernels", types[ti], diff, (long long)low);
+        dev_free(dq, qb);
+        dev_free(dx, sizeof(float) * ne0);
+        dev_free(dyt, sizeof(float) * tall);
+        dev_free(dyl, sizeof(float) * low);
+        ember_cuda_tensor_release(test_cu, &tt);
+        ember_cuda_tensor_release(test_cu, &tl);
+        free(x);
+        free(yt);
+        free(yl);
+        free(raw);
+        free(deq);
+        test_blocks_free(&bl);
+    }
+}
+
 static void test_matmul_q8_matches_cpu(void **state)
 {
     (void)state;
@@ -516,6 +570,7 @@ int main(void)
         cmocka_unit_test(test_fused_quantize_matches_cpu),
         cmocka_unit_test(test_add_norm_quantize_matches_cpu),
         cmocka_unit_test(test_matmul_q8_matches_cpu),
+        cmocka_unit_test(test_matmul_q8_tall_equals_rowwise),
         cmocka_unit_test(test_matmul_q8_exact_bits),
         cmocka_unit_test(test_matmul_q8_multi_matches_cpu),
         cmocka_unit_test(test_matmul_q8_rejects),

@@ -902,6 +902,66 @@ static void test_pipeline_only_for_plain_greedy(void **state)
     fx_free(&f);
 }
 
+/* A pool too small for three streams: the newest is preempted and resumes
+ * when a stream's cache can be evicted (the first stream ends on a stop
+ * string). With the pipeline the texts, the finishes and the steps the
+ * preempted request waits are those without it (a waiting request stops
+ * the queueing ahead, as a queued one does), and each slot's K/V is its
+ * tokens. */
+static void preempt_run(bool on, char text[3][512], int *wait_steps)
+{
+    fixture f;
+    fx_init_pipe(&f, 3, 256, 200, 32, on);
+    const char *pa = "alpha stream", *pb = "bravo stream", *pc = "charlie strm";
+    ember_token t[64];
+    const int32_t n = make_prompt(t, pa);
+    char want[1024];
+    bool eos;
+    fake_reference(t, n, 150, 0, want, &eos);
+    char stop[5];
+    memcpy(stop, want + 60, 4);
+    stop[4] = 0;
+    engine_req_params p = {0};
+    p.prompt = t;
+    p.n_prompt = n;
+    p.n_predict = 150;
+    p.stop[0] = stop;
+    p.n_stop = 1;
+    engine_req *r[3];
+    assert_int_equal(engine_submit(f.e, &p, &r[0]), EMBER_OK);
+    r[1] = submit(&f, pb, 150);
+    r[2] = submit(&f, pc, 150);
+    *wait_steps = 0;
+    for (int guard = 0; guard < 10000; guard++) {
+        if (r[0]->finish != ENGINE_RUNNING && r[1]->finish != ENGINE_RUNNING && r[2]->finish != ENGINE_RUNNING) break;
+        engine_step(f.e);
+        for (int i = 0; i < 3; i++)
+            if (f.e->slots[i].req == r[2] && f.e->slots[i].state == SLOT_WAIT) ++*wait_steps;
+    }
+    assert_int_equal(r[0]->finish, ENGINE_FINISH_STOP);
+    assert_true(f.e->st.n_preemptions >= 1);
+    if (on) assert_true(f.e->st.n_steps_pipelined > 0);
+    assert_int_equal(n_fed_bad, 0);
+    expect_kv_matches_slots(&f);
+    for (int i = 0; i < 3; i++) {
+        snprintf(text[i], 512, "%d %s", (int)r[i]->finish, r[i]->text ? r[i]->text : "");
+        engine_req_release(r[i]);
+    }
+    fx_free(&f);
+}
+
+static void test_pipeline_preemption_as_without(void **state)
+{
+    (void)state;
+    char off[3][512], on[3][512];
+    int w_off, w_on;
+    preempt_run(false, off, &w_off);
+    preempt_run(true, on, &w_on);
+    assert_true(w_off > 0);
+    assert_int_equal(w_on, w_off);
+    for (int i = 0; i < 3; i++) assert_string_equal(on[i], off[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -924,6 +984,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_matches_reference),
         cmocka_unit_test(test_pipeline_eos_and_cancel),
         cmocka_unit_test(test_pipeline_only_for_plain_greedy),
+        cmocka_unit_test(test_pipeline_preemption_as_without),
         cmocka_unit_test(test_embeddings_pooled),
         cmocka_unit_test(test_embeddings_refused),
         cmocka_unit_test(test_thread),

@@ -408,6 +408,45 @@ static void greedy_run(ember_context *c, bool fed, ember_token first, int n, emb
     ember_batch_free(&b);
 }
 
+/* Two sequences in one batch, their heads listed in the other order (row
+ * 0 is entry 1's), sequence 0 fed from its head, sequence 1 given host
+ * tokens (top_row -1): out[s][i] the argmax of sequence s at step i. */
+static void two_seq_run(ember_context *c, bool fed, int n, ember_token out[2][16])
+{
+    ember_batch b;
+    assert_int_equal(ember_batch_init(2, &b), EMBER_OK);
+    assert_int_equal(ember_seq_remove(c, 0), EMBER_OK);
+    assert_int_equal(ember_seq_remove(c, 1), EMBER_OK);
+    b.n_tokens = 2;
+    set(&b, 0, 2, 0, 0, 1);
+    set(&b, 1, 3, 0, 1, 1);
+    assert_int_equal(ember_decode(c, &b), EMBER_OK);
+    const int32_t rows[2] = {1, 0}, top_row[2] = {1, -1};
+    ember_logits_top heads[2];
+    for (int i = 0; i < n; i++) {
+        const bool more = i + 1 < n;
+        if (fed && more) {
+            bool queued = false;
+            assert_int_equal(ember_get_logits_top_start(c, 2, rows, 1, &queued), EMBER_OK);
+            assert_true(queued);
+            set(&b, 0, -1, i + 1, 0, 1);
+            set(&b, 1, 5 + i, i + 1, 1, 1);
+            assert_int_equal(ember_decode_fed(c, &b, top_row), EMBER_OK);
+            assert_int_equal(ember_get_logits_top_finish(c, heads), EMBER_OK);
+        } else {
+            assert_int_equal(ember_get_logits_top(c, 2, rows, 1, heads), EMBER_OK);
+            if (more) {
+                set(&b, 0, heads[1].id[0], i + 1, 0, 1);
+                set(&b, 1, 5 + i, i + 1, 1, 1);
+                assert_int_equal(ember_decode(c, &b), EMBER_OK);
+            }
+        }
+        out[0][i] = heads[1].id[0];
+        out[1][i] = heads[0].id[0];
+    }
+    ember_batch_free(&b);
+}
+
 static void test_token_feedback(void **st)
 {
     (void)st;
@@ -443,6 +482,7 @@ static void test_token_feedback(void **st)
     ember_context_params p = ember_context_default_params();
     p.n_ctx = 256;
     p.n_batch = 64;
+    p.n_seq_max = 2;
     ember_context *c = NULL;
     assert_int_equal(ember_context_new(gm, &p, &c), EMBER_OK);
     if (!ember_context_token_feedback(c)) {
@@ -457,6 +497,13 @@ static void test_token_feedback(void **st)
     greedy_run(c, true, 2, 24, dev_fed);
     for (int i = 0; i < 24; i++)
         if (host_fed[i] != dev_fed[i]) fail_msg("token %d: %d fed from the device, %d from the host", i, dev_fed[i], host_fed[i]);
+    ember_token two_host[2][16], two_dev[2][16];
+    two_seq_run(c, false, 12, two_host);
+    two_seq_run(c, true, 12, two_dev);
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < 12; i++)
+            if (two_host[q][i] != two_dev[q][i])
+                fail_msg("sequence %d token %d: %d with feedback, %d without", q, i, two_dev[q][i], two_host[q][i]);
     /* a fed decode needs queued heads; a start needs the last one finished */
     ember_batch b;
     assert_int_equal(ember_batch_init(1, &b), EMBER_OK);
@@ -470,7 +517,9 @@ static void test_token_feedback(void **st)
     assert_int_equal(ember_get_logits_top_start(c, 1, &row0, 1, &queued), EMBER_ERR_INVALID_ARG);
     assert_int_equal(ember_decode_fed(c, &b, &bad_row), EMBER_ERR_INVALID_ARG);
     ember_logits_top head;
+    assert_int_equal(ember_get_logits_top(c, 1, &row0, 1, &head), EMBER_ERR_INVALID_ARG);   /* queued heads first */
     assert_int_equal(ember_get_logits_top_finish(c, &head), EMBER_OK);
+    assert_int_equal(ember_get_logits_top(c, 1, &row0, 1, &head), EMBER_OK);
     ember_batch_free(&b);
     ember_context_free(c);
     ember_model_free(gm);

@@ -665,6 +665,21 @@ static const float *logits_row(const ember_context *c, int32_t i)
     return c->logits + (size_t)c->out_map[i] * (size_t)c->m->hp.n_vocab;
 }
 
+/* The host addresses of entries[0, n)'s logits rows (ember_get_logits_top's
+ * indexing) into *rows: small (16) or malloc'd (freed by the caller when it
+ * is not small). Errors name `fn`: EMBER_ERR_NOMEM, EMBER_ERR_INVALID_ARG
+ * (an entry without logits). */
+static ember_status top_rows(const ember_context *c, const char *fn, int32_t n, const int32_t *entries,
+                             const float **small, const float ***rows)
+{
+    *rows = n <= 16 ? small : malloc(sizeof **rows * (size_t)n);
+    if (!*rows) return ember_error(EMBER_ERR_NOMEM, "%s: %d rows", fn, n);
+    for (int32_t r = 0; r < n; r++)
+        if (!((*rows)[r] = logits_row(c, entries[r])))
+            return ember_error(EMBER_ERR_INVALID_ARG, "%s: entry %d of the last decode has no logits", fn, entries[r]);
+    return EMBER_OK;
+}
+
 ember_status ember_get_logits_top(ember_context *c, int32_t n, const int32_t *entries, int32_t k,
                                   ember_logits_top *out)
 {
@@ -676,14 +691,8 @@ ember_status ember_get_logits_top(ember_context *c, int32_t n, const int32_t *en
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: k %d not in [1, %d]", k,
                            EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);
     if (n == 0) return EMBER_OK;
-    const float *rows_small[16];
-    const float **rows = n <= 16 ? rows_small : malloc(sizeof *rows * (size_t)n);
-    if (!rows) return ember_error(EMBER_ERR_NOMEM, "ember_get_logits_top: %d rows", n);
-    ember_status st = EMBER_OK;
-    for (int32_t r = 0; r < n && st == EMBER_OK; r++)
-        if (!(rows[r] = logits_row(c, entries[r])))
-            st = ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: entry %d of the last decode has no logits",
-                             entries[r]);
+    const float *rows_small[16], **rows = NULL;
+    const ember_status st = top_rows(c, "ember_get_logits_top", n, entries, rows_small, &rows);
     if (st == EMBER_OK) c->be->ops->logits_top(c->be, rows, n, c->m->hp.n_vocab, k, out);
     if (rows != rows_small) free(rows);
     return st;
@@ -699,14 +708,8 @@ ember_status ember_get_logits_top_start(ember_context *c, int32_t n, const int32
                            EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);
     if (c->top_queued > 0)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: the last start was not finished");
-    const float *rows_small[16];
-    const float **rows = n <= 16 ? rows_small : malloc(sizeof *rows * (size_t)n);
-    if (!rows) return ember_error(EMBER_ERR_NOMEM, "ember_get_logits_top_start: %d rows", n);
-    ember_status st = EMBER_OK;
-    for (int32_t r = 0; r < n && st == EMBER_OK; r++)
-        if (!(rows[r] = logits_row(c, entries[r])))
-            st = ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: entry %d of the last decode has no logits",
-                             entries[r]);
+    const float *rows_small[16], **rows = NULL;
+    const ember_status st = top_rows(c, "ember_get_logits_top_start", n, entries, rows_small, &rows);
     if (st == EMBER_OK && c->be->ops->logits_top_start(c->be, rows, n, c->m->hp.n_vocab, k)) {
         c->top_queued = n;
         *queued = true;

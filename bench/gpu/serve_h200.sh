@@ -15,7 +15,8 @@
 #   More than one call's 64 MiB: bench/gpu/bundle_h200.sh carries them in pieces.
 # Environment: OUT (results), MODELS ("g3 e4b" default), TESTS=0 skips the GPU unit tests,
 #   PARTS (default "check kl engine serve1 serve8"; serve1ab: ember's served single stream with
-#   EMBER_CUDA_FEEDBACK=0 and 1 alternating, and their greedy texts compared), EMBER_EXTRA (extra
+#   EMBER_CUDA_FEEDBACK=0 and 1 alternating, and their greedy texts compared; serve8ab: the same
+#   for 8 parallel streams), EMBER_EXTRA (extra
 #   ember serve flags), EMBER_ENV (VAR=value for ember serve).
 # Results: $OUT/summary.txt (everything) and $OUT/results.jsonl (one JSON object per measurement).
 set -u
@@ -172,6 +173,11 @@ for mm in $MODELS; do
         done
         cmp -s "/tmp/text-ember_${mm}_np1_fb0.txt" "/tmp/text-ember_${mm}_np1_fb1.txt" && log "$mm: greedy text equal with feedback off and on" \
           || log "$mm: greedy text DIFFERS with feedback off and on" ;;
+      serve8ab)   # the same for 8 parallel streams
+        log "--- $mm served 8 parallel, EMBER_CUDA_FEEDBACK=0 / 1 alternating (32768 KV tokens in all) $(el)"
+        for rep in 1 2; do
+          for fb in 0 1; do EMBER_ENV="EMBER_CUDA_FEEDBACK=$fb" serve_run "ember $mm np8 fb$fb" $M ember 8 32768 par8; done
+        done ;;
       serve8)
         log "--- $mm served 8 parallel (32768 KV tokens in all) $(el)"
         serve_run "ember $mm np8" $M ember 8 32768 par8

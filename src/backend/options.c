@@ -80,8 +80,8 @@ static const opt_row rows[] = {
     {"EMBER_CUDA_ATTN_TC", OPT_BOOL, F(cuda_attn_tc), 1, 0, 1, NULL,
      "0: prompt runs of >= 64 queries use the flash-decoding kernel instead of f16 GEMMs on the tensor cores"},
     {"EMBER_CUDA_FEEDBACK", OPT_BOOL, F(cuda_feedback), 1, 0, 1, NULL,
-     "0: the server queues a decode step only after the host read the last step's tokens (1: greedy steps take "
-     "their tokens from the device's argmax, so the next step is queued before the host waits)"},
+     "0: the server queues a decode step only after the host read the last step's tokens (1: a lone stream's "
+     "greedy steps take their tokens from the device's argmax, so the next step is queued before the host waits)"},
     {"EMBER_CUDA_PDL", OPT_BOOL, F(cuda_pdl), 1, 0, 1, NULL,
      "0: plain kernel launches (no programmatic dependent launch)"},
     {"EMBER_CUDA_CUBLAS_WS_MIB", OPT_INT, F(cuda_cublas_ws_mib), 4, 0, 65536, NULL,

@@ -105,6 +105,10 @@ typedef struct engine_config {
     int32_t n_prefill_chunk; /* most prefill entries per step while some slot generates
                               * (bounds the stall a long prompt causes); <= 0: n_batch */
     int32_t n_queue_max;  /* requests waiting beyond the slots before submit says NOMEM */
+    int32_t pipe_max_slots; /* pipeline.c: a step is queued ahead only while at most this many
+                             * slots generate (<= 0: 1). One by default: on the H200 (session
+                             * 28, bench/results/cuda-h200.md) it gained 1% at one stream and
+                             * lost 7-17% of the 8-parallel served aggregate, not yet understood */
     int32_t ckpt_interval; /* --checkpoint-min-step: with a runtime that wants checkpoints
                             * (recurrent state), prefill chunks end at multiples of this
                             * many tokens, and a slot's state is checkpointed there, at

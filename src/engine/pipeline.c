@@ -10,13 +10,14 @@
  * next token is the device's argmax, so the runtime can queue step N + 1
  * with that token before the host has seen it (ember_decode_fed): the host
  * then waits for step N's heads only, handles them while N + 1 runs, and
- * adopts N + 1 as the step in flight. A slot that stopped at step N (end of
- * generation, a stop string) leaves its entry of N + 1 void: the K/V written
- * for it is cut off (seq_truncate) and its row is never read. Nothing is
- * queued ahead of a step where a slot reaches its length, while a request
- * waits (queued or preempted) or a prompt is prefilled; a cancel is seen
- * one step later than without the pipeline. vLLM calls this async
- * scheduling; llama-server waits.
+ * adopts N + 1 as the step in flight (for steps of at most
+ * engine_config.pipe_max_slots generating slots: one by default). A slot
+ * that stopped at step N (end of generation, a stop string) leaves its
+ * entry of N + 1 void: the K/V written for it is cut off (seq_truncate) and
+ * its row is never read. Nothing is queued ahead of a step where a slot
+ * reaches its length, while a request waits (queued or preempted) or a
+ * prompt is prefilled; a cancel is seen one step later than without the
+ * pipeline. vLLM calls this async scheduling; llama-server waits.
  *
  * Owns: the decision to queue ahead, the second batch, adoption.
  * Must not: sample (slot.c) or admit (scheduler.c).
@@ -53,7 +54,9 @@ static bool pipe_eligible(engine *e, int32_t n_prefill, int32_t *m)
         if (s->n_generated + 1 >= s->n_predict || s->n_past + 2 >= e->cfg.n_ctx) return false;   /* it ends here */
         n++;
     }
-    if (n == 0 || n > ENGINE_PIPE_MAX || e->rt.kv_free_tokens(e->rt.ctx) < (uint32_t)n) return false;
+    const int32_t cap = e->cfg.pipe_max_slots <= 0 ? 1
+                        : (e->cfg.pipe_max_slots < ENGINE_PIPE_MAX ? e->cfg.pipe_max_slots : ENGINE_PIPE_MAX);
+    if (n == 0 || n > cap || e->rt.kv_free_tokens(e->rt.ctx) < (uint32_t)n) return false;
     *m = n;
     return true;
 }

@@ -769,6 +769,8 @@ static ember_status pipe_decode_fed(void *ctx, const ember_batch *b, const int32
     return fake_decode(ctx, &c);
 }
 
+static int32_t pipe_slots = 64;   /* engine_config.pipe_max_slots for the next fx_init_pipe */
+
 static void fx_init_pipe(fixture *f, int32_t n_slots, int32_t n_ctx, uint32_t pool, int32_t n_batch, bool on)
 {
     fx_init(f, n_slots, n_ctx, pool, n_batch, 8);
@@ -781,7 +783,8 @@ static void fx_init_pipe(fixture *f, int32_t n_slots, int32_t n_ctx, uint32_t po
         f->rt.decode_fed = pipe_decode_fed;
     }
     engine_free(f->e);   /* again with the runtime table above */
-    engine_config cfg = {.n_slots = n_slots, .n_ctx = n_ctx, .n_batch = n_batch, .n_queue_max = 8};
+    engine_config cfg = {.n_slots = n_slots, .n_ctx = n_ctx, .n_batch = n_batch, .n_queue_max = 8,
+                         .pipe_max_slots = pipe_slots};
     assert_int_equal(engine_new(&cfg, &f->rt, &f->vocab, &f->e), EMBER_OK);
     pipe_n = 0;
     n_fed = n_fed_bad = 0;
@@ -962,6 +965,33 @@ static void test_pipeline_preemption_as_without(void **state)
     for (int i = 0; i < 3; i++) assert_string_equal(on[i], off[i]);
 }
 
+/* The default (pipe_max_slots 0): steps are queued ahead only while one
+ * slot generates: two streams together are never fed, the longer one alone
+ * after the shorter ends is. */
+static void test_pipeline_default_one_slot(void **state)
+{
+    (void)state;
+    fixture f;
+    pipe_slots = 0;
+    fx_init_pipe(&f, 2, 256, 512, 32, true);
+    pipe_slots = 64;
+    engine_req *r[2] = {submit(&f, "short one", 8), submit(&f, "the longer one", 40)};
+    int fed_while_both = 0;
+    for (int guard = 0; guard < 1000 && (r[0]->finish == ENGINE_RUNNING || r[1]->finish == ENGINE_RUNNING); guard++) {
+        const int before = n_fed;
+        const bool both = f.e->slots[0].state == SLOT_GENERATE && f.e->slots[1].state == SLOT_GENERATE;
+        engine_step(f.e);
+        if (both && n_fed > before) fed_while_both++;
+    }
+    assert_int_equal(fed_while_both, 0);
+    assert_true(n_fed >= 20);
+    expect_reference(r[0], "short one", 8);
+    expect_reference(r[1], "the longer one", 40);
+    expect_kv_matches_slots(&f);
+    for (int i = 0; i < 2; i++) engine_req_release(r[i]);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -985,6 +1015,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_eos_and_cancel),
         cmocka_unit_test(test_pipeline_only_for_plain_greedy),
         cmocka_unit_test(test_pipeline_preemption_as_without),
+        cmocka_unit_test(test_pipeline_default_one_slot),
         cmocka_unit_test(test_embeddings_pooled),
         cmocka_unit_test(test_embeddings_refused),
         cmocka_unit_test(test_thread),

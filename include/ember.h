@@ -278,7 +278,9 @@ bool ember_context_token_feedback(const ember_context *ctx);
  * learns the token from ember_get_logits_top_finish). top_row[i] = -1:
  * batch->token[i]. Errors: those of ember_decode; EMBER_ERR_UNSUPPORTED
  * without ember_context_token_feedback; EMBER_ERR_INVALID_ARG for a row
- * outside the queued heads or none queued, or more than 64 entries. */
+ * outside the queued heads or none queued, or more than
+ * EMBER_DECODE_FED_MAX entries. */
+#define EMBER_DECODE_FED_MAX 64
 ember_status ember_decode_fed(ember_context *ctx, const ember_batch *batch, const int32_t *top_row);
 
 /* Sequences. A sequence exists once it holds a token; these edit it:

@@ -134,7 +134,6 @@ void engine_req_finish(engine_req *r, engine_finish f, const char *err);
  * wait for those heads (into e->heads, has_head). engine_pipe_adopt, after
  * the slots handled e->batch (NEXT only): the queued step becomes e->batch
  * and e->inflight; entries of slots that stopped are cut off. */
-enum { ENGINE_PIPE_MAX = 64 };   /* entries of a step queued ahead (ember_decode_fed) */
 typedef enum { ENGINE_PIPE_NONE, ENGINE_PIPE_HEADS, ENGINE_PIPE_NEXT } engine_pipe;
 engine_pipe engine_pipe_queue(engine *e, int32_t n_prefill);
 void engine_pipe_heads(engine *e);
@@ -147,6 +146,7 @@ int32_t slot_head_k(engine *e, slot *s);                   /* head size of the s
 static inline int32_t slot_ckpt_interval(const engine *e) { return e->cfg.ckpt_interval > 0 ? e->cfg.ckpt_interval : 256; }
 int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */
 void slot_heads(engine *e);                                /* after decode: reduce the rows slots sample from */
+bool slot_heads_room(engine *e, int32_t n);                /* heads / head_rows for n rows; false: no memory */
 int32_t slot_after_decode(engine *e, slot *s);             /* verify, sample, accept, emit; returns tokens sampled */
 void slot_release(engine *e, slot *s, engine_finish f, const char *err);
 ember_status slot_constrain_begin(engine *e, slot *s);     /* admission: clone the grammar */

@@ -25,7 +25,6 @@
 #include "engine/engine_internal.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "base/status.h"
 
@@ -34,8 +33,8 @@
 static bool pipe_eligible(engine *e, int32_t n_prefill, int32_t *m)
 {
     *m = 0;
-    if (n_prefill != 0 || !e->rt.decode_fed || !e->rt.logits_top_start || !e->rt.logits_top_finish || e->cfg.spec ||
-        !e->batch_next.token || !e->top_row)
+    /* batch_next and top_row exist with decode_fed (engine_new) */
+    if (n_prefill != 0 || !e->rt.decode_fed || !e->rt.logits_top_start || !e->rt.logits_top_finish || e->cfg.spec)
         return false;
     pthread_mutex_lock(&e->mu);
     const bool quiet = e->q_len == 0 && !e->stopping && !e->op;   /* nothing to admit or run between steps */
@@ -54,8 +53,8 @@ static bool pipe_eligible(engine *e, int32_t n_prefill, int32_t *m)
         if (s->n_generated + 1 >= s->n_predict || s->n_past + 2 >= e->cfg.n_ctx) return false;   /* it ends here */
         n++;
     }
-    const int32_t cap = e->cfg.pipe_max_slots <= 0 ? 1
-                        : (e->cfg.pipe_max_slots < ENGINE_PIPE_MAX ? e->cfg.pipe_max_slots : ENGINE_PIPE_MAX);
+    int32_t cap = e->cfg.pipe_max_slots > 0 ? e->cfg.pipe_max_slots : 1;
+    if (cap > EMBER_DECODE_FED_MAX) cap = EMBER_DECODE_FED_MAX;
     if (n == 0 || n > cap || e->rt.kv_free_tokens(e->rt.ctx) < (uint32_t)n) return false;
     *m = n;
     return true;
@@ -64,15 +63,7 @@ static bool pipe_eligible(engine *e, int32_t n_prefill, int32_t *m)
 engine_pipe engine_pipe_queue(engine *e, int32_t n_prefill)
 {
     int32_t m;
-    if (!pipe_eligible(e, n_prefill, &m)) return ENGINE_PIPE_NONE;
-    if (m > e->heads_cap) {
-        ember_logits_top *h = realloc(e->heads, sizeof *h * (size_t)m);
-        if (h) e->heads = h;
-        int32_t *r = realloc(e->head_rows, sizeof *r * (size_t)m);
-        if (r) e->head_rows = r;
-        if (!h || !r) return ENGINE_PIPE_NONE;
-        e->heads_cap = m;
-    }
+    if (!pipe_eligible(e, n_prefill, &m) || !slot_heads_room(e, m)) return ENGINE_PIPE_NONE;
     /* heads of this step's rows, queued; slot order is row order */
     int32_t j = 0;
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
@@ -85,15 +76,15 @@ engine_pipe engine_pipe_queue(engine *e, int32_t n_prefill)
     }
     bool queued = false;
     if (e->rt.logits_top_start(e->rt.ctx, m, e->head_rows, 1, &queued) != EMBER_OK || !queued) return ENGINE_PIPE_NONE;
-    for (int32_t i = 0; i < e->cfg.n_slots; i++)
-        if (e->slots[i].state == SLOT_GENERATE && e->slots[i].n_batch_entries > 0) e->slots[i].has_head = true;
 
-    /* the next step: each slot's argmax token, one position on */
+    /* the next step: each slot's argmax token, one position on (head rows
+     * and entries in slot order) */
     ember_batch *b = &e->batch_next;
     b->n_tokens = 0;
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
-        if (!s->has_head) continue;
+        if (s->state != SLOT_GENERATE || s->n_batch_entries == 0) continue;
+        s->has_head = true;
         e->top_row[b->n_tokens] = s->head0;
         engine_batch_add(b, 0, s->n_past + 1, s->id, true, false);
     }
@@ -116,9 +107,7 @@ engine_pipe engine_pipe_queue(engine *e, int32_t n_prefill)
 
 void engine_pipe_heads(engine *e)
 {
-    int32_t n = 0;
-    for (int32_t i = 0; i < e->cfg.n_slots; i++) n += e->slots[i].has_head;
-    if (n > 0 && e->rt.logits_top_finish(e->rt.ctx, e->heads) == EMBER_OK) return;
+    if (e->rt.logits_top_finish(e->rt.ctx, e->heads) == EMBER_OK) return;
     /* cannot happen for a start that queued; the rows are gone if a step
      * followed, so slot_after_decode ends such slots with an error */
     for (int32_t i = 0; i < e->cfg.n_slots; i++) e->slots[i].has_head = false;

@@ -92,6 +92,7 @@ static void rt_post_probs(void *c, ember_sampler *s, const float *logits, ember_
 
 engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t n_embd)
 {
+    const bool fed = ember_context_token_feedback(ctx);
     return (engine_runtime){
         .ctx = ctx, .n_vocab = n_vocab, .decode = rt_decode, .get_logits = rt_get_logits,
         .seq_remove = rt_seq_remove, .seq_truncate = rt_seq_truncate, .seq_fork = rt_seq_fork,
@@ -104,8 +105,8 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t
         .get_embeddings = ember_context_embeddings_supported(ctx) ? rt_get_embd : NULL,
         .logits_top = rt_logits_top, .sampler_top_k = rt_sampler_top_k, .sampler_sample_top = rt_sample_top,
         .sampler_post_probs = rt_post_probs,
-        .logits_top_start = ember_context_token_feedback(ctx) ? rt_top_start : NULL,
-        .logits_top_finish = ember_context_token_feedback(ctx) ? rt_top_finish : NULL,
-        .decode_fed = ember_context_token_feedback(ctx) ? rt_decode_fed : NULL,
+        .logits_top_start = fed ? rt_top_start : NULL,
+        .logits_top_finish = fed ? rt_top_finish : NULL,
+        .decode_fed = fed ? rt_decode_fed : NULL,
     };
 }

@@ -369,6 +369,18 @@ int32_t slot_head_k(engine *e, slot *s)
     return k;
 }
 
+bool slot_heads_room(engine *e, int32_t n)
+{
+    if (n <= e->heads_cap) return true;
+    ember_logits_top *h = realloc(e->heads, sizeof *h * (size_t)n);
+    if (h) e->heads = h;
+    int32_t *r = realloc(e->head_rows, sizeof *r * (size_t)n);
+    if (r) e->head_rows = r;
+    if (!h || !r) return false;
+    e->heads_cap = n;
+    return true;
+}
+
 void slot_heads(engine *e)
 {
     for (int32_t i = 0; i < e->cfg.n_slots; i++) e->slots[i].has_head = false;
@@ -392,16 +404,9 @@ void slot_heads(engine *e)
         }
         n = m;
         if (n == 0) return;
-        if (pass == 0 && n > e->heads_cap) {
-            ember_logits_top *h = realloc(e->heads, sizeof *h * (size_t)n);
-            if (h) e->heads = h;
-            int32_t *r = realloc(e->head_rows, sizeof *r * (size_t)n);
-            if (r) e->head_rows = r;
-            if (!h || !r) {   /* rows are read in full instead */
-                for (int32_t i = 0; i < e->cfg.n_slots; i++) e->slots[i].has_head = false;
-                return;
-            }
-            e->heads_cap = n;
+        if (pass == 0 && !slot_heads_room(e, n)) {   /* rows are read in full instead */
+            for (int32_t i = 0; i < e->cfg.n_slots; i++) e->slots[i].has_head = false;
+            return;
         }
     }
     if (e->rt.logits_top(e->rt.ctx, n, e->head_rows, k, e->heads) != EMBER_OK)

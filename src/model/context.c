@@ -484,7 +484,9 @@ ember_status ember_decode_fed(ember_context *c, const ember_batch *b, const int3
         return ember_error(EMBER_ERR_UNSUPPORTED, "ember_decode_fed: this backend and model take tokens from the host only");
     if (c->top_queued <= 0)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode_fed: no heads queued (ember_get_logits_top_start)");
-    if (b->n_tokens > 64) return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode_fed: %d entries (at most 64)", b->n_tokens);
+    if (b->n_tokens > EMBER_DECODE_FED_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode_fed: %d entries (at most %d)", b->n_tokens,
+                           EMBER_DECODE_FED_MAX);
     for (int32_t i = 0; i < b->n_tokens; i++)
         if (top_row[i] < -1 || top_row[i] >= c->top_queued)
             return ember_error(EMBER_ERR_INVALID_ARG, "ember_decode_fed: entry %d: head row %d not in [-1, %d)", i,
@@ -665,13 +667,22 @@ static const float *logits_row(const ember_context *c, int32_t i)
     return c->logits + (size_t)c->out_map[i] * (size_t)c->m->hp.n_vocab;
 }
 
-/* The host addresses of entries[0, n)'s logits rows (ember_get_logits_top's
+/* The checks of a head call (k in range, no heads queued) and the host
+ * addresses of entries[0, n)'s logits rows (ember_get_logits_top's
  * indexing) into *rows: small (16) or malloc'd (freed by the caller when it
- * is not small). Errors name `fn`: EMBER_ERR_NOMEM, EMBER_ERR_INVALID_ARG
- * (an entry without logits). */
-static ember_status top_rows(const ember_context *c, const char *fn, int32_t n, const int32_t *entries,
+ * is not small; NULL on an early error). Errors name `fn`:
+ * EMBER_ERR_INVALID_ARG (k, queued heads, an entry without logits),
+ * EMBER_ERR_NOMEM. */
+static ember_status top_rows(const ember_context *c, const char *fn, int32_t n, const int32_t *entries, int32_t k,
                              const float **small, const float ***rows)
 {
+    *rows = NULL;
+    if (k < 1 || k > EMBER_LOGITS_TOP_MAX || k > c->m->hp.n_vocab)
+        return ember_error(EMBER_ERR_INVALID_ARG, "%s: k %d not in [1, %d]", fn, k,
+                           EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);
+    if (c->top_queued > 0)   /* the backend's one head buffer holds them */
+        return ember_error(EMBER_ERR_INVALID_ARG, "%s: heads are queued (finish them first)", fn);
+    if (n == 0) return EMBER_OK;
     *rows = n <= 16 ? small : malloc(sizeof **rows * (size_t)n);
     if (!*rows) return ember_error(EMBER_ERR_NOMEM, "%s: %d rows", fn, n);
     for (int32_t r = 0; r < n; r++)
@@ -685,15 +696,9 @@ ember_status ember_get_logits_top(ember_context *c, int32_t n, const int32_t *en
 {
     if (!c || (n > 0 && (!entries || !out)) || n < 0)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: NULL context, entries or out (n %d)", n);
-    if (c->top_queued > 0)   /* the backend's one head buffer holds the queued heads */
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: heads are queued (finish them first)");
-    if (k < 1 || k > EMBER_LOGITS_TOP_MAX || k > c->m->hp.n_vocab)
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top: k %d not in [1, %d]", k,
-                           EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);
-    if (n == 0) return EMBER_OK;
     const float *rows_small[16], **rows = NULL;
-    const ember_status st = top_rows(c, "ember_get_logits_top", n, entries, rows_small, &rows);
-    if (st == EMBER_OK) c->be->ops->logits_top(c->be, rows, n, c->m->hp.n_vocab, k, out);
+    const ember_status st = top_rows(c, "ember_get_logits_top", n, entries, k, rows_small, &rows);
+    if (st == EMBER_OK && n > 0) c->be->ops->logits_top(c->be, rows, n, c->m->hp.n_vocab, k, out);
     if (rows != rows_small) free(rows);
     return st;
 }
@@ -703,13 +708,8 @@ ember_status ember_get_logits_top_start(ember_context *c, int32_t n, const int32
     if (queued) *queued = false;
     if (!c || n < 1 || !entries || !queued)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: NULL context, entries or queued (n %d)", n);
-    if (k < 1 || k > EMBER_LOGITS_TOP_MAX || k > c->m->hp.n_vocab)
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: k %d not in [1, %d]", k,
-                           EMBER_LOGITS_TOP_MAX < c->m->hp.n_vocab ? EMBER_LOGITS_TOP_MAX : c->m->hp.n_vocab);
-    if (c->top_queued > 0)
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_get_logits_top_start: the last start was not finished");
     const float *rows_small[16], **rows = NULL;
-    const ember_status st = top_rows(c, "ember_get_logits_top_start", n, entries, rows_small, &rows);
+    const ember_status st = top_rows(c, "ember_get_logits_top_start", n, entries, k, rows_small, &rows);
     if (st == EMBER_OK && c->be->ops->logits_top_start(c->be, rows, n, c->m->hp.n_vocab, k)) {
         c->top_queued = n;
         *queued = true;

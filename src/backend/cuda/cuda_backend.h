@@ -388,7 +388,7 @@ ember_status ember_cuda_logits_top_finish(ember_cuda *cu, const void *res_host, 
  * rows: host [n], each in [0, n_res_rows) or -1 (dst[i] left as it is);
  * n in [1, EMBER_CUDA_HEAD_TOKENS_MAX].
  * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_INTERNAL (launch). */
-enum { EMBER_CUDA_HEAD_TOKENS_MAX = 64 };
+enum { EMBER_CUDA_HEAD_TOKENS_MAX = EMBER_DECODE_FED_MAX };   /* the entries of a fed step */
 ember_status ember_cuda_head_tokens(ember_cuda *cu, const void *res_dev, int32_t n_res_rows, int32_t k,
                                     const int32_t *rows, int32_t n, int32_t *dst);
 

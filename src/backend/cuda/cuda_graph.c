@@ -140,11 +140,9 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     /* the pieces the kernels read sit at fixed offsets for a given n: tok,
      * pos, cells, seq, then the table */
     CK("step arrays", ember_cuda_upload(b->cu, b->d_step, h, total * sizeof(int32_t)));
-    if (st->token_top) {   /* tokens from the heads of the last logits_top_start, on the device (tok sits first) */
-        if (b->top_n == 0 || n > EMBER_CUDA_HEAD_TOKENS_MAX) cb_die("step tokens from heads (none queued, or too many entries)");
+    if (st->token_top)   /* tokens from the heads of the last logits_top_start, on the device (tok sits first) */
         CK("step tokens from heads",
            ember_cuda_head_tokens(b->cu, b->top_res_dev, b->top_n, b->top_k, st->token_top, n, b->d_step));
-    }
 
     /* graphs: small steps (decode) whose capacity-bound shapes are fixed */
     if (!b->graphs_on || n > GRAPH_MAX_N || max_ctx != (int32_t)b->lim.max_kv_tokens) return false;

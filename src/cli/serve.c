@@ -37,8 +37,8 @@ static void usage(FILE *f)
             "      --kv-unified-per-slot N most tokens one slot may hold (default: -c, capped by n_ctx_train)\n"
             "      --kv-pool N             the same as -c (older name)\n"
             "  -t, --threads N             CPU threads (default: all cores)\n"
-            "  -b, --batch-size N          most tokens decoded per step (default 512)\n"
-            "  -ub, --ubatch-size N        tokens per forward pass (default 512; at most -b)\n"
+            "  -b, --batch-size N          most tokens decoded per step (default 512; 2048 on a GPU)\n"
+            "  -ub, --ubatch-size N        tokens per forward pass (default 512; 2048 on a GPU; at most -b)\n"
             "      --prefill-chunk N       most prompt tokens per step while others generate (default 128)\n"
             "  -ctxcp, --ctx-checkpoints N  models with recurrent layers (qwen35): state checkpoints kept per slot\n"
             "                              for the prefix cache (default 8, 0..64, 0 = none)\n"
@@ -112,7 +112,7 @@ static bool read_key_file(const char *path, char *buf, size_t n)
 
 int cmd_serve(int argc, char **argv)
 {
-    serve_opts o = {.n_parallel = 4, .n_batch = 512, .n_prefill_chunk = 128, .n_ctx_checkpoints = -1, .type_k = EMBER_KV_F16,
+    serve_opts o = {.n_parallel = 4, .n_batch = 0, .n_prefill_chunk = 128, .n_ctx_checkpoints = -1, .type_k = EMBER_KV_F16,
                     .type_v = EMBER_KV_F16, .spec = spec_default_params()};
     o.spec.row_cost_auto = true;   /* measured from step times unless --spec-row-cost is given */
     server_config sc = {.host = "127.0.0.1", .port = 8080, .pooling = -1};

@@ -21,8 +21,8 @@ typedef struct serve_opts {
     int32_t n_ctx_slot_max;     /* --kv-unified-per-slot: most tokens one slot may hold; 0 = the pool */
     int32_t n_parallel;         /* -np */
     int32_t n_threads;          /* -t; <= 0: all cores */
-    int32_t n_batch;            /* -b */
-    int32_t n_ubatch;           /* -ub: tokens per forward pass (0: 512), at most n_batch */
+    int32_t n_batch;            /* -b: most tokens per step (0: 512 on the CPU, 2048 on a GPU) */
+    int32_t n_ubatch;           /* -ub: tokens per forward pass (0: 512 on the CPU, 2048 on a GPU), at most n_batch */
     int32_t n_prefill_chunk;    /* --prefill-chunk */
     int32_t n_ctx_checkpoints;  /* --ctx-checkpoints: block checkpoints of a recurrent state per slot (-1: default 8) */
     int32_t ckpt_interval;      /* --checkpoint-min-step: tokens between them (0: 256) */
@@ -47,6 +47,7 @@ typedef struct serve_model {
     spec_engine *spec;          /* NULL: no speculation */
     int32_t n_ctx;              /* n_ctx_slot: most tokens one slot holds = min(pool, n_ctx_train, --kv-unified-per-slot) */
     uint32_t pool_tokens;       /* n_ctx: the KV pool, tokens in all */
+    int32_t n_batch;            /* -b as resolved (serve_opts.n_batch, or its default) */
 } serve_model;
 
 /* Load everything and create (not start) the engine; prints the memory plan

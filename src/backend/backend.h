@@ -167,6 +167,17 @@ typedef struct ember_backend_ops {
      * never replayed without its forward pass (step_begin returns false).
      * A memcpy where activations are host memory. */
     void (*upload)(ember_backend *be, float *dst, const float *src, int64_t n);
+    /* out [n_rows, n_in] (activation memory) = to_float of n_rows rows in
+     * block format `type` (n_in elements, ember_type_row_bytes bytes each)
+     * that lie one after another in host memory at `rows`: get_rows for a
+     * matrix that stays on the host, whose rows the caller gathered (Gemma
+     * 4's per-layer token embeddings, 1.6 GB of E4B's Q4_K, of which a token
+     * reads 6 KB). A device backend moves the rows as they are, in their
+     * block format (about a seventh of the floats' bytes), and expands them
+     * there. `rows` is read before the call returns; inside a step it is
+     * captured as upload is. n_in a multiple of the type's block. */
+    void (*dequant_host_rows)(ember_backend *be, uint32_t type, const void *rows, int64_t n_rows, int64_t n_in,
+                              float *out);
     /* x[i] = cap * tanh(x[i] / cap), i < n, in f32 with libm tanhf (final
      * logit soft-capping, Gemma 2/3; llama.cpp's final_logit_softcapping). */
     void (*softcap)(ember_backend *be, float *x, float cap, int64_t n);

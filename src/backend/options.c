@@ -77,6 +77,10 @@ static const opt_row rows[] = {
      "0: prefill GEMMs with exact F32 products instead of TF32 tensor cores"},
     {"EMBER_CUDA_GEMM_F16", OPT_BOOL, F(cuda_gemm_f16), 1, 0, 1, NULL,
      "0: quantized-weight prefill GEMMs dequantize to F32 for TF32/F32 products instead of f16 tensor cores"},
+    {"EMBER_CUDA_PREFILL_F16", OPT_BOOL, F(cuda_prefill_f16), 1, 0, 1, NULL,
+     "0: a prompt's f16 GEMM input is its F32 rows rounded to the weights' vec_dot_type (as the CPU), then scanned "
+     "and converted (1: written in f16 by the norm, GLU or copy kernel that makes it, unrounded; not with "
+     "EMBER_CUDA_EXACT=1 or EMBER_CUDA_GEMM_F16=0)"},
     {"EMBER_CUDA_ATTN_TC", OPT_BOOL, F(cuda_attn_tc), 1, 0, 1, NULL,
      "0: prompt runs of >= 64 queries use the flash-decoding kernel instead of f16 GEMMs on the tensor cores"},
     {"EMBER_CUDA_FEEDBACK", OPT_BOOL, F(cuda_feedback), 1, 0, 1, NULL,

@@ -333,13 +333,18 @@ static ember_status gemma4_load(ember_model *m)
 /* Per-layer embeddings for the ubatch, layer-major: returns ple (scratch
  * aux) with ple[(l * n + t) * P + i].
  * The rows of per_layer_token_embd, by far the largest tensor (1.48 GiB of
- * E4B's 4.2), are dequantized on the host straight from the mapped file into
- * host scratch (aux_host) and moved in with one upload per ubatch: a GPU
- * backend never sees, so never uploads, the table (llama.cpp likewise keeps
- * it on the CPU as an input-layer tensor). Same values as get_rows
- * (ggml_get_rows: to_float of the row), times sqrt(P) in f32 as the scale op
- * would. The model projection runs per layer (ple_proj_l) so that each
- * layer's block comes out contiguous. */
+ * E4B's 4.2), never leave the mapped file as a whole: a GPU backend never
+ * sees, so never uploads, the table (llama.cpp likewise keeps it on the CPU
+ * as an input-layer tensor). When a layer's P values are whole blocks of
+ * the table's format (E4B: P = 256, one Q4_K block), the host gathers the
+ * ubatch's blocks straight from the file, already layer-major, into host
+ * scratch (aux_host), and dequant_host_rows expands them where the
+ * activations live (a GPU gets 6 KB a token instead of 43 KB of floats, and
+ * the host copies instead of dequantizing: bench/results/cuda-h200.md,
+ * session 29); else the host dequantizes each row and uploads the floats.
+ * Same values as get_rows (ggml_get_rows: to_float of the row), times
+ * sqrt(P) in f32. The model projection runs per layer (ple_proj_l) so that
+ * each layer's block comes out contiguous. */
 static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, const float *x)
 {
     const ember_model *m = r->m;
@@ -356,14 +361,26 @@ static float *gemma4_ple_inputs(const ember_run *r, const ember_ubatch *ub, cons
     const ember_weight *w = &g->ple_tok_embd;
     const ember_quant_traits *tr = ember_quant_traits_get(w->type);
     const float sp = sqrtf((float)P);
-    for (int32_t t = 0; t < n; t++) {
-        tr->to_float((const uint8_t *)w->data + (size_t)ub->token[t] * w->row_bytes, row, w->n_in);
-        for (int32_t l = 0; l < n_layer; l++) {
-            float *dst = eh + ((int64_t)l * n + t) * P;
-            for (int64_t i = 0; i < P; i++) dst[i] = row[(int64_t)l * P + i] * sp;
+    const int64_t bs = (int64_t)ember_type_block_size(w->type);
+    if (P % bs == 0) {   /* [L][n] pieces of P values, each a run of whole blocks */
+        const size_t pb = (size_t)(P / bs) * ember_type_block_bytes(w->type);
+        uint8_t *raw = (uint8_t *)eh;
+        for (int32_t t = 0; t < n; t++) {
+            const uint8_t *src = (const uint8_t *)w->data + (size_t)ub->token[t] * w->row_bytes;
+            for (int32_t l = 0; l < n_layer; l++) memcpy(raw + ((size_t)l * n + t) * pb, src + (size_t)l * pb, pb);
         }
+        op->dequant_host_rows(be, w->type, raw, (int64_t)n_layer * n, P, e);
+        op->scale(be, e, sp, n * LP);
+    } else {
+        for (int32_t t = 0; t < n; t++) {
+            tr->to_float((const uint8_t *)w->data + (size_t)ub->token[t] * w->row_bytes, row, w->n_in);
+            for (int32_t l = 0; l < n_layer; l++) {
+                float *dst = eh + ((int64_t)l * n + t) * P;
+                for (int64_t i = 0; i < P; i++) dst[i] = row[(int64_t)l * P + i] * sp;
+            }
+        }
+        op->upload(be, e, eh, n * LP);
     }
-    op->upload(be, e, eh, n * LP);
     for (int32_t l = 0; l < n_layer; l += 3) {
         const ember_weight *w1 = l + 1 < n_layer ? &g->ple_proj_l[l + 1] : NULL;
         const ember_weight *w2 = l + 2 < n_layer ? &g->ple_proj_l[l + 2] : NULL;

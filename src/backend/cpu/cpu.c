@@ -244,6 +244,21 @@ static void op_get_rows(ember_backend *be, const ember_weight *w, const ember_to
     }
 }
 
+static void op_dequant_host_rows(ember_backend *be, uint32_t type, const void *rows, int64_t n_rows, int64_t n_in,
+                                 float *out)
+{
+    (void)be;
+    const ember_quant_traits *tr = ember_quant_traits_get(type);
+    const size_t rb = row_size(type, n_in);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t *row = (const uint8_t *)rows + (size_t)r * rb;
+        float *dst = out + (size_t)r * (size_t)n_in;
+        if (type == EMBER_TYPE_F32) memcpy(dst, row, (size_t)n_in * sizeof(float));
+        else if (type == EMBER_TYPE_F16) for (int64_t i = 0; i < n_in; i++) dst[i] = cpu_f16_to_f32(((const uint16_t *)row)[i]);
+        else tr->to_float(row, dst, n_in);
+    }
+}
+
 /* ---- rms_norm -------------------------------------------------------------------- */
 
 typedef struct norm_task { float *y; const float *x; const float *w; int64_t n_rows, n; float eps; } norm_task;
@@ -1018,6 +1033,7 @@ static const ember_backend_ops cpu_ops = {
     .host_free = op_mem_free,
     .copy = op_copy,
     .upload = op_copy,
+    .dequant_host_rows = op_dequant_host_rows,
     .softcap = op_softcap,
     .step_begin = op_step_begin,
     .step_end = op_step_end,

@@ -91,6 +91,55 @@ static void cu_upload(ember_backend *be, float *dst, const float *src, int64_t n
     if (b->mode == M_CAPTURE) CK("upload", ember_cuda_upload(b->cu, dst, pin, bytes));
 }
 
+/* Rows of a host matrix: a prompt's move in their block format to the
+ * device, expanded there (ember_cuda_dequant_rows); a step that may be
+ * captured (or is replayed), host activations, or a type without kernels
+ * expand on the host and go through upload (its pinned staging). */
+static void cu_dequant_host_rows(ember_backend *be, uint32_t type, const void *rows, int64_t n_rows, int64_t n_in,
+                                 float *out)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    const size_t n = (size_t)n_rows * (size_t)n_in;
+    uint64_t rb = 0;
+    if (!ember_type_row_bytes(type, (uint64_t)n_in, &rb)) {
+        ember_error(EMBER_ERR_INVALID_ARG, "cuda: dequant_host_rows: %s rows of %lld", ember_type_name(type),
+                    (long long)n_in);
+        cb_die("dequant_host_rows");
+    }
+    if (b->mode != M_EAGER || (b->in_step && b->s_n <= GRAPH_MAX_N) || !cb_is_act(b, out) ||
+        !ember_cuda_type_supported(type)) {
+        if (n > b->host_rows_n) {
+            free(b->host_rows);
+            b->host_rows_n = n + n / 2;
+            b->host_rows = malloc(b->host_rows_n * sizeof(float));
+            if (!b->host_rows) {
+                ember_error(EMBER_ERR_NOMEM, "cannot allocate %zu floats of host rows", b->host_rows_n);
+                cb_die("dequant_host_rows");
+            }
+        }
+        const ember_quant_traits *tr = ember_quant_traits_get(type);
+        for (int64_t r = 0; r < n_rows; r++) {
+            const uint8_t *row = (const uint8_t *)rows + (size_t)r * rb;
+            float *dst = b->host_rows + (size_t)r * (size_t)n_in;
+            if (type == EMBER_TYPE_F32) memcpy(dst, row, (size_t)n_in * sizeof(float));
+            else tr->to_float(row, dst, n_in);
+        }
+        cu_upload(be, out, b->host_rows, (int64_t)n);
+        return;
+    }
+    cb_flush(b);
+    cb_rec_op(b, EMBER_STEP_UPLOAD, 1u);
+    cb_rec_i64(b, (int64_t)n);
+    cb_rec_ptr(b, rows);
+    cb_rec_ptr(b, out);
+    if (b->in_step) b->host_in = true;
+    void *d = cb_stage(b, SLOT_ROUND, (size_t)(rb * (uint64_t)n_rows));
+    if (cb_skip(b)) return;
+    /* pageable: staged before the call returns, so the caller may reuse rows */
+    CK("dequant_host_rows (upload)", ember_cuda_upload(b->cu, d, rows, (size_t)(rb * (uint64_t)n_rows)));
+    CK("dequant_host_rows", ember_cuda_dequant_rows(b->cu, type, d, n_in, n_rows, out));
+}
+
 /* ---- logits left on the device ------------------------------------------- */
 
 static void op_logits_sync(ember_backend *be, float *host, size_t bytes)
@@ -205,6 +254,7 @@ static void op_free(ember_backend *be)
     free(b->copies);
     free(b->index);
     free(b->host_i32);
+    free(b->host_rows);
     free(b);
 }
 
@@ -438,6 +488,75 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
     for (int32_t k = 0; k < n_w; k++) cb_out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
 }
 
+/* A prompt's matmul on f16 activations written by the kernel that makes
+ * them (EMBER_CUDA_PREFILL_F16; cuda_backend.h ember_cuda_rows_f16): a
+ * waiting RMSNorm or GLU whose output is x writes them with its own output,
+ * else one kernel converts x; either rounds x to the weights' vec_dot_type
+ * on the way (as the rounded form below does: the activations the CPU's
+ * vec_dot sees), and every weight's f16 GEMMs then read that one copy. Only
+ * where the weights share one Q8 vec_dot_type (unrounded with
+ * EMBER_CUDA_F32_ACT) and rows are whole blocks of it; *round gets it. */
+static bool f16_path(const cuda_backend *b, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws, uint32_t *round)
+{
+    if (!b->prefill_f16 || n_tokens <= EMBER_CUDA_GEMM_MIN_COLS) return false;
+    uint32_t fmt = EMBER_TYPE_F32;
+    for (int32_t k = 0; k < n_w; k++) {
+        const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
+        if (!qt || ws[k]->type == EMBER_TYPE_F32 || ws[k]->n_in != ws[0]->n_in) return false;
+        const uint32_t f = b->f32_act ? EMBER_TYPE_F32 : qt->vec_dot_type;
+        if (f != EMBER_TYPE_F32 && f != EMBER_TYPE_Q8_0 && f != EMBER_TYPE_Q8_1 && f != EMBER_TYPE_Q8_K) return false;
+        if (k > 0 && f != fmt) return false;
+        fmt = f;
+    }
+    if (ws[0]->n_in % (fmt == EMBER_TYPE_Q8_K ? 256 : 32) != 0) return false;
+    *round = fmt;
+    return true;
+}
+
+static void cu_matmul_f16(cuda_backend *b, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
+                          float *const *ys, uint32_t round)
+{
+    const int64_t n_in = ws[0]->n_in, n = n_tokens * n_in;
+    const bool fuse_norm = b->pn.on && b->pn.y == x && b->pn.n == n_in && b->pn.n_rows == n_tokens;
+    const bool fuse_glu = !fuse_norm && b->pg.on && b->pg.gate == x && b->pg.n == n;
+    const float *nx = b->pn.x, *nw = b->pn.w, *gup = b->pg.up;
+    const float neps = b->pn.eps;
+    const ember_cuda_act gact = b->pg.act;
+    if (fuse_norm) b->pn.on = false;
+    if (fuse_glu) b->pg.on = false;
+    cb_flush(b);   /* what else waits runs first (a post-norm add may write the norm's input) */
+    cb_rec_op(b, EMBER_STEP_MATMUL, CB_FUSED_F16 | (fuse_norm ? CB_FUSED_NORM : 0u) | (fuse_glu ? CB_FUSED_GLU : 0u));
+    cb_rec_i64(b, n_tokens);
+    cb_rec_i64(b, n_w);
+    const float *dx = cb_in_f(b, 0, x, (size_t)n);
+    const ember_cuda_tensor *t[3];
+    float *dy[3];
+    for (int32_t k = 0; k < n_w; k++) {
+        cb_rec_ptr(b, ws[k]->data);
+        t[k] = cb_weight(b, ws[k]);
+        dy[k] = cb_out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
+    }
+    if (cb_skip(b)) return;
+    /* [f16 rows][row scales][max, alpha, beta] */
+    const size_t b_h = ((size_t)n * 2 + 255) & ~(size_t)255, b_s = ((size_t)n_tokens * sizeof(float) + 255) & ~(size_t)255;
+    char *r = cb_stage(b, SLOT_ROUND, b_h + b_s + 256);
+    if (cb_skip(b)) return;
+    float *srow = (float *)(r + b_h);
+    unsigned *smax = (unsigned *)(r + b_h + b_s);
+    float *ab = (float *)(smax + 4);
+    if (fuse_norm)
+        CK("matmul (norm -> f16)", ember_cuda_rows_f16(b->cu, EMBER_CUDA_ROW_NORM, gact, round, nx, nw, (float *)dx, n_in, n_tokens,
+                                                      neps, r, srow, smax, ab));
+    else if (fuse_glu)
+        CK("matmul (glu -> f16)", ember_cuda_rows_f16(b->cu, EMBER_CUDA_ROW_GLU, gact, round, dx, gup, (float *)dx, n_in, n_tokens,
+                                                     0.f, r, srow, smax, ab));
+    else
+        CK("matmul (f16 activations)", ember_cuda_rows_f16(b->cu, EMBER_CUDA_ROW_COPY, gact, round, dx, NULL, NULL, n_in, n_tokens,
+                                                          0.f, r, srow, smax, ab));
+    CK("matmul", ember_cuda_matmul_multi_f16(b->cu, n_w, t, r, ab, n_tokens, dy));
+    for (int32_t k = 0; k < n_w; k++) cb_out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
+}
+
 static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
                       float *const *ys)
 {
@@ -452,6 +571,11 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
     }
     if (q8_path(b, n_tokens, n_w, ws)) {
         cu_matmul_q8(b, x, n_tokens, n_w, ws, ys);
+        return;
+    }
+    uint32_t round = EMBER_TYPE_F32;
+    if (f16_path(b, n_tokens, n_w, ws, &round)) {
+        cu_matmul_f16(b, x, n_tokens, n_w, ws, ys, round);
         return;
     }
     const int64_t n = n_tokens * ws[0]->n_in;
@@ -930,6 +1054,7 @@ const ember_backend_ops cb_cuda_ops = {
     .name = "cuda",
     .free = op_free,
     .get_rows = cu_get_rows,
+    .dequant_host_rows = cu_dequant_host_rows,
     .rms_norm = cu_rms_norm,
     .matmul = cu_matmul,
     .rope = cu_rope,
@@ -985,6 +1110,7 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
     b->fuse_attn = o.cuda_fuse && o.cuda_fuse_attn;
     b->exact_attn = o.cuda_exact;
     b->attn_tc = o.cuda_attn_tc;
+    b->prefill_f16 = o.cuda_prefill_f16 && o.cuda_gemm_f16 && !o.cuda_exact;
     /* F16 KV only; activations on the device; graphs key on the batch
      * shape, not the layer count, so no layer-skip */
     b->base.caps = (ember_backend_caps){

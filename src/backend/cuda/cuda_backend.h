@@ -158,6 +158,25 @@ ember_status ember_cuda_matmul(ember_cuda *cu, const ember_cuda_tensor *w, const
 ember_status ember_cuda_matmul_multi(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws,
                                      const float *const *xs, int64_t n_cols, float *const *ys);
 
+/* out [n_rows, ne0] F32 = the n_rows rows of block format `type` that lie
+ * one after another at device address rows (ember_type_row_bytes each), as
+ * ember_cuda_get_rows expands a row. Errors: EMBER_ERR_INVALID_ARG (type
+ * without kernels, shape), EMBER_ERR_UNSUPPORTED. */
+ember_status ember_cuda_dequant_rows(ember_cuda *cu, uint32_t type, const void *rows, int64_t ne0, int64_t n_rows,
+                                     float *out);
+/* ember_cuda_matmul_multi for prompts (n_cols > EMBER_CUDA_GEMM_MIN_COLS)
+ * on activations already in f16: xh [n_cols, ne0] f16 for every weight,
+ * ab = {alpha, beta} on the device (ember_cuda_rows_f16 makes both): y_k =
+ * alpha * dequantize_f16(ws[k]) xh, on the f16 tensor cores with F32
+ * accumulation and output (cublasGemmEx), the weights dequantized to f16 a
+ * chunk of rows at a time as in ember_cuda_matmul's f16 form. Weights of
+ * every block type but F32. Not graph-capturable (scratch may grow).
+ * Errors: EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED (F32 or unknown
+ * types), EMBER_ERR_INTERNAL (cuBLAS). */
+#define EMBER_CUDA_GEMM_MIN_COLS 32
+ember_status ember_cuda_matmul_multi_f16(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws, const void *xh,
+                                         const float *ab, int64_t n_cols, float *const *ys);
+
 /* y = dequantize(quantize(x)) in activation format `act_type`, over n
  * floats (n a multiple of its block): Q8_0 and Q8_1 (blocks of 32: d =
  * amax/127 kept as f16, q = roundf(x/d)), Q8_K (blocks of 256: d = amax/127
@@ -288,6 +307,36 @@ ember_status ember_cuda_rms_norm_add_out(ember_cuda *cu, const float *x, const f
  * out) in one kernel; n % 256 == 0. */
 ember_status ember_cuda_glu_round_q8K(ember_cuda *cu, ember_cuda_act act, const float *gate, const float *up,
                                       float *out, float *r, int64_t n);
+/* A prefill GEMM's activations in f16, written by the kernel that makes
+ * them (ember_cuda_matmul_multi_f16 reads them), instead of F32 rows rounded
+ * to the weights' vec_dot_type by a kernel of their own, then scanned for
+ * their maximum and converted (k_amax, k_to_half_scaled): three passes
+ * over the rows fewer. Per row r of n values v (n_rows rows):
+ *   EMBER_CUDA_ROW_COPY  v = x (y, w unused);
+ *   EMBER_CUDA_ROW_NORM  v = y = rms_norm(x) * w (w may be NULL; the bits of
+ *                        ember_cuda_rms_norm; y may equal x);
+ *   EMBER_CUDA_ROW_GLU   v = y = act(x) * w, x the gate and w the up rows (the
+ *                        bits of ember_cuda_glu; y may equal x);
+ * v then rounded as ember_cuda_round_act(round, v) rounds it (round Q8_0,
+ * Q8_1, Q8_K: the activations the CPU backend's vec_dot sees; F32: as is;
+ * n a multiple of the block: 256 for Q8_K, else 32),
+ * then h[r][i] = f16(v[r][i] / S) and ab = {S, 0} (the GEMM's alpha and
+ * beta, on the device), S the power of two that brings max |v| over all
+ * rows under 2^14 (1 when it already is, or is inf/NaN), as
+ * ember_cuda_matmul's f16 form scales its input. Each row is scaled by its
+ * own s first, and rows with s < S are brought to S by a second kernel that
+ * reads one word when no row needed a scale. h: [n_rows][n] f16; srow:
+ * n_rows floats and smax: one word of scratch. Errors:
+ * EMBER_ERR_INVALID_ARG (shape, NULL, kind, activation),
+ * EMBER_ERR_UNSUPPORTED (round). */
+typedef enum ember_cuda_row_kind {
+    EMBER_CUDA_ROW_COPY = 0,
+    EMBER_CUDA_ROW_NORM = 1,
+    EMBER_CUDA_ROW_GLU = 2,
+} ember_cuda_row_kind;
+ember_status ember_cuda_rows_f16(ember_cuda *cu, ember_cuda_row_kind kind, ember_cuda_act act, uint32_t round,
+                                 const float *x, const float *w, float *y, int64_t n, int64_t n_rows, float eps, void *h,
+                                 float *srow, unsigned *smax, float *ab);
 /* y = rms_norm(x) * w (ember_cuda_rms_norm; y may equal x) and buf =
  * ember_cuda_quantize_q8(act_type, y) in one kernel (cuda_ops.cu);
  * act_type Q8_0 or Q8_1 (n % 32 == 0) or Q8_K (n % 256 == 0), n_rows rows. */

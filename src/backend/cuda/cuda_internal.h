@@ -109,6 +109,8 @@ typedef struct cuda_backend {
     size_t stage_bytes[STAGE_SLOTS];
     int32_t *host_i32;       /* host staging for index arrays */
     size_t host_i32_n;
+    float *host_rows;        /* dequant_host_rows' host expansion where rows cannot travel as blocks */
+    size_t host_rows_n;
     ember_backend *cpu;      /* EMBER_CUDA_VERIFY=1: every op also runs here */
     bool f32_act;            /* EMBER_CUDA_F32_ACT=1: matmul on unrounded activations */
     bool q8_on;              /* integer mat-vec on Q8 activations (EMBER_CUDA_Q8=0: off) */
@@ -171,6 +173,7 @@ typedef struct cuda_backend {
     bool fuse_attn;          /* pt below (EMBER_CUDA_FUSE_ATTN=0: off) */
     bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
     bool attn_tc;            /* prompt runs of >= ATTN_TC_MIN_RUN queries on the tensor cores (EMBER_CUDA_ATTN_TC=0: off) */
+    bool prefill_f16;        /* prompt GEMM inputs in f16 from their producer (EMBER_CUDA_PREFILL_F16, with GEMM_F16, not EXACT) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;
     struct { bool on; ember_cuda_act act; float *gate; const float *up; int64_t n; } pg;
@@ -234,7 +237,7 @@ _Noreturn void cb_die(const char *op);
  * (cb_rec_ptr; cb_in_f / cb_out_f give EMBER_STEP_HOST_IN / _OUT for host
  * memory), shapes and parameters (cb_rec_i64, cb_rec_f32). Recorded only
  * while a step is captured or replayed (eager steps compare nothing). */
-enum { CB_FUSED_NORM = 1u, CB_FUSED_GLU = 2u, CB_FUSED_ADD = 4u, CB_FUSED_ATTN = 8u };
+enum { CB_FUSED_NORM = 1u, CB_FUSED_GLU = 2u, CB_FUSED_ADD = 4u, CB_FUSED_ATTN = 8u, CB_FUSED_F16 = 16u };
 
 static inline void cb_rec_op(cuda_backend *b, ember_step_op op, uint32_t flags)
 {

@@ -21,7 +21,7 @@ namespace {
 
 constexpr int kWarps = 4; /* rows per CTA of the mat-vec kernel */
 constexpr int kMaxCols = 8;
-constexpr int64_t kGemmMinCols = 32;               /* wider batches go through cuBLAS */
+constexpr int64_t kGemmMinCols = EMBER_CUDA_GEMM_MIN_COLS;   /* wider batches go through cuBLAS */
 constexpr int64_t kGemmScratchFloats = 4 << 20;    /* dequantized rows per GEMM chunk (16 MiB: a 10240 x 2560
                                                         * matrix in 7 GEMMs of >= 1638 rows; was 64 MiB) */
 
@@ -271,40 +271,31 @@ struct f16x_memo {
     int64_t nx;
 };
 
-template <class T>
-ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y,
-                             f16x_memo *memo)
+/* Rows of W dequantized per GEMM chunk of the f16 form: 32 MiB of f16 rows
+ * (E4B's 10240 x 2560 in two), a multiple of 128 rows so that every chunk's
+ * output y + r0 keeps the 16-byte alignment cuBLAS's fast kernels need (an
+ * odd r0 once picked align1 kernels at a third of the speed:
+ * bench/results/cuda-h200.md), at most ne1. *b_w: the chunk's bytes, sized
+ * by the row length alone, so that x's copy after it sits at the same place
+ * for every weight of one row length. */
+static int64_t f16_chunk_rows(const ember_cuda_tensor *w, size_t *b_w)
 {
-    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
-    /* 32 MiB of f16 rows per chunk (E4B's 10240 x 2560 in two), a multiple
-     * of 128 rows so that every chunk's output y + r0 keeps the 16-byte
-     * alignment cuBLAS's fast kernels need (an odd r0 once picked align1
-     * kernels at a third of the speed: bench/results/cuda-h200.md). The
-     * rows' region is sized by the row length alone, so that x's copy after
-     * it sits at the same place for every weight of one row length. */
     int64_t chunk = 4 * kGemmScratchFloats / w->ne0;
     if (chunk >= 128) chunk -= chunk % 128;
     if (chunk < 1) chunk = 1;
-    const size_t b_w = ((size_t)(chunk * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
-    if (chunk > w->ne1) chunk = w->ne1;
-    const size_t b_x = ((size_t)(n_cols * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
-    void *scr = NULL;
-    ember_status s = ember_cuda_scratch(cu, b_w + b_x + 256, &scr);
-    if (s != EMBER_OK) return s;
-    __half *wh = (__half *)scr, *xh = (__half *)((char *)scr + b_w);
-    unsigned *amax = (unsigned *)((char *)scr + b_w + b_x);
-    float *ab = (float *)(amax + 4);
-    const int64_t nx = n_cols * w->ne0;
-    if (!memo || memo->scr != scr || memo->x != x || memo->nx != nx) {
-        const unsigned grid = (unsigned)((nx + 255) / 256 < 1024 ? (nx + 255) / 256 : 1024);
-        if ((s = ember_cuda_check(cudaMemsetAsync(amax, 0, sizeof *amax, cu->stream), "matmul (amax)")) != EMBER_OK)
-            return s;
-        ember_launch(k_amax, grid, 256, 0, cu->stream, x, nx, amax);
-        ember_launch(k_to_half_scaled, grid, 256, 0, cu->stream, x, nx, (const unsigned *)amax, xh, ab);
-        if ((s = ember_cuda_launched("matmul (f16 activations)")) != EMBER_OK) return s;
-        if (memo) *memo = {scr, x, nx};
-    }
-    /* alpha = s and beta = 0 are read from the device (ab) */
+    *b_w = ((size_t)(chunk * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
+    return chunk > w->ne1 ? w->ne1 : chunk;
+}
+
+/* y = alpha * (W xh) + beta * y, alpha = ab[0] and beta = ab[1] read from
+ * the device: W dequantized to f16 into wh `chunk` rows at a time, each
+ * chunk one cublasGemmEx. */
+template <class T>
+ember_status gemm_f16_rows(ember_cuda *cu, const ember_cuda_tensor *w, const __half *xh, const float *ab, int64_t n_cols,
+                           float *y, __half *wh, int64_t chunk)
+{
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    ember_status s;
     if (cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_DEVICE) != CUBLAS_STATUS_SUCCESS)
         return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSetPointerMode failed");
     for (int64_t r0 = 0; r0 < w->ne1; r0 += chunk) {
@@ -325,6 +316,49 @@ ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const f
     if (cublasSetPointerMode(cu->cublas, CUBLAS_POINTER_MODE_HOST) != CUBLAS_STATUS_SUCCESS)
         return ember_error(EMBER_ERR_INTERNAL, "cuda: matmul: cublasSetPointerMode failed");
     return EMBER_OK;
+}
+
+template <class T>
+ember_status matmul_gemm_f16(ember_cuda *cu, const ember_cuda_tensor *w, const float *x, int64_t n_cols, float *y,
+                             f16x_memo *memo)
+{
+    size_t b_w;
+    const int64_t chunk = f16_chunk_rows(w, &b_w);
+    const size_t b_x = ((size_t)(n_cols * w->ne0) * sizeof(__half) + 255) & ~(size_t)255;
+    void *scr = NULL;
+    ember_status s = ember_cuda_scratch(cu, b_w + b_x + 256, &scr);
+    if (s != EMBER_OK) return s;
+    __half *wh = (__half *)scr, *xh = (__half *)((char *)scr + b_w);
+    unsigned *amax = (unsigned *)((char *)scr + b_w + b_x);
+    float *ab = (float *)(amax + 4);
+    const int64_t nx = n_cols * w->ne0;
+    if (!memo || memo->scr != scr || memo->x != x || memo->nx != nx) {
+        const unsigned grid = (unsigned)((nx + 255) / 256 < 1024 ? (nx + 255) / 256 : 1024);
+        if ((s = ember_cuda_check(cudaMemsetAsync(amax, 0, sizeof *amax, cu->stream), "matmul (amax)")) != EMBER_OK)
+            return s;
+        ember_launch(k_amax, grid, 256, 0, cu->stream, x, nx, amax);
+        ember_launch(k_to_half_scaled, grid, 256, 0, cu->stream, x, nx, (const unsigned *)amax, xh, ab);
+        if ((s = ember_cuda_launched("matmul (f16 activations)")) != EMBER_OK) return s;
+        if (memo) *memo = {scr, x, nx};
+    }
+    return gemm_f16_rows<T>(cu, w, xh, ab, n_cols, y, wh, chunk);
+}
+
+/* ember_cuda_matmul_multi_f16's one weight: its rows dequantized into the
+ * context's scratch (x is already f16, elsewhere). */
+template <class T>
+ember_status matmul_f16x_t(ember_cuda *cu, const ember_cuda_tensor *w, const __half *xh, const float *ab,
+                           int64_t n_cols, float *y)
+{
+    if (w->ne0 % T::QK != 0)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul: %s row length %lld is not a multiple of %d",
+                           ember_type_name(w->type), (long long)w->ne0, T::QK);
+    size_t b_w;
+    const int64_t chunk = f16_chunk_rows(w, &b_w);
+    void *scr = NULL;
+    const ember_status s = ember_cuda_scratch(cu, b_w, &scr);
+    if (s != EMBER_OK) return s;
+    return gemm_f16_rows<T>(cu, w, xh, ab, n_cols, y, (__half *)scr, chunk);
 }
 
 template <class T>
@@ -375,6 +409,18 @@ ember_status matmul_t(ember_cuda *cu, const ember_cuda_tensor *w, const float *x
         matvec_cols<T>(cu->stream, w, x + c0 * w->ne0, nc, y + c0 * w->ne1);
     }
     return ember_cuda_launched("matmul");
+}
+
+template <class T>
+ember_status dequant_rows_t(ember_cuda *cu, const ember_cuda_tensor *w, float *out)
+{
+    if (w->ne0 % T::QK != 0)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: dequant_rows: %s row length %lld is not a multiple of %d",
+                           ember_type_name(w->type), (long long)w->ne0, T::QK);
+    const int units = (int)(w->ne0 / T::QK) * T::UNITS;
+    ember_launch(k_dequant_rows<T>, (unsigned)w->ne1, 128, 0, cu->stream, (const uint8_t *)w->data, w->row_bytes, units,
+                 (int64_t)0, w->ne0, out);
+    return ember_cuda_launched("dequant_rows");
 }
 
 template <class T>
@@ -489,6 +535,62 @@ extern "C" ember_status ember_cuda_matmul_multi(ember_cuda *cu, int32_t n_w, con
         if (s != EMBER_OK) return s;
     }
     return EMBER_OK;
+}
+
+extern "C" ember_status ember_cuda_matmul_multi_f16(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws,
+                                                    const void *xh, const float *ab, int64_t n_cols, float *const *ys)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(ws);
+    EMBER_CUDA_NONNULL(xh);
+    EMBER_CUDA_NONNULL(ab);
+    EMBER_CUDA_NONNULL(ys);
+    if (n_w < 1 || n_cols <= kGemmMinCols || n_cols > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul_f16: %d weights, n_cols = %lld", (int)n_w,
+                           (long long)n_cols);
+    for (int32_t k = 0; k < n_w; k++) {
+        const ember_cuda_tensor *w = ws[k];
+        ember_status s = check_tensor(w, "matmul_f16");
+        if (s != EMBER_OK) return s;
+        EMBER_CUDA_NONNULL(ys[k]);
+        if (w->type == EMBER_TYPE_F32)
+            return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul_f16: F32 weights keep their TF32/F32 GEMM");
+        const __half *x = (const __half *)xh;
+        switch (w->type) {
+        case EMBER_TYPE_F16: s = matmul_f16x_t<tf16>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_BF16: s = matmul_f16x_t<tbf16>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_Q4_0: s = matmul_f16x_t<tq4_0>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_Q4_1: s = matmul_f16x_t<tq4_1>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_Q5_0: s = matmul_f16x_t<tq5_0>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_Q5_1: s = matmul_f16x_t<tq5_1>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_Q8_0: s = matmul_f16x_t<tq8_0>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_Q4_K: s = matmul_f16x_t<tq4_K>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_Q5_K: s = matmul_f16x_t<tq5_K>(cu, w, x, ab, n_cols, ys[k]); break;
+        case EMBER_TYPE_Q6_K: s = matmul_f16x_t<tq6_K>(cu, w, x, ab, n_cols, ys[k]); break;
+        default:
+            return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: no kernel for tensor type %s (%u)", ember_type_name(w->type),
+                               (unsigned)w->type);
+        }
+        if (s != EMBER_OK) return s;
+    }
+    return EMBER_OK;
+}
+
+extern "C" ember_status ember_cuda_dequant_rows(ember_cuda *cu, uint32_t type, const void *rows, int64_t ne0,
+                                                int64_t n_rows, float *out)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(rows);
+    EMBER_CUDA_NONNULL(out);
+    uint64_t rb = 0;
+    if (!ember_cuda_type_supported(type) || ne0 <= 0 || !ember_type_row_bytes(type, (uint64_t)ne0, &rb))
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: dequant_rows: type %s, row length %lld", ember_type_name(type),
+                           (long long)ne0);
+    if (n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: dequant_rows: n_rows = %lld", (long long)n_rows);
+    const ember_cuda_tensor t = {.type = type, .ne0 = ne0, .ne1 = n_rows, .row_bytes = (size_t)rb,
+                                 .data = const_cast<void *>(rows), .in_host = false};
+    EMBER_CUDA_TYPE_DISPATCH(type, dequant_rows_t, cu, &t, out)
 }
 
 extern "C" ember_status ember_cuda_get_rows(ember_cuda *cu, const ember_cuda_tensor *w, const int32_t *ids,

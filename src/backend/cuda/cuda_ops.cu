@@ -198,6 +198,135 @@ __global__ void k_rms_norm_round_q8(const float *x, const float *__restrict__ w,
     }
 }
 
+/* ---- prefill GEMM inputs in f16 (ember_cuda_rows_f16) ------------------- */
+
+/* The power of two s that brings a row's max |v| = a under 2^14 (f16 ends
+ * at 65504; the GEMM's alpha gives s back): 1 when a already is, or when a
+ * is inf/NaN (those stay what they are). The rule of k_to_half_scaled
+ * (cuda_matmul.cu), per row. */
+__device__ __forceinline__ float row_f16_scale(float a)
+{
+    return a > 16384.f && a <= 3.0e38f ? exp2f(ceilf(log2f(a / 16384.f))) : 1.f;
+}
+
+/* Max over the CTA (blockDim.x a multiple of 32); every thread returns it. */
+__device__ __forceinline__ float block_max(float m)
+{
+    __shared__ float red_m[32];
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    if (lane == 0) red_m[warp] = m;
+    __syncthreads();
+    m = lane < (int)(blockDim.x >> 5) ? red_m[lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
+/* One CTA per row r of n values v: KIND ROW_COPY v = x; ROW_NORM v = y =
+ * rms_norm(x) * w (k_rms_norm's operations, so y has its bits); ROW_GLU v =
+ * y = act(x) * w (x the gate, w the up rows, k_glu's operations; y may be
+ * x). RB 32 / 256: v rounded to Q8_0 (Q8_1) / Q8_K blocks as
+ * ember_cuda_round_act does (k_round_q8_0 / k_round_q8_K: the activations
+ * the CPU backend's vec_dot sees), RB 0: not rounded. Then h = f16(v / s)
+ * with s = row_f16_scale(max |v|), srow[r] = s, and *smax = max(*smax, s)
+ * (the bits of a positive float order as unsigned). Each warp takes groups
+ * of G consecutive values (one Q8 block; 32 without rounding), lane l the
+ * values l + 32 j; the second pass rereads what the same thread wrote (or
+ * x) and rounds again, the same way. n % G == 0. */
+enum { ROW_COPY = 0, ROW_NORM = 1, ROW_GLU = 2 };
+template <int KIND, int ACT, int RB>
+__global__ void k_rows_f16(const float *x, const float *w, float *y, __half *__restrict__ h, float *__restrict__ srow,
+                           unsigned *__restrict__ smax, int64_t n, float eps)
+{
+    constexpr int G = RB == 256 ? 256 : 32, J = G / 32;
+    ember_pdl_wait();
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * n;
+    const float *wr = KIND == ROW_GLU ? w + r * n : w;
+    float *yr = KIND == ROW_COPY ? nullptr : y + r * n;
+    __half *hr = h + r * n;
+    const float inv = KIND == ROW_NORM ? ember_row_inv_rms(xr, n, eps) : 1.f;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    const int64_t n_groups = n / G;
+    /* v rounded in place to its block (all lanes of the warp take part) */
+    auto round_group = [&](float (&v)[J]) {
+        if (RB == 0) return;
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < J; j++) amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float d = RB == 256 ? (amax != 0.0f ? 1.0f / id : 0.0f) : __half2float(__float2half_rn(amax / 127.0f));
+#pragma unroll
+        for (int j = 0; j < J; j++) v[j] = rintf(__fmul_rn(v[j], id)) * d;
+    };
+    float amax = 0.f;
+    for (int64_t g = warp; g < n_groups; g += n_warps) {
+        float v[J];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int64_t i = g * G + j * 32 + lane;
+            if (KIND == ROW_NORM) {
+                v[j] = __fmul_rn(__fmul_rn(xr[i], inv), wr ? wr[i] : 1.f);
+            } else if (KIND == ROW_GLU) {
+                const float gt = xr[i];
+                const float a = ACT == EMBER_CUDA_ACT_SILU        ? act_silu(gt)
+                                : ACT == EMBER_CUDA_ACT_GELU_TANH ? act_gelu_tanh(gt)
+                                                                  : act_gelu_tanh_f16(gt);
+                v[j] = ACT == EMBER_CUDA_ACT_GELU_TANH_F16 && gt <= -10.f ? 0.f : a * wr[i];
+            } else {
+                v[j] = xr[i];
+            }
+            if (KIND != ROW_COPY) yr[i] = v[j];
+        }
+        round_group(v);
+#pragma unroll
+        for (int j = 0; j < J; j++) amax = v[j] != v[j] ? INFINITY : fmaxf(amax, fabsf(v[j]));
+    }
+    const float s = row_f16_scale(block_max(amax));
+    const float is = 1.f / s;   /* exact: s is a power of two */
+    for (int64_t g = warp; g < n_groups; g += n_warps) {
+        float v[J];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int64_t i = g * G + j * 32 + lane;
+            v[j] = KIND == ROW_COPY ? xr[i] : yr[i];
+        }
+        round_group(v);
+#pragma unroll
+        for (int j = 0; j < J; j++) hr[g * G + j * 32 + lane] = __float2half_rn(v[j] * is);
+    }
+    if (threadIdx.x == 0) {
+        srow[r] = s;
+        atomicMax(smax, __float_as_uint(s));
+    }
+}
+
+/* After k_rows_f16: ab[0] = S = *smax (the GEMM's alpha), ab[1] = 0 (beta),
+ * and each row with s[r] < S brought to S (times s[r] / S, a power of two:
+ * exact unless the f16 result is subnormal). Rows by CTA, grid-strided;
+ * nothing but the first word read when every row kept s = 1. */
+__global__ void k_rows_f16_finish(__half *h, const float *__restrict__ srow, const unsigned *__restrict__ smax,
+                                  float *__restrict__ ab, int64_t n, int64_t n_rows)
+{
+    ember_pdl_wait();
+    const float S = __uint_as_float(*smax);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        ab[0] = S;
+        ab[1] = 0.f;
+    }
+    if (S == 1.f) return;
+    for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+        const float f = srow[r] / S;
+        if (f == 1.f) continue;
+        __half *hr = h + r * n;
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) hr[i] = __float2half_rn(__half2float(hr[i]) * f);
+    }
+}
+
+
 /* K and V rows of a step in one launch: blockIdx.y 0 stores K, 1 stores V. */
 __global__ void k_kv_store2(const float *__restrict__ sk, int64_t rk, const float *__restrict__ sv, int64_t rv,
                             const int32_t *__restrict__ cells, __half *ck, __half *cv)
@@ -565,6 +694,63 @@ extern "C" ember_status ember_cuda_rms_norm_round_q8(ember_cuda *cu, const float
                            (long long)n_rows, (long long)n);
     ember_launch(k_rms_norm_round_q8, (unsigned)n_rows, ember_norm_threads(n), 0, cu->stream, x, w, y, r, n, eps);
     return ember_cuda_launched("rms_norm_round_q8");
+}
+
+template <int KIND, int ACT>
+static void launch_rows_f16(ember_cuda *cu, int rb, unsigned grid, int threads, const float *x, const float *w, float *y,
+                            __half *h, float *srow, unsigned *smax, int64_t n, float eps)
+{
+    if (rb == 256) ember_launch(k_rows_f16<KIND, ACT, 256>, grid, threads, 0, cu->stream, x, w, y, h, srow, smax, n, eps);
+    else if (rb == 32) ember_launch(k_rows_f16<KIND, ACT, 32>, grid, threads, 0, cu->stream, x, w, y, h, srow, smax, n, eps);
+    else ember_launch(k_rows_f16<KIND, ACT, 0>, grid, threads, 0, cu->stream, x, w, y, h, srow, smax, n, eps);
+}
+
+extern "C" ember_status ember_cuda_rows_f16(ember_cuda *cu, ember_cuda_row_kind kind, ember_cuda_act act, uint32_t round,
+                                           const float *x, const float *w, float *y, int64_t n, int64_t n_rows, float eps,
+                                           void *h, float *srow, unsigned *smax, float *ab)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(x);
+    EMBER_CUDA_NONNULL(h);
+    EMBER_CUDA_NONNULL(srow);
+    EMBER_CUDA_NONNULL(smax);
+    EMBER_CUDA_NONNULL(ab);
+    const int rb = round == EMBER_TYPE_Q8_K ? 256 : (round == EMBER_TYPE_Q8_0 || round == EMBER_TYPE_Q8_1) ? 32 : 0;
+    if (rb == 0 && round != EMBER_TYPE_F32)
+        return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: rows_f16: rounding to %s", ember_type_name(round));
+    if (n <= 0 || n % (rb == 256 ? 256 : 32) != 0 || n_rows <= 0 || n_rows > INT32_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rows_f16: bad shape [%lld, %lld]", (long long)n_rows,
+                           (long long)n);
+    if (kind != EMBER_CUDA_ROW_COPY && !y) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rows_f16: y is NULL");
+    if (kind == EMBER_CUDA_ROW_GLU && !w) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rows_f16: up rows are NULL");
+    ember_status s = ember_cuda_check(cudaMemsetAsync(smax, 0, sizeof *smax, cu->stream), "rows_f16 (max)");
+    if (s != EMBER_OK) return s;
+    const unsigned grid = (unsigned)n_rows;
+    __half *hh = (__half *)h;
+    switch (kind) {
+    case EMBER_CUDA_ROW_COPY:
+        launch_rows_f16<ROW_COPY, 0>(cu, rb, grid, 256, x, w, y, hh, srow, smax, n, eps);
+        break;
+    case EMBER_CUDA_ROW_NORM:   /* k_rms_norm's thread count: the same double sum, the same y */
+        launch_rows_f16<ROW_NORM, 0>(cu, rb, grid, ember_norm_threads(n), x, w, y, hh, srow, smax, n, eps);
+        break;
+    case EMBER_CUDA_ROW_GLU:
+        if (act == EMBER_CUDA_ACT_SILU)
+            launch_rows_f16<ROW_GLU, EMBER_CUDA_ACT_SILU>(cu, rb, grid, 256, x, w, y, hh, srow, smax, n, eps);
+        else if (act == EMBER_CUDA_ACT_GELU_TANH)
+            launch_rows_f16<ROW_GLU, EMBER_CUDA_ACT_GELU_TANH>(cu, rb, grid, 256, x, w, y, hh, srow, smax, n, eps);
+        else if (act == EMBER_CUDA_ACT_GELU_TANH_F16)
+            launch_rows_f16<ROW_GLU, EMBER_CUDA_ACT_GELU_TANH_F16>(cu, rb, grid, 256, x, w, y, hh, srow, smax, n, eps);
+        else
+            return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rows_f16: unknown activation %d", (int)act);
+        break;
+    default:
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: rows_f16: unknown kind %d", (int)kind);
+    }
+    if ((s = ember_cuda_launched("rows_f16")) != EMBER_OK) return s;
+    const unsigned fgrid = (unsigned)(n_rows < 1024 ? n_rows : 1024);
+    ember_launch(k_rows_f16_finish, fgrid, 256, 0, cu->stream, hh, (const float *)srow, (const unsigned *)smax, ab, n, n_rows);
+    return ember_cuda_launched("rows_f16 (finish)");
 }
 
 extern "C" ember_status ember_cuda_kv_store2(ember_cuda *cu, const float *k, int64_t rk, const float *v, int64_t rv,

@@ -279,6 +279,12 @@ static void v_logits_top(ember_backend *be, const float *const *rows, int32_t n_
     cb_cuda_ops.logits_top(be, rows, n_rows, n_vocab, k, out);
 }
 
+static void v_dequant_host_rows(ember_backend *be, uint32_t type, const void *rows, int64_t n_rows, int64_t n_in,
+                                float *out)
+{
+    cb_cuda_ops.dequant_host_rows(be, type, rows, n_rows, n_in, out);
+}
+
 static void v_logits_sync(ember_backend *be, float *host, size_t bytes) { cb_cuda_ops.logits_sync(be, host, bytes); }
 
 /* Verified steps compare on the host: heads are never queued. */
@@ -311,6 +317,7 @@ const ember_backend_ops cb_cuda_ops_verify = {
     .host_free = v_host_free,
     .copy = v_copy,
     .upload = v_upload,
+    .dequant_host_rows = v_dequant_host_rows,
     .softcap = v_softcap,
     .step_begin = op_verify_step_begin,
     .step_end = op_verify_step_end,

@@ -8,6 +8,7 @@
  * may contract d*q - m into one FMA; gguf-py rounds twice). */
 #include "cuda_test.h"
 #include "base/types.h"
+#include "quant/quant.h"
 
 #ifdef EMBER_CUDA
 
@@ -174,6 +175,187 @@ static void test_prefill_gemm_multi(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* Prompt GEMM inputs written in f16 by their producer (ember_cuda_rows_f16)
+ * and read by ember_cuda_matmul_multi_f16, for the three producers (a copy,
+ * an RMSNorm, a GELU-tanh or SiLU GLU) and the three roundings (none, Q8_0
+ * blocks of 32, Q8_K blocks of 256). Oracles: y against the formulas in
+ * double (RMSNorm: x / sqrt(mean x^2 + eps) * w; GELU-tanh: 0.5 g (1 +
+ * tanh(sqrt(2/pi) (g + 0.044715 g^3))); SiLU: g / (1 + e^-g)); the rounded
+ * values r against the CPU backend's quantizer of that format (src/quant's
+ * from_float, what its vec_dot sees) and gguf-py-checked dequantizer
+ * applied to y; h against
+ * f16(r / S), S the power of two that brings max |r| under 2^14; the GEMM
+ * against the double dot of gguf-py's dequantized Q4_K and Q6_K rows with r
+ * (f16 operands: 2e-3 of sum|w r|, as count_bad). Every third row is 1.5e6
+ * times larger than the rest (past f16's 65504), so rows take different
+ * scales and the finishing kernel brings the small ones to the large rows'
+ * scale; a second pass has small rows only. */
+static double ref_gelu_tanh(double g) { return 0.5 * g * (1.0 + tanh(0.79788456080286535588 * (g + 0.044715 * g * g * g))); }
+
+static void check_rows_f16(ember_cuda_row_kind kind, ember_cuda_act act, uint32_t round, bool big_rows)
+{
+    static const char *const tn[2] = {"Q4_K", "Q6_K"};
+    static const int64_t rows[2] = {70, 33};
+    const int64_t ne0 = 2048, n_cols = 100, n = ne0 * n_cols;
+    float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * n), *v = malloc(sizeof(float) * n),
+          *y = malloc(sizeof(float) * n), *rr = malloc(sizeof(float) * n);
+    uint16_t *h = malloc(sizeof(uint16_t) * n);
+    uint8_t *qbuf = malloc(4 * (size_t)ne0);
+    assert_true(x && w && v && y && rr && h && qbuf);
+    const float eps = 1e-6f;
+    for (int64_t c = 0; c < n_cols; c++) {
+        /* GLU rows: the gate stays in [-4, 4) and the up rows carry the size */
+        const float amp = big_rows && c % 3 == 0 ? 3e6f : 2.f;
+        for (int64_t k = 0; k < ne0; k++) {
+            x[c * ne0 + k] = kind == EMBER_CUDA_ROW_GLU ? test_randf(-4.f, 4.f) : test_randf(-amp, amp);
+            w[c * ne0 + k] = kind == EMBER_CUDA_ROW_GLU ? test_randf(-amp, amp) : test_randf(-1.5f, 1.5f);
+        }
+    }
+    double *slack = malloc(sizeof(double) * n);   /* what the f32 operations may lose against double */
+    assert_non_null(slack);
+    for (int64_t c = 0; c < n_cols; c++) {   /* v: what y must be, in double, rounded once */
+        double ss = 0;
+        for (int64_t k = 0; k < ne0; k++) ss += (double)x[c * ne0 + k] * x[c * ne0 + k];
+        const double inv = 1.0 / sqrt(ss / (double)ne0 + eps);
+        for (int64_t k = 0; k < ne0; k++) {
+            const double g = x[c * ne0 + k];
+            double val;
+            if (kind == EMBER_CUDA_ROW_COPY) val = g, slack[c * ne0 + k] = 0;
+            else if (kind == EMBER_CUDA_ROW_NORM) val = g * inv * w[k], slack[c * ne0 + k] = 4e-7 * fabs(val);
+            else {   /* 1 + tanh cancels for negative g: the error follows |g u|, not the result */
+                val = (act == EMBER_CUDA_ACT_SILU ? g / (1.0 + exp(-g)) : ref_gelu_tanh(g)) * w[c * ne0 + k];
+                slack[c * ne0 + k] = 1e-6 * fabs(g * w[c * ne0 + k]) + 1e-6 * fabs(val);
+            }
+            v[c * ne0 + k] = (float)val;
+        }
+    }
+    float *dx = dev_new(x, sizeof(float) * n), *dw = dev_new(w, sizeof(float) * n);
+    float *dyv = dev_new(NULL, sizeof(float) * n);
+    void *dh = dev_new(NULL, sizeof(uint16_t) * n);
+    float *dsrow = dev_new(NULL, sizeof(float) * n_cols), *dab = dev_new(NULL, 2 * sizeof(float));
+    unsigned *dsmax = dev_new(NULL, sizeof(unsigned));
+    CU_OK(ember_cuda_rows_f16(test_cu, kind, act, round, dx, dw, kind == EMBER_CUDA_ROW_COPY ? NULL : dyv, ne0, n_cols, eps,
+                              dh, dsrow, dsmax, dab));
+    int bad = 0;
+    if (kind != EMBER_CUDA_ROW_COPY) {
+        dev_get(y, dyv, sizeof(float) * n);
+        for (int64_t i = 0; i < n; i++)
+            if (fabs((double)y[i] - v[i]) > slack[i] + 1e-6 && bad++ < 5)
+                print_error("rows_f16 kind %d: y[%lld] = %.8g, want %.8g\n", (int)kind, (long long)i, y[i], v[i]);
+    } else {
+        memcpy(y, x, sizeof(float) * n);
+    }
+    /* r: y through the CPU's quantizer of the format and back */
+    const ember_quant_traits *qt = ember_quant_traits_get(round);
+    for (int64_t c = 0; c < n_cols; c++) {
+        if (round == EMBER_TYPE_F32) {
+            memcpy(rr + c * ne0, y + c * ne0, sizeof(float) * ne0);
+            continue;
+        }
+        qt->from_float(y + c * ne0, qbuf, ne0);
+        qt->to_float(qbuf, rr + c * ne0, ne0);
+    }
+    float ab[2];
+    dev_get(ab, dab, sizeof ab);
+    double amax = 0;
+    for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(rr[i]));
+    const double want_s = amax > 16384.0 ? exp2(ceil(log2(amax / 16384.0))) : 1.0;
+    if (ab[0] != (float)want_s) print_error("rows_f16 kind %d: alpha %g, want %g\n", (int)kind, ab[0], want_s);
+    assert_true(ab[0] == (float)want_s);
+    /* a norm's rows are small whatever x's size */
+    assert_true(big_rows && kind != EMBER_CUDA_ROW_NORM ? ab[0] >= 128.f : ab[0] == 1.f);
+    assert_true(ab[1] == 0.f);
+    dev_get(h, dh, sizeof(uint16_t) * n);
+    const ember_quant_traits *f16 = ember_quant_traits_get(EMBER_TYPE_F16);
+    float *hf = malloc(sizeof(float) * n);
+    assert_non_null(hf);
+    f16->to_float(h, hf, n);
+    for (int64_t i = 0; i < n; i++) {
+        const double want = rr[i] / want_s;   /* f16 of it: within 2^-11 relative, or 2^-25 absolute (subnormals) */
+        if (fabs(hf[i] - want) > 0x1p-11 * fabs(want) + 0x1p-25 && bad++ < 5)
+            print_error("rows_f16 kind %d round %u: h[%lld] = %.8g, want %.8g\n", (int)kind, round, (long long)i, hf[i],
+                        want);
+    }
+    free(hf);
+    test_blocks b[2];
+    uint8_t *raw[2];
+    float *ref[2], *yo[2], *dy[2];
+    ember_cuda_tensor t[2];
+    const ember_cuda_tensor *tp[2];
+    for (int k = 0; k < 2; k++) {
+        test_blocks_load(tn[k], &b[k]);
+        test_blocks_matrix(&b[k], ne0, rows[k], &raw[k], &ref[k]);
+        CU_OK(ember_cuda_tensor_upload(test_cu, b[k].type, ne0, rows[k], raw[k], false, &t[k]));
+        tp[k] = &t[k];
+        yo[k] = malloc(sizeof(float) * rows[k] * n_cols);
+        assert_non_null(yo[k]);
+        dy[k] = dev_new(NULL, sizeof(float) * rows[k] * n_cols);
+    }
+    CU_OK(ember_cuda_matmul_multi_f16(test_cu, 2, tp, dh, dab, n_cols, dy));
+    for (int k = 0; k < 2; k++) {
+        dev_get(yo[k], dy[k], sizeof(float) * rows[k] * n_cols);
+        bad += count_bad(tn[k], ref[k], rr, yo[k], ne0, rows[k], n_cols);
+        dev_free(dy[k], sizeof(float) * rows[k] * n_cols);
+        ember_cuda_tensor_release(test_cu, &t[k]);
+        free(yo[k]);
+        free(raw[k]);
+        free(ref[k]);
+        test_blocks_free(&b[k]);
+    }
+    dev_free(dx, sizeof(float) * n);
+    dev_free(dw, sizeof(float) * n);
+    dev_free(dyv, sizeof(float) * n);
+    dev_free(dh, sizeof(uint16_t) * n);
+    dev_free(dsrow, sizeof(float) * n_cols);
+    dev_free(dab, 2 * sizeof(float));
+    dev_free(dsmax, sizeof(unsigned));
+    free(x);
+    free(w);
+    free(v);
+    free(y);
+    free(rr);
+    free(h);
+    free(qbuf);
+    free(slack);
+    assert_int_equal(bad, 0);
+}
+
+static void test_prefill_rows_f16(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    static const uint32_t rounds[3] = {EMBER_TYPE_F32, EMBER_TYPE_Q8_0, EMBER_TYPE_Q8_K};
+    for (int big = 0; big < 2; big++)
+        for (int q = 0; q < 3; q++) {
+            check_rows_f16(EMBER_CUDA_ROW_COPY, EMBER_CUDA_ACT_SILU, rounds[q], big);
+            check_rows_f16(EMBER_CUDA_ROW_NORM, EMBER_CUDA_ACT_SILU, rounds[q], big);
+            check_rows_f16(EMBER_CUDA_ROW_GLU, EMBER_CUDA_ACT_GELU_TANH, rounds[q], big);
+        }
+    check_rows_f16(EMBER_CUDA_ROW_GLU, EMBER_CUDA_ACT_SILU, EMBER_TYPE_Q8_K, true);
+    float *d = dev_new(NULL, 64 * sizeof(float));
+    /* shapes, NULLs, kinds, roundings: refused */
+    assert_int_equal(ember_cuda_rows_f16(test_cu, EMBER_CUDA_ROW_NORM, EMBER_CUDA_ACT_SILU, EMBER_TYPE_F32, d, NULL, NULL, 32,
+                                         2, 1e-6f, d, d, (unsigned *)d, d), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_cuda_rows_f16(test_cu, EMBER_CUDA_ROW_COPY, EMBER_CUDA_ACT_SILU, EMBER_TYPE_F32, d, NULL, NULL, 0,
+                                         2, 1e-6f, d, d, (unsigned *)d, d), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_cuda_rows_f16(test_cu, EMBER_CUDA_ROW_COPY, EMBER_CUDA_ACT_SILU, EMBER_TYPE_Q8_K, d, NULL, NULL,
+                                         32, 2, 1e-6f, d, d, (unsigned *)d, d), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_cuda_rows_f16(test_cu, EMBER_CUDA_ROW_COPY, EMBER_CUDA_ACT_SILU, EMBER_TYPE_Q4_K, d, NULL, NULL,
+                                         256, 2, 1e-6f, d, d, (unsigned *)d, d), EMBER_ERR_UNSUPPORTED);
+    assert_int_equal(ember_cuda_rows_f16(test_cu, (ember_cuda_row_kind)7, EMBER_CUDA_ACT_SILU, EMBER_TYPE_F32, d, d, d, 32,
+                                         2, 1e-6f, d, d, (unsigned *)d, d), EMBER_ERR_INVALID_ARG);
+    uint8_t buf[64] = {0};
+    ember_cuda_tensor w;
+    CU_OK(ember_cuda_tensor_upload(test_cu, EMBER_TYPE_F32, 8, 2, buf, false, &w));
+    const ember_cuda_tensor *wp = &w;
+    float *ys[1] = {d};
+    assert_int_equal(ember_cuda_matmul_multi_f16(test_cu, 1, &wp, d, d, 40, ys), EMBER_ERR_UNSUPPORTED);
+    assert_int_equal(ember_cuda_matmul_multi_f16(test_cu, 1, &wp, d, d, 32, ys), EMBER_ERR_INVALID_ARG);
+    ember_cuda_tensor_release(test_cu, &w);
+    dev_free(d, 64 * sizeof(float));
+    assert_int_equal(ember_cuda_synchronize(test_cu), EMBER_OK);
+}
+
 /* A large upload used at once: the first matmul must see every byte (a
  * pageable copy on another stream once raced the first use). */
 static void test_upload_then_use_at_once(void **state)
@@ -285,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_upload_then_use_at_once),
         cmocka_unit_test(test_prefill_gemm_path),
         cmocka_unit_test(test_prefill_gemm_multi),
+        cmocka_unit_test(test_prefill_rows_f16),
         cmocka_unit_test(test_matmul_host_resident),
         cmocka_unit_test(test_get_rows_all_types),
         cmocka_unit_test(test_rejects_bad_input),

@@ -1,0 +1,152 @@
+#!/bin/bash
+# bench/gpu/ttft_ub_h200.sh — E4B-shaped prefill on the lent GPU: engine pp (ember bench -p N -n 0) at
+# several -ub, served cold-prompt TTFT (bench/ttft.py) of ember serve builds/switches and, when the
+# llama.cpp parts are there, of llama-server (its defaults: -b 2048 -ub 512), each server's GPU memory
+# (nvidia-smi, after the runs), an ncu kernel table of one prompt micro-batch, the GPU unit tests, and
+# KL divergence against the CPU backend with switches off and on.
+# Inputs: .carry/bins.tar.xz (bench/gpu/pack_carry.sh); the llama.cpp parts in .carry/l0, .carry/l1
+# (any subset per call: they are stashed in /root/stash until all three are there); for "tests"
+# and "kl", .carry/g3cut.gguf + .carry/g3header.xz (regrown Gemma 3, bench/gpu/regrow_gguf_stdlib.py).
+# Environment: OUT; PARTS (default "engine ttft"; also tests, kl, ncu); UBS (engine -ub list,
+#   default "512 2048 4096"); PPS (engine prompt lengths, default "3000 16000"); SERVE (ember serve
+#   variants, each "b:ub" or "-" for the defaults, optionally "@VAR=value" after it for its environment,
+#   default "-"); REPS (2); LLAMA=1 also times llama-server; TOK (TTFT prompt sizes, "3000 16000");
+#   KLENV (switch settings compared by "kl", default "EMBER_CUDA_PREFILL_F16=0 EMBER_CUDA_PREFILL_F16=1").
+# Results: $OUT/ub.txt.
+set -u
+: "${OUT:?set OUT}"
+S=$OUT/ub.txt
+log() { echo "$*" | tee -a "$S"; }
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 ))s]"; }
+mkdir -p /root/stash /root/llama /tmp/g
+for d in .carry/l0 .carry/l1; do [ -d $d ] && cp $d/* /root/stash/ 2>/dev/null; done
+if [ ! -x /root/llama/llama.cpp-cuda-sm90/bin/llama-server ] && [ $(ls /root/stash/*.part0* 2>/dev/null | wc -l) = 3 ]; then
+  cat /root/stash/*.part0* | tar xJ -C /root/llama
+fi
+LD=/root/llama/llama.cpp-cuda-sm90
+if [ -f .carry/bins.tar.xz ]; then tar xJf .carry/bins.tar.xz -C /tmp/g || { log "cannot unpack bins"; exit 1; }; fi
+[ -x /tmp/g/b/bin/ember ] || { log "no ember binary (carry .carry/bins.tar.xz)"; exit 1; }
+export LD_LIBRARY_PATH=/tmp/g/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+B=/tmp/g/b
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$S"
+log "commit $(cat .carry/commit 2>/dev/null | tr '\n' ' ')"
+M=/dev/shm/e4b.gguf
+[ -f $M ] || python3 bench/gpu/make_e4b_gguf_stdlib.py $M >/dev/null 2>&1
+G3=/dev/shm/g3.gguf
+[ -f $G3 ] || { [ -f .carry/g3cut.gguf ] && python3 bench/gpu/regrow_gguf_stdlib.py .carry/g3header.xz .carry/g3cut.gguf $G3 >/dev/null; }
+PARTS=${PARTS:-engine ttft}
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if has tests; then
+  log "=== GPU unit tests $(el)"
+  export EMBER_TEST_GPU_GGUF=$G3
+  for t in ${TESTBINS:-test_cuda_matmul test_cuda_ops test_cuda_head test_cuda_backend_attn test_runtime test_seam test_cuda_attn test_cuda_q8 test_cuda_sample test_cuda_exact}; do
+    [ -x $B/tests/$t ] || { log "$t missing"; continue; }
+    timeout 300 $B/tests/$t > /tmp/$t.txt 2>&1; rc=$?
+    log "$t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"
+    [ $rc = 0 ] || tail -25 /tmp/$t.txt | tee -a "$S"
+  done
+  # a second build's tests and CLI (.carry/gdr.tar.xz: test_cuda_recurrent, test_qwen35, ember of branch gdr)
+  if [ -f .carry/gdr.tar.xz ]; then
+    mkdir -p /tmp/gdr && tar xJf .carry/gdr.tar.xz -C /tmp/gdr
+    for t in test_cuda_recurrent test_qwen35; do
+      timeout 300 /tmp/gdr/$t > /tmp/$t.txt 2>&1; rc=$?
+      log "gdr $t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"
+      [ $rc = 0 ] || tail -30 /tmp/$t.txt | tee -a "$S"
+    done
+    EMBER_CUDA_GRAPH_LOG=1 timeout 120 /tmp/gdr/test_qwen35 2>&1 | grep -i "graph" | sort | uniq -c | head -5 | tee -a "$S"
+    python3 -c "import random; r=random.Random(3); print(','.join(str(r.randrange(3, 200)) for _ in range(300)))" > /tmp/qids.txt
+    for q in tests/golden/qwen35/*.gguf; do
+      for ngl in 0 99; do
+        timeout 60 /tmp/gdr/ember run -m $q --prompt-ids-file /tmp/qids.txt -n 24 --temp 0 --ignore-eos -ngl $ngl 2>/dev/null \
+          | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['tokens'])" > /tmp/q$ngl.txt 2>&1
+      done
+      log "gdr ember run $(basename $q) (300-token prompt, 24 greedy): cpu $(head -c 120 /tmp/q0.txt) gpu $(cmp -s /tmp/q0.txt /tmp/q99.txt && echo equal || head -c 120 /tmp/q99.txt)"
+    done
+  fi
+fi
+
+if has kl; then
+  # teacher-forced over the same text, this build (CUDA, each setting) against the CPU backend
+  for e in ${KLENV:-EMBER_CUDA_PREFILL_F16=0 EMBER_CUDA_PREFILL_F16=1}; do
+    for mm in ${KLMODELS:-$G3}; do
+      log "--- kl $e $(basename $mm) $(el)"
+      env $e timeout 300 $B/bin/ember perplexity -m $mm -f tests/data/pride_prejudice.txt -c 512 --chunks ${KLCHUNKS:-6} -ngl 99 \
+        --kl-divergence-cpu 2>/dev/null | grep -E "PPL|KLD|Same top" | tee -a "$S"
+    done
+  done
+fi
+
+if has engine; then
+  for pp in ${PPS:-3000 16000}; do
+    for ub in ${UBS:-512 2048 4096}; do
+      r=$(timeout 200 $B/bin/ember bench -m $M -ngl 99 -c $((pp + 64)) -p $pp -n 0 -b $pp -ub $ub -r 2 2>&1 | grep -E "^\| .*pp" | tail -1)
+      log "engine pp$pp -ub $ub: $r $(el)"
+    done
+  done
+fi
+
+wait_up() {
+  for i in $(seq 1 240); do
+    curl -sf http://127.0.0.1:$1/health >/dev/null 2>&1 && return 0
+    kill -0 $2 2>/dev/null || return 1
+    sleep 0.25
+  done
+  return 1
+}
+ttft() {  # label cmd...
+  local label=$1; shift
+  local port=$((18000 + RANDOM % 2000))
+  "$@" --port $port > /tmp/srv.txt 2>&1 &
+  local pid=$!
+  if ! wait_up $port $pid; then log "$label: server did not come up"; tail -5 /tmp/srv.txt | tee -a "$S"; kill $pid; return; fi
+  for n in ${TOK:-3000 16000}; do
+    timeout 250 python3 bench/ttft.py --base-url http://127.0.0.1:$port/v1 --tokens $n -r 3 > /tmp/tt.json 2>/tmp/tt.err
+    log "$label ttft$n: $(python3 -c "import json;d=json.load(open('/tmp/tt.json'));print(d.get('ttft_s_median'), [round(x.get('ttft_s',0),4) for x in d.get('runs',[])], d.get('prompt_tokens'))" 2>&1 | tail -1) $(el)"
+  done
+  log "$label gpu MiB: $(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits | head -1)"
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+}
+if has ttft; then
+  for rep in $(seq 1 ${REPS:-2}); do
+    for v in ${SERVE:--}; do
+      flags=${v%%@*}; envs=""; [ "$flags" != "$v" ] && envs=${v#*@}
+      bf=""; [ "$flags" != "-" ] && bf="-b ${flags%:*} -ub ${flags#*:}"
+      ttft "ember $v (rep $rep)" env $envs $B/bin/ember serve -m $M -ngl 99 -np 1 -c 20480 $bf --alias m
+    done
+    if [ "${LLAMA:-0}" = 1 ] && [ -x $LD/bin/llama-server ]; then
+      ttft "llama-server (rep $rep)" env LD_LIBRARY_PATH=$LD/lib:/usr/local/cuda/lib64 $LD/bin/llama-server -m $M -ngl 99 -np 1 -c 20480 --alias m --jinja
+    fi
+  done
+fi
+
+if has ncu; then
+  ub=${NCUUB:-2048}
+  NCUB=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+  env ${NCUENV:-} timeout 300 $NCUB --clock-control none --cache-control none --launch-count ${NCUCOUNT:-4000} --metrics gpu__time_duration.sum --csv \
+    --log-file /tmp/ncu.log $B/bin/ember bench -m $M -ngl 99 -c $((ub + 64)) -p $ub -n 0 -b $ub -ub $ub -r 1 > /dev/null 2>&1
+  log "=== ncu: pp$ub micro-batches ${NCUENV:-} (warm-up run included)"
+  python3 - /tmp/ncu.log <<'PY' | tee -a "$S"
+import csv, sys, collections
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+hdr = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if hdr is None:
+    print("no ncu rows"); sys.exit()
+h = rows[hdr]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
+t = collections.defaultdict(float); n = collections.Counter()
+for r in rows[hdr + 1:]:
+    if len(r) <= vi: continue
+    try: v = float(r[vi].replace(",", ""))
+    except ValueError: continue
+    if r[ui] in ("nsecond", "ns"): v /= 1000.0
+    elif r[ui] in ("msecond", "ms"): v *= 1000.0
+    name = r[ki].split("(")[0][:90]
+    t[name] += v; n[name] += 1
+tot = sum(t.values())
+print(f"kernels {sum(n.values())}, total {tot:.0f} us")
+for k, v in sorted(t.items(), key=lambda x: -x[1])[:26]:
+    print(f"{v:10.0f} us {100 * v / tot:5.1f}% {n[k]:6d} x {v / n[k]:8.2f} us  {k}")
+PY
+fi
+log "=== done $(el)"

@@ -177,17 +177,34 @@ __global__ void __launch_bounds__(GDR_WARPS * 32)
             s[r][j] = r0 + r < dv && col < dk ? S[(int64_t)(r0 + r) * dk + col] : 0.0f;
         }
     const float A = p.A[h], dtb = p.dt_bias[h], sqrt_dk = sqrtf((float)dk);
-    for (int t = z; t < n; t++) {
-        if (sm[t] != my) continue;
+    /* entry t's inputs: q and k columns of this lane, v of the warp's rows,
+     * alpha and b of head h; loaded one entry ahead of the arithmetic, so
+     * the walk's latency is the arithmetic's, not the loads' */
+    float qv[C], kv[C], vv[R], av, bv;
+    auto load = [&](int t, float(&q_)[C], float(&k_)[C], float(&v_)[R], float &a_, float &b_) {
         const float *row = qkv + (int64_t)t * ld;
         const float *q = row + (int64_t)kh * dk, *k = row + (int64_t)Hk * dk + (int64_t)kh * dk;
         const float *v = row + 2 * (int64_t)Hk * dk + (int64_t)h * dv;
-        float qv[C], kv[C], sq = 0.0f, sk = 0.0f;
 #pragma unroll
         for (int j = 0; j < C; j++) {
             const int col = j * 32 + lane;
-            qv[j] = col < dk ? q[col] : 0.0f;
-            kv[j] = col < dk ? k[col] : 0.0f;
+            q_[j] = col < dk ? q[col] : 0.0f;
+            k_[j] = col < dk ? k[col] : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) v_[r] = r0 + r < dv ? v[r0 + r] : 0.0f;
+        a_ = alpha[(int64_t)t * Hv + h];
+        b_ = bb[(int64_t)t * Hv + h];
+    };
+    load(z, qv, kv, vv, av, bv);
+    for (int t = z; t < n;) {
+        int tn = t + 1;   /* the sequence's next entry */
+        while (tn < n && sm[tn] != my) tn++;
+        float qn[C] = {}, kn[C] = {}, vn[R] = {}, an = 0.0f, bn = 0.0f;
+        if (tn < n) load(tn, qn, kn, vn, an, bn);
+        float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (int j = 0; j < C; j++) {
             sq += qv[j] * qv[j];
             sk += kv[j] * kv[j];
         }
@@ -199,9 +216,9 @@ __global__ void __launch_bounds__(GDR_WARPS * 32)
             qv[j] *= qi;
             kv[j] *= ki;
         }
-        const float xa = alpha[(int64_t)t * Hv + h] + dtb;
+        const float xa = av + dtb;
         const float g = A * (xa > 20.0f ? xa : log1pf(expf(xa)));
-        const float beta = 1.0f / (1.0f + expf(-bb[(int64_t)t * Hv + h]));
+        const float beta = 1.0f / (1.0f + expf(-bv));
         const float decay = expf(g);
         float sk_r[R];
 #pragma unroll
@@ -219,8 +236,7 @@ __global__ void __launch_bounds__(GDR_WARPS * 32)
         float o_r[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            const float vi = r0 + r < dv ? v[r0 + r] : 0.0f;
-            const float d = beta * (vi - sk_r[r]);
+            const float d = beta * (vv[r] - sk_r[r]);
             float a = 0.0f;
 #pragma unroll
             for (int j = 0; j < C; j++) {
@@ -235,6 +251,16 @@ __global__ void __launch_bounds__(GDR_WARPS * 32)
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (lane == r && r0 + r < dv) o[r] = o_r[r];
+        t = tn;
+#pragma unroll
+        for (int j = 0; j < C; j++) {
+            qv[j] = qn[j];
+            kv[j] = kn[j];
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) vv[r] = vn[r];
+        av = an;
+        bv = bn;
     }
 #pragma unroll
     for (int r = 0; r < R; r++)

@@ -240,13 +240,34 @@ typedef struct ember_backend_ops {
     void (*logits_top_finish)(ember_backend *be, ember_logits_top *out);
 
     /* ===== recurrent (linear-attention) ops: Qwen3.5's Gated DeltaNet =====
-     * Optional: NULL in a backend that lacks them (CUDA for now); a context
-     * for a model with recurrent layers refuses such a backend
-     * (ember_context_new). Kept together at the end of the table. The
-     * per-sequence states they update live in the context (kv/rstate.h); each
-     * takes one state pointer per entry (`state[t]`: the state of entry t's
-     * sequence), and processes entries in order, so a micro-batch may mix
-     * sequences and hold several consecutive tokens of one. */
+     * Optional: NULL in a backend that lacks them (the CUDA backend's verify
+     * mode for now); a context for a model with recurrent layers refuses
+     * such a backend (ember_context_new). Kept together at the end of the
+     * table. The per-sequence states they update live in the context
+     * (kv/rstate.h), in state memory from state_alloc; each op takes one
+     * state pointer per entry (`state[t]`: the state of entry t's sequence),
+     * and processes entries in order, so a micro-batch may mix sequences
+     * (interleaved or not) and hold several consecutive tokens of one. */
+
+    /* State memory (kv/rstate.c's cells and snapshots): n_cells cells of
+     * cell_bytes each, contiguous, zeroed. Device memory where
+     * caps.device_activations (the host must not dereference it: it moves
+     * only through state_copy), else host memory. The recurrent ops' state[t]
+     * point into it; a backend may require the pointers of one call to lie
+     * in one block at the same offset inside their cells (rstate's per-layer
+     * pointers do), and may find entry t's cell on the device by the step's
+     * seq_id (ember_backend_step) when cell c of the block is sequence c's
+     * (rstate's layout); it checks that on the host. NULL on failure (error
+     * set: EMBER_ERR_NOMEM, EMBER_ERR_INVALID_ARG for a zero or overflowing
+     * size). state_free releases a block (NULL: nothing). */
+    void *(*state_alloc)(ember_backend *be, int64_t n_cells, size_t cell_bytes);
+    void (*state_free)(ember_backend *be, void *p);
+    /* dst[0, bytes) = src[0, bytes), or zero bytes when src is NULL. dst and
+     * src are each state memory or host memory (the backend tells them
+     * apart); ordered after the ops queued before it (a copy into host
+     * memory waits for them), before those queued after. Outside a step
+     * (between forward passes) only. */
+    void (*state_copy)(ember_backend *be, void *dst, const void *src, size_t bytes);
 
     /* Causal depthwise convolution of width d_conv, then SiLU (Mamba's
      * short conv; transformers causal_conv1d_fn / _update, llama.cpp
@@ -323,6 +344,9 @@ typedef struct ember_backend_step {
      * last logits_top_start (caps.token_feedback; token[i] is a placeholder
      * the forward pass must not read on the host); -1: token[i] */
     const int32_t *token_top;
+    /* NULL, or [n]: each entry's sequence id (ember_ubatch.seq): where a
+     * recurrent op's state cells may be found on the device (state_alloc) */
+    const ember_seq_id *seq_id;
 } ember_backend_step;
 
 /* What a backend can do, filled by its constructor; callers read these

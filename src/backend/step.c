@@ -137,6 +137,8 @@ const char *ember_step_op_name(ember_step_op op)
         [EMBER_STEP_MATMUL_Q8] = "matmul_q8", [EMBER_STEP_ROPE] = "rope",       [EMBER_STEP_GLU] = "glu",
         [EMBER_STEP_ADD] = "add",           [EMBER_STEP_SCALE] = "scale",       [EMBER_STEP_KV_STORE] = "kv_store",
         [EMBER_STEP_ATTENTION] = "attention", [EMBER_STEP_UPLOAD] = "upload",
+        [EMBER_STEP_CONV1D_SILU] = "conv1d_silu", [EMBER_STEP_GATED_DELTA_RULE] = "gated_delta_rule",
+        [EMBER_STEP_SIGMOID_MUL] = "sigmoid_mul", [EMBER_STEP_COPY_STRIDED] = "copy_strided",
     };
     return (unsigned)op < EMBER_STEP_OP_N ? names[op] : "?";
 }

@@ -55,6 +55,10 @@ typedef enum ember_step_op {
     EMBER_STEP_KV_STORE,    /* kv_store */
     EMBER_STEP_ATTENTION,   /* attention */
     EMBER_STEP_UPLOAD,      /* upload (host input of a step) */
+    EMBER_STEP_CONV1D_SILU,        /* conv1d_silu */
+    EMBER_STEP_GATED_DELTA_RULE,   /* gated_delta_rule */
+    EMBER_STEP_SIGMOID_MUL,        /* sigmoid_mul */
+    EMBER_STEP_COPY_STRIDED,       /* copy_strided */
     EMBER_STEP_OP_N
 } ember_step_op;
 

@@ -1,15 +1,19 @@
 /*
  * rstate.c — per-sequence recurrent-state cells (rstate.h). Cell c holds
  * sequence c's state: for each layer il, n_conv[il] floats of conv state
- * then n_ssm[il] floats of delta-rule state, layers in order.
+ * then n_ssm[il] floats of delta-rule state, layers in order. The cells and
+ * snapshots are only ever touched through cells_alloc / cells_free /
+ * cells_copy (the backend's state memory, or host memory without one).
  */
 #include "kv/rstate.h"
+#include "backend/backend.h"
 #include "base/status.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 struct ember_rs {
+    ember_backend *be;       /* state memory's owner, or NULL (host memory) */
     int32_t n_layer, n_seq_max, n_ubatch;
     int64_t cell;            /* floats per cell */
     int64_t *off_conv;       /* [n_layer] offset in a cell */
@@ -23,6 +27,34 @@ struct ember_rs {
     uint64_t snap_cells;     /* cells allocated so far */
 };
 
+/* n zeroed cells of cell_bytes (64-byte aligned); NULL with the error set */
+static float *cells_alloc(ember_rs *rs, int64_t n, size_t cell_bytes)
+{
+    if (rs->be) return rs->be->ops->state_alloc(rs->be, n, cell_bytes);
+    const size_t bytes = (size_t)n * cell_bytes;
+    float *p = aligned_alloc(64, bytes);
+    if (!p) {
+        ember_error(EMBER_ERR_NOMEM, "ember_rs: cannot allocate %zu bytes of recurrent state", bytes);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cells_free(ember_rs *rs, float *p)
+{
+    if (rs->be) rs->be->ops->state_free(rs->be, p);
+    else free(p);
+}
+
+/* dst = src, or zeros when src is NULL */
+static void cells_copy(ember_rs *rs, float *dst, const float *src, size_t bytes)
+{
+    if (rs->be) rs->be->ops->state_copy(rs->be, dst, src, bytes);
+    else if (src) memcpy(dst, src, bytes);
+    else memset(dst, 0, bytes);
+}
+
 ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
 {
     *out = NULL;
@@ -30,6 +62,7 @@ ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_rs_new: sizes must be positive");
     ember_rs *rs = calloc(1, sizeof *rs);
     if (!rs) return ember_error(EMBER_ERR_NOMEM, "ember_rs_new: out of memory");
+    rs->be = p->be;
     rs->n_layer = p->n_layer;
     rs->n_seq_max = p->n_seq_max;
     rs->n_ubatch = p->n_ubatch;
@@ -64,13 +97,11 @@ ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_rs_new: no layer has recurrent state");
     }
     rs->cell = (rs->cell + 15) & ~(int64_t)15;   /* cells start 64-byte apart */
-    const size_t bytes = (size_t)rs->cell * (size_t)p->n_seq_max * sizeof(float);
-    rs->mem = aligned_alloc(64, bytes);
-    if (!rs->mem) {
+    rs->mem = cells_alloc(rs, p->n_seq_max, (size_t)rs->cell * sizeof(float));
+    if (!rs->mem) {   /* the message is cells_alloc's (or the backend's) */
         ember_rs_free(rs);
-        return ember_error(EMBER_ERR_NOMEM, "ember_rs_new: cannot allocate %zu bytes of recurrent state", bytes);
+        return EMBER_ERR_NOMEM;
     }
-    memset(rs->mem, 0, bytes);
     for (int32_t i = 0; i < p->n_seq_max * rs->n_snap; i++) rs->snap_pos[i] = -1;
     *out = rs;
     return EMBER_OK;
@@ -84,10 +115,10 @@ void ember_rs_free(ember_rs *rs)
     free(rs->ptr_conv);
     free(rs->ptr_ssm);
     if (rs->snap)
-        for (int32_t i = 0; i < rs->n_seq_max * rs->n_snap; i++) free(rs->snap[i]);
+        for (int32_t i = 0; i < rs->n_seq_max * rs->n_snap; i++) cells_free(rs, rs->snap[i]);
     free(rs->snap_pos);
     free(rs->snap);
-    free(rs->mem);
+    cells_free(rs, rs->mem);
     free(rs);
 }
 
@@ -101,13 +132,13 @@ static float *cell_of(ember_rs *rs, ember_seq_id seq) { return rs->mem + (size_t
 void ember_rs_seq_reset(ember_rs *rs, ember_seq_id seq)
 {
     if (!rs || seq < 0 || seq >= rs->n_seq_max) return;
-    memset(cell_of(rs, seq), 0, (size_t)rs->cell * sizeof(float));
+    cells_copy(rs, cell_of(rs, seq), NULL, (size_t)rs->cell * sizeof(float));
 }
 
 void ember_rs_seq_copy(ember_rs *rs, ember_seq_id src, ember_seq_id dst)
 {
     if (!rs || src < 0 || src >= rs->n_seq_max || dst < 0 || dst >= rs->n_seq_max || src == dst) return;
-    memcpy(cell_of(rs, dst), cell_of(rs, src), (size_t)rs->cell * sizeof(float));
+    cells_copy(rs, cell_of(rs, dst), cell_of(rs, src), (size_t)rs->cell * sizeof(float));
 }
 
 float *const *ember_rs_conv_ptrs(ember_rs *rs, int32_t il, const ember_seq_id *seq, int32_t n)
@@ -132,11 +163,11 @@ static ember_status snap_put(ember_rs *rs, ember_seq_id seq, int32_t j, const fl
 {
     const size_t ix = snap_ix(rs, seq, j), bytes = (size_t)rs->cell * sizeof(float);
     if (!rs->snap[ix]) {
-        rs->snap[ix] = aligned_alloc(64, bytes);
-        if (!rs->snap[ix]) return ember_error(EMBER_ERR_NOMEM, "ember_rs: cannot allocate %zu bytes of state snapshot", bytes);
+        rs->snap[ix] = cells_alloc(rs, 1, bytes);
+        if (!rs->snap[ix]) return EMBER_ERR_NOMEM;   /* the message is cells_alloc's */
         rs->snap_cells++;
     }
-    memcpy(rs->snap[ix], from, bytes);
+    cells_copy(rs, rs->snap[ix], from, bytes);
     rs->snap_pos[ix] = pos;
     return EMBER_OK;
 }
@@ -204,7 +235,7 @@ ember_status ember_rs_snap_restore(ember_rs *rs, ember_seq_id src, ember_pos pos
     const int32_t j = snap_best(rs, src, pos);
     if (!seq_ok(rs, dst) || j < 0 || rs->snap_pos[snap_ix(rs, src, j)] != pos)
         return ember_error(EMBER_ERR_RANGE, "ember_rs_snap_restore: sequence %d has no snapshot at %d", src, pos);
-    memcpy(cell_of(rs, dst), rs->snap[snap_ix(rs, src, j)], (size_t)rs->cell * sizeof(float));
+    cells_copy(rs, cell_of(rs, dst), rs->snap[snap_ix(rs, src, j)], (size_t)rs->cell * sizeof(float));
     return EMBER_OK;
 }
 

@@ -25,6 +25,12 @@
  * the tokens in between again (recompute from a checkpoint: the design of
  * llama-server's context checkpoints, PR 15293, placed at block boundaries
  * here). Snapshot cells are allocated on their first save and reused.
+ *
+ * Memory: with a backend (ember_rs_params.be) the cells and snapshots are
+ * the backend's state memory (backend.h state_alloc: device memory on a
+ * GPU) and every reset, copy, save and restore goes through its state_copy,
+ * ordered with its ops; this module never dereferences them. Without one,
+ * plain host memory.
  */
 #ifndef EMBER_KV_RSTATE_H
 #define EMBER_KV_RSTATE_H
@@ -32,6 +38,7 @@
 #include "ember.h"
 
 typedef struct ember_rs ember_rs;
+struct ember_backend;
 
 typedef struct ember_rs_params {
     int32_t n_layer;
@@ -40,13 +47,15 @@ typedef struct ember_rs_params {
     int32_t n_seq_max;       /* sequence ids [0, n_seq_max) */
     int32_t n_ubatch;        /* most entries of one forward pass (sizes the pointer arrays) */
     int32_t n_ckpt;          /* block checkpoints kept per sequence, 0..EMBER_RS_MAX_CKPT */
+    struct ember_backend *be;   /* state memory and its copies (must outlive rs); NULL: host memory */
 } ember_rs_params;
 
 #define EMBER_RS_MAX_CKPT 64
 
-/* Allocate zeroed cells. Errors: EMBER_ERR_INVALID_ARG (non-positive sizes,
- * no recurrent layer), EMBER_ERR_NOMEM (names the bytes). Memory:
- * n_seq_max * sum(n_conv + n_ssm) floats. */
+/* Allocate zeroed cells (cell c is sequence c's, one block: the layout
+ * backend.h state_alloc lets a backend use). Errors: EMBER_ERR_INVALID_ARG
+ * (non-positive sizes, no recurrent layer), EMBER_ERR_NOMEM (names the
+ * bytes). Memory: n_seq_max * sum(n_conv + n_ssm) floats. */
 ember_status ember_rs_new(const ember_rs_params *p, ember_rs **out);
 void ember_rs_free(ember_rs *rs);
 uint64_t ember_rs_bytes(const ember_rs *rs);

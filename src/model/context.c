@@ -189,7 +189,8 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
     for (int32_t il = 0; il < hp->n_layer; il++) recurrent |= hp->n_embd_r[il] > 0 || hp->n_embd_s[il] > 0;
     if (recurrent) {
         const ember_backend_ops *o = c->be->ops;
-        if (!o->conv1d_silu || !o->gated_delta_rule || !o->sigmoid_mul || !o->copy_strided) {
+        if (!o->conv1d_silu || !o->gated_delta_rule || !o->sigmoid_mul || !o->copy_strided || !o->state_alloc ||
+            !o->state_free || !o->state_copy) {
             st = ember_error(EMBER_ERR_UNSUPPORTED, "ember_context_new: architecture %s has recurrent (linear-attention) layers, "
                              "whose ops backend %s does not have yet (use -ngl 0 for the CPU)", m->arch_name,
                              o->name ? o->name : "?");
@@ -197,7 +198,7 @@ ember_status ember_context_new(ember_model *m, const ember_context_params *param
         }
         const ember_rs_params rp = {.n_layer = hp->n_layer, .n_conv = hp->n_embd_r, .n_ssm = hp->n_embd_s,
                                     .n_seq_max = (int32_t)p.n_seq_max, .n_ubatch = (int32_t)p.n_ubatch,
-                                    .n_ckpt = (int32_t)p.n_ctx_checkpoints};
+                                    .n_ckpt = (int32_t)p.n_ctx_checkpoints, .be = c->be};
         if ((st = ember_rs_new(&rp, &c->rs))) goto fail;
         c->hist = calloc((size_t)p.n_seq_max * (size_t)p.n_ctx, sizeof *c->hist);
         if (!c->hist) {
@@ -270,9 +271,9 @@ void ember_context_free(ember_context *c)
     if (c->scratch_on_backend) c->be->ops->act_free(c->be, c->scratch_mem);
     else free(c->scratch_mem);
     free(c->aux_host);
+    ember_rs_free(c->rs);   /* its cells are the backend's state memory */
     ember_backend_free(c->be);
     ember_kv_free(c->kv);
-    ember_rs_free(c->rs);
     free(c->hist);
     ember_batch_free(&c->replay);
     free(c->out_map_save);
@@ -637,6 +638,7 @@ static ember_status decode_impl(ember_context *c, const ember_batch *b, const in
             /* only the last micro-batch: its rows stay in the backend's output buffer */
             .logits_defer = u1 == n && n_uo > 0,
             .token_top = top_row ? top_row + u0 : NULL,
+            .seq_id = ubatch.seq,
         };
         if (bs.logits_defer) c->logits_pending = true;
         struct forward_args fa = {c->m->arch, &run, &ubatch};

@@ -910,6 +910,32 @@ static void *op_act_alloc(ember_backend *be, size_t bytes)
     return p;
 }
 
+/* state memory: host memory, 64-byte aligned cells (backend.h state_alloc) */
+static void *op_state_alloc(ember_backend *be, int64_t n_cells, size_t cell_bytes)
+{
+    (void)be;
+    if (n_cells < 1 || cell_bytes == 0 || (uint64_t)n_cells > SIZE_MAX / 2 / cell_bytes) {
+        ember_error(EMBER_ERR_INVALID_ARG, "cpu backend: state memory of %lld cells of %zu bytes", (long long)n_cells,
+                    cell_bytes);
+        return NULL;
+    }
+    const size_t bytes = ((size_t)n_cells * cell_bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes);
+    if (!p) {
+        ember_error(EMBER_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of recurrent state", bytes);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void op_state_copy(ember_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (src) memcpy(dst, src, bytes);
+    else memset(dst, 0, bytes);
+}
+
 static void *op_host_alloc(ember_backend *be, size_t bytes)
 {
     (void)be;
@@ -1048,6 +1074,9 @@ static const ember_backend_ops cpu_ops = {
     .gated_delta_rule = ember_cpu_gated_delta_rule,
     .sigmoid_mul = ember_cpu_sigmoid_mul,
     .copy_strided = ember_cpu_copy_strided,
+    .state_alloc = op_state_alloc,
+    .state_free = op_mem_free,
+    .state_copy = op_state_copy,
 };
 
 static pthread_mutex_t first_opt_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -239,6 +239,7 @@ static void op_free(ember_backend *be)
         if (c->t.type || c->t.ne0) ember_cuda_tensor_release(b->cu, &c->t);
         else ember_cuda_mfree(b->cu, c->t.data, c->bytes);
     }
+    cb_rs_free_all(b);
     for (int32_t i = 0; i < b->n_chunks; i++) ember_cuda_mfree(b->cu, b->chunks[i].base, b->chunks[i].size);
     for (int32_t i = 0; i < b->n_rtab; i++) ember_cuda_mfree(b->cu, b->rtab[i].dev, b->rtab[i].bytes);
     for (int i = 0; i < STAGE_SLOTS; i++) ember_cuda_mfree(b->cu, b->stage[i], b->stage_bytes[i]);
@@ -1081,6 +1082,14 @@ const ember_backend_ops cb_cuda_ops = {
     .logits_top_start = op_logits_top_start,
     .logits_top_finish = op_logits_top_finish,
     .logits_sync = op_logits_sync,
+    /* recurrent (linear-attention) ops and their state memory: cuda_rstate.c */
+    .conv1d_silu = cb_conv1d_silu,
+    .gated_delta_rule = cb_gated_delta_rule,
+    .sigmoid_mul = cb_sigmoid_mul,
+    .copy_strided = cb_copy_strided,
+    .state_alloc = cb_state_alloc,
+    .state_free = cb_state_free,
+    .state_copy = cb_state_copy,
 };
 
 ember_status ember_backend_cuda_new(const ember_backend_options *opt, const ember_backend_limits *lim,

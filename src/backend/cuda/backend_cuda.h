@@ -51,6 +51,8 @@ typedef struct ember_cuda_report {
     int32_t n_rope_tables;
     uint64_t pinned_bytes;            /* host_alloc (logits) */
     uint64_t up_pin_bytes;            /* pinned staging of host inputs (gemma4's per-layer embeddings) */
+    uint64_t rs_bytes;                /* recurrent state memory (state_alloc: live cells and snapshots) */
+    int32_t rs_count;                 /* its blocks */
     ember_cuda_mem_stats_t mem;       /* the context's own (cuda_backend.h) */
 } ember_cuda_report;
 

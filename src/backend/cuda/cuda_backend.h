@@ -405,6 +405,69 @@ ember_status ember_cuda_scale(ember_cuda *cu, float *x, float s, int64_t n);
  * Gemma 2); cap > 0. */
 ember_status ember_cuda_softcap(ember_cuda *cu, float *x, float cap, int64_t n);
 
+/* ---- recurrent (linear-attention) ops (cuda_recurrent.cu) -----------------
+ * Qwen3.5's Gated DeltaNet layers; the formulas are the op table's
+ * (backend/backend.h, conv1d_silu and gated_delta_rule) and the CPU
+ * backend's (cpu/recurrent.c) is the reference. Per-sequence states live in
+ * one device block of equal cells; entry t's state is found on the device
+ * (so a captured step replays for any sequences) as below. Entries whose
+ * cells are equal belong to one sequence and are applied in entry order;
+ * entries of different cells are independent (they may interleave). */
+
+/* Entry t's state: base + cells[t] * cell_floats + off (device floats). */
+typedef struct ember_cuda_rs_cells {
+    float *base;              /* device: the state block */
+    const int32_t *cells;     /* device int32 [n]: entry t's cell */
+    int64_t cell_floats;      /* floats from one cell to the next */
+    int64_t off;              /* floats from a cell's start to this layer's state */
+    int32_t max_groups;       /* >= the number of distinct cells among the n entries (the grid's second
+                               * dimension; the runs of equal consecutive cells bound it) */
+} ember_cuda_rs_cells;
+
+/* Causal depthwise convolution of width d_conv (1..64) and SiLU, with the
+ * state shift (backend.h conv1d_silu): x, y [n, n_ch] (y must not alias x),
+ * w [n_ch][d_conv] (device), entry t's state [d_conv - 1][n_ch] at st.
+ * Each CTA takes 32 channels of every entry: it finds each entry's
+ * previous entry of the same cell, computes all outputs from the old
+ * states and the batch's inputs, then writes each cell's new state from its
+ * last entry. f32; the taps summed in the CPU's order without
+ * contraction, SiLU with CUDA's expf (2 ulp): within a few ulp of the CPU.
+ * Calls of more than 1024 entries run as several launches in order.
+ * Errors: EMBER_ERR_INVALID_ARG (NULL, shapes). */
+ember_status ember_cuda_conv1d_silu(ember_cuda *cu, float *y, const float *x, const float *w, int64_t n_ch,
+                                    int32_t d_conv, const ember_cuda_rs_cells *st, int32_t n);
+
+/* Shapes and device weights of one gated-delta-rule layer (backend.h
+ * ember_gdr_params with device A and dt_bias [n_head_v]). */
+typedef struct ember_cuda_gdr_params {
+    int32_t n_head_k, n_head_v, d_k, d_v;   /* d_k <= 1024; n_head_v a multiple of n_head_k */
+    const float *A, *dt_bias;
+    float eps;
+} ember_cuda_gdr_params;
+
+/* The gated delta rule in its recurrent form (backend.h gated_delta_rule:
+ * Yang, Kautz & Hatamizadeh, ICLR 2025; transformers qwen3_5
+ * torch_recurrent_gated_delta_rule), entry by entry: q, k, v of entry t
+ * from qkv + t * ld (q heads, k heads, v heads), alpha, b [n, n_head_v],
+ * out [n, n_head_v * d_v], entry t's state [n_head_v][d_v][d_k] at st. One
+ * warp holds a few value rows of one head's state in registers (the rows
+ * are independent given q and k) and walks its sequence's entries in
+ * order; grid: (head, rows) units x distinct cells. f32; dot products
+ * summed in a warp tree (not the CPU's order): within ~1e-6 relative of
+ * the CPU's recurrent form. Calls of more than 1024 entries run as several
+ * launches in order. Errors: EMBER_ERR_INVALID_ARG (NULL, shapes). */
+ember_status ember_cuda_gated_delta_rule(ember_cuda *cu, const ember_cuda_gdr_params *p, const float *qkv, int64_t ld,
+                                         const float *alpha, const float *b, const ember_cuda_rs_cells *st, int32_t n,
+                                         float *out);
+
+/* x[i] *= 1 / (1 + expf(-g[i])), i < n (backend.h sigmoid_mul). */
+ember_status ember_cuda_sigmoid_mul(ember_cuda *cu, float *x, const float *g, int64_t n);
+
+/* dst[r * ld_dst + c] = src[r * ld_src + c], r < n_rows, c < n_cols
+ * (backend.h copy_strided); dst must not overlap src. */
+ember_status ember_cuda_copy_strided(ember_cuda *cu, float *dst, int64_t ld_dst, const float *src, int64_t ld_src,
+                                     int64_t n_rows, int64_t n_cols);
+
 /* ---- sampling support ------------------------------------------------------ */
 
 /* The heads of n_rows logits rows (ember_get_logits_top, include/ember.h):

@@ -76,6 +76,7 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     b->s_pos = st->pos;
     b->s_kv_row = st->kv_row;
     b->s_query = st->query;
+    b->s_seq = st->seq_id;
     /* a sliding-window KV group has its own rows and block tables */
     const bool swa = st->kv_row_swa && st->query_swa && (st->kv_row_swa != st->kv_row || st->query_swa != st->query);
     b->s_kv_row_swa = swa ? st->kv_row_swa : NULL;
@@ -91,15 +92,16 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     const int32_t max_pages = (max_ctx + bt - 1) / bt;
     b->s_max_ctx = max_ctx;
     b->s_max_pages = max_pages;
-    /* pack [tok][pos][cells][seq][cells_swa][table][table_swa] and upload it once */
+    /* pack [tok][pos][cells][seq][sid][cells_swa][table][table_swa] and upload it once */
     int32_t n_seq = 0;
-    const size_t n_head_arrays = swa ? 5 : 4;
+    const size_t n_head_arrays = swa ? 6 : 5;
     int32_t *h = cb_host_i32(b, (size_t)n * (n_head_arrays + (swa ? 2 : 1) * (size_t)max_pages));
-    int32_t *tok = h, *pos = h + n, *cells = h + 2 * n, *seq = h + 3 * n, *cells_swa = h + 4 * n;
+    int32_t *tok = h, *pos = h + n, *cells = h + 2 * n, *seq = h + 3 * n, *sid = h + 4 * n, *cells_swa = h + 5 * n;
     int32_t *tab = h + n_head_arrays * n;
     for (int32_t i = 0; i < n; i++) {
         tok[i] = st->token[i];
         pos[i] = st->pos[i];
+        sid[i] = st->seq_id ? st->seq_id[i] : -1;
         cells[i] = (int32_t)st->kv_row[i];
         if (swa) cells_swa[i] = (int32_t)st->kv_row_swa[i];
         /* a sequence's queries share its table pointer (in both groups) */
@@ -138,7 +140,7 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
         CK("step arrays", ember_cuda_malloc(b->cu, b->d_step_n * sizeof(int32_t), (void **)&b->d_step));
     }
     /* the pieces the kernels read sit at fixed offsets for a given n: tok,
-     * pos, cells, seq, then the table */
+     * pos, cells, seq, sid, then the table */
     CK("step arrays", ember_cuda_upload(b->cu, b->d_step, h, total * sizeof(int32_t)));
     if (st->token_top)   /* tokens from the heads of the last logits_top_start, on the device (tok sits first) */
         CK("step tokens from heads",

@@ -11,6 +11,8 @@
  *                   and its flush
  *   cuda_graph.c    step_begin/step_end: the step arrays, capture and replay
  *                   of decode steps keyed by step equality (step.h)
+ *   cuda_rstate.c   recurrent state memory (state_alloc / _free / _copy)
+ *                   and the recurrent ops' entry points
  *   cuda_verify.c   the verify decorator (EMBER_CUDA_VERIFY=1)
  *   cuda_report.c   the memory report (print_memory)
  * Must not: be included by code outside src/backend/cuda/, or by .cu files
@@ -93,6 +95,14 @@ typedef struct cb_held_attn {
     float *dout;
 } cb_held_attn;
 
+/* A block of recurrent state memory (state_alloc): n_cells cells of
+ * cell_bytes, device memory. */
+typedef struct cb_rs_block {
+    char *dev;
+    int64_t n_cells;
+    size_t cell_bytes;
+} cb_rs_block;
+
 typedef struct cuda_backend {
     ember_backend base;
     ember_cuda *cu;
@@ -144,11 +154,13 @@ typedef struct cuda_backend {
     const ember_attn_query *s_query;
     const int64_t *s_kv_row_swa;     /* NULL: the cache has no sliding group */
     const ember_attn_query *s_query_swa;
+    const ember_seq_id *s_seq;       /* the step's sequence ids (host), or NULL */
     float *s_logits;
     int32_t s_n, s_max_pages, s_max_ctx;
     size_t s_tab, s_tab_swa;         /* offsets of the block tables in d_step */
-    /* device [tok n][pos n][cells n][seq n][cells_swa n][table n_seq x max_pages][table_swa n_seq x max_pages];
-     * the _swa pieces only when the cache has a sliding-window group */
+    /* device [tok n][pos n][cells n][seq n][sid n][cells_swa n][table n_seq x max_pages][table_swa n_seq x max_pages];
+     * seq: the run index of each entry (block tables), sid: its sequence id (-1 without
+     * ember_backend_step.seq_id); the _swa pieces only when the cache has a sliding-window group */
     int32_t *d_step;
     size_t d_step_n;
     uint32_t out_slots;      /* output staging slots holding a host output of this step (bit per slot) */
@@ -213,6 +225,11 @@ typedef struct cuda_backend {
     int64_t *top_off;
     int32_t top_off_n;
     int32_t top_n, top_k;   /* rows and k of the last logits_top_start (0: none pending) */
+    /* recurrent state memory (cuda_rstate.c) */
+    cb_rs_block *rs;
+    int32_t n_rs, cap_rs;
+    int32_t rs_hit;          /* the block the last lookup found (the live cells, usually) */
+    uint64_t rs_bytes;
 } cuda_backend;
 /* ---- backend_cuda.c --------------------------------------------------------- */
 
@@ -265,13 +282,15 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st);
 bool cb_step_end(ember_backend *be);
 
 /* Step arrays uploaded by step_begin (device int32 [s_n] each): tokens,
- * positions, full-group KV cells, sequence index per entry, sliding-group
- * cells (only when the cache has that group). */
+ * positions, full-group KV cells, run index per entry (its block-table
+ * row), sequence id per entry (ember_backend_step.seq_id, -1 without),
+ * sliding-group cells (only when the cache has that group). */
 static inline const int32_t *cb_step_tok(cuda_backend *b) { return b->d_step; }
 static inline const int32_t *cb_step_pos(cuda_backend *b) { return b->d_step + b->s_n; }
 static inline const int32_t *cb_step_cells(cuda_backend *b) { return b->d_step + 2 * (size_t)b->s_n; }
 static inline const int32_t *cb_step_seq(cuda_backend *b) { return b->d_step + 3 * (size_t)b->s_n; }
-static inline const int32_t *cb_step_cells_swa(cuda_backend *b) { return b->d_step + 4 * (size_t)b->s_n; }
+static inline const int32_t *cb_step_sid(cuda_backend *b) { return b->d_step + 4 * (size_t)b->s_n; }
+static inline const int32_t *cb_step_cells_swa(cuda_backend *b) { return b->d_step + 5 * (size_t)b->s_n; }
 
 /* ---- cuda_fuse.c ------------------------------------------------------------ */
 
@@ -386,6 +405,24 @@ const int32_t *cb_up_i32(cuda_backend *b, int slot, const int32_t *h, size_t n);
  * want (+50%), outside any step. Errors: those of ember_cuda_malloc /
  * ember_cuda_host_alloc / ember_cuda_synchronize. */
 ember_status cb_grow_dev(cuda_backend *b, void **p, size_t *have, size_t want, bool host);
+
+/* ---- cuda_rstate.c ---------------------------------------------------------- */
+
+/* The op table's state memory (backend.h state_alloc / state_free /
+ * state_copy) and recurrent ops (conv1d_silu, gated_delta_rule,
+ * sigmoid_mul, copy_strided). */
+void *cb_state_alloc(ember_backend *be, int64_t n_cells, size_t cell_bytes);
+void cb_state_free(ember_backend *be, void *p);
+void cb_state_copy(ember_backend *be, void *dst, const void *src, size_t bytes);
+void cb_conv1d_silu(ember_backend *be, float *y, const float *x, const float *w, int64_t n_ch, int32_t d_conv,
+                    float *const *state, int32_t n);
+void cb_gated_delta_rule(ember_backend *be, const ember_gdr_params *p, const float *qkv, int64_t ld, const float *alpha,
+                         const float *b, float *const *state, int32_t n, float *out);
+void cb_sigmoid_mul(ember_backend *be, float *x, const float *g, int64_t n);
+void cb_copy_strided(ember_backend *be, float *dst, int64_t ld_dst, const float *src, int64_t ld_src, int64_t n_rows,
+                     int64_t n_cols);
+/* Release every state block left (the backend is being freed). */
+void cb_rs_free_all(cuda_backend *b);
 
 /* ---- cuda_report.c ---------------------------------------------------------- */
 

@@ -29,6 +29,9 @@ void ember_cuda_report_print(const ember_cuda_report *r, FILE *f)
                " step arrays %.2f; RoPE tables %.1f (%d)\n",
             mib(r->act_bytes), mib(r->round_bytes), mib(r->io_bytes), mib(r->step_bytes), mib(r->rope_bytes),
             (int)r->n_rope_tables);
+    if (r->rs_count > 0)
+        fprintf(f, "ember:   recurrent state %.1f (%d blocks: live cells and snapshots)\n", mib(r->rs_bytes),
+                (int)r->rs_count);
     fprintf(f, "ember:   kernel scratch (prefill GEMM chunks, attention partials) %.1f; attention counters %.2f;"
                " cuBLAS workspace %.1f; GELU table (module) %.2f\n",
             mib(st->scratch_bytes), mib(st->counters_bytes), mib(st->cublas_ws_bytes), mib(st->gelu_table_bytes));
@@ -43,7 +46,8 @@ void cb_print_memory(const ember_backend *be, FILE *f)
     const cuda_backend *b = (const cuda_backend *)be;
     if (!f) return;
     ember_cuda_report r = {.n_ctx = b->lim.max_kv_tokens, .n_ubatch = b->lim.max_tokens, .n_chunks = b->n_chunks,
-                           .n_rope_tables = b->n_rtab, .up_pin_bytes = b->up_pin_bytes};
+                           .n_rope_tables = b->n_rtab, .up_pin_bytes = b->up_pin_bytes,
+                           .rs_bytes = b->rs_bytes, .rs_count = b->n_rs};
     ember_cuda_mem_stats(b->cu, &r.mem);
     r.weight_bytes = b->cat_bytes[CAT_WEIGHT], r.weight_count = b->cat_count[CAT_WEIGHT];
     r.vec_bytes = b->cat_bytes[CAT_VEC], r.vec_count = b->cat_count[CAT_VEC];

@@ -218,6 +218,34 @@ static void test_sigmoid_mul_and_copy_strided(void **st)
     ember_backend_free(be);
 }
 
+/* State memory (state_alloc / state_copy; host memory on the CPU): cells
+ * start zeroed, copy between blocks and from / to plain host memory, and
+ * a NULL source zeroes. */
+static void test_state_memory(void **st)
+{
+    (void)st;
+    ember_backend *be = new_be(1);
+    float *a = be->ops->state_alloc(be, 3, 40 * sizeof(float)), *b = be->ops->state_alloc(be, 1, 40 * sizeof(float));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(be->ops->state_alloc(be, 0, 64));
+    float h[120], back[40];
+    be->ops->state_copy(be, h, a, sizeof h);
+    for (int i = 0; i < 120; i++) assert_true(h[i] == 0.0f);
+    for (int i = 0; i < 120; i++) h[i] = (float)i;
+    be->ops->state_copy(be, a, h, sizeof h);               /* host -> state */
+    be->ops->state_copy(be, b, a + 40, 40 * sizeof(float));   /* cell 1 -> another block */
+    be->ops->state_copy(be, a + 40, NULL, 40 * sizeof(float));   /* zero cell 1 */
+    be->ops->state_copy(be, back, b, sizeof back);          /* state -> host */
+    for (int i = 0; i < 40; i++) assert_true(back[i] == (float)(40 + i));
+    be->ops->state_copy(be, h, a, sizeof h);
+    for (int i = 0; i < 120; i++) assert_true(h[i] == (i >= 40 && i < 80 ? 0.0f : (float)i));
+    be->ops->state_free(be, a);
+    be->ops->state_free(be, b);
+    be->ops->state_free(be, NULL);
+    ember_backend_free(be);
+}
+
 /* Runs the tests with the kernels this CPU picks (AVX2 / AVX-512 machines:
  * recurrent_avx2.c), then once more in a child with EMBER_CPU_VARIANT=scalar
  * so the scalar code is checked too. */
@@ -229,6 +257,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gated_delta_rule_matches_recurrence),
         cmocka_unit_test(test_gated_delta_rule_chunked_matches_recurrence),
         cmocka_unit_test(test_sigmoid_mul_and_copy_strided),
+        cmocka_unit_test(test_state_memory),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (getenv("EMBER_CPU_VARIANT") || ember_cpu_variant_active() == EMBER_CPU_SCALAR) return rc;

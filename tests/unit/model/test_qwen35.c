@@ -24,7 +24,14 @@
  *   back); remove, or truncate to 0, restarts from a zero state; with a
  *   checkpoint, truncate / fork after it roll back and recompute.
  * The MoE variant (tiny-qwen35moe) is checked the same way on its short and
- * long sequences. */
+ * long sequences.
+ *
+ * CUDA builds with a GPU run the short sequences on the GPU too
+ * (tiny_oracle.h), and the *_gpu tests repeat the long sequence, the
+ * interleaved sequences, the sequence edits and both kinds of checkpoint on
+ * the GPU (n_gpu_layers -1: the CUDA backend's recurrent ops and its state
+ * memory, token-by-token steps captured as CUDA graphs) with an F16 KV
+ * cache and TOL_REL_GPU; without a GPU they skip. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -39,10 +46,14 @@
 #define MOE_GGUF "tests/golden/qwen35/tiny-qwen35moe.gguf"
 #define MOE_LONG_JSON "tests/golden/qwen35/tiny-qwen35moe.long.logits.json"
 
+/* the *_gpu tests: models and contexts on the GPU, F16 KV, TOL_REL_GPU */
+static bool use_gpu;
+
 static ember_model *load_file(const char *path, const char *arch)
 {
     ember_model *m = NULL;
     ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = use_gpu ? -1 : 0;
     if (ember_model_load(path, &mp, &m) != EMBER_OK) fail_msg("%s", ember_last_error());
     assert_string_equal(ember_model_arch(m), arch);
     return m;
@@ -58,7 +69,7 @@ static ember_context *new_ctx(ember_model *m, uint32_t n_seq, uint32_t n_ubatch)
     p.n_ubatch = n_ubatch;
     p.n_seq_max = n_seq;
     p.n_threads = 2;
-    p.type_k = p.type_v = EMBER_KV_F32;
+    p.type_k = p.type_v = use_gpu ? EMBER_KV_F16 : EMBER_KV_F32;
     ember_context *c = NULL;
     if (ember_context_new(m, &p, &c) != EMBER_OK) fail_msg("%s", ember_last_error());
     return c;
@@ -92,9 +103,12 @@ static void decode_range(ember_context *c, ember_batch *b, const oracle *o, int3
 
 static void check(const char *what, double max_diff, double max_ref)
 {
-    printf("# %s: max|diff| %.3g, max|logit| %.3g, rel %.3g\n", what, max_diff, max_ref, max_diff / max_ref);
+    const double tol = use_gpu ? TOL_REL_GPU : TOL_REL;
+    printf("# %s%s: max|diff| %.3g, max|logit| %.3g, rel %.3g\n", what, use_gpu ? " [GPU]" : "", max_diff, max_ref,
+           max_diff / max_ref);
     assert_true(max_ref > 0.5);
-    if (!(max_diff <= TOL_REL * max_ref)) fail_msg("%s: max|diff| %g > %g * max|logit| %g", what, max_diff, TOL_REL, max_ref);
+    if (!(max_diff <= tol * max_ref))
+        fail_msg("%s%s: max|diff| %g > %g * max|logit| %g", what, use_gpu ? " [GPU]" : "", max_diff, tol, max_ref);
 }
 
 static void test_qwen35_short_matches_transformers(void **st)
@@ -365,7 +379,7 @@ static void test_qwen35_block_checkpoints(void **st)
     p.n_batch = 512;
     p.n_seq_max = 1;
     p.n_threads = 2;
-    p.type_k = p.type_v = EMBER_KV_F32;
+    p.type_k = p.type_v = use_gpu ? EMBER_KV_F16 : EMBER_KV_F32;
     p.n_ctx_checkpoints = 2;
     assert_int_equal(ember_context_new(m, &p, &c), EMBER_OK);
     assert_int_equal(ember_batch_init(512, &b), EMBER_OK);
@@ -389,6 +403,68 @@ static void test_qwen35_block_checkpoints(void **st)
     ember_model_free(m);
 }
 
+/* ---- the same on the GPU (CUDA builds with a device; else skipped) ---- */
+
+static int gpu_on(void **st)
+{
+    (void)st;
+    use_gpu = true;
+    return 0;
+}
+
+static int gpu_off(void **st)
+{
+    (void)st;
+    use_gpu = false;
+    return 0;
+}
+
+static void need_gpu(void)
+{
+    if (oracle_n_devices() < 2) {
+        print_message("no GPU (or no CUDA build): skipped\n");
+        skip();
+    }
+}
+
+static void test_qwen35_long_gpu(void **st)
+{
+    (void)st;
+    need_gpu();
+    run_long(GGUF, LONG_JSON, "qwen35");
+}
+
+static void test_qwen35moe_long_gpu(void **st)
+{
+    (void)st;
+    need_gpu();
+    run_long(MOE_GGUF, MOE_LONG_JSON, "qwen35moe");
+}
+
+static void test_qwen35_interleaved_sequences_gpu(void **st)
+{
+    need_gpu();
+    test_qwen35_interleaved_sequences(st);
+}
+
+static void test_qwen35_sequence_edits_gpu(void **st)
+{
+    need_gpu();
+    test_qwen35_sequence_edits(st);
+}
+
+static void test_qwen35_checkpoint_rollback_gpu(void **st)
+{
+    need_gpu();
+    test_qwen35_checkpoint_rollback(st);
+}
+
+static void test_qwen35_block_checkpoints_gpu(void **st)
+{
+    need_gpu();
+    test_qwen35_block_checkpoints(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -401,6 +477,12 @@ int main(void)
         cmocka_unit_test(test_qwen35_sequence_edits),
         cmocka_unit_test(test_qwen35_checkpoint_rollback),
         cmocka_unit_test(test_qwen35_block_checkpoints),
+        cmocka_unit_test_setup_teardown(test_qwen35_long_gpu, gpu_on, gpu_off),
+        cmocka_unit_test_setup_teardown(test_qwen35moe_long_gpu, gpu_on, gpu_off),
+        cmocka_unit_test_setup_teardown(test_qwen35_interleaved_sequences_gpu, gpu_on, gpu_off),
+        cmocka_unit_test_setup_teardown(test_qwen35_sequence_edits_gpu, gpu_on, gpu_off),
+        cmocka_unit_test_setup_teardown(test_qwen35_checkpoint_rollback_gpu, gpu_on, gpu_off),
+        cmocka_unit_test_setup_teardown(test_qwen35_block_checkpoints_gpu, gpu_on, gpu_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

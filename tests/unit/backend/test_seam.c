@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/options.h"
+#include "../../common/test_blocks.h"
 #include "base/status.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -68,7 +69,8 @@ static void test_options_defaults(void **st)
     assert_false(o.cuda_verify || o.cuda_f32_act || o.cuda_exact || o.cuda_graph_log);
     assert_true(o.cuda_mmvq);
     assert_true(o.cuda_graphs && o.cuda_fuse && o.cuda_fuse_head && o.cuda_fuse_add && o.cuda_fuse_attn && o.cuda_q8 && o.cuda_rope_table && o.cuda_tf32 && o.cuda_pdl && o.cuda_feedback);
-    assert_true(o.cuda_gemm_f16 && o.cuda_attn_tc && o.cuda_prefill_f16);
+    assert_true(o.cuda_gemm_f16 && o.cuda_attn_tc);
+    assert_false(o.cuda_prefill_f16);   /* experimental: off until its in-place GPU test passes */
     assert_int_equal(o.cuda_cublas_ws_mib, 4);
     assert_int_equal(o.cuda_stack_bytes, 128);
     /* an empty environment changes nothing */
@@ -207,6 +209,36 @@ static ember_backend *cpu(void)
     return be;
 }
 
+/* dequant_host_rows on the CPU: rows of golden blocks lying one after
+ * another in host memory come out as gguf-py dequantized them (the CPU's
+ * to_float is its scalar reference, bit for bit), for a K-quant, Q8_0 and
+ * F16; the row offsets follow the type's row bytes. */
+static void test_cpu_dequant_host_rows(void **st)
+{
+    (void)st;
+    ember_backend *be = cpu();
+    static const char *const types[] = {"Q4_K", "Q6_K", "Q8_0", "F16"};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        test_blocks b;
+        test_blocks_load(types[ti], &b);
+        const int64_t ne0 = 4 * (int64_t)b.block_size * (b.block_size == 1 ? 16 : 1), n_rows = 7;
+        uint8_t *raw;
+        float *ref;
+        test_blocks_matrix(&b, ne0, n_rows, &raw, &ref);
+        float *out = malloc(sizeof(float) * ne0 * n_rows);
+        assert_non_null(out);
+        be->ops->dequant_host_rows(be, b.type, raw, n_rows, ne0, out);
+        for (int64_t i = 0; i < ne0 * n_rows; i++)
+            if (memcmp(&out[i], &ref[i], sizeof(float)))
+                fail_msg("%s: [%lld] = %.9g, gguf-py %.9g", types[ti], (long long)i, out[i], ref[i]);
+        free(out);
+        free(raw);
+        free(ref);
+        test_blocks_free(&b);
+    }
+    ember_backend_free(be);
+}
+
 static void test_cpu_fills_every_op(void **st)
 {
     (void)st;
@@ -218,6 +250,7 @@ static void test_cpu_fills_every_op(void **st)
         (const void *)op->add, (const void *)op->scale, (const void *)op->kv_store, (const void *)op->attention,
         (const void *)op->kv_copy, (const void *)op->act_alloc, (const void *)op->act_free,
         (const void *)op->host_alloc, (const void *)op->host_free, (const void *)op->copy, (const void *)op->upload,
+        (const void *)op->dequant_host_rows,
         (const void *)op->softcap, (const void *)op->step_begin, (const void *)op->step_end,
         (const void *)op->scratch_bytes, (const void *)op->print_memory, (const void *)op->logits_top,
         (const void *)op->logits_sync, (const void *)op->logits_top_start, (const void *)op->logits_top_finish,
@@ -364,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_options_print),
         cmocka_unit_test(test_registry_picks_cpu),
         cmocka_unit_test(test_cpu_fills_every_op),
+        cmocka_unit_test(test_cpu_dequant_host_rows),
         cmocka_unit_test(test_cpu_copy_upload),
         cmocka_unit_test(test_cpu_softcap),
         cmocka_unit_test(test_cpu_rope_ext),

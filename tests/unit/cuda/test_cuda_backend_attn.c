@@ -117,6 +117,46 @@ static void run_case(const bcase *c, bool exact)
  * the CPU backend's: one decode row and a 40-row prompt, Q4_K weights from
  * gguf-py's blocks, every output within 2e-3 of max |cpu| (the prompt's f16
  * GEMM; the decode mat-vecs agree to 1e-5). */
+/* dequant_host_rows on the CUDA backend outside a step: the rows travel in
+ * their block format and are expanded on the device (the prompt path of
+ * Gemma 4's per-layer embeddings); within get_rows' tolerance of gguf-py's
+ * dequantization (the kernel may contract d*q - m into one FMA). */
+static void test_backend_dequant_host_rows(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    ember_backend_limits lim = {.max_tokens = 64, .max_n_in = 4096, .max_kv_tokens = 64, .max_head_dim = 64};
+    ember_backend *gpu = NULL;
+    ember_backend_options go = ember_backend_options_default();
+    CU_OK(ember_backend_cuda_new(&go, &lim, &gpu));
+    static const char *const types[] = {"Q4_K", "Q6_K", "Q8_0", "F16"};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        test_blocks b;
+        test_blocks_load(types[ti], &b);
+        const int64_t ne0 = b.block_size == 1 ? 64 : 2 * (int64_t)b.block_size, n_rows = 300;
+        uint8_t *raw;
+        float *ref;
+        test_blocks_matrix(&b, ne0, n_rows, &raw, &ref);
+        float *act = gpu->ops->act_alloc(gpu, sizeof(float) * ne0 * n_rows);
+        float *out = malloc(sizeof(float) * ne0 * n_rows);
+        assert_true(act && out);
+        gpu->ops->dequant_host_rows(gpu, b.type, raw, n_rows, ne0, act);
+        memset(raw, 0xff, 16);   /* the rows may be reused once the call returns */
+        gpu->ops->copy(gpu, out, act, ne0 * n_rows);
+        int bad = 0;
+        for (int64_t i = 0; i < ne0 * n_rows; i++)
+            if (fabsf(out[i] - ref[i]) > 2e-6f * fmaxf(1.f, fabsf(ref[i])) && bad++ < 5)
+                print_error("%s dequant_host_rows [%lld] = %.8g, want %.8g\n", types[ti], (long long)i, out[i], ref[i]);
+        assert_int_equal(bad, 0);
+        gpu->ops->act_free(gpu, act);
+        free(out);
+        free(raw);
+        free(ref);
+        test_blocks_free(&b);
+    }
+    ember_backend_free(gpu);
+}
+
 static void test_backend_matmul_four_weights(void **state)
 {
     (void)state;
@@ -221,6 +261,7 @@ int main(void)
         /* last: its random draws would change the attention cases' data (D=512 at 900 keys then
          * lands at 1.006e-2 of max |cpu|, just past that test's bound: H200, session 25) */
         cmocka_unit_test(test_backend_matmul_four_weights),
+        cmocka_unit_test(test_backend_dequant_host_rows),
     };
     return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);
 }

@@ -6,7 +6,8 @@
  * q's RoPE between) and Llama (RoPE only, normal mode), as a prompt step of
  * 5 tokens and then decode steps (the second one of a shape is captured as
  * a CUDA graph, the third replays it; the last two past 32 keys, where the
- * attention merges two key splits). The attention output feeds an output
+ * attention merges two key splits), then a prompt of 70 tokens (the
+ * prompt attention and the f16 prefill GEMM behind the same head kernel). The attention output feeds an output
  * projection (a matmul of golden gguf-py blocks whose Q8 input the
  * attention kernel writes itself: cb_pat_attn_quant), as in a layer. Every
  * step's attention output and projection must be bit-identical to the same
@@ -32,7 +33,7 @@ typedef struct hcase {
     const char *wo_type;   /* the output projection's block format (golden blocks) */
 } hcase;
 
-enum { N_OUT = 96 };   /* rows of the output projection */
+enum { N_OUT = 96, MAXN = 72 };   /* rows of the output projection; most tokens a step */
 
 typedef struct layer_data {
     float *q, *k_act, *v_act, *o_act;   /* activations (act_alloc: one set per backend for all steps, as the engine keeps its scratch) */
@@ -49,10 +50,10 @@ static void run_step(ember_backend *be, const hcase *c, const layer_data *L, con
 {
     const int D = c->head_dim, H = c->n_head, Hk = c->n_head_kv, bt = view->block_tokens;
     const size_t nq = (size_t)n * H * D, nk = (size_t)n * Hk * D;
-    ember_token tok[8] = {0};
-    ember_pos pos[8];
-    int64_t rows[8];
-    ember_attn_query qs[8];
+    ember_token tok[MAXN] = {0};
+    ember_pos pos[MAXN];
+    int64_t rows[MAXN];
+    ember_attn_query qs[MAXN];
     for (int i = 0; i < n; i++) {
         pos[i] = pos0 + i;
         rows[i] = (int64_t)L->blocks[(pos0 + i) / bt] * bt + (pos0 + i) % bt;
@@ -101,9 +102,9 @@ static void run_step(ember_backend *be, const hcase *c, const layer_data *L, con
 
 static void run_case(const hcase *c)
 {
-    const int bt = 16, n_ctx = 64, n_blocks = n_ctx / bt, D = c->head_dim, H = c->n_head, Hk = c->n_head_kv;
+    const int bt = 16, n_ctx = 128, n_blocks = n_ctx / bt, D = c->head_dim, H = c->n_head, Hk = c->n_head_kv;
     const int64_t row = (int64_t)Hk * D;
-    ember_backend_limits lim = {.max_tokens = 8, .max_n_in = 4096, .max_kv_tokens = n_ctx, .max_head_dim = D};
+    ember_backend_limits lim = {.max_tokens = MAXN, .max_n_in = 4096, .max_kv_tokens = n_ctx, .max_head_dim = D};
     ember_backend *be[3] = {NULL, NULL, NULL};   /* CPU, CUDA fused, CUDA unfused */
     CU_OK(test_cpu_backend_new(2, &lim, &be[0]));
     ember_backend_options go = ember_backend_options_default();
@@ -133,23 +134,24 @@ static void run_case(const hcase *c)
         L[b] = (layer_data){.wq = wq, .wk = wk, .wo = &wo, .blocks = blocks, .k = calloc((size_t)(n_ctx * row), 2),
                             .v = calloc((size_t)(n_ctx * row), 2)};
         assert_true(L[b].k && L[b].v);
-        L[b].q = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * H * D);
-        L[b].o_act = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * H * D);
-        L[b].k_act = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * row);
-        L[b].v_act = be[b]->ops->act_alloc(be[b], sizeof(float) * 5 * row);
+        L[b].q = be[b]->ops->act_alloc(be[b], sizeof(float) * MAXN * H * D);
+        L[b].o_act = be[b]->ops->act_alloc(be[b], sizeof(float) * MAXN * H * D);
+        L[b].k_act = be[b]->ops->act_alloc(be[b], sizeof(float) * MAXN * row);
+        L[b].v_act = be[b]->ops->act_alloc(be[b], sizeof(float) * MAXN * row);
         assert_true(L[b].q && L[b].k_act && L[b].v_act && L[b].o_act);
         view[b] = (ember_kv_layer_view){.type_k = EMBER_TYPE_F16, .type_v = EMBER_TYPE_F16, .k = L[b].k, .v = L[b].v,
                                         .k_row_bytes = (size_t)row * 2, .v_row_bytes = (size_t)row * 2,
                                         .block_tokens = bt, .n_rows = n_ctx};
     }
-    /* (pos0, n); the keys 9..39 stay zero on both sides */
-    const int steps[][2] = {{0, 5}, {5, 1}, {6, 1}, {7, 1}, {8, 1}, {40, 1}, {41, 1}};
-    const size_t max_q = (size_t)5 * H * D, max_k = (size_t)5 * row;
+    /* (pos0, n); the keys 9..39 stay zero on both sides; the last step is a
+     * prompt of 70 tokens (the prompt attention, the f16 prefill GEMM) */
+    const int steps[][2] = {{0, 5}, {5, 1}, {6, 1}, {7, 1}, {8, 1}, {40, 1}, {41, 1}, {42, 70}};
+    const size_t max_q = (size_t)MAXN * H * D, max_k = (size_t)MAXN * row;
     float *qh = malloc(sizeof(float) * max_q), *kh = malloc(sizeof(float) * max_k), *vh = malloc(sizeof(float) * max_k);
     float *out[3], *y[3];
     for (int b = 0; b < 3; b++) {
         out[b] = malloc(sizeof(float) * max_q);
-        y[b] = malloc(sizeof(float) * 5 * N_OUT);
+        y[b] = malloc(sizeof(float) * MAXN * N_OUT);
         assert_true(out[b] && y[b]);
     }
     assert_true(qh && kh && vh);

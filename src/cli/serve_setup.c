@@ -226,7 +226,8 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
      * +490 MiB of activations; bench/results/cuda-h200.md, session 29) */
     const bool gpu = cli_n_gpu_layers != 0 && ember_gpu_count() > 0;
     m->n_batch = o->n_batch > 0 ? o->n_batch : gpu ? 2048 : 512;
-    const int32_t ub = o->n_ubatch > 0 ? o->n_ubatch : gpu ? 2048 : 512;
+    int32_t ub = o->n_ubatch > 0 ? o->n_ubatch : gpu ? 2048 : 512;
+    if (o->n_ubatch <= 0 && ub > m->n_ctx) ub = m->n_ctx;   /* no prompt pass is longer than a slot (scratch) */
     cp.n_batch = (uint32_t)m->n_batch;
     cp.n_ubatch = (uint32_t)(m->n_batch < ub ? m->n_batch : ub);
     cp.n_threads = o->n_threads;

@@ -249,6 +249,10 @@ static void op_dequant_host_rows(ember_backend *be, uint32_t type, const void *r
 {
     (void)be;
     const ember_quant_traits *tr = ember_quant_traits_get(type);
+    if (!tr || n_in <= 0 || n_in % (int64_t)ember_type_block_size(type) != 0) {   /* the model's own shapes: a bug */
+        fprintf(stderr, "ember: cpu: dequant_host_rows: %s rows of %lld\n", ember_type_name(type), (long long)n_in);
+        abort();
+    }
     const size_t rb = row_size(type, n_in);
     for (int64_t r = 0; r < n_rows; r++) {
         const uint8_t *row = (const uint8_t *)rows + (size_t)r * rb;

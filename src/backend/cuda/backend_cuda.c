@@ -495,8 +495,9 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
  * else one kernel converts x; either rounds x to the weights' vec_dot_type
  * on the way (as the rounded form below does: the activations the CPU's
  * vec_dot sees), and every weight's f16 GEMMs then read that one copy. Only
- * where the weights share one Q8 vec_dot_type (unrounded with
- * EMBER_CUDA_F32_ACT) and rows are whole blocks of it; *round gets it. */
+ * where the weights share one vec_dot_type, a Q8 format or F32 (F16/BF16
+ * weights, or any with EMBER_CUDA_F32_ACT: not rounded, as below), and rows
+ * are whole blocks of it; *round gets it. */
 static bool f16_path(const cuda_backend *b, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws, uint32_t *round)
 {
     if (!b->prefill_f16 || n_tokens <= EMBER_CUDA_GEMM_MIN_COLS) return false;

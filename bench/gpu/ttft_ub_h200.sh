@@ -41,30 +41,22 @@ has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 if has tests; then
   log "=== GPU unit tests $(el)"
   export EMBER_TEST_GPU_GGUF=$G3
-  for t in ${TESTBINS:-test_cuda_matmul test_cuda_ops test_cuda_head test_cuda_backend_attn test_runtime test_seam test_cuda_attn test_cuda_q8 test_cuda_sample test_cuda_exact}; do
+  for t in ${TESTBINS:-test_cuda_recurrent test_qwen35 test_cuda_matmul test_cuda_ops test_cuda_head test_cuda_backend_attn test_runtime test_seam test_cuda_attn test_cuda_q8 test_cuda_sample test_cuda_exact}; do
     [ -x $B/tests/$t ] || { log "$t missing"; continue; }
     timeout 300 $B/tests/$t > /tmp/$t.txt 2>&1; rc=$?
     log "$t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"
     [ $rc = 0 ] || tail -25 /tmp/$t.txt | tee -a "$S"
   done
-  # a second build's tests and CLI (.carry/gdr.tar.xz: test_cuda_recurrent, test_qwen35, ember of branch gdr)
-  if [ -f .carry/gdr.tar.xz ]; then
-    mkdir -p /tmp/gdr && tar xJf .carry/gdr.tar.xz -C /tmp/gdr
-    for t in test_cuda_recurrent test_qwen35; do
-      timeout 300 /tmp/gdr/$t > /tmp/$t.txt 2>&1; rc=$?
-      log "gdr $t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"
-      [ $rc = 0 ] || tail -30 /tmp/$t.txt | tee -a "$S"
+  # Qwen3.5 (recurrent layers) on the GPU: greedy ids of a 300-token prompt on the tiny goldens, CPU and GPU
+  python3 -c "import random; r=random.Random(3); print(','.join(str(r.randrange(3, 200)) for _ in range(300)))" > /tmp/qids.txt
+  for q in tests/golden/qwen35/*.gguf; do
+    for ngl in 0 99; do
+      timeout 60 $B/bin/ember run -m $q --prompt-ids-file /tmp/qids.txt -n 24 --temp 0 --ignore-eos -ngl $ngl 2>/dev/null \
+        | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['tokens'])" > /tmp/q$ngl.txt 2>&1
     done
-    EMBER_CUDA_GRAPH_LOG=1 timeout 120 /tmp/gdr/test_qwen35 2>&1 | grep -i "graph" | sort | uniq -c | head -5 | tee -a "$S"
-    python3 -c "import random; r=random.Random(3); print(','.join(str(r.randrange(3, 200)) for _ in range(300)))" > /tmp/qids.txt
-    for q in tests/golden/qwen35/*.gguf; do
-      for ngl in 0 99; do
-        timeout 60 /tmp/gdr/ember run -m $q --prompt-ids-file /tmp/qids.txt -n 24 --temp 0 --ignore-eos -ngl $ngl 2>/dev/null \
-          | python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['tokens'])" > /tmp/q$ngl.txt 2>&1
-      done
-      log "gdr ember run $(basename $q) (300-token prompt, 24 greedy): cpu $(head -c 120 /tmp/q0.txt) gpu $(cmp -s /tmp/q0.txt /tmp/q99.txt && echo equal || head -c 120 /tmp/q99.txt)"
-    done
-  fi
+    log "qwen35 run $(basename $q) (300-token prompt, 24 greedy): cpu $(head -c 100 /tmp/q0.txt) gpu $(cmp -s /tmp/q0.txt /tmp/q99.txt && echo equal || head -c 100 /tmp/q99.txt)"
+  done
+  EMBER_CUDA_GRAPH_LOG=1 timeout 120 $B/tests/test_qwen35 2>&1 | grep -i "graph" | sort | uniq -c | head -5 | tee -a "$S"
 fi
 
 if has kl; then

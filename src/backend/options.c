@@ -80,8 +80,8 @@ static const opt_row rows[] = {
     {"EMBER_CUDA_PREFILL_F16", OPT_BOOL, F(cuda_prefill_f16), 0, 0, 1, NULL,
      "1 (experimental): the norm, GLU or copy kernel that makes a prompt's f16 GEMM input rounds it to the weights' "
      "vec_dot_type and writes it in f16 (the same values in three passes fewer; E4B-shaped TTFT -0..4% on an H100); "
-     "0: rounded by a kernel of its own, then scanned and converted. Off by default until its in-place GPU test "
-     "passes (bench/results/cuda-h200.md, session 29); not with EMBER_CUDA_EXACT=1 or EMBER_CUDA_GEMM_F16=0"},
+     "0: rounded by a kernel of its own, then scanned and converted. Off by default until its GPU test passes "
+     "(bench/results/cuda-h200.md, session 29); not with EMBER_CUDA_EXACT=1 or EMBER_CUDA_GEMM_F16=0"},
     {"EMBER_CUDA_ATTN_TC", OPT_BOOL, F(cuda_attn_tc), 1, 0, 1, NULL,
      "0: prompt runs of >= 64 queries use the flash-decoding kernel instead of f16 GEMMs on the tensor cores"},
     {"EMBER_CUDA_FEEDBACK", OPT_BOOL, F(cuda_feedback), 1, 0, 1, NULL,

@@ -119,26 +119,6 @@ if has ncu; then
   env ${NCUENV:-} timeout 300 $NCUB --clock-control none --cache-control none --launch-count ${NCUCOUNT:-4000} --metrics gpu__time_duration.sum --csv \
     --log-file /tmp/ncu.log $B/bin/ember bench -m $M -ngl 99 -c $((ub + 64)) -p $ub -n 0 -b $ub -ub $ub -r 1 > /dev/null 2>&1
   log "=== ncu: pp$ub micro-batches ${NCUENV:-} (warm-up run included)"
-  python3 - /tmp/ncu.log <<'PY' | tee -a "$S"
-import csv, sys, collections
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-hdr = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-if hdr is None:
-    print("no ncu rows"); sys.exit()
-h = rows[hdr]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
-t = collections.defaultdict(float); n = collections.Counter()
-for r in rows[hdr + 1:]:
-    if len(r) <= vi: continue
-    try: v = float(r[vi].replace(",", ""))
-    except ValueError: continue
-    if r[ui] in ("nsecond", "ns"): v /= 1000.0
-    elif r[ui] in ("msecond", "ms"): v *= 1000.0
-    name = r[ki].split("(")[0][:90]
-    t[name] += v; n[name] += 1
-tot = sum(t.values())
-print(f"kernels {sum(n.values())}, total {tot:.0f} us")
-for k, v in sorted(t.items(), key=lambda x: -x[1])[:26]:
-    print(f"{v:10.0f} us {100 * v / tot:5.1f}% {n[k]:6d} x {v / n[k]:8.2f} us  {k}")
-PY
+  python3 bench/gpu/ncu_table.py /tmp/ncu.log 26 | tee -a "$S"
 fi
 log "=== done $(el)"

@@ -84,7 +84,7 @@ static void test_mtp_proposer_follows_transformers(void **st)
     ember_model *t = NULL;
     assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
     spec_proposer prop;
-    assert_int_equal(spec_mtp_new(DRAFT, t, 2, MAX_POS, 1, &prop), EMBER_OK);
+    assert_int_equal(spec_mtp_new(DRAFT, t, 2, MAX_POS, 1, NULL, &prop), EMBER_OK);
     assert_string_equal(prop.name, "draft-mtp");
     assert_true(prop.costly && prop.absorb && prop.fork);
     ember_context *c = new_ctx(t, &prop);
@@ -158,13 +158,13 @@ static void test_mtp_proposer_refusals(void **st)
     ember_model *t = NULL;
     assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
     spec_proposer prop;
-    assert_int_equal(spec_mtp_new(TARGET, t, 1, 32, 1, &prop), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(spec_mtp_new(TARGET, t, 1, 32, 1, NULL, &prop), EMBER_ERR_INVALID_ARG);
     assert_non_null(strstr(ember_last_error(), "not gemma4-assistant"));
-    assert_int_equal(spec_mtp_new("tests/golden/mtp/missing.gguf", t, 1, 32, 1, &prop), EMBER_ERR_IO);
+    assert_int_equal(spec_mtp_new("tests/golden/mtp/missing.gguf", t, 1, 32, 1, NULL, &prop), EMBER_ERR_IO);
     ember_model_free(t);
     /* a target that is not gemma4 */
     assert_int_equal(ember_model_load("tests/golden/dflash/tiny-dflash-draft.gguf", NULL, &t), EMBER_OK);
-    assert_int_equal(spec_mtp_new(DRAFT, t, 1, 32, 1, &prop), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(spec_mtp_new(DRAFT, t, 1, 32, 1, NULL, &prop), EMBER_ERR_INVALID_ARG);
     ember_model_free(t);
 }
 

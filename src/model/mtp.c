@@ -404,7 +404,11 @@ ember_status ember_mtp_step(ember_mtp_ctx *c, int32_t seq, ember_token token, in
     const int64_t E = hp->n_embd, B = c->d->n_embd_backbone;
     const float eps = hp->norm_eps;
     /* u = W_pre [E_target[t] * sqrt(B); h] (gemma4-assistant.cpp:108-118) */
-    op->get_rows(be, &c->t->tok_embd, &token, 1, c->xh);
+    /* the target's embedding row, expanded from the mapped file where the
+     * activations live (not get_rows: a GPU draft would upload the target's
+     * whole table for one row a step) */
+    const ember_weight *te = &c->t->tok_embd;
+    op->dequant_host_rows(be, te->type, (const char *)te->data + (size_t)token * te->row_bytes, 1, te->n_in, c->xh);
     op->scale(be, c->xh, sqrtf((float)B), B);
     op->upload(be, c->xh + B, h, B);   /* h is read now: h_next may be the same host row */
     {

@@ -45,14 +45,17 @@ char *serve_read_file(const char *path)
 const char serve_spec_usage[] =
     "      --spec-type T           speculative decoding: none (default), ngram (prompt lookup), draft (-md),\n"
     "                              layerskip (the model's own first --spec-layers layers draft), draft-dflash\n"
-    "                              (a DFlash block draft over the model's hidden states; CPU), draft-mtp\n"
-    "                              (a Gemma 4 MTP assistant draft over the model's K/V; CPU); output stays\n"
+    "                              (a DFlash block draft over the model's hidden states), draft-mtp\n"
+    "                              (a Gemma 4 MTP assistant draft over the model's K/V); output stays\n"
     "                              identical (lossless)\n"
     "  -md, --model-draft, --spec-draft-model FILE\n"
     "                              draft model for --spec-type draft (same vocabulary as -m), draft-dflash\n"
     "                              (a dflash GGUF made by convert_hf_to_gguf.py --target-model-dir) or\n"
     "                              draft-mtp (a gemma4-assistant GGUF for a gemma4 -m)\n"
-    "  -ngld, --spec-draft-ngl N   accepted for llama-server compatibility; drafts run on the CPU for now\n"
+    "  -ngld, --spec-draft-ngl N   N != 0: the draft (draft, draft-dflash, draft-mtp) runs on the GPU: its\n"
+    "                              weights, K/V (F16) and scratch (all of it, N is not a layer split); 0\n"
+    "                              (default) or no GPU: on the CPU. The target's hidden states reach it\n"
+    "                              through host memory\n"
     "      --spec-layers K         layers the layerskip draft runs before the LM head (default: half)\n"
     "      --spec-draft-n-max N    most draft tokens per slot and step (default 16, at most 32)\n"
     "      --spec-draft-n-min N    drop drafts shorter than N (default 0)\n"
@@ -151,22 +154,27 @@ static ember_status open_spec(const serve_opts *o, serve_model *m, FILE *log)
         fprintf(log, "ember: -md given: using --spec-type draft\n");
     }
     spec_type type = o->draft_path && o->spec.type == SPEC_NONE ? SPEC_DRAFT : o->spec.type;
-    if (o->draft_ngl != 0 && (type == SPEC_DRAFT || type == SPEC_DFLASH || type == SPEC_MTP))
-        fprintf(log, "ember: --spec-draft-ngl %d: the draft runs on the CPU in this build\n", o->draft_ngl);
+    /* -ngld N != 0: the draft's weights, K/V and scratch on the GPU backend
+     * (all of it: N is not a layer split), where one exists; else the CPU */
+    ember_model_params dmp = ember_model_default_params();
+    dmp.n_gpu_layers = o->draft_ngl;
+    dmp.device = cli_device;
+    if (o->draft_ngl != 0 && ember_gpu_count() == 0 && (type == SPEC_DRAFT || type == SPEC_DFLASH || type == SPEC_MTP))
+        fprintf(log, "ember: --spec-draft-ngl %d: no GPU in this build or machine, the draft runs on the CPU\n", o->draft_ngl);
     switch (type) {
     case SPEC_NONE: return EMBER_OK;
     case SPEC_NGRAM: st = spec_ngram_new(o->spec.ngram_min, o->spec.ngram_max, &prop); break;
     case SPEC_DRAFT:
         if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft needs -md FILE");
-        st = spec_draft_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &prop);
+        st = spec_draft_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &dmp, &prop);
         break;
     case SPEC_DFLASH:
         if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft-dflash needs --spec-draft-model FILE");
-        st = spec_dflash_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, o->spec.n_max, &prop);
+        st = spec_dflash_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, o->spec.n_max, &dmp, &prop);
         break;
     case SPEC_MTP:
         if (!o->draft_path) return ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft-mtp needs --spec-draft-model FILE");
-        st = spec_mtp_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &prop);
+        st = spec_mtp_new(o->draft_path, m->model, o->n_parallel, m->n_ctx, o->n_threads, &dmp, &prop);
         break;
     case SPEC_LAYERSKIP: {
         int32_t k = o->spec.n_layer_draft > 0 ? o->spec.n_layer_draft : ember_model_n_layer(m->model) / 2;

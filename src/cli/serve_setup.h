@@ -31,7 +31,7 @@ typedef struct serve_opts {
     const char *template_file;  /* --chat-template-file */
     spec_params spec;           /* --spec-type, --spec-draft-n-max/-n-min/-p-min, --spec-adaptive */
     const char *draft_path;     /* -md / --spec-draft-model: draft model for --spec-type draft or draft-dflash */
-    int32_t draft_ngl;          /* --spec-draft-ngl (accepted; drafts run on the CPU for now) */
+    int32_t draft_ngl;          /* --spec-draft-ngl: != 0 runs the draft on the GPU backend (where one exists) */
     bool p_min_given;           /* --spec-draft-p-min was given (draft-dflash defaults to llama.cpp's 0) */
     bool context_shift;         /* --context-shift (engine_config.context_shift) */
 } serve_opts;

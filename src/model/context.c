@@ -70,7 +70,7 @@ struct ember_context {
     int32_t n_layer_last; /* layers the last decode ran */
     int32_t n_capture;
     int32_t capture_layer[EMBER_MAX_HIDDEN_LAYERS];
-    float *hidden;        /* [hidden_rows][n_capture][n_embd] */
+    float *hidden;        /* [n_capture][hidden_rows][n_embd], host memory, n_batch rows (allocated with the capture) */
     int64_t hidden_rows;
     /* embeddings (ember_batch.embd): the rows of the last decode */
     float *embd;          /* [embd_rows][n_embd], host memory */
@@ -361,17 +361,24 @@ ember_status ember_set_hidden_layers(ember_context *c, int32_t n, const int32_t 
     if (n > 0 && !c->m->arch->partial && !c->m->arch->hidden)
         return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_hidden_layers: architecture %s does not export hidden states",
                            c->m->arch->name);
-    /* hidden rows are copied on the host from the scratch (ember_layer_end) */
-    if (n > 0 && c->be->caps.device_activations && c->m->arch->device_scratch)
-        return ember_error(EMBER_ERR_UNSUPPORTED, "ember_set_hidden_layers: activations live on the GPU (hidden states are CPU-only)");
     for (int32_t j = 0; j < n; j++)
         if (layers[j] < 0 || layers[j] >= hp->n_layer)
             return ember_error(EMBER_ERR_INVALID_ARG, "ember_set_hidden_layers: layers[%d] = %d not in [0, n_layer %d)", j,
                                layers[j], hp->n_layer);
-    /* rows are allocated by the next decode, one per batch entry */
+    /* one row per batch entry and layer, allocated once: ember_layer_end's
+     * copies write there (from device memory on a GPU, where a replayed step
+     * writes to the addresses its forward pass gave) */
     free(c->hidden);
     c->hidden = NULL;
     c->hidden_rows = 0;
+    c->n_capture = 0;
+    if (n > 0) {
+        c->hidden = malloc((size_t)c->p.n_batch * (size_t)n * (size_t)hp->n_embd * sizeof(float));
+        if (!c->hidden)
+            return ember_error(EMBER_ERR_NOMEM, "ember_set_hidden_layers: %d layers x %u rows of %d floats", n, c->p.n_batch,
+                               hp->n_embd);
+        c->hidden_rows = c->p.n_batch;
+    }
     c->n_capture = n;
     for (int32_t j = 0; j < n; j++) c->capture_layer[j] = layers[j];
     c->n_last = 0;
@@ -389,7 +396,7 @@ const float *ember_get_hidden(ember_context *c, int32_t i, int32_t j)
     } else if (i >= c->n_last) {
         return NULL;
     }
-    return c->hidden + ((size_t)i * (size_t)c->n_capture + (size_t)j) * (size_t)c->m->hp.n_embd;
+    return c->hidden + ((size_t)j * (size_t)c->hidden_rows + (size_t)i) * (size_t)c->m->hp.n_embd;
 }
 
 ember_status ember_batch_init(int32_t n_max, ember_batch *out)
@@ -566,15 +573,6 @@ static ember_status decode_impl(ember_context *c, const ember_batch *b, const in
         c->logits = nl;
         c->logits_rows = n_out;
     }
-    if (c->n_capture > 0 && n > c->hidden_rows) {   /* one row per entry, logits or not */
-        float *nh = realloc(c->hidden, (size_t)n * (size_t)c->n_capture * (size_t)hp->n_embd * sizeof(float));
-        if (!nh) {
-            for (int32_t i = n - 1; i >= 0; i--) ember_kv_seq_truncate(c->kv, b->seq_id[i], b->pos[i]);
-            return ember_error(EMBER_ERR_NOMEM, "ember_decode: cannot allocate hidden states for %d rows", n);
-        }
-        c->hidden = nh;
-        c->hidden_rows = n;
-    }
     if (n_embd_out > c->embd_rows) {
         float *ne = malloc((size_t)n_embd_out * (size_t)hp->n_embd * sizeof(float));
         if (!ne) {
@@ -625,8 +623,8 @@ static ember_status decode_impl(ember_context *c, const ember_batch *b, const in
             .query = c->query + u0, .kv_row_swa = (swa ? c->kv_row_swa : c->kv_row) + u0,
             .query_swa = (swa ? c->query_swa : c->query) + u0, .n_out = n_uo, .out_idx = c->out_idx,
             .logits = c->logits + (size_t)(first_out < 0 ? 0 : first_out) * (size_t)hp->n_vocab,
-            .hidden = c->n_capture == 0 ? NULL
-                      : c->hidden + (size_t)u0 * (size_t)c->n_capture * (size_t)hp->n_embd,
+            .hidden = c->n_capture == 0 ? NULL : c->hidden + (size_t)u0 * (size_t)hp->n_embd,
+            .hidden_ld = c->hidden_rows * hp->n_embd,
             .seq = b->seq_id + u0,
             .n_embd_out = n_ue, .embd_idx = c->embd_idx,
             .embd = n_ue == 0 ? NULL : c->embd + (size_t)first_embd * (size_t)hp->n_embd,

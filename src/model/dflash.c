@@ -26,6 +26,7 @@
 
 #include "base/status.h"
 #include "backend/options.h"
+#include "model/draft_kv.h"
 
 #include <math.h>
 
@@ -171,32 +172,36 @@ ember_status ember_dflash_check_target(const ember_model *draft, const ember_mod
 
 /* ---- the forward (llama.cpp dflash.cpp:571-846, DFlash1) ------------------ */
 
+/* Every step is backend ops: the scratch is the backend's activation memory
+ * (device memory on a GPU), the K/V are a draft_kv store written by
+ * kv_store and read by the attention op (F32 on the CPU, F16 on a GPU). The
+ * only host data are the inputs (features, uploaded; tokens, positions, K/V
+ * rows, block tables) and the logits (written to the caller's host rows). */
 struct ember_dflash_ctx {
     const ember_model *m, *t;   /* the draft and its target (embedding, LM head) */
     const ember_dflash *d;
-    ember_backend *be;          /* CPU: the attention below reads scratch on the host */
+    ember_backend *be;
+    ember_draft_kv kv;          /* one view per draft layer: [n_seq][n_ctx + n_rows] positions */
     int32_t n_seq, n_ctx, n_rows;   /* n_rows: rows of one pass (block or injection chunk) */
-    int64_t n_q, n_k;           /* n_head * head_dim, n_head_kv * head_dim */
-    float *kv;                  /* [n_seq][n_layer][2][n_ctx + n_rows][n_k]: K then V per layer */
+    int64_t n_q, n_k, n_in;     /* n_head * head_dim, n_head_kv * head_dim, n_target_layers * n_embd_target */
     int32_t *n_pos;             /* [n_seq] positions 0 .. n_pos - 1 hold injected K/V */
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *g, *sc;
-    ember_pos *pos;
+    void *act;                  /* the backend's activation memory holding the scratch below */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2, *g, *fin;
+    ember_pos *pos;             /* [n_rows] host */
+    int64_t *rows;              /* [n_rows] host: K/V rows of a pass */
+    ember_attn_query *queries;  /* [n_rows] host */
 };
-
-static float *kv_at(const ember_dflash_ctx *c, int32_t seq, int32_t il, int kv, int64_t p)
-{
-    const int64_t per = (int64_t)(c->n_ctx + c->n_rows) * c->n_k;
-    return c->kv + (((int64_t)seq * c->m->hp.n_layer + il) * 2 + kv) * per + p * c->n_k;
-}
 
 void ember_dflash_ctx_free(ember_dflash_ctx *c)
 {
     if (!c) return;
+    if (c->be && c->act) c->be->ops->act_free(c->be, c->act);
+    ember_draft_kv_free(&c->kv);
     ember_backend_free(c->be);
-    free(c->kv);
     free(c->n_pos);
-    free(c->x);
     free(c->pos);
+    free(c->rows);
+    free(c->queries);
     free(c);
 }
 
@@ -222,39 +227,44 @@ ember_status ember_dflash_ctx_new(const ember_model *draft, const ember_model *t
     c->n_rows = c->d->block_size > 32 ? c->d->block_size : 32;
     c->n_q = (int64_t)hp->n_head * hp->head_dim_k;
     c->n_k = (int64_t)hp->n_head_kv * hp->head_dim_k;
-    const int64_t R = c->n_rows, n_in = (int64_t)c->d->n_target_layers * c->d->n_embd_target;
-    int64_t max_in = n_in > hp->n_ff ? n_in : hp->n_ff;
+    c->n_in = (int64_t)c->d->n_target_layers * c->d->n_embd_target;
+    const int64_t R = c->n_rows;
+    int64_t max_in = c->n_in > hp->n_ff ? c->n_in : hp->n_ff;
     if (c->n_q > max_in) max_in = c->n_q;
     if (hp->n_embd > max_in) max_in = hp->n_embd;
     const ember_backend_limits lim = {.max_tokens = R, .max_n_in = max_in, .max_kv_tokens = n_ctx + R,
                                       .max_head_dim = hp->head_dim_k};
-    ember_backend_options bo = ember_backend_options_default();
-    bo.n_threads = n_threads;
-    if ((st = ember_backend_cpu_new(&bo, &lim, &c->be))) { ember_dflash_ctx_free(c); return st; }
-    const size_t n_kv = (size_t)n_seq * (size_t)hp->n_layer * 2 * (size_t)(n_ctx + R) * (size_t)c->n_k;
-    const size_t n_scr = (size_t)R * (size_t)(2 * hp->n_embd + 2 * c->n_q + 2 * c->n_k + 2 * hp->n_ff + hp->n_embd) +
-                         (size_t)(n_ctx + R);
-    c->kv = calloc(n_kv, sizeof(float));
-    c->n_pos = calloc((size_t)n_seq, sizeof *c->n_pos);
-    c->x = malloc(n_scr * sizeof(float));
-    c->pos = malloc((size_t)R * sizeof *c->pos);
-    if (!c->kv || !c->n_pos || !c->x || !c->pos) {
+    if ((st = ember_draft_backend_new(draft, n_threads, &lim, &c->be))) { ember_dflash_ctx_free(c); return st; }
+    int64_t row_k[EMBER_MAX_LAYERS];
+    for (int32_t il = 0; il < hp->n_layer; il++) row_k[il] = c->n_k;
+    if ((st = ember_draft_kv_init(&c->kv, c->be, n_seq, n_ctx + c->n_rows, hp->n_layer, row_k))) {
         ember_dflash_ctx_free(c);
-        return ember_error(EMBER_ERR_NOMEM, "DFlash: K/V of %d sequences x %d positions (%.1f MiB)", n_seq, n_ctx,
-                           (double)n_kv * 4.0 / 1048576.0);
+        return st;
     }
-    c->xb = c->x + R * hp->n_embd;
-    c->q = c->xb + R * hp->n_embd;
-    c->att = c->q + R * c->n_q;
-    c->k = c->att + R * c->n_q;
-    c->v = c->k + R * c->n_k;
-    c->hb = c->v + R * c->n_k;
-    c->hb2 = c->hb + R * hp->n_ff;
-    c->g = c->hb2 + R * hp->n_ff;
-    c->sc = c->g + R * hp->n_embd;   /* [n_ctx + R] attention scores */
+    const int64_t E = hp->n_embd;
+    const int64_t sizes[10] = {R * E, R * E, R * c->n_q, R * c->n_k, R * c->n_k, R * c->n_q, R * hp->n_ff, R * hp->n_ff,
+                               R * E, R * c->n_in};
+    int64_t total = 0;
+    for (int i = 0; i < 10; i++) total += (sizes[i] + 15) & ~(int64_t)15;
+    c->act = c->be->ops->act_alloc(c->be, (size_t)total * sizeof(float));
+    c->n_pos = calloc((size_t)n_seq, sizeof *c->n_pos);
+    c->pos = malloc((size_t)R * sizeof *c->pos);
+    c->rows = malloc((size_t)R * sizeof *c->rows);
+    c->queries = malloc((size_t)R * sizeof *c->queries);
+    if (!c->act || !c->n_pos || !c->pos || !c->rows || !c->queries) {
+        ember_dflash_ctx_free(c);
+        return ember_error(EMBER_ERR_NOMEM, "DFlash: scratch of %lld floats", (long long)total);
+    }
+    float *f = c->act;
+    float **dst[10] = {&c->x, &c->xb, &c->q, &c->k, &c->v, &c->att, &c->hb, &c->hb2, &c->g, &c->fin};
+    for (int i = 0; i < 10; i++) { *dst[i] = f; f += (sizes[i] + 15) & ~(int64_t)15; }
     *out = c;
     return EMBER_OK;
 }
+
+const char *ember_dflash_ctx_backend(const ember_dflash_ctx *c) { return c->be->ops->name; }
+
+uint64_t ember_dflash_ctx_kv_bytes(const ember_dflash_ctx *c) { return ember_draft_kv_bytes(&c->kv); }
 
 int32_t ember_dflash_n_pos(const ember_dflash_ctx *c, int32_t seq)
 {
@@ -265,9 +275,7 @@ void ember_dflash_fork(ember_dflash_ctx *c, int32_t src, int32_t dst, int32_t n)
 {
     if (src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq || src == dst || n < 0) return;
     if (n > c->n_pos[src]) { c->n_pos[dst] = 0; return; }
-    for (int32_t il = 0; il < c->m->hp.n_layer; il++)
-        for (int kv = 0; kv < 2; kv++)
-            memcpy(kv_at(c, dst, il, kv, 0), kv_at(c, src, il, kv, 0), (size_t)n * (size_t)c->n_k * sizeof(float));
+    ember_draft_kv_fork(&c->kv, src, dst, n);
     c->n_pos[dst] = n;
 }
 
@@ -288,8 +296,8 @@ static void store_kv(ember_dflash_ctx *c, int32_t seq, int32_t il, const float *
     op->matmul(c->be, x, n, 2, ws, ys);
     op->rms_norm(c->be, c->k, c->k, L->attn_k_norm, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps);
     op->rope(c->be, c->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
-    memcpy(kv_at(c, seq, il, 0, p0), c->k, (size_t)n * (size_t)c->n_k * sizeof(float));
-    memcpy(kv_at(c, seq, il, 1, p0), c->v, (size_t)n * (size_t)c->n_k * sizeof(float));
+    for (int32_t i = 0; i < n; i++) c->rows[i] = ember_draft_kv_row(&c->kv, seq, p0 + i);
+    op->kv_store(c->be, &c->kv.view[il], c->k, c->v, c->rows, n);
 }
 
 ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, const float *features)
@@ -300,52 +308,21 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
         return ember_error(EMBER_ERR_RANGE, "ember_dflash_inject: %d + %d positions exceed the draft context of %d",
                            c->n_pos[seq], n, c->n_ctx);
     const ember_hparams *hp = &c->m->hp;
-    const int64_t n_in = (int64_t)c->d->n_target_layers * c->d->n_embd_target;
     for (int32_t r0 = 0; r0 < n; r0 += c->n_rows) {
         const int32_t k = n - r0 < c->n_rows ? n - r0 : c->n_rows;
         const int32_t p0 = c->n_pos[seq];
         for (int32_t i = 0; i < k; i++) c->pos[i] = p0 + i;
+        /* the features where the activations live (the one host input) */
+        c->be->ops->upload(c->be, c->fin, features + (size_t)r0 * (size_t)c->n_in, (int64_t)k * c->n_in);
         /* g = RMSNorm(fc f) * enc_norm (dflash.cpp:619-621) */
         const ember_weight *w = &c->d->fc;
         float *y = c->g;
-        c->be->ops->matmul(c->be, features + (size_t)r0 * (size_t)n_in, k, 1, &w, &y);
+        c->be->ops->matmul(c->be, c->fin, k, 1, &w, &y);
         c->be->ops->rms_norm(c->be, c->g, c->g, c->d->enc_norm, k, hp->n_embd, hp->norm_eps);
         for (int32_t il = 0; il < hp->n_layer; il++) store_kv(c, seq, il, c->g, k, p0);
         c->n_pos[seq] = p0 + k;
     }
     return EMBER_OK;
-}
-
-/* Attention of rows q [n, n_head * hd] over K/V positions [0, n_keys(i)) of
- * seq, layer il: n_keys = p0 + n (the whole block, non-causal) or p0 + i + 1. */
-static void attend(ember_dflash_ctx *c, int32_t seq, int32_t il, int32_t n, int32_t p0)
-{
-    const ember_hparams *hp = &c->m->hp;
-    const int32_t hd = hp->head_dim_k, grp = hp->n_head / hp->n_head_kv;
-    const float *K = kv_at(c, seq, il, 0, 0), *Vv = kv_at(c, seq, il, 1, 0);
-    for (int32_t i = 0; i < n; i++) {
-        const int32_t n_keys = c->d->causal ? p0 + i + 1 : p0 + n;
-        for (int32_t h = 0; h < hp->n_head; h++) {
-            const float *qi = c->q + (size_t)i * c->n_q + (size_t)h * hd;
-            const int64_t off = (int64_t)(h / grp) * hd;
-            float mx = -INFINITY;
-            for (int32_t t = 0; t < n_keys; t++) {
-                const float *kt = K + (size_t)t * c->n_k + off;
-                float dot = 0;
-                for (int32_t e = 0; e < hd; e++) dot += qi[e] * kt[e];
-                c->sc[t] = dot * hp->attn_scale;
-                if (c->sc[t] > mx) mx = c->sc[t];
-            }
-            double sum = 0;
-            for (int32_t t = 0; t < n_keys; t++) { c->sc[t] = expf(c->sc[t] - mx); sum += c->sc[t]; }
-            float *o = c->att + (size_t)i * c->n_q + (size_t)h * hd;
-            for (int32_t e = 0; e < hd; e++) o[e] = 0;
-            for (int32_t t = 0; t < n_keys; t++) {
-                const float w = (float)(c->sc[t] / sum), *vt = Vv + (size_t)t * c->n_k + off;
-                for (int32_t e = 0; e < hd; e++) o[e] += w * vt[e];
-            }
-        }
-    }
 }
 
 ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
@@ -361,10 +338,16 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
         if (tokens[i] < 0 || tokens[i] >= c->t->hp.n_vocab)
             return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: token %d not in [0, %d)", tokens[i], c->t->hp.n_vocab);
         c->pos[i] = p0 + i;
+        /* every row sees the injected positions and the whole block (non-causal,
+         * the mask by sequence only) or the block up to itself (causal) */
+        c->queries[i] = (ember_attn_query){.blocks = ember_draft_kv_blocks(&c->kv, seq),
+                                           .pos = c->d->causal ? p0 + i : p0 + n - 1};
     }
     const ember_backend_ops *op = c->be->ops;
     ember_backend *be = c->be;
     const int64_t E = hp->n_embd;
+    const ember_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
+                                  .head_dim_v = hp->head_dim_v, .kq_scale = hp->attn_scale, .n_swa = 0};
     /* the embedding rows, raw (times embedding_scale when set) */
     const ember_model *io = c->m->tok_embd.data ? c->m : c->t;   /* the draft's own when it has them */
     op->get_rows(be, &io->tok_embd, tokens, n, c->x);
@@ -379,7 +362,7 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
         op->rope(be, c->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
         /* the block's own K/V sit after the injected positions (scratch: never counted in n_pos) */
         store_kv(c, seq, il, c->xb, n, p0);
-        attend(c, seq, il, n, p0);
+        op->attention(be, &c->kv.view[il], &ap, c->q, c->queries, n, c->att);
         const ember_weight *wo = &L->wo;
         float *yo = c->xb;
         op->matmul(be, c->att, n, 1, &wo, &yo);
@@ -397,7 +380,7 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
     /* rows 1 .. n - 1 predict the block's masked tokens: final norm, the target's LM head */
     op->rms_norm(be, c->xb, c->x + E, c->m->output_norm, n - 1, E, hp->norm_eps);
     const ember_weight *wout = &io->output;
-    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);
+    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);   /* logits: host rows */
     return EMBER_OK;
 }
 

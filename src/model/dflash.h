@@ -41,19 +41,26 @@ const ember_dflash *ember_model_dflash(const ember_model *m);
  * EMBER_ERR_INVALID_ARG naming the mismatch. */
 ember_status ember_dflash_check_target(const ember_model *draft, const ember_model *target);
 
-/* The draft's forward over its own K/V (one sequence per slot), on the CPU
- * backend's ops (plus a host attention loop). Shapes: n_embd, n_head, ... of
+/* The draft's forward over its own K/V (one sequence per slot), all in
+ * backend ops (attention included), on the backend the draft model's
+ * placement picks (ember_model_params.n_gpu_layers != 0 and a GPU: CUDA,
+ * F16 K/V, scratch in device memory; else the CPU, F32 K/V: model/draft_kv.h).
+ * Features come from the host (uploaded), logits go to host rows. Shapes: n_embd, n_head, ... of
  * the draft; features rows are [n_target_layers * n_embd_target] floats,
  * layer k's state at [k * n_embd_target]. Source: llama.cpp
  * src/models/dflash.cpp:571-846 (docs/dflash.md). */
 typedef struct ember_dflash_ctx ember_dflash_ctx;
 /* n_seq sequences of up to n_ctx injected positions. Errors: those of
  * ember_dflash_check_target, EMBER_ERR_INVALID_ARG, EMBER_ERR_UNSUPPORTED,
- * EMBER_ERR_NOMEM (the K/V: n_seq * n_layer * 2 * (n_ctx + 32) * n_head_kv *
- * head_dim floats). draft and target must outlive it. */
+ * EMBER_ERR_NOMEM (the K/V: n_seq * n_layer * 2 * (n_ctx + 32, rounded up to
+ * 32) * n_head_kv * head_dim elements), those of the backend's creation.
+ * draft and target must outlive it. */
 ember_status ember_dflash_ctx_new(const ember_model *draft, const ember_model *target, int32_t n_seq, int32_t n_ctx,
                                   int32_t n_threads, ember_dflash_ctx **out);
 void ember_dflash_ctx_free(ember_dflash_ctx *c);
+/* The name of the backend it runs on ("cpu", "cuda") and its K/V bytes. */
+const char *ember_dflash_ctx_backend(const ember_dflash_ctx *c);
+uint64_t ember_dflash_ctx_kv_bytes(const ember_dflash_ctx *c);
 /* Positions of seq whose K/V are injected (0 .. n_pos - 1). */
 int32_t ember_dflash_n_pos(const ember_dflash_ctx *c, int32_t seq);
 /* Make dst hold src's first n positions (a copy of their K/V); when src

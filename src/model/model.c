@@ -398,12 +398,11 @@ void ember_layer_end(const ember_run *r, const ember_ubatch *ub, int32_t il, con
 {
     if (!ub->hidden) return;
     const int64_t n_embd = r->m->hp.n_embd;
-    for (int32_t j = 0; j < r->n_capture; j++) {
-        if (r->capture_layer[j] != il) continue;
-        for (int32_t i = 0; i < ub->n; i++)
-            memcpy(ub->hidden + ((size_t)i * (size_t)r->n_capture + (size_t)j) * (size_t)n_embd,
-                   x + (size_t)i * (size_t)n_embd, (size_t)n_embd * sizeof(float));
-    }
+    /* one copy per captured layer: x may be device memory (a GPU backend
+     * downloads the rows, or defers them to step_end inside a graphed step) */
+    for (int32_t j = 0; j < r->n_capture; j++)
+        if (r->capture_layer[j] == il)
+            r->be->ops->copy(r->be, ub->hidden + (size_t)j * (size_t)ub->hidden_ld, x, (int64_t)ub->n * n_embd);
 }
 
 /* Rows idx[0..n) of x gathered into g and put through the output norm. */

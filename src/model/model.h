@@ -103,7 +103,9 @@ typedef struct ember_ubatch {
     int32_t n_out;
     const int32_t *out_idx;
     float *logits;
-    float *hidden;       /* [n][r->n_capture][n_embd]: states kept by ember_layer_end (every entry), or NULL */
+    float *hidden;       /* host [r->n_capture][hidden_ld / n_embd][n_embd]: captured layer j's row of entry i at
+                          * hidden + j * hidden_ld + i * n_embd (every entry), kept by ember_layer_end, or NULL */
+    int64_t hidden_ld;   /* floats between two captured layers' rows of hidden */
     int32_t n_embd_out;        /* rows embd_idx[0..n_embd_out) (ubatch-local) ask for embeddings, */
     const int32_t *embd_idx;
     float *embd;               /* written to embd[i * n_embd] (host memory) by ember_output */

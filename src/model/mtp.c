@@ -33,6 +33,7 @@
 
 #include "backend/options.h"
 #include "base/status.h"
+#include "model/draft_kv.h"
 #include "model/gemma4.h"
 
 #define MTP_ROWS 32   /* positions per injection pass */
@@ -189,6 +190,11 @@ ember_status ember_mtp_check_target(const ember_model *draft, const ember_model 
 
 /* ---- the forward ---------------------------------------------------------- */
 
+/* Every step is backend ops, as DFlash's (dflash.c): scratch in the
+ * backend's activation memory, the K/V copies in a draft_kv store (one view
+ * per K/V owner) written by kv_store and read by the attention op; the host
+ * gives the gathered target states (uploaded), h, and gets the logits and
+ * h_next. */
 struct ember_mtp_ctx {
     const ember_model *m, *t;
     const ember_mtp *d;
@@ -197,29 +203,28 @@ struct ember_mtp_ctx {
     int32_t n_src;                /* distinct K/V owners read (1 or 2) */
     int32_t src_layer[2];         /* their target layers */
     ember_gemma4_attn src[2];
-    int64_t src_nk[2], src_off[2];  /* K (then V) floats per position; offset in a position's block */
-    int64_t per_pos;              /* floats of one position: sum of 2 * src_nk */
+    int64_t src_nk[2];            /* K (and V) floats per position of each */
     int32_t *layer_src;           /* [draft n_layer] index into src */
-    float *kv;                    /* [n_seq][n_ctx][per_pos] */
+    ember_draft_kv kv;            /* view s: owner s's K/V, [n_seq][n_ctx] positions */
     int32_t *n_pos;               /* [n_seq] */
-    float *xh, *u, *a, *q, *att, *o, *hb, *hb2, *y, *sc, *xin, *kb, *vb;
-    ember_pos *pos;
+    void *act;                    /* the backend's activation memory holding the scratch below */
+    float *xh, *u, *a, *q, *att, *o, *hb, *hb2, *y, *xin, *kb, *vb;
+    float *xin_h;                 /* host [MTP_ROWS][n_bb]: one owner's rows gathered for upload */
+    ember_pos *pos;               /* [MTP_ROWS] host */
+    int64_t *rows;                /* [MTP_ROWS] host */
 };
-
-static float *kv_pos(const ember_mtp_ctx *c, int32_t seq, int64_t p)
-{
-    return c->kv + ((int64_t)seq * c->n_ctx + p) * c->per_pos;
-}
 
 void ember_mtp_ctx_free(ember_mtp_ctx *c)
 {
     if (!c) return;
+    if (c->be && c->act) c->be->ops->act_free(c->be, c->act);
+    ember_draft_kv_free(&c->kv);
     ember_backend_free(c->be);
-    free(c->kv);
     free(c->n_pos);
     free(c->layer_src);
-    free(c->xh);
+    free(c->xin_h);
     free(c->pos);
+    free(c->rows);
     free(c);
 }
 
@@ -242,17 +247,17 @@ ember_status ember_mtp_ctx_new(const ember_model *draft, const ember_model *targ
     c->layer_src = calloc((size_t)hp->n_layer, sizeof *c->layer_src);
     if (!c->layer_src) { ember_mtp_ctx_free(c); return ember_error(EMBER_ERR_NOMEM, "MTP context"); }
     int64_t max_q = 0, max_ff = 0, max_k = 0;
+    bool any_swa = false;
     for (int32_t il = 0; il < c->d->n_layer_nextn; il++) {
         ember_gemma4_attn src;
         int32_t sil, k = 0;
         target_src(target, c->d->layers[il].swa, &src, &sil);   /* checked above */
+        any_swa |= c->d->layers[il].swa;
         while (k < c->n_src && c->src_layer[k] != sil) k++;
         if (k == c->n_src) {
             c->src_layer[k] = sil;
             c->src[k] = src;
             c->src_nk[k] = (int64_t)src.n_head_kv * src.head_dim;
-            c->src_off[k] = c->per_pos;
-            c->per_pos += 2 * c->src_nk[k];
             if (c->src_nk[k] > max_k) max_k = c->src_nk[k];
             c->n_src++;
         }
@@ -261,6 +266,10 @@ ember_status ember_mtp_ctx_new(const ember_model *draft, const ember_model *targ
         if (nq > max_q) max_q = nq;
         if (c->d->layers[il].n_ff > max_ff) max_ff = c->d->layers[il].n_ff;
     }
+    if (any_swa && hp->n_swa < 2) {   /* a window of 1 leaves a step no key before its position */
+        ember_mtp_ctx_free(c);
+        return ember_error(EMBER_ERR_UNSUPPORTED, "%s: MTP sliding_window %d (at least 2)", draft->path, hp->n_swa);
+    }
     const int64_t E = hp->n_embd, B = c->d->n_embd_backbone, R = MTP_ROWS;
     int64_t max_in = 2 * B;
     if (max_q > max_in) max_in = max_q;
@@ -268,35 +277,30 @@ ember_status ember_mtp_ctx_new(const ember_model *draft, const ember_model *targ
     if (E > max_in) max_in = E;
     const ember_backend_limits lim = {.max_tokens = R, .max_n_in = max_in, .max_kv_tokens = n_ctx,
                                       .max_head_dim = hp->head_dim_k};
-    ember_backend_options bo = ember_backend_options_default();
-    bo.n_threads = n_threads;
-    if ((st = ember_backend_cpu_new(&bo, &lim, &c->be))) { ember_mtp_ctx_free(c); return st; }
-    const size_t n_kv = (size_t)n_seq * (size_t)n_ctx * (size_t)c->per_pos;
-    const size_t n_scr = (size_t)(2 * B + 3 * E + 2 * max_q + 2 * max_ff + E + n_ctx + R * B + 2 * R * max_k);
-    c->kv = malloc(n_kv * sizeof(float));
+    if ((st = ember_draft_backend_new(draft, n_threads, &lim, &c->be))) { ember_mtp_ctx_free(c); return st; }
+    if ((st = ember_draft_kv_init(&c->kv, c->be, n_seq, n_ctx, c->n_src, c->src_nk))) { ember_mtp_ctx_free(c); return st; }
+    const int64_t sizes[12] = {2 * B, E, E, max_q, max_q, E, max_ff, max_ff, E, R * B, R * max_k, R * max_k};
+    int64_t total = 0;
+    for (int i = 0; i < 12; i++) total += (sizes[i] + 15) & ~(int64_t)15;
+    c->act = c->be->ops->act_alloc(c->be, (size_t)total * sizeof(float));
     c->n_pos = calloc((size_t)n_seq, sizeof *c->n_pos);
-    c->xh = calloc(n_scr, sizeof(float));
+    c->xin_h = malloc((size_t)(R * B) * sizeof(float));
     c->pos = malloc((size_t)R * sizeof *c->pos);
-    if (!c->kv || !c->n_pos || !c->xh || !c->pos) {
+    c->rows = malloc((size_t)R * sizeof *c->rows);
+    if (!c->act || !c->n_pos || !c->xin_h || !c->pos || !c->rows) {
         ember_mtp_ctx_free(c);
-        return ember_error(EMBER_ERR_NOMEM, "MTP: K/V of %d sequences x %d positions (%.1f MiB)", n_seq, n_ctx,
-                           (double)n_kv * 4.0 / 1048576.0);
+        return ember_error(EMBER_ERR_NOMEM, "MTP: scratch of %lld floats", (long long)total);
     }
-    c->u = c->xh + 2 * B;
-    c->a = c->u + E;
-    c->o = c->a + E;
-    c->q = c->o + E;
-    c->att = c->q + max_q;
-    c->hb = c->att + max_q;
-    c->hb2 = c->hb + max_ff;
-    c->y = c->hb2 + max_ff;
-    c->sc = c->y + E;
-    c->xin = c->sc + n_ctx;
-    c->kb = c->xin + R * B;
-    c->vb = c->kb + R * max_k;
+    float *f = c->act;
+    float **dst[12] = {&c->xh, &c->u, &c->a, &c->q, &c->att, &c->o, &c->hb, &c->hb2, &c->y, &c->xin, &c->kb, &c->vb};
+    for (int i = 0; i < 12; i++) { *dst[i] = f; f += (sizes[i] + 15) & ~(int64_t)15; }
     *out = c;
     return EMBER_OK;
 }
+
+const char *ember_mtp_ctx_backend(const ember_mtp_ctx *c) { return c->be->ops->name; }
+
+uint64_t ember_mtp_ctx_kv_bytes(const ember_mtp_ctx *c) { return ember_draft_kv_bytes(&c->kv); }
 
 int32_t ember_mtp_hidden_layers(const ember_mtp_ctx *c, int32_t *layers)
 {
@@ -314,7 +318,7 @@ void ember_mtp_fork(ember_mtp_ctx *c, int32_t src, int32_t dst, int32_t n)
 {
     if (src < 0 || src >= c->n_seq || dst < 0 || dst >= c->n_seq || src == dst || n < 0) return;
     if (n > c->n_pos[src]) { c->n_pos[dst] = 0; return; }
-    memcpy(kv_pos(c, dst, 0), kv_pos(c, src, 0), (size_t)n * (size_t)c->per_pos * sizeof(float));
+    ember_draft_kv_fork(&c->kv, src, dst, n);
     c->n_pos[dst] = n;
 }
 
@@ -346,13 +350,17 @@ ember_status ember_mtp_inject(ember_mtp_ctx *c, int32_t seq, int32_t n, const fl
     for (int32_t r0 = 0; r0 < n; r0 += MTP_ROWS) {
         const int32_t k = n - r0 < MTP_ROWS ? n - r0 : MTP_ROWS;
         const int32_t p0 = c->n_pos[seq];
-        for (int32_t i = 0; i < k; i++) c->pos[i] = p0 + i;
+        for (int32_t i = 0; i < k; i++) {
+            c->pos[i] = p0 + i;
+            c->rows[i] = ember_draft_kv_row(&c->kv, seq, p0 + i);
+        }
         for (int32_t s = 0; s < c->n_src; s++) {
             const ember_gemma4_attn *S = &c->src[s];
             const ember_layer *L = &c->t->layers[c->src_layer[s]];
             for (int32_t i = 0; i < k; i++)
-                memcpy(c->xin + (size_t)i * (size_t)B, in + ((size_t)(r0 + i) * (size_t)c->n_src + (size_t)s) * (size_t)B,
+                memcpy(c->xin_h + (size_t)i * (size_t)B, in + ((size_t)(r0 + i) * (size_t)c->n_src + (size_t)s) * (size_t)B,
                        sizeof(float) * (size_t)B);
+            op->upload(be, c->xin, c->xin_h, (int64_t)k * B);
             /* the target's K/V of layer src_layer[s] (gemma4.c forward) */
             op->rms_norm(be, c->xin, c->xin, L->attn_norm, k, B, eps);
             if (L->wv.data) {
@@ -368,11 +376,7 @@ ember_status ember_mtp_inject(ember_mtp_ctx *c, int32_t seq, int32_t n, const fl
             op->rms_norm(be, c->kb, c->kb, L->attn_k_norm, (int64_t)k * S->n_head_kv, S->head_dim, eps);
             op->rms_norm(be, c->vb, c->vb, NULL, (int64_t)k * S->n_head_kv, S->head_dim, eps);
             rope_src(c, S, c->kb, k, S->n_head_kv);
-            for (int32_t i = 0; i < k; i++) {
-                float *dst = kv_pos(c, seq, p0 + i) + c->src_off[s];
-                memcpy(dst, c->kb + (size_t)i * (size_t)c->src_nk[s], sizeof(float) * (size_t)c->src_nk[s]);
-                memcpy(dst + c->src_nk[s], c->vb + (size_t)i * (size_t)c->src_nk[s], sizeof(float) * (size_t)c->src_nk[s]);
-            }
+            op->kv_store(be, &c->kv.view[s], c->kb, c->vb, c->rows, k);
         }
         c->n_pos[seq] = p0 + k;
     }
@@ -382,34 +386,6 @@ ember_status ember_mtp_inject(ember_mtp_ctx *c, int32_t seq, int32_t n, const fl
 void ember_mtp_final_norm(ember_mtp_ctx *c, const float *x, float *h)
 {
     c->be->ops->rms_norm(c->be, h, x, c->t->output_norm, 1, c->d->n_embd_backbone, c->t->hp.norm_eps);
-}
-
-/* att [n_head * hd] = softmax(q k^T) v of q [n_head * hd] over positions
- * [p_lo, pos) of seq's copy of K/V owner s (scale 1). */
-static void attend(ember_mtp_ctx *c, int32_t seq, int32_t s, int32_t hd, int32_t p_lo, int32_t pos)
-{
-    const ember_gemma4_attn *S = &c->src[s];
-    const int32_t n_head = c->m->hp.n_head, grp = n_head / S->n_head_kv;
-    for (int32_t h = 0; h < n_head; h++) {
-        const float *qh = c->q + (size_t)h * (size_t)hd;
-        const int64_t off = c->src_off[s] + (int64_t)(h / grp) * hd;
-        float mx = -INFINITY;
-        for (int32_t p = p_lo; p < pos; p++) {
-            const float *kp = kv_pos(c, seq, p) + off;
-            float dot = 0;
-            for (int32_t e = 0; e < hd; e++) dot += qh[e] * kp[e];
-            c->sc[p] = dot;
-            if (dot > mx) mx = dot;
-        }
-        double sum = 0;
-        for (int32_t p = p_lo; p < pos; p++) { c->sc[p] = expf(c->sc[p] - mx); sum += c->sc[p]; }
-        float *oh = c->att + (size_t)h * (size_t)hd;
-        for (int32_t e = 0; e < hd; e++) oh[e] = 0;
-        for (int32_t p = p_lo; p < pos; p++) {
-            const float w = (float)(c->sc[p] / sum), *vp = kv_pos(c, seq, p) + off + c->src_nk[s];
-            for (int32_t e = 0; e < hd; e++) oh[e] += w * vp[e];
-        }
-    }
 }
 
 ember_status ember_mtp_step(ember_mtp_ctx *c, int32_t seq, ember_token token, int32_t pos, const float *h, float *logits,
@@ -428,19 +404,28 @@ ember_status ember_mtp_step(ember_mtp_ctx *c, int32_t seq, ember_token token, in
     const int64_t E = hp->n_embd, B = c->d->n_embd_backbone;
     const float eps = hp->norm_eps;
     /* u = W_pre [E_target[t] * sqrt(B); h] (gemma4-assistant.cpp:108-118) */
-    op->get_rows(be, &c->t->tok_embd, &token, 1, c->xh);
+    /* the target's embedding row, expanded from the mapped file where the
+     * activations live (not get_rows: a GPU draft would upload the target's
+     * whole table for one row a step) */
+    const ember_weight *te = &c->t->tok_embd;
+    op->dequant_host_rows(be, te->type, (const char *)te->data + (size_t)token * te->row_bytes, 1, te->n_in, c->xh);
     op->scale(be, c->xh, sqrtf((float)B), B);
-    memcpy(c->xh + B, h, sizeof(float) * (size_t)B);
+    op->upload(be, c->xh + B, h, B);   /* h is read now: h_next may be the same host row */
     {
         const ember_weight *w = &c->d->pre_proj;
         float *y = c->u;
         op->matmul(be, c->xh, 1, 1, &w, &y);
     }
     c->pos[0] = pos;
+    /* the step's query sees the owner's keys [p_lo, pos): the attention op's
+     * query at pos - 1, whose window of n_swa - 1 keys starts at
+     * pos - n_swa + 1 (llama.cpp's standard window: key p is masked when
+     * pos - p >= n_swa, llama-hparams.h:482-486) */
+    const ember_attn_query qy = {.blocks = ember_draft_kv_blocks(&c->kv, seq), .pos = pos - 1};
     for (int32_t il = 0; il < c->d->n_layer_nextn; il++) {
         const ember_layer *L = &c->m->layers[il];
         const ember_mtp_layer *D = &c->d->layers[il];
-        const int32_t hd = D->head_dim;
+        const int32_t hd = D->head_dim, s = c->layer_src[il];
         op->rms_norm(be, c->a, c->u, L->attn_norm, 1, E, eps);
         const ember_weight *wq = &L->wq;
         float *yq = c->q;
@@ -450,9 +435,9 @@ ember_status ember_mtp_step(ember_mtp_ctx *c, int32_t seq, ember_token token, in
             op->rope_ext(be, c->q, 1, hp->n_head, hd, D->n_rot, c->pos, D->rope_base, 1.0f, EMBER_ROPE_NEOX, D->rope_freqs);
         else
             op->rope(be, c->q, 1, hp->n_head, hd, D->n_rot, c->pos, D->rope_base, 1.0f, EMBER_ROPE_NEOX);
-        /* llama.cpp's standard window: key p is masked when pos - p >= n_swa (llama-hparams.h:482-486) */
-        const int32_t p_lo = D->swa && pos - hp->n_swa + 1 > 0 ? pos - hp->n_swa + 1 : 0;
-        attend(c, seq, c->layer_src[il], hd, p_lo, pos);
+        const ember_attn_params ap = {.n_head = hp->n_head, .n_head_kv = c->src[s].n_head_kv, .head_dim_k = hd,
+                                      .head_dim_v = hd, .kq_scale = 1.0f, .n_swa = D->swa ? hp->n_swa - 1 : 0};
+        op->attention(be, &c->kv.view[s], &ap, c->q, &qy, 1, c->att);
         const ember_weight *wo = &L->wo;
         float *yo = c->o;
         op->matmul(be, c->att, 1, 1, &wo, &yo);
@@ -472,7 +457,7 @@ ember_status ember_mtp_step(ember_mtp_ctx *c, int32_t seq, ember_token token, in
     }
     op->rms_norm(be, c->y, c->u, c->m->output_norm, 1, E, eps);
     const ember_weight *wout = &c->m->output, *wpost = &c->d->post_proj;
-    op->matmul(be, c->y, 1, 1, &wout, &logits);
+    op->matmul(be, c->y, 1, 1, &wout, &logits);    /* host rows */
     op->matmul(be, c->y, 1, 1, &wpost, &h_next);
     return EMBER_OK;
 }

@@ -48,18 +48,26 @@ const ember_mtp *ember_model_mtp(const ember_model *m);
  * Errors: EMBER_ERR_INVALID_ARG naming the mismatch, EMBER_ERR_UNSUPPORTED. */
 ember_status ember_mtp_check_target(const ember_model *draft, const ember_model *target);
 
-/* The draft's forward over copies of the target's K/V, on the CPU
- * backend's ops plus a host attention loop. Sources: llama.cpp
+/* The draft's forward over copies of the target's K/V, all in backend ops
+ * (attention included), on the backend the draft model's placement picks
+ * (ember_model_params.n_gpu_layers != 0 and a GPU: CUDA, F16 K/V copies,
+ * scratch in device memory; else the CPU, F32: model/draft_kv.h); the
+ * gathered target states and h come from the host, logits and h_next go
+ * to host rows. Sources: llama.cpp
  * src/models/gemma4-assistant.cpp:84-198 (the graph),
  * src/llama-model.cpp:2809-2836 (the shared K/V), docs/mtp.md. */
 typedef struct ember_mtp_ctx ember_mtp_ctx;
 /* n_seq sequences of up to n_ctx positions. Errors: those of
  * ember_mtp_check_target, EMBER_ERR_INVALID_ARG, EMBER_ERR_NOMEM (the K/V:
- * n_seq * n_ctx * 2 * (sum over the K/V owners of n_head_kv * head_dim)
- * floats). draft and target must outlive it. */
+ * n_seq * n_ctx (rounded up to 32) * 2 * (sum over the K/V owners of
+ * n_head_kv * head_dim) elements), EMBER_ERR_UNSUPPORTED (a sliding window
+ * under 2), those of the backend's creation. draft and target must outlive it. */
 ember_status ember_mtp_ctx_new(const ember_model *draft, const ember_model *target, int32_t n_seq, int32_t n_ctx,
                                int32_t n_threads, ember_mtp_ctx **out);
 void ember_mtp_ctx_free(ember_mtp_ctx *c);
+/* The name of the backend it runs on ("cpu", "cuda") and its K/V bytes. */
+const char *ember_mtp_ctx_backend(const ember_mtp_ctx *c);
+uint64_t ember_mtp_ctx_kv_bytes(const ember_mtp_ctx *c);
 /* The target's hidden states the context needs for each position: the
  * residual stream after each of layers[0, n) (0-based target layers, as
  * ember_set_hidden_layers takes them): first the inputs of the K/V owners

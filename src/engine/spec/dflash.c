@@ -132,8 +132,8 @@ static void dflash_describe(void *self, char *buf, size_t cap)
     for (int32_t k = 0; k < f->d->n_target_layers && o + 8 < sizeof layers; k++)
         o += (size_t)snprintf(layers + o, sizeof layers - o, "%s%d", k ? "," : "", f->d->target_layers[k]);
     snprintf(buf, cap, "DFlash draft %s, %d layers, block_size=%d, mask_token_id=%d, n_extract=%d (target layers %s), "
-             "blocks of 1 + %d", f->path, ember_model_n_layer(f->m), f->d->block_size, f->d->mask_token,
-             f->d->n_target_layers, layers, f->n_block);
+             "blocks of 1 + %d, on the %s backend", f->path, ember_model_n_layer(f->m), f->d->block_size, f->d->mask_token,
+             f->d->n_target_layers, layers, f->n_block, ember_dflash_ctx_backend(f->c));
 }
 
 static void dflash_free(void *self)
@@ -150,13 +150,13 @@ static void dflash_free(void *self)
 }
 
 ember_status spec_dflash_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
-                             int32_t n_max, spec_proposer *out)
+                             int32_t n_max, const ember_model_params *mp_in, spec_proposer *out)
 {
     dflash *f = calloc(1, sizeof *f);
     if (!f) return ember_error(EMBER_ERR_NOMEM, "DFlash draft");
     snprintf(f->path, sizeof f->path, "%s", path);
     ember_status st;
-    ember_model_params mp = ember_model_default_params();
+    const ember_model_params mp = mp_in ? *mp_in : ember_model_default_params();
     if ((st = ember_model_load(path, &mp, &f->m)) != EMBER_OK) goto fail;
     if (!(f->d = ember_model_dflash(f->m))) {
         st = ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft-dflash: %s has architecture %s, not dflash", path,

@@ -29,6 +29,7 @@ typedef struct draft {
     int32_t n_slots, n_ctx, n_vocab, n_batch;
     ember_token **kv_tok;   /* [n_slots][n_ctx + 1] tokens in the draft KV */
     int32_t *n_kv;
+    bool gpu;               /* placed on the GPU backend (--spec-draft-ngl) */
 } draft;
 
 static void draft_forget(draft *d, int32_t slot)
@@ -106,7 +107,8 @@ static void draft_slot_reset(void *self, int32_t slot) { (void)self; (void)slot;
 static void draft_describe(void *self, char *buf, size_t cap)
 {
     draft *d = self;
-    snprintf(buf, cap, "draft model %s, %s, %d layers", d->path, ember_model_arch(d->m), ember_model_n_layer(d->m));
+    snprintf(buf, cap, "draft model %s, %s, %d layers, on the %s", d->path, ember_model_arch(d->m), ember_model_n_layer(d->m),
+             d->gpu ? "GPU" : "CPU");
 }
 
 static void draft_free(void *self)
@@ -142,13 +144,13 @@ static ember_status check_vocab(const ember_model *target, const ember_model *dm
 }
 
 ember_status spec_draft_new(const char *path, ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
-                            spec_proposer *out)
+                            const ember_model_params *mp_in, spec_proposer *out)
 {
     draft *d = calloc(1, sizeof *d);
     if (!d) return ember_error(EMBER_ERR_NOMEM, "draft model");
     snprintf(d->path, sizeof d->path, "%s", path);
     ember_status st;
-    ember_model_params mp = ember_model_default_params();
+    const ember_model_params mp = mp_in ? *mp_in : ember_model_default_params();
     if ((st = ember_model_load(path, &mp, &d->m)) != EMBER_OK) goto fail;
     if ((st = check_vocab(target, d->m, path)) != EMBER_OK) goto fail;
     d->n_slots = n_slots;
@@ -163,6 +165,10 @@ ember_status spec_draft_new(const char *path, ember_model *target, int32_t n_slo
     cp.n_ubatch = (uint32_t)d->n_batch;
     cp.n_threads = n_threads;
     if ((st = ember_context_new(d->m, &cp, &d->ctx)) != EMBER_OK) goto fail;
+    /* the registry's rule (backend.h ember_backend_new), for the description */
+    d->gpu = mp.n_gpu_layers != 0 && ember_gpu_count() > 0;
+    /* a GPU backend places weights and K/V on first use: now, not in the first request */
+    if ((st = ember_context_warmup(d->ctx, NULL)) != EMBER_OK) goto fail;
     if ((st = ember_batch_init(d->n_batch, &d->b)) != EMBER_OK) goto fail;
     d->kv_tok = calloc((size_t)n_slots, sizeof *d->kv_tok);
     d->n_kv = calloc((size_t)n_slots, sizeof *d->n_kv);

@@ -146,8 +146,8 @@ static void mtp_describe(void *self, char *buf, size_t cap)
     for (int32_t k = 0, o = 0; k < f->n_src && o < (int)sizeof owners - 8; k++)
         o += snprintf(owners + o, sizeof owners - (size_t)o, "%s%d", k ? "," : "", f->layers[k] + 1);
     snprintf(buf, cap, "MTP draft %s (gemma4-assistant), %d layers of n_embd %d over the target's %d, reading the "
-             "K/V of target layers %s and its final state", f->path, d->n_layer_nextn, ember_model_n_embd(f->m), f->n_bb,
-             owners);
+             "K/V of target layers %s and its final state, on the %s backend", f->path, d->n_layer_nextn,
+             ember_model_n_embd(f->m), f->n_bb, owners, ember_mtp_ctx_backend(f->c));
 }
 
 static void mtp_free(void *self)
@@ -167,13 +167,13 @@ static void mtp_free(void *self)
 }
 
 ember_status spec_mtp_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
-                          spec_proposer *out)
+                          const ember_model_params *mp_in, spec_proposer *out)
 {
     mtp *f = calloc(1, sizeof *f);
     if (!f) return ember_error(EMBER_ERR_NOMEM, "MTP draft");
     snprintf(f->path, sizeof f->path, "%s", path);
     ember_status st;
-    ember_model_params mp = ember_model_default_params();
+    const ember_model_params mp = mp_in ? *mp_in : ember_model_default_params();
     if ((st = ember_model_load(path, &mp, &f->m)) != EMBER_OK) goto fail;
     if (!ember_model_mtp(f->m)) {
         st = ember_error(EMBER_ERR_INVALID_ARG, "--spec-type draft-mtp: %s has architecture %s, not gemma4-assistant", path,

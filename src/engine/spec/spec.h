@@ -223,7 +223,11 @@ double spec_engine_row_cost(const spec_engine *s);
  * is p itself. Source: Leviathan et al. 2023, Alg. 1 / Chen et al. 2023, Alg. 2. */
 int32_t spec_verify_token(const float *p, const float *q, int32_t n, int32_t x, double u, double u2, bool *accepted);
 
-/* Proposers. */
+/* Proposers. The three that run a draft model (draft, draft-dflash,
+ * draft-mtp) load it with `mp` (NULL: ember_model_default_params(), the
+ * CPU): mp->n_gpu_layers != 0 (--spec-draft-ngl) puts the draft's weights,
+ * K/V and scratch on the GPU backend (mp->device) when the build has CUDA
+ * and a device exists, else the draft runs on the CPU. */
 /* n-gram / prompt lookup: the longest suffix of length in [ngram_min,
  * ngram_max] that occurred earlier in the slot's tokens; the draft is what
  * followed its latest earlier occurrence. No state, no model. */
@@ -233,7 +237,7 @@ ember_status spec_ngram_new(int32_t ngram_min, int32_t ngram_max, spec_proposer 
  * its vocabulary differs from the target's (size, or any of the first
  * tokens' text: the message names the first differing id). */
 ember_status spec_draft_new(const char *path, ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
-                            spec_proposer *out);
+                            const ember_model_params *mp, spec_proposer *out);
 /* Layer-skip (self-speculative): the target context's own first n_layer
  * layers + final norm + LM head draft greedily on the slot's own sequence
  * (layerskip.c says how its K/V writes are undone). target must be the
@@ -255,7 +259,7 @@ ember_status spec_layerskip_new(ember_context *target, const ember_model *m, int
  * request. Errors: those of loading the draft,
  * ember_dflash_check_target, EMBER_ERR_NOMEM. target must outlive it. */
 ember_status spec_dflash_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
-                             int32_t n_max, spec_proposer *out);
+                             int32_t n_max, const ember_model_params *mp, spec_proposer *out);
 
 /* Gemma 4 MTP (--spec-type draft-mtp, --spec-draft-model FILE): a
  * `gemma4-assistant` draft (src/model/mtp.h) with, per slot, copies of the
@@ -270,6 +274,6 @@ ember_status spec_dflash_new(const char *path, const ember_model *target, int32_
  * draft, ember_mtp_check_target (target must be gemma4), EMBER_ERR_NOMEM.
  * target must outlive it. */
 ember_status spec_mtp_new(const char *path, const ember_model *target, int32_t n_slots, int32_t n_ctx, int32_t n_threads,
-                          spec_proposer *out);
+                          const ember_model_params *mp, spec_proposer *out);
 
 #endif

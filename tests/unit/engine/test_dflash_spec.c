@@ -24,6 +24,7 @@
  *   tests/golden/record_dflash_llama.sh with llama-speculative-simple
  *   --spec-type draft-dflash on the same files) equals the block ember's
  *   draft forward gives for the same committed tokens in >= 95% of steps. */
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -58,6 +59,18 @@ static const ember_token prompt1[] = {2,   17,  301, 88,  45,  9,   560, 120, 77
                                       115, 460, 52,  205, 377, 13,  161, 533, 74,  289, 39,  421, 102, 58};
 
 static ember_context *new_ctx(ember_model *m, uint32_t n_seq);
+
+/* the *_gpu tests: the target and the draft on the GPU (F16 K/V, the
+ * hidden states captured on the device); without a GPU (or a CUDA build)
+ * they skip */
+static bool use_gpu;
+
+static ember_model_params placed(void)
+{
+    ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = use_gpu ? -1 : 0;
+    return mp;
+}
 
 /* A proposer around the DFlash one that records every draft it makes. */
 typedef struct drec {
@@ -117,7 +130,22 @@ static void check_drafts(ember_model *m, const char *draft, const wrap *w, const
     for (int k = 0; k < nl; k++) layers[k] = d->target_layers[k] - 1;
     assert_int_equal(ember_set_hidden_layers(c, nl, layers), EMBER_OK);
     ember_dflash_ctx *dc = NULL;
-    assert_int_equal(ember_dflash_ctx_new(dm, m, 1, MAX_POS, 1, &dc), EMBER_OK);
+    assert_int_equal(ember_dflash_ctx_new(dm, m, 1, MAX_POS, 1, &dc), EMBER_OK);   /* the CPU draft (dm: CPU placement) */
+    assert_string_equal(ember_dflash_ctx_backend(dc), "cpu");
+    /* GPU: the same blocks from a draft on the GPU, row by row against the CPU's */
+    ember_model *dg_m = NULL;
+    ember_dflash_ctx *dg = NULL;
+    float *logits_g = NULL;
+    int32_t n_rows_cmp = 0, n_rows_same = 0;
+    double max_rel = 0;
+    if (use_gpu) {
+        const ember_model_params mp = placed();
+        assert_int_equal(ember_model_load(draft, &mp, &dg_m), EMBER_OK);
+        assert_int_equal(ember_dflash_ctx_new(dg_m, m, 1, MAX_POS, 1, &dg), EMBER_OK);
+        assert_string_equal(ember_dflash_ctx_backend(dg), "cuda");
+        logits_g = malloc(sizeof(float) * 7 * (size_t)V);
+        assert_non_null(logits_g);
+    }
     float *feat = malloc(sizeof(float) * MAX_POS * (size_t)nl * (size_t)E), *logits = malloc(sizeof(float) * 7 * (size_t)V);
     assert_non_null(feat);
     assert_non_null(logits);
@@ -148,6 +176,25 @@ static void check_drafts(ember_model *m, const char *draft, const wrap *w, const
             ember_token blk[8] = {seq[x->anchor]};
             for (int i = 1; i < 8; i++) blk[i] = d->mask_token;
             assert_int_equal(ember_dflash_block(dc, 0, blk, 8, logits), EMBER_OK);
+            if (dg) {   /* argmax per row equal; logits within f16 K/V's rounding */
+                ember_dflash_truncate(dg, 0, 0);
+                assert_int_equal(ember_dflash_inject(dg, 0, x->anchor, feat), EMBER_OK);
+                assert_int_equal(ember_dflash_block(dg, 0, blk, 8, logits_g), EMBER_OK);
+                for (int32_t i = 0; i < 7; i++) {
+                    const float *l = logits + (size_t)i * (size_t)V, *g = logits_g + (size_t)i * (size_t)V;
+                    int bl = 0, bg = 0;
+                    double scale = 0, diff = 0;
+                    for (int j = 0; j < V; j++) {
+                        if (l[j] > l[bl]) bl = j;
+                        if (g[j] > g[bg]) bg = j;
+                        scale = fmax(scale, fabs(l[j]));
+                        diff = fmax(diff, fabs((double)l[j] - g[j]));
+                    }
+                    max_rel = fmax(max_rel, diff / (scale + 1e-6));
+                    n_rows_cmp++;
+                    n_rows_same += bl == bg;
+                }
+            }
             bool same = true;
             for (int32_t i = 0; i < x->n; i++) {
                 const float *l = logits + (size_t)i * (size_t)V;
@@ -168,9 +215,22 @@ static void check_drafts(ember_model *m, const char *draft, const wrap *w, const
             n_same += same;
         }
     }
-    print_message("%s: %d of %d engine drafts equal the direct blocks\n", draft, n_same, n_cmp);
+    print_message("%s%s: %d of %d engine drafts equal the direct blocks (of the CPU draft)\n", draft,
+                  use_gpu ? " [GPU target + draft]" : "", n_same, n_cmp);
     assert_true(n_cmp > 0);
     assert_true(n_same * 100 >= n_cmp * 95);
+    if (dg) {
+        /* f16 K/V and the GPU's float order against the CPU's F32 K/V: a
+         * near-tie may flip (as between batch shapes), so 95% of rows, and
+         * the logits within 2% of the row's scale */
+        print_message("%s: GPU draft vs CPU draft: %d of %d block rows have the same argmax, logits max error %.3g of the row scale\n",
+                      draft, n_rows_same, n_rows_cmp, max_rel);
+        assert_true(n_rows_same * 100 >= n_rows_cmp * 95);
+        assert_true(max_rel < 2e-2);
+        ember_dflash_ctx_free(dg);
+        ember_model_free(dg_m);
+        free(logits_g);
+    }
     ember_batch_free(&b);
     free(feat);
     free(logits);
@@ -195,7 +255,7 @@ static ember_context *new_ctx(ember_model *m, uint32_t n_seq)
     p.n_batch = 32;
     p.n_ubatch = 32;
     p.n_threads = 1;
-    p.type_k = p.type_v = EMBER_KV_F32;
+    p.type_k = p.type_v = use_gpu ? EMBER_KV_F16 : EMBER_KV_F32;
     ember_context *c = NULL;
     assert_int_equal(ember_context_new(m, &p, &c), EMBER_OK);
     return c;
@@ -233,7 +293,8 @@ static void greedy(ember_context *c, const ember_token *prompt, int32_t n, int32
 static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accepted)
 {
     ember_model *m = NULL;
-    assert_int_equal(ember_model_load(TARGET, NULL, &m), EMBER_OK);
+    const ember_model_params mp = placed();
+    assert_int_equal(ember_model_load(TARGET, &mp, &m), EMBER_OK);
     const int32_t V = ember_model_n_vocab(m), E = ember_model_n_embd(m);
     const ember_token *prompts[N_REQ] = {prompt0, prompt1};
     const int32_t n_prompts[N_REQ] = {(int32_t)(sizeof prompt0 / sizeof *prompt0), (int32_t)(sizeof prompt1 / sizeof *prompt1)};
@@ -241,12 +302,14 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
     ember_context *ref = new_ctx(m, 1);
     for (int q = 0; q < N_REQ; q++) greedy(ref, prompts[q], n_prompts[q], V, want[q]);
     ember_context_free(ref);
-    for (int g = 0; g < N_PRED; g++)
+    /* on the GPU the reference is the GPU target's own greedy output (lossless
+     * means: what it decodes without drafts) */
+    for (int g = 0; g < N_PRED && !use_gpu; g++)
         if (want[0][g] != hf_greedy0[g]) fail_msg("target greedy token %d: %d, transformers %d", g, want[0][g], hf_greedy0[g]);
 
     ember_context *c = new_ctx(m, N_REQ);
     spec_proposer prop;
-    assert_int_equal(spec_dflash_new(draft, m, N_REQ, MAX_POS, 1, 7, &prop), EMBER_OK);
+    assert_int_equal(spec_dflash_new(draft, m, N_REQ, MAX_POS, 1, 7, &mp, &prop), EMBER_OK);
     static wrap w;
     memset(&w, 0, sizeof w);
     w.inner = prop;
@@ -333,6 +396,53 @@ static void test_dflash_lossless_accepting(void **st)
     assert_true(na * 2 > nd);   /* 22 of the 24 tokens are 417 */
 }
 
+/* ---- the same with the target and the draft on the GPU (skipped without one) ---- */
+
+static int gpu_on(void **st)
+{
+    (void)st;
+    use_gpu = true;
+    return 0;
+}
+
+static int gpu_off(void **st)
+{
+    (void)st;
+    use_gpu = false;
+    return 0;
+}
+
+static void need_gpu(void)
+{
+    if (ember_gpu_count() < 1) {
+        print_message("no GPU (or no CUDA build): skipped\n");
+        skip();
+    }
+}
+
+/* lossless on the GPU: the speculative output (draft on the GPU, reading
+ * the hidden states the GPU target captured) is the GPU target's greedy
+ * output token for token; the engine's blocks equal the CPU draft's on the
+ * same features (>= 95%), and the GPU draft's block rows the CPU draft's */
+static void test_dflash_lossless_gpu(void **st)
+{
+    (void)st;
+    need_gpu();
+    int64_t nd, na;
+    run_lossless(DRAFT, &nd, &na);
+    assert_true(nd > 0);
+}
+
+static void test_dflash_lossless_accepting_gpu(void **st)
+{
+    (void)st;
+    need_gpu();
+    int64_t nd, na;
+    run_lossless("tests/golden/dflash/tiny-dflash-draft-const.gguf", &nd, &na);
+    assert_true(na > 0);
+    assert_true(na < nd);
+}
+
 static void test_dflash_refusals(void **st)
 {
     (void)st;
@@ -340,11 +450,11 @@ static void test_dflash_refusals(void **st)
     assert_int_equal(ember_model_load(TARGET, NULL, &m), EMBER_OK);
     spec_proposer prop;
     /* not a dflash file */
-    assert_int_equal(spec_dflash_new(TARGET, m, 1, 64, 1, 7, &prop), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(spec_dflash_new(TARGET, m, 1, 64, 1, 7, NULL, &prop), EMBER_ERR_INVALID_ARG);
     ember_model_free(m);
     /* a target it does not fit (4 layers of n_embd 48) */
     assert_int_equal(ember_model_load("tests/golden/gemma4/tiny-gemma4-kv.gguf", NULL, &m), EMBER_OK);
-    assert_int_equal(spec_dflash_new(DRAFT, m, 1, 64, 1, 7, &prop), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(spec_dflash_new(DRAFT, m, 1, 64, 1, 7, NULL, &prop), EMBER_ERR_INVALID_ARG);
     ember_model_free(m);
     spec_type t;
     assert_true(spec_parse_type("draft-dflash", &t));
@@ -373,7 +483,7 @@ static void test_dflash_prefix_fork(void **st)
     ember_context_free(ref);
     ember_context *c = new_ctx(m, 2);
     spec_proposer prop;
-    assert_int_equal(spec_dflash_new(DRAFT, m, 2, MAX_POS, 1, 7, &prop), EMBER_OK);
+    assert_int_equal(spec_dflash_new(DRAFT, m, 2, MAX_POS, 1, 7, NULL, &prop), EMBER_OK);
     spec_params sp = spec_default_params();
     sp.type = SPEC_DFLASH;
     sp.n_max = 7;
@@ -540,6 +650,8 @@ int main(void)
         cmocka_unit_test(test_dflash_refusals),
         cmocka_unit_test(test_dflash_prefix_fork),
         cmocka_unit_test(test_dflash_matches_llama_record),
+        cmocka_unit_test_setup_teardown(test_dflash_lossless_gpu, gpu_on, gpu_off),
+        cmocka_unit_test_setup_teardown(test_dflash_lossless_accepting_gpu, gpu_on, gpu_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

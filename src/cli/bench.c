@@ -165,7 +165,7 @@ int cmd_bench(int argc, char **argv)
     }
     /* GPU memory in use before anything of ours is on the device */
     uint64_t gpu_free0 = 0, gpu_total = 0;
-    bool gpu_mem = cli_n_gpu_layers != 0 && ember_gpu_count() > 0 &&
+    bool gpu_mem = cli_on_gpu() &&
                    ember_gpu_memory_info(cli_device, &gpu_free0, &gpu_total) == EMBER_OK;
 
     cli_model cm;

@@ -15,6 +15,8 @@
 
 int32_t cli_n_gpu_layers = -1, cli_device = 0;
 
+bool cli_on_gpu(void) { return cli_n_gpu_layers != 0 && ember_gpu_count() > 0; }
+
 int cli_gpu_option(int argc, char **argv, int *i)
 {
     const char *a = argv[*i];

@@ -30,6 +30,9 @@ ember_status cli_model_load(const char *path, cli_model *out);
  * present; 0: CPU; any other value also runs the whole model on the GPU, as
  * per-layer splits do not exist yet) and --device I. */
 extern int32_t cli_n_gpu_layers, cli_device;
+/* True when the model will run on a GPU: -ngl is not 0 (default -1, all
+ * layers) and a device is there (a CUDA build with a GPU). */
+bool cli_on_gpu(void);
 /* If argv[*i] is -ngl/--n-gpu-layers/--device, parse its value (advancing
  * *i) and return 1; 0 if it is another option; -1 (message on stderr) on a
  * bad value. */

@@ -232,7 +232,7 @@ ember_status serve_model_open(const serve_opts *o, serve_model *m, FILE *log)
      * as often as one of 512 (E4B-shaped, H100: served TTFT of a 3,000-token
      * prompt 0.20-0.21 s -> 0.18 s, of a 16,000-token one 1.06 s -> 0.90-0.93 s,
      * +490 MiB of activations; bench/results/cuda-h200.md, session 29) */
-    const bool gpu = cli_n_gpu_layers != 0 && ember_gpu_count() > 0;
+    const bool gpu = cli_on_gpu();
     m->n_batch = o->n_batch > 0 ? o->n_batch : gpu ? 2048 : 512;
     int32_t ub = o->n_ubatch > 0 ? o->n_ubatch : gpu ? 2048 : 512;
     if (o->n_ubatch <= 0 && ub > m->n_ctx) ub = m->n_ctx;   /* no prompt pass is longer than a slot (scratch) */

@@ -231,17 +231,22 @@ static size_t row_size(uint32_t t, int64_t n)
 
 /* ---- get_rows ------------------------------------------------------------------ */
 
+/* dst [n] = to_float of one row in block format `type` (get_rows' arithmetic:
+ * F32 copied, F16 through the table, the rest by the type's to_float). */
+static void expand_row(uint32_t type, const ember_quant_traits *tr, const uint8_t *row, float *dst, int64_t n)
+{
+    if (type == EMBER_TYPE_F32) memcpy(dst, row, (size_t)n * sizeof(float));
+    else if (type == EMBER_TYPE_F16) for (int64_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(((const uint16_t *)row)[i]);
+    else tr->to_float(row, dst, n);
+}
+
 static void op_get_rows(ember_backend *be, const ember_weight *w, const ember_token *ids, int32_t n, float *out)
 {
     (void)be;
     const ember_quant_traits *tr = ember_quant_traits_get(w->type);
-    for (int32_t t = 0; t < n; t++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes;
-        float *dst = out + (size_t)t * (size_t)w->n_in;
-        if (w->type == EMBER_TYPE_F32) memcpy(dst, row, (size_t)w->n_in * sizeof(float));
-        else if (w->type == EMBER_TYPE_F16) for (int64_t i = 0; i < w->n_in; i++) dst[i] = cpu_f16_to_f32(((const uint16_t *)row)[i]);
-        else tr->to_float(row, dst, w->n_in);
-    }
+    for (int32_t t = 0; t < n; t++)
+        expand_row(w->type, tr, (const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes, out + (size_t)t * (size_t)w->n_in,
+                   w->n_in);
 }
 
 static void op_dequant_host_rows(ember_backend *be, uint32_t type, const void *rows, int64_t n_rows, int64_t n_in,
@@ -254,13 +259,8 @@ static void op_dequant_host_rows(ember_backend *be, uint32_t type, const void *r
         abort();
     }
     const size_t rb = row_size(type, n_in);
-    for (int64_t r = 0; r < n_rows; r++) {
-        const uint8_t *row = (const uint8_t *)rows + (size_t)r * rb;
-        float *dst = out + (size_t)r * (size_t)n_in;
-        if (type == EMBER_TYPE_F32) memcpy(dst, row, (size_t)n_in * sizeof(float));
-        else if (type == EMBER_TYPE_F16) for (int64_t i = 0; i < n_in; i++) dst[i] = cpu_f16_to_f32(((const uint16_t *)row)[i]);
-        else tr->to_float(row, dst, n_in);
-    }
+    for (int64_t r = 0; r < n_rows; r++)
+        expand_row(type, tr, (const uint8_t *)rows + (size_t)r * rb, out + (size_t)r * (size_t)n_in, n_in);
 }
 
 /* ---- rms_norm -------------------------------------------------------------------- */

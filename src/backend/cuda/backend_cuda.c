@@ -407,6 +407,19 @@ static bool q8_path(const cuda_backend *b, int64_t n_tokens, int32_t n_w, const 
     return true;
 }
 
+/* A matmul node's weights and outputs (up to 3): each weight recorded and
+ * found on the device (t[k]), each output's device slot (dy[k], [n_tokens,
+ * n_out] floats). */
+static void mm_operands(cuda_backend *b, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws, float *const *ys,
+                        const ember_cuda_tensor **t, float **dy)
+{
+    for (int32_t k = 0; k < n_w; k++) {
+        cb_rec_ptr(b, ws[k]->data);
+        t[k] = cb_weight(b, ws[k]);
+        dy[k] = cb_out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
+    }
+}
+
 static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws,
                          float *const *ys)
 {
@@ -442,11 +455,7 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
     const void *q[3];
     const ember_cuda_tensor *t[3];
     float *dy[3];
-    for (int32_t k = 0; k < n_w; k++) {
-        cb_rec_ptr(b, ws[k]->data);
-        t[k] = cb_weight(b, ws[k]);
-        dy[k] = cb_out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
-    }
+    mm_operands(b, n_tokens, n_w, ws, ys, t, dy);
     if (cb_skip(b)) return;
     for (int32_t k = 0; k < n_w; k++) {   /* x quantized once per activation format */
         int32_t j = 0;
@@ -519,8 +528,8 @@ static void cu_matmul_f16(cuda_backend *b, const float *x, int64_t n_tokens, int
                           float *const *ys, uint32_t round)
 {
     const int64_t n_in = ws[0]->n_in, n = n_tokens * n_in;
-    const bool fuse_norm = b->pn.on && b->pn.y == x && b->pn.n == n_in && b->pn.n_rows == n_tokens;
-    const bool fuse_glu = !fuse_norm && b->pg.on && b->pg.gate == x && b->pg.n == n;
+    const bool fuse_norm = cb_pat_norm_f16(b, x, n_in, n_tokens);
+    const bool fuse_glu = !fuse_norm && cb_pat_glu_f16(b, x, n);
     const float *nx = b->pn.x, *nw = b->pn.w, *gup = b->pg.up;
     const float neps = b->pn.eps;
     const ember_cuda_act gact = b->pg.act;
@@ -533,11 +542,7 @@ static void cu_matmul_f16(cuda_backend *b, const float *x, int64_t n_tokens, int
     const float *dx = cb_in_f(b, 0, x, (size_t)n);
     const ember_cuda_tensor *t[3];
     float *dy[3];
-    for (int32_t k = 0; k < n_w; k++) {
-        cb_rec_ptr(b, ws[k]->data);
-        t[k] = cb_weight(b, ws[k]);
-        dy[k] = cb_out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
-    }
+    mm_operands(b, n_tokens, n_w, ws, ys, t, dy);
     if (cb_skip(b)) return;
     /* [f16 rows][row scales][max, alpha, beta] */
     const size_t b_h = ((size_t)n * 2 + 255) & ~(size_t)255, b_s = ((size_t)n_tokens * sizeof(float) + 255) & ~(size_t)255;
@@ -612,10 +617,8 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         const ember_quant_traits *qt = ember_quant_traits_get(ws[k]->type);
         fmt[k] = b->f32_act || !qt ? EMBER_TYPE_F32 : qt->vec_dot_type;
         xin[k] = dx;
-        cb_rec_ptr(b, ws[k]->data);
-        t[k] = cb_weight(b, ws[k]);
-        dy[k] = cb_out_f(b, SLOT_OUT + k, ys[k], (size_t)(n_tokens * ws[k]->n_out));
     }
+    mm_operands(b, n_tokens, n_w, ws, ys, t, dy);
     if (cb_skip(b)) return;
     if (fuse_round) {
         float *r = cb_stage(b, SLOT_ROUND, (size_t)n * sizeof(float));

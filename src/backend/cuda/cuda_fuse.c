@@ -215,6 +215,19 @@ bool cb_pat_glu_round(const cuda_backend *b, const float *x, int64_t n, int32_t 
     return ok;
 }
 
+/* A prompt's f16 GEMM input (cu_matmul_f16) written by the waiting RMSNorm
+ * whose output x is, whole rows of n_in, or by the waiting GLU whose gate
+ * (and output) x is. */
+bool cb_pat_norm_f16(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens)
+{
+    return b->pn.on && b->pn.y == x && b->pn.n == n_in && b->pn.n_rows == n_tokens;
+}
+
+bool cb_pat_glu_f16(const cuda_backend *b, const float *x, int64_t n)
+{
+    return b->pg.on && b->pg.gate == x && b->pg.n == n;
+}
+
 bool cb_pat_scale_attn(const cuda_backend *b, const float *q, int64_t n)
 {
     return b->ps.on && b->ps.x == q && b->ps.n == n;

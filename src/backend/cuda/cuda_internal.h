@@ -361,6 +361,8 @@ bool cb_pat_add_quant(const cuda_backend *b, const float *x, int64_t n_in, int64
                       bool with_norm);
 bool cb_pat_norm_round(const cuda_backend *b, const float *x, int64_t n, int32_t n_w, const ember_weight *const *ws);
 bool cb_pat_glu_round(const cuda_backend *b, const float *x, int64_t n, int32_t n_w, const ember_weight *const *ws);
+bool cb_pat_norm_f16(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens);
+bool cb_pat_glu_f16(const cuda_backend *b, const float *x, int64_t n);
 bool cb_pat_scale_attn(const cuda_backend *b, const float *q, int64_t n);
 bool cb_pat_attn_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt);
 

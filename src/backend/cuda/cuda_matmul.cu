@@ -537,6 +537,13 @@ extern "C" ember_status ember_cuda_matmul_multi(ember_cuda *cu, int32_t n_w, con
     return EMBER_OK;
 }
 
+/* One weight of ember_cuda_matmul_multi_f16, by its type. */
+static ember_status matmul_f16x_one(ember_cuda *cu, const ember_cuda_tensor *w, const __half *xh, const float *ab,
+                                    int64_t n_cols, float *y)
+{
+    EMBER_CUDA_TYPE_DISPATCH(w->type, matmul_f16x_t, cu, w, xh, ab, n_cols, y)
+}
+
 extern "C" ember_status ember_cuda_matmul_multi_f16(ember_cuda *cu, int32_t n_w, const ember_cuda_tensor *const *ws,
                                                     const void *xh, const float *ab, int64_t n_cols, float *const *ys)
 {
@@ -555,23 +562,7 @@ extern "C" ember_status ember_cuda_matmul_multi_f16(ember_cuda *cu, int32_t n_w,
         EMBER_CUDA_NONNULL(ys[k]);
         if (w->type == EMBER_TYPE_F32)
             return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: matmul_f16: F32 weights keep their TF32/F32 GEMM");
-        const __half *x = (const __half *)xh;
-        switch (w->type) {
-        case EMBER_TYPE_F16: s = matmul_f16x_t<tf16>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_BF16: s = matmul_f16x_t<tbf16>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_Q4_0: s = matmul_f16x_t<tq4_0>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_Q4_1: s = matmul_f16x_t<tq4_1>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_Q5_0: s = matmul_f16x_t<tq5_0>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_Q5_1: s = matmul_f16x_t<tq5_1>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_Q8_0: s = matmul_f16x_t<tq8_0>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_Q4_K: s = matmul_f16x_t<tq4_K>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_Q5_K: s = matmul_f16x_t<tq5_K>(cu, w, x, ab, n_cols, ys[k]); break;
-        case EMBER_TYPE_Q6_K: s = matmul_f16x_t<tq6_K>(cu, w, x, ab, n_cols, ys[k]); break;
-        default:
-            return ember_error(EMBER_ERR_UNSUPPORTED, "cuda: no kernel for tensor type %s (%u)", ember_type_name(w->type),
-                               (unsigned)w->type);
-        }
-        if (s != EMBER_OK) return s;
+        if ((s = matmul_f16x_one(cu, w, (const __half *)xh, ab, n_cols, ys[k])) != EMBER_OK) return s;
     }
     return EMBER_OK;
 }

@@ -87,6 +87,29 @@ static int32_t propose(const spec_proposer *prop, int32_t slot, const ember_toke
     return prop->propose(prop->self, &in, 4, 0.0f, d, NULL);
 }
 
+/* A verification batch after step *s at position *n: [the last token, m
+ * correct tokens of cont, 2 wrong ones], decoded with the proposer (and
+ * `also`) seeing every row; the target accepts m: seq gets the m + 1 kept
+ * tokens, the cache is cut back to them, *n and *s move on. False (nothing
+ * done) when cont is too short for it. */
+static bool verify_batch(ember_context *c, const spec_proposer *prop, const ember_token *cont, int32_t n_cont, int32_t m,
+                         ember_token *seq, int32_t *n, int32_t *s)
+{
+    if (*s + 1 + m + 1 > n_cont) return false;
+    ember_token vb[8];
+    vb[0] = cont[*s];
+    for (int i = 0; i < m; i++) vb[1 + i] = cont[*s + 1 + i];
+    vb[1 + m] = 5;
+    vb[2 + m] = 6;
+    decode_absorb(c, prop, 0, *n, vb, m + 3);
+    for (int i = 0; i <= m; i++) seq[*n + i] = vb[i];
+    *n += m + 1;
+    *s += m + 1;
+    assert_int_equal(ember_seq_truncate(c, 0, *n), EMBER_OK);
+    return true;
+}
+
+
 static void test_mtp_proposer_follows_transformers(void **st)
 {
     (void)st;
@@ -125,20 +148,9 @@ static void test_mtp_proposer_follows_transformers(void **st)
                 fail_msg("step %d (round %d): draft %d is %d, transformers %d", s, round, i, d[i],
                          (int)json_integer_value(json_array_get(want, (size_t)i)));
         n_checked++;
-        /* a verification batch [last, m correct tokens, 2 wrong ones]: the
-         * target accepts m (0, 1, 2 in turn) and the proposer sees all rows */
+        /* the target accepts m = 0, 1, 2 in turn */
         const int32_t m = round % 3;
-        if (s + 1 + m + 1 > n_cont) break;
-        ember_token vb[8];
-        vb[0] = cont[s];
-        for (int i = 0; i < m; i++) vb[1 + i] = cont[s + 1 + i];
-        vb[1 + m] = 5;
-        vb[2 + m] = 6;
-        decode_absorb(c, &prop, 0, n, vb, m + 3);
-        for (int i = 0; i <= m; i++) seq[n + i] = vb[i];
-        n += m + 1;
-        s += m + 1;
-        assert_int_equal(ember_seq_truncate(c, 0, n), EMBER_OK);
+        if (!verify_batch(c, &prop, cont, n_cont, m, seq, &n, &s)) break;
         accepted_seen[m]++;
     }
     print_message("%d drafts equal transformers' (accepted 0/1/2: %d/%d/%d rounds)\n", n_checked, accepted_seen[0],
@@ -252,18 +264,7 @@ static void test_mtp_gpu_draft_matches_cpu(void **st)
         bool hf = kg == 4;
         for (int i = 0; hf && i < kg; i++) hf = dg[i] == (ember_token)json_integer_value(json_array_get(want, (size_t)i));
         n_hf += hf;
-        const int32_t m = round % 3;
-        if (s + 1 + m + 1 > n_cont) break;
-        ember_token vb[8];
-        vb[0] = cont[s];
-        for (int i = 0; i < m; i++) vb[1 + i] = cont[s + 1 + i];
-        vb[1 + m] = 5;
-        vb[2 + m] = 6;
-        decode_absorb(c, &pg, 0, n, vb, m + 3);
-        for (int i = 0; i <= m; i++) seq[n + i] = vb[i];
-        n += m + 1;
-        s += m + 1;
-        assert_int_equal(ember_seq_truncate(c, 0, n), EMBER_OK);
+        if (!verify_batch(c, &pg, cont, n_cont, round % 3, seq, &n, &s)) break;
     }
     print_message("GPU MTP draft: %d of %d steps draft what the CPU draft drafts, %d what transformers drafts\n", n_same,
                   n_steps, n_hf);

@@ -11,7 +11,9 @@
 #   default "512 2048 4096"); PPS (engine prompt lengths, default "3000 16000"); SERVE (ember serve
 #   variants, each "b:ub" or "-" for the defaults, optionally "@VAR=value" after it for its environment,
 #   default "-"); REPS (2); LLAMA=1 also times llama-server; TOK (TTFT prompt sizes, "3000 16000");
-#   KLENV (switch settings compared by "kl", default "EMBER_CUDA_PREFILL_F16=0 EMBER_CUDA_PREFILL_F16=1").
+#   KLENV (switch settings compared by "kl", default "EMBER_CUDA_PREFILL_F16=0 EMBER_CUDA_PREFILL_F16=1");
+#   "decode": engine tg256 and 8-stream decode of E4B and Gemma 3 (DECMODELS) for each DECENV setting
+#   (default EMBER_CUDA_MMVQ_ROWS=0/2/4), alternated twice; "ncudec": ncu decode tables per NCUDECENV.
 # Results: $OUT/ub.txt.
 set -u
 : "${OUT:?set OUT}"
@@ -41,7 +43,7 @@ has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 if has tests; then
   log "=== GPU unit tests $(el)"
   export EMBER_TEST_GPU_GGUF=$G3
-  for t in ${TESTBINS:-test_cuda_recurrent test_qwen35 test_cuda_matmul test_cuda_ops test_cuda_head test_cuda_backend_attn test_runtime test_seam test_cuda_attn test_cuda_q8 test_cuda_sample test_cuda_exact}; do
+  for t in ${TESTBINS:-test_cuda_recurrent test_qwen35 test_cuda_matmul test_cuda_ops test_cuda_head test_cuda_backend_attn test_runtime test_seam test_cuda_attn test_cuda_q8 test_cuda_sample test_cuda_exact test_dflash_spec test_mtp_spec test_dflash test_mtp}; do
     [ -x $B/tests/$t ] || { log "$t missing"; continue; }
     timeout 300 $B/tests/$t > /tmp/$t.txt 2>&1; rc=$?
     log "$t rc=$rc $(grep -cE '^\[       OK \]' /tmp/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' /tmp/$t.txt) failed lines"
@@ -75,6 +77,33 @@ if has engine; then
     for ub in ${UBS:-512 2048 4096}; do
       r=$(timeout 200 $B/bin/ember bench -m $M -ngl 99 -c $((pp + 64)) -p $pp -n 0 -b $pp -ub $ub -r 2 2>&1 | grep -E "^\| .*pp" | tail -1)
       log "engine pp$pp -ub $ub: $r $(el)"
+    done
+  done
+fi
+
+if has decode; then
+  # one-token decode A/B by a switch: engine tg256 (median of 3) and 8 streams (par_decode), settings alternated
+  for rep in 1 2; do
+    for mm in ${DECMODELS:-$M $G3}; do
+      for e in ${DECENV:-EMBER_CUDA_MMVQ_ROWS=0 EMBER_CUDA_MMVQ_ROWS=2 EMBER_CUDA_MMVQ_ROWS=4}; do
+        r=$(env $e timeout 120 $B/bin/ember bench -m $mm -ngl 99 -c 4096 -p 0 -n 256 -r 3 2>&1 | grep -E "^\| .*tg" | tail -1)
+        p8=$(env $e timeout 120 $B/bench/par_decode $mm -ngl 99 -np 8 -pp 128 -tg 128 -r 2 2>&1 | tail -1)
+        log "decode $(basename $mm) $e (rep $rep): $r | 8 streams: $p8 $(el)"
+      done
+    done
+  done
+fi
+
+if has ncudec; then
+  # ncu per-kernel decode table (graphs replay node by node under ncu), E4B then Gemma 3, each setting
+  NCUB=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+  for e in ${NCUDECENV:-EMBER_CUDA_MMVQ_ROWS=0}; do
+    for spec in "$M 4500 1200" "$G3 2400 810"; do
+      set -- $spec
+      env $e timeout 200 $NCUB --clock-control none --cache-control none --launch-skip $2 --launch-count $3 --metrics gpu__time_duration.sum --csv \
+        --log-file /tmp/ncu.log $B/bin/ember bench -m $1 -ngl 99 -c 4096 -p 0 -n 16 -r 1 > /dev/null 2>&1
+      log "=== ncu decode $(basename $1) $e"
+      python3 bench/gpu/ncu_table.py /tmp/ncu.log 14 | tee -a "$S"
     done
   done
 fi

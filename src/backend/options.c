@@ -93,6 +93,9 @@ static const opt_row rows[] = {
      "cuBLAS workspace in MiB (0: cuBLAS's own default, 32 MiB on Hopper)"},
     {"EMBER_CUDA_ATTN_MIN_KEYS", OPT_INT, F(cuda_attn_min_keys), 32, 8, 4096, NULL,
      "keys in the shortest split of the decode attention (flash decoding): fewer, longer splits merge less"},
+    {"EMBER_CUDA_MMVQ_ROWS", OPT_INT, F(cuda_mmvq_rows), 0, 0, 4, NULL,
+     "rows each warp of a one-column decode mat-vec takes, all their loads in flight together (1, 2 or 4; "
+     "0: by shape, 4 for a lone weight of >= 32,768 rows such as an LM head, else 1); the same outputs"},
     {"EMBER_CUDA_STACK", OPT_INT, F(cuda_stack_bytes), 128, -1, 1 << 20, NULL,
      "per-thread stack bytes (cudaLimitStackSize) the driver reserves for every resident thread (-1: the driver's 1 KiB)"},
 };

@@ -224,6 +224,13 @@ ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, co
  * kernels). ember_cuda_new sets it from the options: true unless cuda_mmvq
  * and not cuda_exact. */
 void ember_cuda_set_exact_matvec(ember_cuda *cu, bool on);
+
+/* Rows each warp of a one-column free-order mat-vec takes (cuda_mmvq.cu):
+ * 1, 2 or 4 (more than 2 means 4), all their loads in flight together; 0
+ * (the default, EMBER_CUDA_MMVQ_ROWS) picks by shape: 4 for a lone weight
+ * of >= 32,768 rows (an LM head), else 1. The outputs are the same bits
+ * whatever it is (each row's lane program and warp sum do not change). */
+void ember_cuda_set_mmvq_rows(ember_cuda *cu, int rows_per_warp);
 /* ember_cuda_matmul_q8 for n_w (1..3) weights of one type and row length
  * that read the same quantized activations (Q/K/V, gate/up), in one
  * launch: ys[k] = [n_cols, ws[k]->ne1], each row computed exactly as

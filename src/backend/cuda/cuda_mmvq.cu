@@ -99,63 +99,84 @@ k_mmvq(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const
     }
 }
 
-/* Tall one-column mat-vecs (an LM head: Gemma 3's 262,144 rows of 640):
- * one row a warp leaves each warp a few hundred bytes between its launch
- * and its exit, and the H200 read the Q8_0 head at ~1.8 TB/s. Here each
- * warp takes kRowsPerWarp consecutive rows of one weight (ms.W0), all their
+/* One-column mat-vecs with several rows a warp. One row a warp leaves each
+ * warp a few hundred bytes between its launch and its exit: the H200 read
+ * Gemma 3's Q8_0 LM head (262,144 rows of 640) at ~1.8 TB/s that way. Here
+ * each warp takes RPW consecutive rows of one segment's weight, all their
  * loads in flight together, each row the same lane program and warp sum as
- * k_mmvq's (the same float order: the same outputs). */
-constexpr int kRowsPerWarp = 4;
-constexpr int64_t kTallRows = 32768; /* rows from which a lone weight takes it */
+ * k_mmvq's (the same float order: the same outputs). The segments' CTA ends
+ * ms.end0 / ms.end1 count CTAs of kWarpsQ8 * RPW rows. */
+constexpr int64_t kTallRows = 32768; /* rows from which a lone weight takes 4 rows a warp by default */
 
-template <class R>
+template <class R, int RPW>
 __global__ void __launch_bounds__(kWarpsQ8 * 32)
-k_mmvq_tall(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
+k_mmvq_rows(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
             const float *__restrict__ as, int64_t n)
 {
-    const int64_t row0 = ((int64_t)blockIdx.x * kWarpsQ8 + (threadIdx.x >> 5)) * kRowsPerWarp;
-    const bool has = row0 < ms.n0;
-    const int nr = has ? (int)(ms.n0 - row0 < kRowsPerWarp ? ms.n0 - row0 : kRowsPerWarp) : 0;
-    const uint8_t *wr = ms.W0 + row0 * row_bytes;
+    const unsigned bx = blockIdx.x;
+    const int seg = bx < ms.end0 ? 0 : (bx < ms.end1 ? 1 : 2);
+    const unsigned b0 = seg == 0 ? 0u : (seg == 1 ? ms.end0 : ms.end1);
+    const int64_t n_rows = seg == 0 ? ms.n0 : (seg == 1 ? ms.n1 : ms.n2);
+    const int64_t row0 = ((int64_t)(bx - b0) * kWarpsQ8 + (threadIdx.x >> 5)) * RPW;
+    const bool has = row0 < n_rows;
+    const int nr = has ? (int)(n_rows - row0 < RPW ? n_rows - row0 : RPW) : 0;
+    const uint8_t *wr = (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + row0 * row_bytes;
+    float *y = seg == 0 ? ms.y0 : (seg == 1 ? ms.y1 : ms.y2);
     if (has) prefetch_row(wr, (size_t)nr * row_bytes);
     ember_pdl_wait();
     if (!has) return;
     const int lane = threadIdx.x & 31;
-    float acc[kRowsPerWarp];
+    float acc[RPW];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++) {
+    for (int r = 0; r < RPW; r++) {
         acc[r] = 0.0f;
         if (r < nr) R::template run<1>(wr + (size_t)r * row_bytes, nb, aq, ad, as, n, lane, &acc[r]);
     }
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++) {
+    for (int r = 0; r < RPW; r++) {
         const float v = warp_sum(acc[r]);
-        if (lane == 0 && r < nr) ms.y0[row0 + r] = v;
+        if (lane == 0 && r < nr) y[row0 + r] = v;
     }
 }
 
-template <class R>
-void launch_tall(cudaStream_t st, size_t row_bytes, const mm_seg &ms, int nb, const q8_view &a, int64_t n)
+template <class R, int RPW>
+void launch_rows(cudaStream_t st, size_t row_bytes, mm_seg ms, int nb, const q8_view &a, int64_t n)
 {
-    const int64_t per_cta = (int64_t)kWarpsQ8 * kRowsPerWarp;
-    const unsigned grid = (unsigned)((ms.n0 + per_cta - 1) / per_cta);
-    ember_launch(k_mmvq_tall<R>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb, a.qs, a.d, a.s, n);
+    const int64_t per_cta = (int64_t)kWarpsQ8 * RPW;
+    const unsigned c0 = (unsigned)((ms.n0 + per_cta - 1) / per_cta), c1 = (unsigned)((ms.n1 + per_cta - 1) / per_cta),
+                   c2 = (unsigned)((ms.n2 + per_cta - 1) / per_cta);
+    ms.end0 = c0;
+    ms.end1 = c0 + c1;
+    ember_launch(k_mmvq_rows<R, RPW>, c0 + c1 + c2, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb, a.qs, a.d, a.s, n);
 }
 
-/* k_mmvq_tall for one column of one tall weight; false: not that shape. */
-bool launch_fast_tall(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
-                      const q8_view &a, int64_t n)
+template <class R>
+void launch_rows_n(cudaStream_t st, size_t row_bytes, const mm_seg &ms, int nb, const q8_view &a, int64_t n, int rpw)
 {
-    if (ms.n0 < kTallRows || ms.end0 != grid) return false;
+    if (rpw >= 4) launch_rows<R, 4>(st, row_bytes, ms, nb, a, n);
+    else if (rpw == 2) launch_rows<R, 2>(st, row_bytes, ms, nb, a, n);
+    else launch_rows<R, 1>(st, row_bytes, ms, nb, a, n);
+}
+
+/* One column with rpw rows a warp (0: 4 for a lone weight of >= kTallRows
+ * rows, else the caller's k_mmvq); false: not taken. Unused segments have
+ * n1 / n2 = 0 (the caller's mm_seg is zeroed). */
+bool launch_fast_rows(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
+                      const q8_view &a, int64_t n, int rpw)
+{
+    if (rpw <= 0) {
+        if (ms.n0 < kTallRows || ms.end0 != grid) return false;
+        rpw = 4;
+    }
     const int nb32 = (int)(n / 32), nb256 = (int)(n / 256);
     switch (type) {
-    case EMBER_TYPE_Q4_0: launch_tall<row32<uq4_0>>(st, row_bytes, ms, nb32, a, n); return true;
-    case EMBER_TYPE_Q4_1: launch_tall<row32<uq4_1>>(st, row_bytes, ms, nb32, a, n); return true;
-    case EMBER_TYPE_Q5_0: launch_tall<row32<uq5_0>>(st, row_bytes, ms, nb32, a, n); return true;
-    case EMBER_TYPE_Q5_1: launch_tall<row32<uq5_1>>(st, row_bytes, ms, nb32, a, n); return true;
-    case EMBER_TYPE_Q8_0: launch_tall<row32<uq8_0>>(st, row_bytes, ms, nb32, a, n); return true;
-    case EMBER_TYPE_Q4_K: launch_tall<row4_K>(st, row_bytes, ms, nb256, a, n); return true;
-    default: launch_tall<row6_K>(st, row_bytes, ms, nb256, a, n); return true; /* Q6_K (checked by the caller) */
+    case EMBER_TYPE_Q4_0: launch_rows_n<row32<uq4_0>>(st, row_bytes, ms, nb32, a, n, rpw); return true;
+    case EMBER_TYPE_Q4_1: launch_rows_n<row32<uq4_1>>(st, row_bytes, ms, nb32, a, n, rpw); return true;
+    case EMBER_TYPE_Q5_0: launch_rows_n<row32<uq5_0>>(st, row_bytes, ms, nb32, a, n, rpw); return true;
+    case EMBER_TYPE_Q5_1: launch_rows_n<row32<uq5_1>>(st, row_bytes, ms, nb32, a, n, rpw); return true;
+    case EMBER_TYPE_Q8_0: launch_rows_n<row32<uq8_0>>(st, row_bytes, ms, nb32, a, n, rpw); return true;
+    case EMBER_TYPE_Q4_K: launch_rows_n<row4_K>(st, row_bytes, ms, nb256, a, n, rpw); return true;
+    default: launch_rows_n<row6_K>(st, row_bytes, ms, nb256, a, n, rpw); return true; /* Q6_K (checked by the caller) */
     }
 }
 
@@ -192,9 +213,9 @@ void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
 } /* namespace */
 
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
-                      const q8_view &a, int64_t n, int nc)
+                      const q8_view &a, int64_t n, int nc, int rows_per_warp)
 {
-    if (nc == 1 && launch_fast_tall(st, type, row_bytes, ms, grid, a, n)) return;
+    if (nc == 1 && rows_per_warp != 1 && launch_fast_rows(st, type, row_bytes, ms, grid, a, n, rows_per_warp)) return;
     switch (nc) {
     case 1: launch_fast_nc<1>(st, type, row_bytes, ms, grid, a, n); break;
     case 2: launch_fast_nc<2>(st, type, row_bytes, ms, grid, a, n); break;

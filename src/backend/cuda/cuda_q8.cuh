@@ -123,9 +123,12 @@ static inline q8_view q8_split(uint32_t act_type, const void *buf, int64_t n, in
 
 /* The fast kernels (cuda_mmvq.cu): the same launch as the exact ones (grid
  * of kWarpsQ8 rows per CTA over the segments, nc <= kMaxColsQ8 columns),
- * outputs equal up to float summation order. */
+ * outputs equal up to float summation order. rows_per_warp (one column
+ * only; EMBER_CUDA_MMVQ_ROWS): 1, 2 or 4 rows a warp (the launch then
+ * makes its own grid), 0 = by shape (4 for a lone weight of >= 32,768
+ * rows, else 1); the same outputs whatever it is. */
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
-                      const q8_view &a, int64_t n, int nc);
+                      const q8_view &a, int64_t n, int nc, int rows_per_warp);
 
 } /* namespace ember_q8 */
 

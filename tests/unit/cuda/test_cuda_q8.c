@@ -446,7 +446,8 @@ static void test_matmul_q8_exact_bits(void **state)
 /* Q/K/V-like weights of one type and row length in one launch
  * (ember_cuda_matmul_q8_multi), against the CPU backend's matmul of the
  * same three weights: with the exact kernels every output bit-identical,
- * with the free-order ones within 1e-5 of max |y|. */
+ * with the free-order ones within 1e-5 of max |y|, and with 1, 2 or 4 rows
+ * a warp (ember_cuda_set_mmvq_rows) the free-order outputs bit for bit. */
 static void test_matmul_q8_multi_matches_cpu(void **state)
 {
     (void)state;
@@ -488,22 +489,33 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
             float *dx = dev_new(x, sizeof(float) * ne0 * n_cols);
             void *dq = dev_new(NULL, qb);
             CU_OK(ember_cuda_quantize_q8(test_cu, at, dx, ne0, n_cols, dq));
-            for (int mode = 0; mode < 2; mode++) {   /* exact (bit-identical), then free order (EMBER_CUDA_MMVQ) */
+            /* mode 0: exact (bit-identical to the CPU); 1: free order (EMBER_CUDA_MMVQ) by shape;
+             * 2..4: free order with 1, 2, 4 rows a warp (EMBER_CUDA_MMVQ_ROWS; one column only),
+             * which must give mode 1's bits (the same lane program and warp sum per row) */
+            float *yf[3];
+            for (int k = 0; k < 3; k++) yf[k] = malloc(sizeof(float) * rows[k] * n_cols);
+            static const int rows_per_warp[5] = {0, 0, 1, 2, 4};
+            for (int mode = 0; mode < 5; mode++) {
                 ember_cuda_set_exact_matvec(test_cu, mode == 0);
+                ember_cuda_set_mmvq_rows(test_cu, rows_per_warp[mode]);
                 CU_OK(ember_cuda_matmul_q8_multi(test_cu, 3, tp, dq, n_cols, dy));
                 for (int k = 0; k < 3; k++) {
                     dev_get(yg[k], dy[k], sizeof(float) * rows[k] * n_cols);
+                    if (mode == 1) memcpy(yf[k], yg[k], sizeof(float) * rows[k] * n_cols);
                     double mc = 0;
                     for (int64_t i = 0; i < rows[k] * n_cols; i++) mc = fmax(mc, fabs(yc[k][i]));
                     for (int64_t i = 0; i < rows[k] * n_cols; i++, total++) {
                         const bool off = mode == 0 ? memcmp(&yc[k][i], &yg[k][i], 4) != 0
-                                                   : !(fabs((double)yc[k][i] - yg[k][i]) <= 1e-5 * mc);
+                                       : mode == 1 ? !(fabs((double)yc[k][i] - yg[k][i]) <= 1e-5 * mc)
+                                                   : memcmp(&yf[k][i], &yg[k][i], 4) != 0;
                         if (off && bad++ < 5)
-                            print_error("%s%s weight %d y[%lld]: cpu %.9g gpu %.9g\n", mode == 0 ? "[exact] " : "",
-                                        types[ti], k, (long long)i, yc[k][i], yg[k][i]);
+                            print_error("mode %d %s weight %d y[%lld]: cpu %.9g gpu %.9g (free order %.9g)\n", mode,
+                                        types[ti], k, (long long)i, yc[k][i], yg[k][i], yf[k][i]);
                     }
                 }
             }
+            ember_cuda_set_mmvq_rows(test_cu, 0);
+            for (int k = 0; k < 3; k++) free(yf[k]);
             for (int k = 0; k < 3; k++) {
                 dev_free(dy[k], sizeof(float) * rows[k] * n_cols);
                 ember_cuda_tensor_release(test_cu, &t[k]);

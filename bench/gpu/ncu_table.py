@@ -3,6 +3,7 @@
 --log-file LOG ...`): kernels by total time (name, calls, total us, share), largest first.
 
   python3 bench/gpu/ncu_table.py LOG [ROWS]
+  python3 bench/gpu/ncu_table.py LOG --seq START COUNT   # launches START.. in order: us, grid, name
 """
 import collections
 import csv
@@ -11,13 +12,30 @@ import sys
 
 def main():
     rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 22
+    top = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] != "--seq" else 22
     hdr = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
     if hdr is None:
         print("no ncu rows")
         return
     h = rows[hdr]
     ki, vi, ui = h.index("Kernel Name"), h.index("Metric Value"), h.index("Metric Unit")
+    if top < 0 or (len(sys.argv) > 2 and sys.argv[2] == "--seq"):
+        start, count = int(sys.argv[3]), int(sys.argv[4])
+        gi = h.index("Grid Size") if "Grid Size" in h else None
+        seen = 0
+        for r in rows[hdr + 1:]:
+            if len(r) <= vi:
+                continue
+            try:
+                v = float(r[vi].replace(",", ""))
+            except ValueError:
+                continue
+            v = v / 1000.0 if r[ui] in ("nsecond", "ns") else (v * 1000.0 if r[ui] in ("msecond", "ms") else v)
+            if start <= seen < start + count:
+                g = r[gi] if gi is not None else "?"
+                print(f"{seen:5d} {v:8.2f} us  grid {g:>14}  {r[ki].split('(')[0][-60:]}")
+            seen += 1
+        return
     t = collections.defaultdict(float)
     n = collections.Counter()
     for r in rows[hdr + 1:]:

@@ -104,6 +104,7 @@ if has ncudec; then
         --log-file /tmp/ncu.log $B/bin/ember bench -m $1 -ngl 99 -c 4096 -p 0 -n 16 -r 1 > /dev/null 2>&1
       log "=== ncu decode $(basename $1) $e"
       python3 bench/gpu/ncu_table.py /tmp/ncu.log 14 | tee -a "$S"
+      python3 bench/gpu/ncu_table.py /tmp/ncu.log --seq 0 ${NCUSEQ:-60} | tee -a "$S"
     done
   done
 fi

@@ -7,6 +7,10 @@
 # ../shared/tools/llama.cpp-cuda-sm90), whl/ (`pip download --only-binary=:all: --python-version
 # 3.12 --platform manylinux2014_x86_64 -d .carry/whl openai==2.8.1`), g3cut.gguf
 # (cut_gemma3_gguf.py --layers 1 --vocab 4096) and g3header.xz (the original's header, lzma).
+# bench/gpu/qwen35_h200.sh also needs gguf-py for bench/make_qwen35_gguf.py: a pure-Python wheel
+# (its dependencies numpy, pyyaml, requests, tqdm are all in the device's image), put into .carry/whl
+# by `GGUF_WHL=1 bash bench/gpu/pack_carry.sh` or by hand:
+#   .venv/bin/pip download --no-deps --only-binary=:all: -d .carry/whl gguf==0.19.0
 set -e
 cd "$(dirname "$0")/../.."
 rm -rf /tmp/pack; mkdir -p /tmp/pack/b/bin /tmp/pack/b/bench /tmp/pack/b/tests /tmp/pack/lib
@@ -17,5 +21,8 @@ strip /tmp/pack/b/bin/* /tmp/pack/b/bench/* /tmp/pack/b/tests/* 2>/dev/null || t
 for l in microhttpd jansson pcre2-8 utf8proc gnutls p11-kit idn2 unistring tasn1 nettle hogweed gmp ffi cmocka; do cp -L /lib/x86_64-linux-gnu/lib$l.so.* /tmp/pack/lib/ 2>/dev/null || true; done
 tar cJf .carry/bins.tar.xz -C /tmp/pack b lib
 git rev-parse --short HEAD > .carry/commit
+if [ "${GGUF_WHL:-0}" = 1 ] && ! ls .carry/whl/gguf-*.whl >/dev/null 2>&1; then
+  .venv/bin/pip download -q --no-deps --only-binary=:all: -d .carry/whl gguf==0.19.0
+fi
 [ -n "$(git status --porcelain --untracked-files=no)" ] && echo "+dirty" >> .carry/commit
 ls -la .carry/bins.tar.xz

@@ -629,6 +629,8 @@ size_t gdrc_smem_for(int d_k, int n)
     return 0;
 }
 
+/* One launch of k_gdr_chunked<DK, C> over n entries (the shared-memory
+ * opt-in for RS_CHUNK entries made on its first call). */
 template <int DK, int C>
 ember_status launch_gdr_chunked(ember_cuda *cu, const ember_cuda_gdr_params *p, const float *qkv, int64_t ld,
                                 const float *alpha, const float *b, ember_cuda_rs_cells rs, int n, int min_run,
@@ -650,6 +652,7 @@ ember_status launch_gdr_chunked(ember_cuda *cu, const ember_cuda_gdr_params *p, 
     return ember_cuda_launched("gated_delta_rule (chunked)");
 }
 
+/* The instance for p->d_k (<= 256): chunks of 64 tokens up to d_k 128, of 32 above. */
 ember_status launch_gdr_chunked_for(ember_cuda *cu, const ember_cuda_gdr_params *p, const float *qkv, int64_t ld,
                                     const float *alpha, const float *b, ember_cuda_rs_cells rs, int n, int min_run,
                                     float *out)

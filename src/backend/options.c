@@ -84,6 +84,9 @@ static const opt_row rows[] = {
      "(bench/results/cuda-h200.md, session 29); not with EMBER_CUDA_EXACT=1 or EMBER_CUDA_GEMM_F16=0"},
     {"EMBER_CUDA_ATTN_TC", OPT_BOOL, F(cuda_attn_tc), 1, 0, 1, NULL,
      "0: prompt runs of >= 64 queries use the flash-decoding kernel instead of f16 GEMMs on the tensor cores"},
+    {"EMBER_CUDA_GDR_CHUNK", OPT_BOOL, F(cuda_gdr_chunk), 1, 0, 1, NULL,
+     "0: the gated delta rule (Qwen3.5) walks prompts token by token (1: a sequence's run of >= 16 entries in an "
+     "eager step takes the chunked WY form, 64-token chunks as matrix products)"},
     {"EMBER_CUDA_FEEDBACK", OPT_BOOL, F(cuda_feedback), 1, 0, 1, NULL,
      "0: the server queues a decode step only after the host read the last step's tokens (1: a lone stream's "
      "greedy steps take their tokens from the device's argmax, so the next step is queued before the host waits)"},

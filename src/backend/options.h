@@ -58,6 +58,7 @@ typedef struct ember_backend_options {
     bool cuda_gemm_f16;      /* EMBER_CUDA_GEMM_F16: quantized prefill GEMMs on f16 tensor cores */
     bool cuda_attn_tc;       /* EMBER_CUDA_ATTN_TC: prompt-run attention as f16 GEMMs on the tensor cores */
     bool cuda_prefill_f16;   /* EMBER_CUDA_PREFILL_F16: prompt GEMM inputs written in f16 by their producer */
+    bool cuda_gdr_chunk;     /* EMBER_CUDA_GDR_CHUNK: prefill runs of the gated delta rule in the chunked form */
     bool cuda_pdl;           /* EMBER_CUDA_PDL: programmatic dependent launch */
     int32_t cuda_cublas_ws_mib;  /* EMBER_CUDA_CUBLAS_WS_MIB: cuBLAS workspace, MiB (0: cuBLAS's own) */
     int32_t cuda_attn_min_keys;  /* EMBER_CUDA_ATTN_MIN_KEYS: shortest key split of the decode attention */

@@ -1123,6 +1123,7 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
     b->fuse_attn = o.cuda_fuse && o.cuda_fuse_attn;
     b->exact_attn = o.cuda_exact;
     b->attn_tc = o.cuda_attn_tc;
+    b->gdr_chunk = o.cuda_gdr_chunk;
     b->prefill_f16 = o.cuda_prefill_f16 && o.cuda_gemm_f16 && !o.cuda_exact;
     /* F16 KV only; activations on the device; graphs key on the batch
      * shape, not the layer count, so no layer-skip */

@@ -445,24 +445,44 @@ ember_status ember_cuda_conv1d_silu(ember_cuda *cu, float *y, const float *x, co
                                     int32_t d_conv, const ember_cuda_rs_cells *st, int32_t n);
 
 /* Shapes and device weights of one gated-delta-rule layer (backend.h
- * ember_gdr_params with device A and dt_bias [n_head_v]). */
+ * ember_gdr_params with device A and dt_bias [n_head_v]), and the form to
+ * compute it in. */
 typedef struct ember_cuda_gdr_params {
     int32_t n_head_k, n_head_v, d_k, d_v;   /* d_k <= 1024; n_head_v a multiple of n_head_k */
     const float *A, *dt_bias;
     float eps;
+    int32_t chunk_min;   /* >= 0; 0: the recurrent form only; else a sequence with >= chunk_min entries in one
+                          * launch takes the chunked form (d_k <= 256, where its shared memory fits) */
 } ember_cuda_gdr_params;
 
-/* The gated delta rule in its recurrent form (backend.h gated_delta_rule:
- * Yang, Kautz & Hatamizadeh, ICLR 2025; transformers qwen3_5
- * torch_recurrent_gated_delta_rule), entry by entry: q, k, v of entry t
- * from qkv + t * ld (q heads, k heads, v heads), alpha, b [n, n_head_v],
- * out [n, n_head_v * d_v], entry t's state [n_head_v][d_v][d_k] at st. One
- * warp holds a few value rows of one head's state in registers (the rows
- * are independent given q and k) and walks its sequence's entries in
- * order; grid: (head, rows) units x distinct cells. f32; dot products
- * summed in a warp tree (not the CPU's order): within ~1e-6 relative of
- * the CPU's recurrent form. Calls of more than 1024 entries run as several
- * launches in order. Errors: EMBER_ERR_INVALID_ARG (NULL, shapes). */
+/* The shortest run of one sequence the CUDA backend computes in the chunked
+ * form (cuda_rstate.c sets chunk_min to it for eager steps; decode steps
+ * and short runs stay recurrent). */
+#define EMBER_CUDA_GDR_RUN_MIN 16
+
+/* The gated delta rule (backend.h gated_delta_rule: Yang, Kautz &
+ * Hatamizadeh, ICLR 2025; transformers qwen3_5
+ * torch_recurrent_gated_delta_rule): q, k, v of entry t from qkv + t * ld
+ * (q heads, k heads, v heads), alpha, b [n, n_head_v], out [n, n_head_v *
+ * d_v], entry t's state [n_head_v][d_v][d_k] at st. Two kernels, each
+ * sequence taken by one of them (decided on the device from the cells):
+ * - recurrent form, entry by entry: one warp holds a few value rows of one
+ *   head's state in registers (the rows are independent given q and k) and
+ *   walks its sequence's entries in order; grid: (head, rows) units x
+ *   distinct cells. f32; dot products summed in a warp tree (not the CPU's
+ *   order): within ~1e-6 relative of the CPU's recurrent form;
+ * - chunked form (p->chunk_min > 0, for sequences of >= chunk_min entries
+ *   of the launch, d_k <= 256): chunks of 64 tokens (32 for d_k > 128) in
+ *   the WY / UT form (Yang et al., NeurIPS 2024; cpu/recurrent.c gdr_chunk),
+ *   products with the state as f32 matrix-matrix work in shared memory
+ *   (up to 133 KiB per CTA of 256 threads, opted in on first use); grid:
+ *   (head, 32 value rows) x distinct cells. Another summation order than
+ *   the recurrent form's; the two agree within float rounding (the tests
+ *   bound both against the CPU at 1e-4 of max |out|).
+ * Calls of more than 1024 entries run as several launches in order. No
+ * allocation or synchronisation (capturable; the chunked form's attribute
+ * opt-in is a host call, not a stream operation). Errors:
+ * EMBER_ERR_INVALID_ARG (NULL, shapes), EMBER_ERR_INTERNAL (a launch). */
 ember_status ember_cuda_gated_delta_rule(ember_cuda *cu, const ember_cuda_gdr_params *p, const float *qkv, int64_t ld,
                                          const float *alpha, const float *b, const ember_cuda_rs_cells *st, int32_t n,
                                          float *out);

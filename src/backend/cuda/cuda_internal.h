@@ -185,6 +185,8 @@ typedef struct cuda_backend {
     bool fuse_attn;          /* pt below (EMBER_CUDA_FUSE_ATTN=0: off) */
     bool exact_attn;         /* EMBER_CUDA_EXACT=1: attention in the CPU's order and rounding (both of its paths) */
     bool attn_tc;            /* prompt runs of >= ATTN_TC_MIN_RUN queries on the tensor cores (EMBER_CUDA_ATTN_TC=0: off) */
+    bool gdr_chunk;          /* a run of >= EMBER_CUDA_GDR_RUN_MIN entries of one sequence in an eager step: the gated
+                              * delta rule's chunked form (EMBER_CUDA_GDR_CHUNK=0: off) */
     bool prefill_f16;        /* prompt GEMM inputs in f16 from their producer (EMBER_CUDA_PREFILL_F16, with GEMM_F16, not EXACT) */
     struct { bool on; const float *x, *w; float *y; int64_t n, n_rows; float eps; } pn;
     struct { bool on; float *x; float s; int64_t n; } ps;

@@ -226,8 +226,19 @@ void cb_gated_delta_rule(ember_backend *be, const ember_gdr_params *p, const flo
     const float *dal = cb_in_f(b, 1, alpha, (size_t)n * (size_t)Hv);
     const float *dbt = cb_in_f(b, 2, bt, (size_t)n * (size_t)Hv);
     float *dout = cb_out_f(b, SLOT_OUT, out, n_out);
+    /* the chunked form for prefills: eager steps only (a captured step keeps the
+     * recurrent form, so its replays never depend on run lengths), and only
+     * when some sequence has a run of EMBER_CUDA_GDR_RUN_MIN entries (else the
+     * chunked kernel would only find no work) */
+    int32_t chunk_min = 0;
+    if (b->gdr_chunk && b->mode == M_EAGER)
+        for (int32_t t = 1, run = 1; t < n && !chunk_min; t++) {
+            run = state[t] == state[t - 1] ? run + 1 : 1;
+            if (run >= EMBER_CUDA_GDR_RUN_MIN) chunk_min = EMBER_CUDA_GDR_RUN_MIN;
+        }
     const ember_cuda_gdr_params cp = {.n_head_k = p->n_head_k, .n_head_v = p->n_head_v, .d_k = p->d_k, .d_v = p->d_v,
-                                      .A = cb_vec(b, p->A, Hv), .dt_bias = cb_vec(b, p->dt_bias, Hv), .eps = p->eps};
+                                      .A = cb_vec(b, p->A, Hv), .dt_bias = cb_vec(b, p->dt_bias, Hv), .eps = p->eps,
+                                      .chunk_min = chunk_min};
     ember_cuda_rs_cells rc;
     const bool ok = rs_cells(b, state, n, 3, "gated_delta_rule", &rc);
     if (!ok || cb_skip(b)) return;

@@ -2,8 +2,8 @@
  * cuda_recurrent.cu) against the CPU backend's (cpu/recurrent.c) on the
  * same random inputs, through both op tables:
  * - conv1d_silu and gated_delta_rule over micro-batches that mix sequences:
- *   a run of 40 consecutive tokens of one (the CPU takes its chunked delta
- *   rule there), runs of 1, two sequences interleaved entry by entry, a
+ *   a run of 40 consecutive tokens of one (both backends take their chunked
+ *   delta rule there), runs of 1, two sequences interleaved entry by entry, a
  *   sequence that comes back later in the batch; two calls, so the states
  *   carry over; states at an offset inside cells of one state block (as
  *   kv/rstate.c lays them out), starting random or zero; then the states
@@ -16,6 +16,12 @@
  *   the later ones replay the graph with other sequences (the cells come
  *   from the step's sequence ids on the device), one of them interleaved;
  *   between steps, state_copy forks a cell and zeroes another;
+ * - the delta rule's prefill runs (chunk_batch): one sequence of 300
+ *   entries, runs of several sequences from zero and nonzero states in one
+ *   call, interleaved sequences long enough to be chunked, a run of exactly
+ *   the chunking minimum, a call past one launch (1100 entries); on Qwen3.5-
+ *   4B's shape (16 k-heads, 32 v-heads, d_k = d_v = 128) and small ones,
+ *   each with the GPU's chunked form on and off (EMBER_CUDA_GDR_CHUNK);
  * - sigmoid_mul and copy_strided.
  * Tolerances: both backends compute in f32. The convolution sums its taps
  * in the CPU's order without contraction, so it differs only through expf
@@ -25,7 +31,11 @@
  * from token to token: a host emulation of the kernels' arithmetic (plain
  * sequential sums) met the CPU op within 7.6e-7 of max |out| on these very
  * cases; bound: 5e-5 of max |cpu| for outputs and states (a wrong head, row,
- * sequence or decay is off by O(1)). sigmoid_mul: 1e-6; copy_strided: exact.
+ * sequence or decay is off by O(1)). The prefill-run cases: 1e-4 (the
+ * GPU's chunks of 64 against the CPU's of 32 over up to 1100 entries; a
+ * host emulation of the chunked kernel's arithmetic met a sequential
+ * recurrent form within 2.6e-6 of max |out| on 300 entries).
+ * sigmoid_mul: 1e-6; copy_strided: exact.
  * Without EMBER_CUDA or a GPU every case skips. */
 #include "cuda_test.h"
 
@@ -37,17 +47,23 @@
 
 #define TOL_CONV 1e-5
 #define TOL_GDR 5e-5
+#define TOL_GDR_CHUNK 1e-4
 
 static const ember_backend_limits LIM = {.max_tokens = 64, .max_n_in = 4096, .max_kv_tokens = 64, .max_head_dim = 128};
 
-static void backends(ember_backend **cpu, ember_backend **gpu)
+/* the CPU backend and a CUDA one; gdr_chunk: EMBER_CUDA_GDR_CHUNK as set
+ * here (-1: from the environment) */
+static void backends_chunk(ember_backend **cpu, ember_backend **gpu, int gdr_chunk)
 {
     CU_OK(test_cpu_backend_new(2, &LIM, cpu));
     ember_backend_options go = ember_backend_options_default();
     CU_OK(ember_backend_options_env(&go));
     go.cuda_verify = false;   /* the plain op table (verify mode has no recurrent ops) */
+    if (gdr_chunk >= 0) go.cuda_gdr_chunk = gdr_chunk != 0;
     CU_OK(ember_backend_cuda_new(&go, &LIM, gpu));
 }
+
+static void backends(ember_backend **cpu, ember_backend **gpu) { backends_chunk(cpu, gpu, -1); }
 
 static void fill(float *x, size_t n, float lo, float hi)
 {
@@ -381,6 +397,112 @@ static void test_steps_replay_with_other_sequences(void **state)
     ember_backend_free(cpu);
 }
 
+/* ---- the chunked form: prefill runs -------------------------------------- */
+
+/* The calls' sequences (cells; 5 cells, odd ones start from random states):
+ * 0: one sequence of 300 entries from a zero state (4 chunks of 64 and a
+ *    tail of 44 on the GPU, 9 chunks of 32 and 12 on the CPU);
+ * 1: runs of two sequences from nonzero states (70 of cell 1, 45 of cell 3)
+ *    around a decode entry (cell 2), then 20 more of cell 0 (its state from
+ *    call 0);
+ * 2: cells 2 and 4 interleaved, 20 entries each (runs of 1: the CPU walks
+ *    them, the GPU chunks each sequence's 20), then exactly 16 of cell 1
+ *    (EMBER_CUDA_GDR_RUN_MIN);
+ * 3 (small shapes): 1100 entries of cell 3: two launches (1024 + 76). */
+enum { CH_CALLS = 4, CH_MAX_N = 1100 };
+
+static int chunk_batch(int call, int *seq)
+{
+    int n = 0;
+    if (call == 0) {
+        for (int i = 0; i < 300; i++) seq[n++] = 0;
+    } else if (call == 1) {
+        for (int i = 0; i < 70; i++) seq[n++] = 1;
+        seq[n++] = 2;
+        for (int i = 0; i < 45; i++) seq[n++] = 3;
+        for (int i = 0; i < 20; i++) seq[n++] = 0;
+    } else if (call == 2) {
+        for (int i = 0; i < 20; i++) {
+            seq[n++] = 2;
+            seq[n++] = 4;
+        }
+        for (int i = 0; i < 16; i++) seq[n++] = 1;
+    } else {
+        for (int i = 0; i < 1100; i++) seq[n++] = 3;
+    }
+    return n;
+}
+
+/* The calls above on the CPU and on a GPU backend with the chunked form on
+ * (gdr_chunk 1) or off (0), outputs of every call and the states after the
+ * last compared; n_calls 3 or 4. */
+static void gdr_chunk_case(int Hk, int Hv, int dk, int dv, int n_calls, int gdr_chunk)
+{
+    ember_backend *cpu, *gpu;
+    backends_chunk(&cpu, &gpu, gdr_chunk);
+    printf("# gated_delta_rule, prefill runs, %s form on the GPU: heads %d/%d, d_k %d, d_v %d\n",
+           gdr_chunk ? "chunked" : "recurrent", Hk, Hv, dk, dv);
+    gdr_in g;
+    gdr_in_new(Hk, Hv, dk, dv, &g);
+    const int64_t ld = g.ld + 3;
+    states st;
+    states_new(cpu, gpu, (int64_t)Hv * dv * dk, 16, &st, 0.1f);
+    int *seq = malloc(sizeof(int) * CH_MAX_N);
+    float **pc = malloc(sizeof(float *) * CH_MAX_N), **pg = malloc(sizeof(float *) * CH_MAX_N);
+    assert_true(seq && pc && pg);
+    for (int call = 0; call < n_calls; call++) {
+        const int n = chunk_batch(call, seq);
+        states_ptrs(&st, seq, n, pc, pg);
+        const size_t n_out = (size_t)n * Hv * dv;
+        float *qkv = malloc(sizeof(float) * (size_t)(n * ld)), *al = malloc(sizeof(float) * (size_t)(n * Hv)),
+              *bt = malloc(sizeof(float) * (size_t)(n * Hv)), *oc = malloc(sizeof(float) * n_out),
+              *og = malloc(sizeof(float) * n_out);
+        assert_true(qkv && al && bt && oc && og);
+        fill(qkv, (size_t)(n * ld), -1.f, 1.f);
+        fill(al, (size_t)(n * Hv), -3.f, 3.f);
+        fill(bt, (size_t)(n * Hv), -3.f, 3.f);
+        cpu->ops->gated_delta_rule(cpu, &g.p, qkv, ld, al, bt, pc, n, oc);
+        gpu->ops->gated_delta_rule(gpu, &g.p, qkv, ld, al, bt, pg, n, og);
+        char what[64];
+        snprintf(what, sizeof what, "call %d (%d entries): out", call, n);
+        expect_close(what, oc, og, n_out, TOL_GDR_CHUNK);
+        free(qkv);
+        free(al);
+        free(bt);
+        free(oc);
+        free(og);
+    }
+    states_compare(cpu, gpu, &st, "states after the calls", TOL_GDR_CHUNK);
+    states_free(cpu, gpu, &st);
+    free(seq);
+    free(pc);
+    free(pg);
+    free(g.A);
+    free(g.dt);
+    ember_backend_free(gpu);
+    ember_backend_free(cpu);
+}
+
+/* Each shape twice on the same inputs (the RNG rewound): chunked and
+ * recurrent on the GPU, both against the CPU. */
+static void gdr_chunk_ab(int Hk, int Hv, int dk, int dv, int n_calls)
+{
+    const uint64_t seed = test_rng_state;
+    gdr_chunk_case(Hk, Hv, dk, dv, n_calls, 1);
+    test_rng_state = seed;
+    gdr_chunk_case(Hk, Hv, dk, dv, n_calls, 0);
+}
+
+static void test_gated_delta_rule_chunked_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    gdr_chunk_ab(16, 32, 128, 128, 3);   /* Qwen3.5-4B's linear-attention layer */
+    gdr_chunk_ab(1, 3, 24, 20, 4);       /* small and odd: d_k < 32, one partial block of value rows */
+    gdr_chunk_ab(2, 4, 64, 64, 4);
+    gdr_chunk_ab(2, 2, 200, 33, 3);      /* d_k in (128, 256]: chunks of 32; d_v past one block of 32 rows */
+}
+
 /* ---- sigmoid_mul, copy_strided ------------------------------------------ */
 
 static void test_sigmoid_mul_and_copy_strided(void **state)
@@ -424,6 +546,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv1d_silu_matches_cpu),
         cmocka_unit_test(test_gated_delta_rule_matches_cpu),
+        cmocka_unit_test(test_gated_delta_rule_chunked_matches_cpu),
         cmocka_unit_test(test_steps_replay_with_other_sequences),
         cmocka_unit_test(test_sigmoid_mul_and_copy_strided),
     };

@@ -21,8 +21,8 @@
 #   (openai for bench/serve.py, python 3.12), llama.cpp at /root/llama/llama.cpp-cuda-sm90 (or .carry/llama/*.part0*,
 #   unpacked there). The two model files are made into /dev/shm when absent (~20 s).
 # Environment: OUT (results: $OUT/dflash-gpu.txt summary, $OUT/dflash-gpu.jsonl one object per measurement,
-#   $OUT/logs/ server logs), FA (forced acceptances, default "2 3.5 5"), PARTS (default "plain spec policy llama";
-#   also "np1spec": DFlash 3.5 on a 1-slot server), LIMIT (seconds; parts that would start after it are skipped,
+#   $OUT/logs/ server logs), FA (forced acceptances, default "2 3.5 5"), PARTS (default "plain spec policy np1spec
+#   llama"; np1spec: DFlash 3.5 on a 1-slot server, as plain np1), LIMIT (seconds; parts that would start after it are skipped,
 #   default 330), N (tokens per request, 256), EMBER_EXTRA (more ember serve flags), NGL (99),
 #   B (folder holding bin/ember; default: unpack .carry/bins.tar.xz to /tmp/g), TARGET / DRAFT (model paths),
 #   PY (python3).
@@ -30,7 +30,7 @@ set -u
 : "${OUT:?set OUT}"
 C=.carry
 FA=${FA:-2 3.5 5}
-PARTS=${PARTS:-plain spec policy llama}
+PARTS=${PARTS:-plain spec policy np1spec llama}
 LIMIT=${LIMIT:-330}
 N=${N:-256}
 NGL=${NGL:-99}
@@ -76,7 +76,7 @@ PID=
 PORT=
 
 wait_up() {  # port pid
-  for i in $(seq 1 360); do
+  for i in $(seq 1 240); do
     curl -sf http://127.0.0.1:$1/health >/dev/null 2>&1 && return 0
     kill -0 $2 2>/dev/null || return 1
     sleep 0.25
@@ -112,7 +112,7 @@ measure() {  # label what fa
   local label=$1 what=$2 fa=$3 r=3 p=1
   [ $what = par8 ] && { r=1; p=8; }
   local m0; m0=$(metrics)
-  timeout 150 $PY bench/serve.py --base-url http://127.0.0.1:$PORT/v1 --model m -n $N -r $r -P $p --config "$label" \
+  timeout 100 $PY bench/serve.py --base-url http://127.0.0.1:$PORT/v1 --model m -n $N -r $r -P $p --config "$label" \
     --server-pid $PID --json /tmp/dfb.json > "$OUT/logs/serve-${label// /_}-$what.txt" 2>&1
   local rc=$?
   $PY -c 'import json, sys

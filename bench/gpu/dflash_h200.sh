@@ -58,6 +58,10 @@ if ! $PY -c "import openai" 2>/dev/null; then
   [ -d /tmp/site/openai ] || $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $C/whl/*.whl >/dev/null 2>&1
   export PYTHONPATH=/tmp/site
 fi
+# the binary must have --spec-force-accept (14d399b) and --spec-draft-ngl (6388d6b, the GPU draft)
+if [ "$($B/bin/ember serve --help 2>&1 | grep -cE -- '--spec-force-accept|--spec-draft-ngl')" -lt 2 ]; then
+  log "$B/bin/ember lacks --spec-force-accept or --spec-draft-ngl: repack .carry/bins.tar.xz from a newer build"; exit 1
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | tee -a "$S"
 log "commit $(cat $C/commit 2>/dev/null | tr '\n' ' ') (bins); tree $(git rev-parse --short HEAD 2>/dev/null)"
 

@@ -153,7 +153,7 @@ def summarize_parallel(results):
         out["aggregate_tok_s"] = sum(r["completion_tokens"] for r in ok) / wall
         # the same to the streams' ends: tokens that stream no text (random-weight files) move no t_last
         out["aggregate_end_tok_s"] = sum(r["completion_tokens"] for r in ok) / (
-            max(r["t_end"] for r in ok) - min(r["t_sent"] for r in ok))
+            max(r.get("t_end", r["t_last"]) for r in ok) - min(r["t_sent"] for r in ok))
         rates = [r["decode_tok_s"] for r in ok if r["decode_tok_s"]]
         out["per_stream_tok_s"] = statistics.fmean(rates) if rates else None
         out["ttft_s_median"] = statistics.median(r["ttft_s"] for r in ok)

@@ -18,10 +18,10 @@
 #
 # Run from the repository root on the device:   OUT=... bash bench/gpu/dflash_h200.sh
 # Inputs: .carry/bins.tar.xz (bench/gpu/pack_carry.sh: b/bin/ember of a CUDA build + lib/), .carry/whl/*.whl
-#   (openai for bench/serve.py, python 3.12), llama.cpp at /root/llama/llama.cpp-cuda-sm90 (or .carry/llama/*.part0*,
-#   unpacked there). The two model files are made into /dev/shm when absent (~20 s).
+#   (openai for bench/serve.py, python 3.12), llama.cpp at /root/llama/llama.cpp-cuda-sm90 (or its parts as
+#   .carry/llama/*.part0* or .carry/l0/, l1/..., unpacked there). The two model files are made into /dev/shm when absent (~20 s).
 # Environment: OUT (results: $OUT/dflash-gpu.txt summary, $OUT/dflash-gpu.jsonl one object per measurement,
-#   $OUT/logs/ server logs), FA (forced acceptances, default "2 3.5 5"), PARTS (default "plain spec policy np1spec
+#   $OUT/dflash-logs.tar.xz the server and client logs), FA (forced acceptances, default "2 3.5 5"), PARTS (default "plain spec policy np1spec
 #   llama"; np1spec: DFlash 3.5 on a 1-slot server, as plain np1), LIMIT (seconds; parts that would start after it are skipped,
 #   default 330), N (tokens per request, 256), EMBER_EXTRA (more ember serve flags), NGL (99),
 #   B (folder holding bin/ember; default: unpack .carry/bins.tar.xz to /tmp/g), TARGET / DRAFT (model paths),
@@ -35,7 +35,8 @@ LIMIT=${LIMIT:-330}
 N=${N:-256}
 NGL=${NGL:-99}
 PY=${PY:-python3}
-mkdir -p "$OUT/logs"
+L=/tmp/dfb-logs   # server and client logs, packed into $OUT/dflash-logs.tar.xz at the end ($OUT returns 8 files at most)
+rm -rf $L; mkdir -p $L "$OUT"
 S=$OUT/dflash-gpu.txt
 J=$OUT/dflash-gpu.jsonl
 : > "$J"
@@ -52,7 +53,9 @@ if [ -z "${B:-}" ]; then
 fi
 mkdir -p /root/llama 2>/dev/null
 LD=/root/llama/llama.cpp-cuda-sm90
-if [ ! -x $LD/bin/llama-server ] && ls $C/llama/*.part0* >/dev/null 2>&1; then cat $C/llama/*.part0* | tar xJ -C /root/llama; fi
+# the parts of ../shared/tools/llama.cpp-cuda-sm90 under .carry/llama/ (serve_h200.sh) or .carry/l0, l1, ...
+LP=$(ls $C/llama/*.part0* $C/l[0-9]*/*.part0* 2>/dev/null | awk -F/ '{print $NF" "$0}' | sort | cut -d' ' -f2)
+if [ ! -x $LD/bin/llama-server ] && [ -n "$LP" ]; then cat $LP | tar xJ -C /root/llama; fi
 # openai for bench/serve.py (kept in /tmp/site while the machine stays warm)
 if ! $PY -c "import openai" 2>/dev/null; then
   [ -d /tmp/site/openai ] || $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $C/whl/*.whl >/dev/null 2>&1
@@ -68,12 +71,12 @@ log "commit $(cat $C/commit 2>/dev/null | tr '\n' ' ') (bins); tree $(git rev-pa
 # the two files (made in parallel when absent)
 TARGET=${TARGET:-/dev/shm/e4b.gguf}
 DRAFT=${DRAFT:-/dev/shm/e4b-dflash.gguf}
-[ -f "$TARGET" ] || timeout 200 $PY bench/gpu/make_e4b_gguf_stdlib.py "$TARGET" > "$OUT/logs/make-target.txt" 2>&1 &
-[ -f "$DRAFT" ] || timeout 200 $PY bench/gpu/make_dflash_gguf_stdlib.py "$DRAFT" > "$OUT/logs/make-draft.txt" 2>&1 &
+[ -f "$TARGET" ] || { timeout 200 $PY bench/gpu/make_e4b_gguf_stdlib.py "$TARGET.part" > "$L/make-target.txt" 2>&1 && mv "$TARGET.part" "$TARGET"; } &
+[ -f "$DRAFT" ] || { timeout 200 $PY bench/gpu/make_dflash_gguf_stdlib.py "$DRAFT.part" > "$L/make-draft.txt" 2>&1 && mv "$DRAFT.part" "$DRAFT"; } &
 wait
-for f in "$TARGET" "$DRAFT"; do [ -f "$f" ] || { log "missing $f"; cat "$OUT"/logs/make-*.txt | tee -a "$S"; exit 1; }; done
+for f in "$TARGET" "$DRAFT"; do [ -f "$f" ] || { log "missing $f"; cat $L/make-*.txt | tee -a "$S"; exit 1; }; done
 log "target $TARGET ($(stat -c %s "$TARGET") bytes), draft $DRAFT ($(stat -c %s "$DRAFT") bytes) $(el)"
-cat "$OUT"/logs/make-*.txt 2>/dev/null >> "$S"
+cat $L/make-*.txt 2>/dev/null >> "$S"
 
 DFL="--spec-type draft-dflash --spec-draft-model $DRAFT --spec-draft-n-max 7 --spec-draft-ngl $NGL"
 PID=
@@ -91,7 +94,7 @@ wait_up() {  # port pid
 up() {  # label engine np ctx flags...
   local label=$1 eng=$2 np=$3 ctx=$4; shift 4
   PORT=$((18000 + RANDOM % 2000))
-  local lf="$OUT/logs/${label// /_}.txt"
+  local lf="$L/${label// /_}.txt"
   if [ $eng = ember ]; then
     $B/bin/ember serve -m "$TARGET" -ngl $NGL -np $np -c $ctx --port $PORT --alias m --metrics ${EMBER_EXTRA:-} "$@" > "$lf" 2>&1 &
   else
@@ -117,7 +120,7 @@ measure() {  # label what fa
   [ $what = par8 ] && { r=1; p=8; }
   local m0; m0=$(metrics)
   timeout 100 $PY bench/serve.py --base-url http://127.0.0.1:$PORT/v1 --model m -n $N -r $r -P $p --config "$label" \
-    --server-pid $PID --json /tmp/dfb.json > "$OUT/logs/serve-${label// /_}-$what.txt" 2>&1
+    --server-pid $PID --json /tmp/dfb.json > "$L/serve-${label// /_}-$what.txt" 2>&1
   local rc=$?
   $PY -c 'import json, sys
 try:
@@ -163,3 +166,4 @@ done
 log "=== summary $(el)"
 $PY bench/gpu/dflash_summary.py table "$J" | tee -a "$S"
 log "=== done $(el)"
+tar cJf "$OUT/dflash-logs.tar.xz" -C /tmp dfb-logs 2>/dev/null

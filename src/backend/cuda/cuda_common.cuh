@@ -36,6 +36,8 @@ struct ember_cuda {
     int attn_min_keys;     /* shortest key split of the decode attention (EMBER_CUDA_ATTN_MIN_KEYS; cuda_attn.cu) */
     uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
     cudaEvent_t top_ev;    /* after the download of ember_cuda_logits_top_start (created on first use) */
+    cudaEvent_t tm_ev[EMBER_CUDA_TIMERS][2]; /* ember_cuda_timer_mark: start, end (created on first use) */
+    bool tm_set[EMBER_CUDA_TIMERS][2];
 };
 
 /* Turn a CUDA runtime error into EMBER_ERR_INTERNAL with `what` in the

@@ -21,8 +21,9 @@
 #   (openai for bench/serve.py, python 3.12), llama.cpp at /root/llama/llama.cpp-cuda-sm90 (or its parts as
 #   .carry/llama/*.part0* or .carry/l0/, l1/..., unpacked there). The two model files are made into /dev/shm when absent (~20 s).
 # Environment: OUT (results: $OUT/dflash-gpu.txt summary, $OUT/dflash-gpu.jsonl one object per measurement,
-#   $OUT/dflash-logs.tar.xz the server and client logs), FA (forced acceptances, default "2 3.5 5"), PARTS (default "plain spec policy np1spec
-#   llama"; np1spec: DFlash 3.5 on a 1-slot server, as plain np1), LIMIT (seconds; parts that would start after it are skipped,
+#   $OUT/dflash-logs.tar.xz the server and client logs), FA (forced acceptances, default "2 3.5 5"), PARTS (default "tests plain spec
+#   policy np1spec llama"; tests: the carried test_cuda_ops (device timers) and test_dflash_spec (its *_gpu lossless
+#   tests, DFlash target and draft on the GPU); np1spec: DFlash 3.5 on a 1-slot server, as plain np1), LIMIT (seconds; parts that would start after it are skipped,
 #   default 330), N (tokens per request, 256), EMBER_EXTRA (more ember serve flags), NGL (99),
 #   B (folder holding bin/ember; default: unpack .carry/bins.tar.xz to /tmp/g), TARGET / DRAFT (model paths),
 #   PY (python3).
@@ -30,7 +31,7 @@ set -u
 : "${OUT:?set OUT}"
 C=.carry
 FA=${FA:-2 3.5 5}
-PARTS=${PARTS:-plain spec policy np1spec llama}
+PARTS=${PARTS:-tests plain spec policy np1spec llama}
 LIMIT=${LIMIT:-330}
 N=${N:-256}
 NGL=${NGL:-99}
@@ -137,6 +138,14 @@ print(json.dumps({"label": l, "what": w, "fa": json.loads(fa), "rc": int(rc), "m
 # ---- ember -------------------------------------------------------------------------------------------
 for part in $PARTS; do
   case $part in
+    tests)
+      log "=== GPU unit tests $(el)"
+      for t in test_cuda_ops test_dflash_spec; do
+        [ -x $B/tests/$t ] || { log "$t: not carried"; continue; }
+        timeout 120 $B/tests/$t > $L/$t.txt 2>&1; rc=$?
+        log "$t rc=$rc $(grep -cE '^\[       OK \]' $L/$t.txt) ok, $(grep -cE '^\[  FAILED  \]' $L/$t.txt) failed lines, $(grep -cE '^\[  SKIPPED \]' $L/$t.txt) skipped lines"
+        [ $rc = 0 ] || tail -15 $L/$t.txt | tee -a "$S"
+      done ;;
     plain)
       log "=== ember plain decode $(el)"
       late "ember plain np1" || { up "ember plain np1" ember 1 4096 && measure "ember plain np1" single null; down; }

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 rm -rf /tmp/pack; mkdir -p /tmp/pack/b/bin /tmp/pack/b/bench /tmp/pack/b/tests /tmp/pack/lib
 cp build-cuda/bin/ember /tmp/pack/b/bin/
 cp build-cuda/bench/par_decode /tmp/pack/b/bench/ 2>/dev/null || cp build-cuda/bin/par_decode /tmp/pack/b/bench/ 2>/dev/null || find build-cuda -name par_decode -type f -exec cp {} /tmp/pack/b/bench/ \;
-for t in build-cuda/tests/test_cuda_* build-cuda/tests/test_seam build-cuda/tests/test_runtime build-cuda/tests/test_qwen35; do cp $t /tmp/pack/b/tests/; done
+for t in build-cuda/tests/test_cuda_* build-cuda/tests/test_seam build-cuda/tests/test_runtime build-cuda/tests/test_qwen35 build-cuda/tests/test_dflash_spec; do cp $t /tmp/pack/b/tests/; done
 strip /tmp/pack/b/bin/* /tmp/pack/b/bench/* /tmp/pack/b/tests/* 2>/dev/null || true
 for l in microhttpd jansson pcre2-8 utf8proc gnutls p11-kit idn2 unistring tasn1 nettle hogweed gmp ffi cmocka; do cp -L /lib/x86_64-linux-gnu/lib$l.so.* /tmp/pack/lib/ 2>/dev/null || true; done
 tar cJf .carry/bins.tar.xz -C /tmp/pack b lib

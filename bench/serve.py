@@ -75,11 +75,12 @@ def one_stream(client, model, prompt, max_tokens, ignore_eos, extra=None):
                     t_last = now
     except Exception as e:  # reported, never hidden
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    t_end = time.perf_counter()   # the stream's end (t_last is the last text delta's time)
     if t_first is None:
         return {"ok": False, "error": "no content was streamed"}
     n_tok = usage.completion_tokens if usage is not None else n_deltas
     dec = (n_tok - 1) / (t_last - t_first) if n_tok > 1 and t_last > t_first else None
-    r = {"ok": True, "t_sent": t_sent, "t_first": t_first, "t_last": t_last,
+    r = {"ok": True, "t_sent": t_sent, "t_first": t_first, "t_last": t_last, "t_end": t_end,
          "ttft_s": t_first - t_sent, "completion_tokens": n_tok,
          "counted_from": "usage" if usage is not None else "deltas",
          "decode_tok_s": dec, "e2e_tok_s": n_tok / (t_last - t_sent)}
@@ -87,6 +88,9 @@ def one_stream(client, model, prompt, max_tokens, ignore_eos, extra=None):
         if "draft_n" in timings:
             r["draft_n"] = timings.get("draft_n", 0)
             r["draft_n_accepted"] = timings.get("draft_n_accepted", 0)
+        # the server's own decode time: predicted_ms spans the steps after the first token, so a
+        # step emits (predicted_n - 1) / steps tokens, steps = predicted_n - 1 - draft_n_accepted
+        r["timings"] = {k: timings[k] for k in ("predicted_n", "predicted_ms", "prompt_n", "prompt_ms") if k in timings}
     return r
 
 
@@ -147,6 +151,9 @@ def summarize_parallel(results):
     if ok:
         wall = max(r["t_last"] for r in ok) - min(r["t_sent"] for r in ok)
         out["aggregate_tok_s"] = sum(r["completion_tokens"] for r in ok) / wall
+        # the same to the streams' ends: tokens that stream no text (random-weight files) move no t_last
+        out["aggregate_end_tok_s"] = sum(r["completion_tokens"] for r in ok) / (
+            max(r.get("t_end", r["t_last"]) for r in ok) - min(r["t_sent"] for r in ok))
         rates = [r["decode_tok_s"] for r in ok if r["decode_tok_s"]]
         out["per_stream_tok_s"] = statistics.fmean(rates) if rates else None
         out["ttft_s_median"] = statistics.median(r["ttft_s"] for r in ok)

@@ -283,6 +283,13 @@ bool ember_context_token_feedback(const ember_context *ctx);
 #define EMBER_DECODE_FED_MAX 64
 ember_status ember_decode_fed(ember_context *ctx, const ember_batch *batch, const int32_t *top_row);
 
+/* Device seconds of the last ember_decode / ember_decode_fed, from its first
+ * micro-batch's work to its last's on the device's clock (CUDA events on a
+ * GPU backend; waits for that work to finish), for costs that must not be
+ * host CPU time. < 0 when the backend has no device clock (the CPU) or no
+ * decode ran. */
+double ember_decode_device_seconds(ember_context *ctx);
+
 /* Sequences. A sequence exists once it holds a token; these edit it:
  * - remove: drop all of its positions and free its KV blocks;
  * - truncate: keep positions [0, n_keep), drop the rest (KV rollback, no copy;

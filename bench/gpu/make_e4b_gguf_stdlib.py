@@ -35,7 +35,7 @@ E4B = dict(n_embd=2560, n_ff=10240, n_layer=42, n_head=8, n_head_kv=2, head_dim_
 
 # gguf value types (GGUFValueType) and ggml tensor types (GGMLQuantizationType)
 U32, I32, F32V, BOOL, STR, ARR, U64 = 4, 5, 6, 7, 8, 9, 10
-T_F32, T_Q4_K, T_Q6_K = 0, 12, 14
+T_F32, T_F16, T_Q4_K, T_Q6_K, T_BF16 = 0, 1, 12, 14, 30
 QSIZE = {T_Q4_K: (256, 144), T_Q6_K: (256, 210)}   # elements, bytes per block
 ALIGN = 32
 
@@ -135,6 +135,8 @@ def build(args):
 def nbytes_of(n_in, n_out, t):
     if t in ("rope", "scalar", T_F32):
         return n_in * 4
+    if t in (T_F16, T_BF16):    # 2-byte elements (the DFlash draft maker's weights)
+        return n_in * n_out * 2
     bs, tb = QSIZE[t]
     assert n_in % bs == 0, (n_in, bs)
     return n_out * (n_in // bs) * tb

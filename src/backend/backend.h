@@ -314,7 +314,21 @@ typedef struct ember_backend_ops {
      * [q | gate] per head). dst must not overlap src. */
     void (*copy_strided)(ember_backend *be, float *dst, int64_t ld_dst, const float *src, int64_t ld_src,
                          int64_t n_rows, int64_t n_cols);
+
+    /* Optional, both or none (NULL: no device clock, as on the CPU): device
+     * time of a span of queued work, for costs that must not be host CPU
+     * time (the speculation policy's step costs). timer_mark(be, t, false)
+     * marks the start of timer t (0 <= t < EMBER_BACKEND_TIMERS) on the
+     * backend's queue after the work queued so far, timer_mark(be, t, true)
+     * its end (a later end mark replaces an earlier one); never inside
+     * step_begin .. step_end. timer_seconds waits for timer t's end mark and
+     * returns the device seconds from its start mark to it, or < 0 when the
+     * timer has no start and end (or the clock failed). */
+    void (*timer_mark)(ember_backend *be, int32_t timer, bool end);
+    double (*timer_seconds)(ember_backend *be, int32_t timer);
 } ember_backend_ops;
+
+#define EMBER_BACKEND_TIMERS 4
 
 /* Shapes and weights of one gated-delta-rule layer (ops.gated_delta_rule). */
 typedef struct ember_gdr_params {

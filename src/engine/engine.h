@@ -86,6 +86,10 @@ typedef struct engine_runtime {
      * p > 0, log p descending (ember_sampler_candidates). */
     void (*sampler_post_probs)(void *ctx, ember_sampler *s, const float *logits, ember_token chosen, int32_t k,
                                struct engine_tok *rec);
+    /* Optional (NULL, or < 0 returned: none): ember_decode_device_seconds,
+     * the device time of the last decode (waits for it). The speculation
+     * policy's step costs use it instead of the host's CPU time. */
+    double (*decode_device_seconds)(void *ctx);
 } engine_runtime;
 
 /* The vocabulary side: token -> bytes and end-of-generation tokens. `ud` is

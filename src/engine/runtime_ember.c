@@ -51,6 +51,7 @@ static ember_status rt_decode_fed(void *c, const ember_batch *b, const int32_t *
     return ember_decode_fed(c, b, top_row);
 }
 static int32_t rt_sampler_top_k(void *c, const ember_sampler *s) { return ember_sampler_top_k(s); }
+static double rt_decode_device_seconds(void *c) { return ember_decode_device_seconds(c); }
 static ember_status rt_sample_top(void *c, ember_sampler *s, const ember_logits_top *t, ember_token *out)
 {
     return ember_sampler_sample_top(s, t, out);
@@ -108,5 +109,6 @@ engine_runtime engine_runtime_ember(ember_context *ctx, int32_t n_vocab, int32_t
         .logits_top_start = fed ? rt_top_start : NULL,
         .logits_top_finish = fed ? rt_top_finish : NULL,
         .decode_fed = fed ? rt_decode_fed : NULL,
+        .decode_device_seconds = rt_decode_device_seconds,
     };
 }

@@ -479,7 +479,12 @@ static int32_t step(engine *e)
     if (e->cfg.spec && n_prefill == 0) {
         int32_t n_draft_rows = 0;
         for (int32_t i = 0; i < n_slots; i++) n_draft_rows += e->slots[i].n_draft;
-        spec_engine_step_time(e->cfg.spec, dt_cpu, n_total, n_draft_rows);
+        /* a GPU runtime's step cost is its device time (CUDA events): the host's CPU time
+         * around a decode whose logits stay on the device counts the launches, not the
+         * step. Waiting for it here costs nothing: with speculation on no step is queued
+         * ahead (pipeline.c), so the heads read next wait for it anyway */
+        const double dt_dev = e->rt.decode_device_seconds ? e->rt.decode_device_seconds(e->rt.ctx) : -1.0;
+        spec_engine_step_time(e->cfg.spec, dt_dev > 0 ? dt_dev : dt_cpu, n_total, n_draft_rows);
     }
 
     /* proposers that keep every position's hidden state (DFlash) */

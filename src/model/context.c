@@ -596,6 +596,9 @@ static ember_status decode_impl(ember_context *c, const ember_batch *b, const in
     ember_run run = {.m = c->m, .be = c->be, .kv = c->kv, .rs = c->rs, .s = &c->s, .n_layer = c->n_layer_run,
                      .n_capture = c->n_capture, .capture_layer = c->capture_layer};
     const bool swa = ember_kv_has_swa_group(c->kv);
+    /* the decode's device time (ember_decode_device_seconds): timer 0 around its micro-batches */
+    const bool timed = c->be->ops->timer_mark && c->be->ops->timer_seconds;
+    if (timed) c->be->ops->timer_mark(c->be, 0, false);
     for (int32_t u0 = 0; u0 < n; u0 += (int32_t)c->p.n_ubatch) {
         int32_t u1 = u0 + (int32_t)c->p.n_ubatch;
         if (u1 > n) u1 = n;
@@ -642,10 +645,17 @@ static ember_status decode_impl(ember_context *c, const ember_batch *b, const in
         struct forward_args fa = {c->m->arch, &run, &ubatch};
         ember_backend_run_step(c->be, &bs, run_forward, &fa);
     }
+    if (timed) c->be->ops->timer_mark(c->be, 0, true);
     c->n_last = n;
     c->n_out_last = n_out;
     c->n_layer_last = c->n_layer_run;
     return EMBER_OK;
+}
+
+double ember_decode_device_seconds(ember_context *c)
+{
+    if (!c || !c->be->ops->timer_mark || !c->be->ops->timer_seconds) return -1.0;
+    return c->be->ops->timer_seconds(c->be, 0);
 }
 
 /* The host rows of the last decode, completing a deferred download. */

@@ -190,7 +190,28 @@ struct ember_dflash_ctx {
     ember_pos *pos;             /* [n_rows] host */
     int64_t *rows;              /* [n_rows] host: K/V rows of a pass */
     ember_attn_query *queries;  /* [n_rows] host */
+    bool inj_marked;            /* timer 0 started: injections since the last ember_dflash_device_seconds */
 };
+
+/* Device timers of the draft's backend (ember_dflash_device_seconds): 0 spans the injections since the last
+ * read, 1 the last block. */
+static bool dflash_timed(const ember_dflash_ctx *c)
+{
+    return c->be->ops->timer_mark && c->be->ops->timer_seconds;
+}
+
+double ember_dflash_device_seconds(ember_dflash_ctx *c)
+{
+    if (!c || !dflash_timed(c)) return -1.0;
+    double s = c->be->ops->timer_seconds(c->be, 1);
+    if (s < 0) return -1.0;
+    if (c->inj_marked) {
+        const double si = c->be->ops->timer_seconds(c->be, 0);
+        if (si > 0) s += si;
+        c->inj_marked = false;
+    }
+    return s;
+}
 
 void ember_dflash_ctx_free(ember_dflash_ctx *c)
 {
@@ -308,6 +329,10 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
         return ember_error(EMBER_ERR_RANGE, "ember_dflash_inject: %d + %d positions exceed the draft context of %d",
                            c->n_pos[seq], n, c->n_ctx);
     const ember_hparams *hp = &c->m->hp;
+    if (dflash_timed(c) && !c->inj_marked) {
+        c->be->ops->timer_mark(c->be, 0, false);
+        c->inj_marked = true;
+    }
     for (int32_t r0 = 0; r0 < n; r0 += c->n_rows) {
         const int32_t k = n - r0 < c->n_rows ? n - r0 : c->n_rows;
         const int32_t p0 = c->n_pos[seq];
@@ -322,6 +347,7 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
         for (int32_t il = 0; il < hp->n_layer; il++) store_kv(c, seq, il, c->g, k, p0);
         c->n_pos[seq] = p0 + k;
     }
+    if (c->inj_marked) c->be->ops->timer_mark(c->be, 0, true);
     return EMBER_OK;
 }
 
@@ -348,6 +374,7 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
     const int64_t E = hp->n_embd;
     const ember_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
                                   .head_dim_v = hp->head_dim_v, .kq_scale = hp->attn_scale, .n_swa = 0};
+    if (dflash_timed(c)) op->timer_mark(be, 1, false);
     /* the embedding rows, raw (times embedding_scale when set) */
     const ember_model *io = c->m->tok_embd.data ? c->m : c->t;   /* the draft's own when it has them */
     op->get_rows(be, &io->tok_embd, tokens, n, c->x);
@@ -381,6 +408,7 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
     op->rms_norm(be, c->xb, c->x + E, c->m->output_norm, n - 1, E, hp->norm_eps);
     const ember_weight *wout = &io->output;
     op->matmul(be, c->xb, n - 1, 1, &wout, &logits);   /* logits: host rows */
+    if (dflash_timed(c)) op->timer_mark(be, 1, true);
     return EMBER_OK;
 }
 

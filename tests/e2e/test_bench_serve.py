@@ -76,7 +76,8 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(Stub.delay)
             send({**base, "choices": [{"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}]})
         send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
-              "timings": {"draft_n": Stub.draft[0], "draft_n_accepted": Stub.draft[1]}})
+              "timings": {"draft_n": Stub.draft[0], "draft_n_accepted": Stub.draft[1],
+                          "predicted_n": n_tok, "predicted_ms": 10.0 * (n_tok - 1)}})
         send({**base, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n_tok,
                                                "total_tokens": 5 + n_tok}})
         self.wfile.write(b"data: [DONE]\n\n")
@@ -121,6 +122,12 @@ def test_single_and_parallel_numbers(stub, tmp_path):
     assert par["aggregate_tok_s"] == pytest.approx(48 / wall)
     assert par["per_stream_tok_s"] == pytest.approx(
         statistics.fmean((12 - 1) / (s["t_last"] - s["t_first"]) for s in par["streams"]))
+    # the same to each stream's end, which comes after its last text delta
+    assert all(s["t_end"] >= s["t_last"] for s in par["streams"])
+    end_wall = max(s["t_end"] for s in par["streams"]) - min(s["t_sent"] for s in par["streams"])
+    assert par["aggregate_end_tok_s"] == pytest.approx(48 / end_wall)
+    # each response's server timings are kept (bench/gpu/dflash_summary.py reads them)
+    assert all(r["timings"] == {"predicted_n": 12, "predicted_ms": 110.0} for r in runs)
     # draft statistics summed over all 7 responses
     assert rep["acceptance"] == {"draft_n": 70, "draft_n_accepted": 49, "rate": pytest.approx(0.7)}
 
@@ -159,6 +166,7 @@ def test_summarize_parallel_exact():
     ]
     s = bench_serve.summarize_parallel(rs)
     assert s["aggregate_tok_s"] == pytest.approx(42 / 4.0)
+    assert s["aggregate_end_tok_s"] == pytest.approx(42 / 4.0)   # no t_end: the last delta's time
     assert s["per_stream_tok_s"] == pytest.approx(7.5)
     assert s["ttft_s_median"] == pytest.approx(0.7)
     assert s["errors"] == ["boom"] and s["n_ok"] == 2

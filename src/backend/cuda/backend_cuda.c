@@ -140,6 +140,23 @@ static void cu_dequant_host_rows(ember_backend *be, uint32_t type, const void *r
     CK("dequant_host_rows", ember_cuda_dequant_rows(b->cu, type, d, n_in, n_rows, out));
 }
 
+/* ---- device timers (the speculation policy's step costs) -------------------- */
+
+static void op_timer_mark(ember_backend *be, int32_t timer, bool end)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    if (b->in_step) return;   /* never inside a step (a capture would record the event) */
+    cb_flush(b);              /* ops held for fusion belong before the mark */
+    (void)ember_cuda_timer_mark(b->cu, timer, end);
+}
+
+static double op_timer_seconds(ember_backend *be, int32_t timer)
+{
+    cuda_backend *b = (cuda_backend *)be;
+    double s = -1.0;
+    return ember_cuda_timer_seconds(b->cu, timer, &s) == EMBER_OK ? s : -1.0;
+}
+
 /* ---- logits left on the device ------------------------------------------- */
 
 static void op_logits_sync(ember_backend *be, float *host, size_t bytes)
@@ -1086,6 +1103,8 @@ const ember_backend_ops cb_cuda_ops = {
     .logits_top_start = op_logits_top_start,
     .logits_top_finish = op_logits_top_finish,
     .logits_sync = op_logits_sync,
+    .timer_mark = op_timer_mark,
+    .timer_seconds = op_timer_seconds,
     /* recurrent (linear-attention) ops and their state memory: cuda_rstate.c */
     .conv1d_silu = cb_conv1d_silu,
     .gated_delta_rule = cb_gated_delta_rule,

@@ -82,6 +82,14 @@ ember_status ember_cuda_copy(ember_cuda *cu, void *dst, const void *src, size_t 
 ember_status ember_cuda_memzero(ember_cuda *cu, void *dst, size_t bytes);
 /* Wait for the stream; reports an asynchronous kernel error, if any. */
 ember_status ember_cuda_synchronize(ember_cuda *cu);
+/* Device timers (CUDA events with timing): mark the start (end false) or the
+ * end of timer t in [0, EMBER_CUDA_TIMERS) on the stream, outside graph
+ * capture; a start mark clears the end. ember_cuda_timer_seconds waits for
+ * the end mark and sets *s to the seconds between the marks, -1 when the
+ * timer lacks either. */
+#define EMBER_CUDA_TIMERS 4
+ember_status ember_cuda_timer_mark(ember_cuda *cu, int32_t timer, bool end);
+ember_status ember_cuda_timer_seconds(ember_cuda *cu, int32_t timer, double *s);
 /* Free and total bytes of device `device` (cudaMemGetInfo: all processes'
  * allocations and contexts count as used). May create the device's primary
  * context. Errors: EMBER_ERR_INVALID_ARG (no such device), EMBER_ERR_INTERNAL. */

@@ -37,6 +37,8 @@ struct ember_cuda {
     int mmvq_rows;         /* rows per warp of a one-column mat-vec, 0 = by shape (EMBER_CUDA_MMVQ_ROWS; cuda_mmvq.cu) */
     uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
     cudaEvent_t top_ev;    /* after the download of ember_cuda_logits_top_start (created on first use) */
+    cudaEvent_t tm_ev[EMBER_CUDA_TIMERS][2]; /* ember_cuda_timer_mark: start, end (created on first use) */
+    bool tm_set[EMBER_CUDA_TIMERS][2];
 };
 
 /* Turn a CUDA runtime error into EMBER_ERR_INTERNAL with `what` in the

@@ -111,6 +111,9 @@ extern "C" void ember_cuda_free(ember_cuda *cu)
     if (cu->cublas) cublasDestroy(cu->cublas);
     if (cu->cublas_ws) cudaFree(cu->cublas_ws);
     if (cu->top_ev) cudaEventDestroy(cu->top_ev);
+    for (int t = 0; t < EMBER_CUDA_TIMERS; t++)
+        for (int e = 0; e < 2; e++)
+            if (cu->tm_ev[t][e]) cudaEventDestroy(cu->tm_ev[t][e]);
     if (cu->stream) cudaStreamDestroy(cu->stream);
     free(cu);
 }
@@ -214,6 +217,37 @@ extern "C" ember_status ember_cuda_synchronize(ember_cuda *cu)
 {
     EMBER_CUDA_NONNULL(cu);
     return ember_cuda_check(cudaStreamSynchronize(cu->stream), "stream synchronize");
+}
+
+extern "C" ember_status ember_cuda_timer_mark(ember_cuda *cu, int32_t timer, bool end)
+{
+    EMBER_CUDA_NONNULL(cu);
+    if (timer < 0 || timer >= EMBER_CUDA_TIMERS)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: timer %d not in [0, %d)", timer, EMBER_CUDA_TIMERS);
+    if (cu->capturing) return ember_error(EMBER_ERR_INVALID_ARG, "cuda: timer mark during graph capture");
+    cudaEvent_t *ev = &cu->tm_ev[timer][end ? 1 : 0];
+    ember_status st;
+    if (!*ev && (st = ember_cuda_check(cudaEventCreate(ev), "timer (event)")) != EMBER_OK) return st;
+    if ((st = ember_cuda_check(cudaEventRecord(*ev, cu->stream), "timer (event record)")) != EMBER_OK) return st;
+    if (!end) cu->tm_set[timer][1] = false;
+    cu->tm_set[timer][end ? 1 : 0] = true;
+    return EMBER_OK;
+}
+
+extern "C" ember_status ember_cuda_timer_seconds(ember_cuda *cu, int32_t timer, double *s)
+{
+    EMBER_CUDA_NONNULL(cu);
+    EMBER_CUDA_NONNULL(s);
+    *s = -1.0;
+    if (timer < 0 || timer >= EMBER_CUDA_TIMERS)
+        return ember_error(EMBER_ERR_INVALID_ARG, "cuda: timer %d not in [0, %d)", timer, EMBER_CUDA_TIMERS);
+    if (!cu->tm_set[timer][0] || !cu->tm_set[timer][1]) return EMBER_OK;
+    ember_status st = ember_cuda_check(cudaEventSynchronize(cu->tm_ev[timer][1]), "timer (event wait)");
+    if (st != EMBER_OK) return st;
+    float ms = 0.0f;
+    st = ember_cuda_check(cudaEventElapsedTime(&ms, cu->tm_ev[timer][0], cu->tm_ev[timer][1]), "timer (elapsed)");
+    if (st == EMBER_OK) *s = (double)ms * 1e-3;
+    return st;
 }
 
 extern "C" uint64_t ember_cuda_device_bytes(const ember_cuda *cu) { return cu ? cu->device_bytes : 0; }

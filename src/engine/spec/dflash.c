@@ -41,6 +41,7 @@ typedef struct dflash {
     float *feat;            /* [32][n_in] gathered feature rows */
     float *logits;          /* [block_size - 1][n_vocab] */
     ember_token *block;     /* [block_size] */
+    bool blocked;           /* a block ran since the last dflash_device_seconds */
 } dflash;
 
 static void dflash_absorb(void *self, int32_t slot, ember_pos pos0, const ember_token *tok, int32_t n,
@@ -63,6 +64,15 @@ static void dflash_absorb(void *self, int32_t slot, ember_pos pos0, const ember_
         if (ember_dflash_inject(f->c, slot, k, f->feat) != EMBER_OK) return;
         memcpy(f->kv_tok + (size_t)slot * (size_t)f->n_ctx + (size_t)(pos0 + r0), tok + r0, sizeof(ember_token) * (size_t)k);
     }
+}
+
+/* spec_proposer.device_seconds: the last block and the injections before it on the draft's device clock */
+static double dflash_device_seconds(void *self)
+{
+    dflash *f = self;
+    if (!f->blocked) return -1.0;
+    f->blocked = false;
+    return ember_dflash_device_seconds(f->c);
 }
 
 static void dflash_fork(void *self, int32_t src, int32_t dst, int32_t n)
@@ -112,6 +122,7 @@ static int32_t dflash_propose(void *self, const spec_input *in, int32_t n_max, f
     f->block[0] = in->tokens[anchor];
     for (int32_t i = 1; i <= n; i++) f->block[i] = f->d->mask_token;
     if (ember_dflash_block(f->c, slot, f->block, n + 1, f->logits) != EMBER_OK) return 0;
+    f->blocked = true;
     if (n_max > n) n_max = n;
     int32_t k = 0;
     for (; k < n_max; k++) {
@@ -187,7 +198,8 @@ ember_status spec_dflash_new(const char *path, const ember_model *target, int32_
     *out = (spec_proposer){.name = "draft-dflash", .self = f, .costly = true,
                            .n_hidden_layers = f->d->n_target_layers, .hidden_layers = f->layers,
                            .propose = dflash_propose, .absorb = dflash_absorb, .fork = dflash_fork,
-                           .describe = dflash_describe, .free = dflash_free};
+                           .describe = dflash_describe, .free = dflash_free,
+                           .device_seconds = dflash_device_seconds};
     return EMBER_OK;
 fail:
     dflash_free(f);

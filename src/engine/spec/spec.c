@@ -14,8 +14,9 @@
  * measured on the CPU backend with SmolLM2-135M (bench/results/spec-cpu.md);
  * it is lower on a GPU; with row_cost_auto (ember serve's default) the
  * engine's own step times replace it (spec_engine_step_time). A proposer that runs a model (draft, layerskip) also
- * costs time per drafted token: its measured time over the measured 1-row
- * target step is added to row_cost, so a layer-skip draft that is rarely
+ * costs time per drafted token: its measured time (device time where it
+ * reports one, spec_proposer.device_seconds, else the call's process CPU
+ * time) over the measured 1-row target step is added to row_cost, so a layer-skip draft that is rarely
  * accepted stops drafting instead of slowing decoding down.
  */
 #include "engine/spec/spec.h"
@@ -242,7 +243,9 @@ int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit,
     int32_t k = s->prop.propose(s->prop.self, in, n, s->p.p_min, draft, NULL);
     if (k < 0 || k > n) k = 0;
     if (s->prop.costly) {   /* per drafted token (a draft that stopped at once counts as one) */
-        double t = (now_s() - t0) / (k > 0 ? k : 1);
+        /* on a GPU, the draft's device time (the host's CPU time would count launches and waits) */
+        const double dev = s->prop.device_seconds ? s->prop.device_seconds(s->prop.self) : -1.0;
+        double t = (dev >= 0 ? dev : now_s() - t0) / (k > 0 ? k : 1);
         s->t_draft = s->t_draft > 0 ? 0.9 * s->t_draft + 0.1 * t : t;
     }
     if (k < s->p.n_min) return 0;

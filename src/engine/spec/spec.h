@@ -116,6 +116,12 @@ typedef struct spec_proposer {
     void (*slot_reset)(void *self, int32_t slot);
     void (*describe)(void *self, char *buf, size_t cap);
     void (*free)(void *self);
+    /* Optional (costly proposers whose model may run on a GPU): the device
+     * seconds (CUDA events) of the draft pass of the propose call just made
+     * and of the absorbs since the one before; < 0 when not measured (a
+     * draft on the CPU, or no pass ran), and the engine then counts the
+     * call's process CPU time as before. */
+    double (*device_seconds)(void *self);
 } spec_proposer;
 
 typedef struct spec_params {
@@ -198,9 +204,10 @@ void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t
 int32_t spec_engine_forced_accept(spec_engine *s, int32_t slot, int32_t n_draft);
 void spec_engine_slot_reset(spec_engine *s, int32_t slot);
 /* The engine's step timing: a target decode of n_rows batch entries (no
- * prefill), n_draft_rows of them draft tokens, took dt seconds (of process
- * CPU time: the scheduler measures so, as a loaded machine stretches wall
- * time by others' work). Keeps t(b),
+ * prefill), n_draft_rows of them draft tokens, took dt seconds (the
+ * runtime's device time where it has a device clock, CUDA events on a GPU:
+ * engine_runtime.decode_device_seconds; else process CPU time, as a loaded
+ * machine stretches wall time by others' work). Keeps t(b),
  * the time of steps of b slot rows without drafts; a step of b slot rows
  * plus drafts then gives a sample of the row cost as a slot sees it: the
  * extra time per draft row over the slot's share of the step,

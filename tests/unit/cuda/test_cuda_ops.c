@@ -270,9 +270,37 @@ static void test_round_act_matches_cpu_quantizers(void **state)
     dev_free(dy, sizeof x);
 }
 
+/* Device timers (CUDA events): seconds between a start and an end mark,
+ * -1 without either; a new start clears the end. */
+static void test_timer(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    enum { N = 1 << 20 };
+    double s = 0;
+    CU_OK(ember_cuda_timer_seconds(test_cu, 2, &s));
+    assert_true(s < 0);   /* never marked */
+    float *dx = dev_new(NULL, sizeof(float) * N);
+    CU_OK(ember_cuda_memzero(test_cu, dx, sizeof(float) * N));
+    CU_OK(ember_cuda_timer_mark(test_cu, 2, false));
+    for (int i = 0; i < 50; i++) CU_OK(ember_cuda_scale(test_cu, dx, 1.0f, N));
+    CU_OK(ember_cuda_timer_seconds(test_cu, 2, &s));
+    assert_true(s < 0);   /* no end mark yet */
+    CU_OK(ember_cuda_timer_mark(test_cu, 2, true));
+    CU_OK(ember_cuda_timer_seconds(test_cu, 2, &s));
+    if (!(s > 0 && s < 1.0)) fail_msg("50 scales of 4 MB took %g s on the device clock", s);
+    CU_OK(ember_cuda_timer_mark(test_cu, 2, false));
+    CU_OK(ember_cuda_timer_seconds(test_cu, 2, &s));
+    assert_true(s < 0);   /* a new start clears the end */
+    assert_int_equal(ember_cuda_timer_mark(test_cu, EMBER_CUDA_TIMERS, false), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_cuda_timer_seconds(test_cu, -1, &s), EMBER_ERR_INVALID_ARG);
+    dev_free(dx, sizeof(float) * N);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_timer),
         cmocka_unit_test(test_round_act_matches_cpu_quantizers),
         cmocka_unit_test(test_rms_norm),
         cmocka_unit_test(test_rope),

@@ -114,6 +114,11 @@ static void wrap_free(void *self)
     wrap *w = self;
     w->inner.free(w->inner.self);
 }
+static double wrap_device_seconds(void *self)
+{
+    wrap *w = self;
+    return w->inner.device_seconds ? w->inner.device_seconds(w->inner.self) : -1.0;
+}
 
 /* The drafts the engine got (features absorbed step by step, prompt chunk
  * by chunk, rejected positions cut) against blocks computed directly from
@@ -329,6 +334,7 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
     wp.absorb = wrap_absorb;
     wp.fork = wrap_fork;
     wp.free = wrap_free;
+    wp.device_seconds = wrap_device_seconds;   /* every hook of prop that reads self goes through w */
     assert_int_equal(spec_engine_new(&sp, wp, N_REQ, &se), EMBER_OK);
     engine_runtime rt = engine_runtime_ember(c, V, E);
     engine_vocab vocab = {.token_piece = piece, .is_eog = never_eog};

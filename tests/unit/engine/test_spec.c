@@ -528,6 +528,86 @@ static void test_adaptive_length(void **state)
     assert_false(spec_parse_type("medusa", &ty));
 }
 
+/* Step costs on a device clock: the runtime's decode_device_seconds and a
+ * costly proposer's device_seconds replace the host's CPU time (which on a
+ * GPU counts launches and waits, not the work). Each reports a fixed
+ * device time here; the engine's measured costs must be those, whatever
+ * the CPU spent. Without a device time (< 0) the CPU time stays. */
+typedef struct dev_clock { int calls; double s; int32_t draft; } dev_clock;
+static double dev_decode_seconds(void *ctx)
+{
+    (void)ctx;
+    return 0.25;
+}
+static double dev_draft_seconds(void *self)
+{
+    dev_clock *c = self;
+    c->calls++;
+    return c->s;
+}
+static int32_t dev_propose(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *d, float *q)
+{
+    (void)in; (void)p_min; (void)q;
+    const dev_clock *c = self;
+    const int32_t k = c->draft < n_max ? c->draft : n_max;
+    for (int32_t i = 0; i < k; i++) d[i] = 'q';
+    return k;
+}
+
+static void test_device_step_costs(void **state)
+{
+    (void)state;
+    /* the spec engine alone: 0.06 device seconds for a 3-token draft = 0.02 a token */
+    dev_clock dc = {.s = 0.06, .draft = 3};
+    spec_params sp = spec_default_params();
+    sp.n_max = 4;
+    sp.adaptive = false;   /* the whole draft every call */
+    spec_engine *se;
+    assert_int_equal(spec_engine_new(&sp, (spec_proposer){.self = &dc, .costly = true, .propose = dev_propose,
+                                                          .device_seconds = dev_draft_seconds}, 1, &se),
+                     EMBER_OK);
+    ember_token h[4] = {1, 2, 3, 4}, d[SPEC_MAX_DRAFT];
+    spec_input in = {.slot = 0, .tokens = h, .n_tokens = 4};
+    assert_int_equal(spec_engine_propose(se, &in, 4, d), 3);
+    assert_int_equal(dc.calls, 1);
+    assert_true(fabs(se->t_draft - 0.02) < 1e-12);
+    /* no device time (a CPU draft): the call's CPU time, far below 0.02 a token for this proposer */
+    dc.s = -1.0;
+    for (int i = 0; i < 40; i++) assert_int_equal(spec_engine_propose(se, &in, 4, d), 3);
+    assert_true(se->t_draft < 0.001);
+    spec_engine_free(se);
+
+    /* through the engine: every decode step's cost is the runtime's device time (0.25 s) */
+    fake_model *m = fake_model_new(1, 256, 256, 64);
+    engine_runtime rt = fake_runtime(m);
+    rt.decode_device_seconds = dev_decode_seconds;
+    engine_vocab vocab = fake_vocab();
+    dev_clock none = {.s = -1.0, .draft = 0};   /* drafts nothing: every step is a 1-row step */
+    sp = spec_default_params();
+    sp.type = SPEC_NGRAM;
+    sp.n_max = 4;
+    assert_int_equal(spec_engine_new(&sp, (spec_proposer){.name = "none", .self = &none, .propose = dev_propose}, 1, &se),
+                     EMBER_OK);
+    engine_config cfg = {.n_slots = 1, .n_ctx = 256, .n_batch = 64, .n_queue_max = 4, .spec = se};
+    engine *e;
+    assert_int_equal(engine_new(&cfg, &rt, &vocab, &e), EMBER_OK);
+    ember_token t[8] = {FAKE_BOS, 'a', 'b'};
+    engine_req_params p = {0};
+    p.prompt = t;
+    p.n_prompt = 3;
+    p.n_predict = 12;
+    engine_req *r;
+    assert_int_equal(engine_submit(e, &p, &r), EMBER_OK);
+    for (int guard = 0; guard < 1000 && r->finish == ENGINE_RUNNING; guard++) engine_step(e);
+    assert_true(r->finish != ENGINE_RUNNING);
+    assert_true(fabs(se->t_base[1] - 0.25) < 1e-12);   /* the CPU time of a toy step is microseconds */
+    assert_true(fabs(se->t_step - 0.25) < 1e-12);
+    engine_req_release(r);
+    engine_free(e);
+    fake_model_free(m);
+    spec_engine_free(se);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -538,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_adaptive_length),
         cmocka_unit_test(test_match_length_classes),
         cmocka_unit_test(test_measured_row_cost),
+        cmocka_unit_test(test_device_step_costs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

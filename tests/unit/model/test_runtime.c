@@ -457,7 +457,9 @@ static void test_token_feedback(void **st)
         assert_int_equal(ember_batch_init(1, &b), EMBER_OK);
         b.n_tokens = 1;
         set(&b, 0, prompt_b[0], 0, 0, 1);
+        assert_true(ember_decode_device_seconds(c) < 0);   /* no decode yet */
         assert_int_equal(ember_decode(c, &b), EMBER_OK);
+        assert_true(ember_decode_device_seconds(c) < 0);   /* the CPU has no device clock */
         const int32_t row0 = 0, top_row = 0;
         bool queued = true;
         assert_int_equal(ember_get_logits_top_start(c, 1, &row0, 1, &queued), EMBER_OK);
@@ -494,6 +496,9 @@ static void test_token_feedback(void **st)
     }
     ember_token host_fed[24], dev_fed[24];
     greedy_run(c, false, 2, 24, host_fed);
+    /* the last decode on the device's clock (CUDA events): a step of a small model, well under a second */
+    const double dev_s = ember_decode_device_seconds(c);
+    if (!(dev_s > 0 && dev_s < 1.0)) fail_msg("ember_decode_device_seconds %g, want (0, 1) s", dev_s);
     greedy_run(c, true, 2, 24, dev_fed);
     for (int i = 0; i < 24; i++)
         if (host_fed[i] != dev_fed[i]) fail_msg("token %d: %d fed from the device, %d from the host", i, dev_fed[i], host_fed[i]);

@@ -13,7 +13,8 @@
 #   default "-"); REPS (2); LLAMA=1 also times llama-server; TOK (TTFT prompt sizes, "3000 16000");
 #   KLENV (switch settings compared by "kl", default "EMBER_CUDA_PREFILL_F16=0 EMBER_CUDA_PREFILL_F16=1");
 #   "decode": engine tg256 and 8-stream decode of E4B and Gemma 3 (DECMODELS) for each DECENV setting
-#   (default EMBER_CUDA_MMVQ_ROWS=0/2/4), alternated twice; "ncudec": ncu decode tables per NCUDECENV.
+#   (default EMBER_CUDA_MMVQ_ROWS=0/2/4; a setting of several variables joins them with commas), alternated
+#   twice; "ncudec": ncu decode tables per NCUDECENV.
 # Results: $OUT/ub.txt.
 set -u
 : "${OUT:?set OUT}"
@@ -86,8 +87,8 @@ if has decode; then
   for rep in 1 2; do
     for mm in ${DECMODELS:-$M $G3}; do
       for e in ${DECENV:-EMBER_CUDA_MMVQ_ROWS=0 EMBER_CUDA_MMVQ_ROWS=2 EMBER_CUDA_MMVQ_ROWS=4}; do
-        r=$(env $e timeout 120 $B/bin/ember bench -m $mm -ngl 99 -c 4096 -p 0 -n 256 -r 3 2>&1 | grep -E "^\| .*tg" | tail -1)
-        p8=$(env $e timeout 120 $B/bench/par_decode $mm -ngl 99 -np 8 -pp 128 -tg 128 -r 2 2>&1 | tail -1)
+        r=$(env ${e//,/ } timeout 120 $B/bin/ember bench -m $mm -ngl 99 -c 4096 -p 0 -n 256 -r 3 2>&1 | grep -E "^\| .*tg" | tail -1)
+        p8=$(env ${e//,/ } timeout 120 $B/bench/par_decode $mm -ngl 99 -np 8 -pp 128 -tg 128 -r 2 2>&1 | tail -1)
         log "decode $(basename $mm) $e (rep $rep): $r | 8 streams: $p8 $(el)"
       done
     done
@@ -100,7 +101,7 @@ if has ncudec; then
   for e in ${NCUDECENV:-EMBER_CUDA_MMVQ_ROWS=0}; do
     for spec in "$M 4500 1200" "$G3 2400 810"; do
       set -- $spec
-      env $e timeout 200 $NCUB --clock-control none --cache-control none --launch-skip $2 --launch-count $3 --metrics gpu__time_duration.sum --csv \
+      env ${e//,/ } timeout 200 $NCUB --clock-control none --cache-control none --launch-skip $2 --launch-count $3 --metrics gpu__time_duration.sum --csv \
         --log-file /tmp/ncu.log $B/bin/ember bench -m $1 -ngl 99 -c 4096 -p 0 -n 16 -r 1 > /dev/null 2>&1
       log "=== ncu decode $(basename $1) $e"
       python3 bench/gpu/ncu_table.py /tmp/ncu.log 14 | tee -a "$S"

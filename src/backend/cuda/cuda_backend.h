@@ -239,6 +239,12 @@ void ember_cuda_set_exact_matvec(ember_cuda *cu, bool on);
  * of >= 32,768 rows (an LM head), else 1. The outputs are the same bits
  * whatever it is (each row's lane program and warp sum do not change). */
 void ember_cuda_set_mmvq_rows(ember_cuda *cu, int rows_per_warp);
+
+/* One-column free-order mat-vecs copy each warp's rows into shared memory
+ * with cp.async before the PDL wait and read them there (cuda_mmvq.cu;
+ * EMBER_CUDA_MMVQ_SMEM; rows a warp as ember_cuda_set_mmvq_rows, 1 for 0,
+ * fewer where a CTA's copies would pass 48 KiB). The same output bits. */
+void ember_cuda_set_mmvq_smem(ember_cuda *cu, bool on);
 /* ember_cuda_matmul_q8 for n_w (1..3) weights of one type and row length
  * that read the same quantized activations (Q/K/V, gate/up), in one
  * launch: ys[k] = [n_cols, ws[k]->ne1], each row computed exactly as

@@ -158,6 +158,114 @@ void launch_rows_n(cudaStream_t st, size_t row_bytes, const mm_seg &ms, int nb, 
     else launch_rows<R, 1>(st, row_bytes, ms, nb, a, n);
 }
 
+/* The staged variant (EMBER_CUDA_MMVQ_SMEM): each warp copies its RPW
+ * rows into shared memory with cp.async (16-byte pieces from the 16-byte
+ * line below each row's start, so a row keeps its address's low 4 bits
+ * and the lane programs' aligned loads hold) before waiting on the
+ * previous kernel, then runs the same lane program and warp sum per row on
+ * the shared copy (the same outputs as k_mmvq). The copies hold no
+ * registers, so a warp keeps RPW rows of loads in flight where k_mmvq
+ * keeps one pass of one row: on the H200 E4B's 20,480 x 2,560 Q4_K gate/up
+ * launch read ~1.8 TB/s one row a warp (ncu, 2026-12-07).
+ * Shared memory: kWarpsQ8 * RPW * stride bytes, stride = smem_row_stride. */
+__host__ __device__ constexpr size_t smem_row_stride(size_t row_bytes)
+{
+    return ((row_bytes + 15) / 16) * 16 + 48; /* + the start's offset in its line (< 16) + ld16_a2's 32-byte reads */
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+template <class R, int RPW>
+__global__ void __launch_bounds__(kWarpsQ8 * 32)
+k_mmvq_smem(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
+            const float *__restrict__ as, int64_t n)
+{
+    extern __shared__ __align__(16) uint8_t sm_rows[];
+    const unsigned bx = blockIdx.x;
+    const int seg = bx < ms.end0 ? 0 : (bx < ms.end1 ? 1 : 2);
+    const unsigned b0 = seg == 0 ? 0u : (seg == 1 ? ms.end0 : ms.end1);
+    const int64_t n_rows = seg == 0 ? ms.n0 : (seg == 1 ? ms.n1 : ms.n2);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row0 = ((int64_t)(bx - b0) * kWarpsQ8 + warp) * RPW;
+    const bool has = row0 < n_rows;
+    const int nr = has ? (int)(n_rows - row0 < RPW ? n_rows - row0 : RPW) : 0;
+    const uint8_t *wr = (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + row0 * row_bytes;
+    float *y = seg == 0 ? ms.y0 : (seg == 1 ? ms.y1 : ms.y2);
+    const size_t stride = smem_row_stride(row_bytes);
+    uint8_t *mine = sm_rows + (size_t)warp * RPW * stride;
+    if (has) {
+        /* rows r0..r0+nr are contiguous: one copy of their lines */
+        const uintptr_t lo = (uintptr_t)wr & ~(uintptr_t)15;
+        const uintptr_t hi = ((uintptr_t)wr + (size_t)nr * row_bytes + 15) & ~(uintptr_t)15;
+        const size_t n16 = (hi - lo) / 16;
+        for (size_t i = lane; i < n16; i += 32) cp_async16(mine + 16 * i, (const void *)(lo + 16 * i));
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    ember_pdl_wait();
+    if (!has) return;
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncwarp();
+    const uint8_t *sw = mine + ((uintptr_t)wr & 15);
+    float acc[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; r++) {
+        acc[r] = 0.0f;
+        if (r < nr) R::template run<1>(sw + (size_t)r * row_bytes, nb, aq, ad, as, n, lane, &acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < RPW; r++) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0 && r < nr) y[row0 + r] = v;
+    }
+}
+
+template <class R, int RPW>
+void launch_smem(cudaStream_t st, size_t row_bytes, mm_seg ms, int nb, const q8_view &a, int64_t n)
+{
+    const int64_t per_cta = (int64_t)kWarpsQ8 * RPW;
+    const unsigned c0 = (unsigned)((ms.n0 + per_cta - 1) / per_cta), c1 = (unsigned)((ms.n1 + per_cta - 1) / per_cta),
+                   c2 = (unsigned)((ms.n2 + per_cta - 1) / per_cta);
+    ms.end0 = c0;
+    ms.end1 = c0 + c1;
+    /* a warp's rows are one contiguous copy: RPW rows and one stride of slack */
+    const size_t smem = (size_t)kWarpsQ8 * RPW * smem_row_stride(row_bytes);
+    ember_launch(k_mmvq_smem<R, RPW>, c0 + c1 + c2, kWarpsQ8 * 32, smem, st, ms, row_bytes, nb, a.qs, a.d, a.s, n);
+}
+
+constexpr size_t kSmemMax = 48 * 1024; /* no opt-in attribute: the default dynamic shared memory limit */
+
+/* rpw rows a warp, fewer where kWarpsQ8 * rpw staged rows pass kSmemMax;
+ * false: not even one row fits (the caller falls back to k_mmvq). */
+template <class R>
+bool launch_smem_n(cudaStream_t st, size_t row_bytes, const mm_seg &ms, int nb, const q8_view &a, int64_t n, int rpw)
+{
+    const size_t per_row = (size_t)kWarpsQ8 * smem_row_stride(row_bytes);
+    if (rpw >= 4 && 4 * per_row <= kSmemMax) launch_smem<R, 4>(st, row_bytes, ms, nb, a, n);
+    else if (rpw >= 2 && 2 * per_row <= kSmemMax) launch_smem<R, 2>(st, row_bytes, ms, nb, a, n);
+    else if (per_row <= kSmemMax) launch_smem<R, 1>(st, row_bytes, ms, nb, a, n);
+    else return false;
+    return true;
+}
+
+bool launch_fast_smem(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, const q8_view &a, int64_t n,
+                      int rpw)
+{
+    const int nb32 = (int)(n / 32), nb256 = (int)(n / 256);
+    switch (type) {
+    case EMBER_TYPE_Q4_0: return launch_smem_n<row32<uq4_0>>(st, row_bytes, ms, nb32, a, n, rpw);
+    case EMBER_TYPE_Q4_1: return launch_smem_n<row32<uq4_1>>(st, row_bytes, ms, nb32, a, n, rpw);
+    case EMBER_TYPE_Q5_0: return launch_smem_n<row32<uq5_0>>(st, row_bytes, ms, nb32, a, n, rpw);
+    case EMBER_TYPE_Q5_1: return launch_smem_n<row32<uq5_1>>(st, row_bytes, ms, nb32, a, n, rpw);
+    case EMBER_TYPE_Q8_0: return launch_smem_n<row32<uq8_0>>(st, row_bytes, ms, nb32, a, n, rpw);
+    case EMBER_TYPE_Q4_K: return launch_smem_n<row4_K>(st, row_bytes, ms, nb256, a, n, rpw);
+    default: return launch_smem_n<row6_K>(st, row_bytes, ms, nb256, a, n, rpw); /* Q6_K (checked by the caller) */
+    }
+}
+
 /* One column with rpw rows a warp (0: 4 for a lone weight of >= kTallRows
  * rows, else the caller's k_mmvq); false: not taken. Unused segments have
  * n1 / n2 = 0 (the caller's mm_seg is zeroed). */
@@ -213,8 +321,10 @@ void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
 } /* namespace */
 
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
-                      const q8_view &a, int64_t n, int nc, int rows_per_warp)
+                      const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged)
 {
+    if (nc == 1 && staged && launch_fast_smem(st, type, row_bytes, ms, a, n, rows_per_warp > 0 ? rows_per_warp : 1))
+        return;
     if (nc == 1 && rows_per_warp != 1 && launch_fast_rows(st, type, row_bytes, ms, grid, a, n, rows_per_warp)) return;
     switch (nc) {
     case 1: launch_fast_nc<1>(st, type, row_bytes, ms, grid, a, n); break;

@@ -126,9 +126,12 @@ static inline q8_view q8_split(uint32_t act_type, const void *buf, int64_t n, in
  * outputs equal up to float summation order. rows_per_warp (one column
  * only; EMBER_CUDA_MMVQ_ROWS): 1, 2 or 4 rows a warp (the launch then
  * makes its own grid), 0 = by shape (4 for a lone weight of >= 32,768
- * rows, else 1); the same outputs whatever it is. */
+ * rows, else 1); staged (one column only; EMBER_CUDA_MMVQ_SMEM): each warp
+ * copies its rows into shared memory with cp.async before the PDL wait
+ * (rows_per_warp of them, 1 for 0, fewer where 48 KiB a CTA would not
+ * hold them). The same outputs whatever they are. */
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
-                      const q8_view &a, int64_t n, int nc, int rows_per_warp);
+                      const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged);
 
 } /* namespace ember_q8 */
 

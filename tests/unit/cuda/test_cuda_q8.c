@@ -447,7 +447,8 @@ static void test_matmul_q8_exact_bits(void **state)
  * (ember_cuda_matmul_q8_multi), against the CPU backend's matmul of the
  * same three weights: with the exact kernels every output bit-identical,
  * with the free-order ones within 1e-5 of max |y|, and with 1, 2 or 4 rows
- * a warp (ember_cuda_set_mmvq_rows) the free-order outputs bit for bit. */
+ * a warp (ember_cuda_set_mmvq_rows), rows staged in shared memory or not
+ * (ember_cuda_set_mmvq_smem), the free-order outputs bit for bit. */
 static void test_matmul_q8_multi_matches_cpu(void **state)
 {
     (void)state;
@@ -494,10 +495,12 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
              * which must give mode 1's bits (the same lane program and warp sum per row) */
             float *yf[3];
             for (int k = 0; k < 3; k++) yf[k] = malloc(sizeof(float) * rows[k] * n_cols);
-            static const int rows_per_warp[5] = {0, 0, 1, 2, 4};
-            for (int mode = 0; mode < 5; mode++) {
+            /* 5..7: the same with the rows staged in shared memory (EMBER_CUDA_MMVQ_SMEM) */
+            static const int rows_per_warp[8] = {0, 0, 1, 2, 4, 1, 2, 4};
+            for (int mode = 0; mode < 8; mode++) {
                 ember_cuda_set_exact_matvec(test_cu, mode == 0);
                 ember_cuda_set_mmvq_rows(test_cu, rows_per_warp[mode]);
+                ember_cuda_set_mmvq_smem(test_cu, mode >= 5);
                 CU_OK(ember_cuda_matmul_q8_multi(test_cu, 3, tp, dq, n_cols, dy));
                 for (int k = 0; k < 3; k++) {
                     dev_get(yg[k], dy[k], sizeof(float) * rows[k] * n_cols);
@@ -515,6 +518,7 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
                 }
             }
             ember_cuda_set_mmvq_rows(test_cu, 0);
+            ember_cuda_set_mmvq_smem(test_cu, false);
             for (int k = 0; k < 3; k++) free(yf[k]);
             for (int k = 0; k < 3; k++) {
                 dev_free(dy[k], sizeof(float) * rows[k] * n_cols);

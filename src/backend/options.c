@@ -77,11 +77,10 @@ static const opt_row rows[] = {
      "0: prefill GEMMs with exact F32 products instead of TF32 tensor cores"},
     {"EMBER_CUDA_GEMM_F16", OPT_BOOL, F(cuda_gemm_f16), 1, 0, 1, NULL,
      "0: quantized-weight prefill GEMMs dequantize to F32 for TF32/F32 products instead of f16 tensor cores"},
-    {"EMBER_CUDA_PREFILL_F16", OPT_BOOL, F(cuda_prefill_f16), 0, 0, 1, NULL,
-     "1 (experimental): the norm, GLU or copy kernel that makes a prompt's f16 GEMM input rounds it to the weights' "
-     "vec_dot_type and writes it in f16 (the same values in three passes fewer; E4B-shaped TTFT -0..4% on an H100); "
-     "0: rounded by a kernel of its own, then scanned and converted. Off by default until its GPU test passes "
-     "(bench/results/cuda-h200.md, session 29); not with EMBER_CUDA_EXACT=1 or EMBER_CUDA_GEMM_F16=0"},
+    {"EMBER_CUDA_PREFILL_F16", OPT_BOOL, F(cuda_prefill_f16), 1, 0, 1, NULL,
+     "0: a prompt's f16 GEMM input is rounded to the weights' vec_dot_type by a kernel of its own, then scanned and "
+     "converted (1: the norm, GLU or copy kernel that makes it rounds it and writes it in f16, the same values in "
+     "three passes fewer; E4B-shaped TTFT -0..4% on an H100); not with EMBER_CUDA_EXACT=1 or EMBER_CUDA_GEMM_F16=0"},
     {"EMBER_CUDA_ATTN_TC", OPT_BOOL, F(cuda_attn_tc), 1, 0, 1, NULL,
      "0: prompt runs of >= 64 queries use the flash-decoding kernel instead of f16 GEMMs on the tensor cores"},
     {"EMBER_CUDA_GDR_CHUNK", OPT_BOOL, F(cuda_gdr_chunk), 1, 0, 1, NULL,

@@ -70,7 +70,7 @@ static void test_options_defaults(void **st)
     assert_true(o.cuda_mmvq);
     assert_true(o.cuda_graphs && o.cuda_fuse && o.cuda_fuse_head && o.cuda_fuse_add && o.cuda_fuse_attn && o.cuda_q8 && o.cuda_rope_table && o.cuda_tf32 && o.cuda_pdl && o.cuda_feedback);
     assert_true(o.cuda_gemm_f16 && o.cuda_attn_tc);
-    assert_false(o.cuda_prefill_f16);   /* experimental: off until its GPU test passes */
+    assert_true(o.cuda_prefill_f16);   /* on since its GPU test passed (H200, 2026-12-07) */
     assert_int_equal(o.cuda_cublas_ws_mib, 4);
     assert_int_equal(o.cuda_stack_bytes, 128);
     assert_int_equal(o.cuda_mmvq_rows, 0);

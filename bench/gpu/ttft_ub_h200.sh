@@ -84,11 +84,11 @@ fi
 
 if has decode; then
   # one-token decode A/B by a switch: engine tg256 (median of 3) and 8 streams (par_decode), settings alternated
-  for rep in 1 2; do
+  for rep in $(seq 1 ${DECREPS:-2}); do
     for mm in ${DECMODELS:-$M $G3}; do
       for e in ${DECENV:-EMBER_CUDA_MMVQ_ROWS=0 EMBER_CUDA_MMVQ_ROWS=2 EMBER_CUDA_MMVQ_ROWS=4}; do
         r=$(env ${e//,/ } timeout 120 $B/bin/ember bench -m $mm -ngl 99 -c 4096 -p 0 -n 256 -r 3 2>&1 | grep -E "^\| .*tg" | tail -1)
-        p8=$(env ${e//,/ } timeout 120 $B/bench/par_decode $mm -ngl 99 -np 8 -pp 128 -tg 128 -r 2 2>&1 | tail -1)
+        p8=$(env ${e//,/ } timeout 120 $B/bench/par_decode $mm -ngl 99 -np 8 -pp 128 -tg 128 -r ${DECPAR:-2} 2>&1 | tail -1)
         log "decode $(basename $mm) $e (rep $rep): $r | 8 streams: $p8 $(el)"
       done
     done

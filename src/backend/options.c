@@ -96,7 +96,7 @@ static const opt_row rows[] = {
     {"EMBER_CUDA_ATTN_MIN_KEYS", OPT_INT, F(cuda_attn_min_keys), 32, 8, 4096, NULL,
      "keys in the shortest split of the decode attention (flash decoding): fewer, longer splits merge less"},
     {"EMBER_CUDA_MMVQ_ROWS", OPT_INT, F(cuda_mmvq_rows), 0, 0, 4, NULL,
-     "rows each warp of a one-column decode mat-vec takes, all their loads in flight together (1, 2 or 4; "
+     "rows each warp of a one-column decode mat-vec takes, one after another (1, 2 or 4, 3 counts as 4; "
      "0: by shape, 4 for a lone weight of >= 32,768 rows such as an LM head, else 1); the same outputs"},
     {"EMBER_CUDA_MMVQ_SMEM", OPT_BOOL, F(cuda_mmvq_smem), 0, 0, 1, NULL,
      "1: each warp of a one-column decode mat-vec copies its rows (EMBER_CUDA_MMVQ_ROWS of them, 1 for 0) into "

@@ -190,11 +190,11 @@ struct ember_dflash_ctx {
     ember_pos *pos;             /* [n_rows] host */
     int64_t *rows;              /* [n_rows] host: K/V rows of a pass */
     ember_attn_query *queries;  /* [n_rows] host */
-    bool inj_marked;            /* timer 0 started: injections since the last ember_dflash_device_seconds */
+    bool inj_marked;            /* timer 0 marked: the latest injection, unread by ember_dflash_device_seconds */
 };
 
-/* Device timers of the draft's backend (ember_dflash_device_seconds): 0 spans the injections since the last
- * read, 1 the last block. */
+/* Device timers of the draft's backend (ember_dflash_device_seconds): 0 spans the latest injection (if
+ * not yet read), 1 the last block. */
 static bool dflash_timed(const ember_dflash_ctx *c)
 {
     return c->be->ops->timer_mark && c->be->ops->timer_seconds;
@@ -329,7 +329,11 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
         return ember_error(EMBER_ERR_RANGE, "ember_dflash_inject: %d + %d positions exceed the draft context of %d",
                            c->n_pos[seq], n, c->n_ctx);
     const ember_hparams *hp = &c->m->hp;
-    if (dflash_timed(c) && !c->inj_marked) {
+    /* timer 0 spans this injection only (a later one marks it again): the
+     * draft is charged the injection of the step it drafts for, not the
+     * wall time since the last read, which would take in idle steps where
+     * nothing was drafted (and the target's work between them) */
+    if (dflash_timed(c)) {
         c->be->ops->timer_mark(c->be, 0, false);
         c->inj_marked = true;
     }

@@ -81,8 +81,9 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
  * softcap, as llama.cpp's DFlash1). The block's K/V are not kept. Errors:
  * EMBER_ERR_INVALID_ARG (sizes, tokens), EMBER_ERR_RANGE. */
 ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits);
-/* Device seconds of the last block plus the injections since the last call
- * (CUDA events on a GPU backend; waits for them), for the speculation
+/* Device seconds of the last block plus the latest injection if no earlier
+ * call counted it (CUDA events on a GPU backend; waits for them): one
+ * step's draft work, not the time since the last call, for the speculation
  * policy's draft cost; < 0 on a backend without a device clock (the CPU)
  * or before the first block. */
 double ember_dflash_device_seconds(ember_dflash_ctx *c);

@@ -234,7 +234,7 @@ ember_status ember_cuda_matmul_q8(ember_cuda *cu, const ember_cuda_tensor *w, co
 void ember_cuda_set_exact_matvec(ember_cuda *cu, bool on);
 
 /* Rows each warp of a one-column free-order mat-vec takes (cuda_mmvq.cu):
- * 1, 2 or 4 (more than 2 means 4), all their loads in flight together; 0
+ * 1, 2 or 4 (more than 2 means 4), one after another; 0
  * (the default, EMBER_CUDA_MMVQ_ROWS) picks by shape: 4 for a lone weight
  * of >= 32,768 rows (an LM head), else 1. The outputs are the same bits
  * whatever it is (each row's lane program and warp sum do not change). */

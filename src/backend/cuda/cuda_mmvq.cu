@@ -12,9 +12,8 @@
  * on the previous kernel (programmatic dependent launch), each warp asks L2
  * for its row (prefetch.global.L2): weights never depend on the previous
  * kernel, so a CTA resident early has its row on chip when it may start.
- * EMBER_CUDA_MMVQ=1 selects them (off until measured on the H200; the
- * plan is to make them the default and keep the exact ones for
- * EMBER_CUDA_EXACT=1).
+ * They are the default (EMBER_CUDA_MMVQ=0 or EMBER_CUDA_EXACT=1 selects the
+ * exact ones).
  *
  * Layouts: ggml-common.h block_q4_0 ... block_q6_K (as cuda_q8.cu); the
  * activation buffer: cuda_q8.cu's header comment. Formulas per block:
@@ -102,10 +101,12 @@ k_mmvq(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const
 /* One-column mat-vecs with several rows a warp. One row a warp leaves each
  * warp a few hundred bytes between its launch and its exit: the H200 read
  * Gemma 3's Q8_0 LM head (262,144 rows of 640) at ~1.8 TB/s that way. Here
- * each warp takes RPW consecutive rows of one segment's weight, all their
- * loads in flight together, each row the same lane program and warp sum as
- * k_mmvq's (the same float order: the same outputs). The segments' CTA ends
- * ms.end0 / ms.end1 count CTAs of kWarpsQ8 * RPW rows. */
+ * each warp takes RPW consecutive rows of one segment's weight (its rows
+ * prefetched to L2 together), each row the same lane program and warp sum as
+ * k_mmvq's (the same float order: the same outputs). The rows' lane
+ * programs run one after another: on the H200 (2026-12-07) 2 or 4 rows a warp
+ * was slower than one for E4B's and Gemma 3's layer weights (the head keeps
+ * 4). The segments' CTA ends ms.end0 / ms.end1 count CTAs of kWarpsQ8 * RPW rows. */
 constexpr int64_t kTallRows = 32768; /* rows from which a lone weight takes 4 rows a warp by default */
 
 template <class R, int RPW>
@@ -153,7 +154,7 @@ void launch_rows(cudaStream_t st, size_t row_bytes, mm_seg ms, int nb, const q8_
 template <class R>
 void launch_rows_n(cudaStream_t st, size_t row_bytes, const mm_seg &ms, int nb, const q8_view &a, int64_t n, int rpw)
 {
-    if (rpw >= 4) launch_rows<R, 4>(st, row_bytes, ms, nb, a, n);
+    if (rpw >= 3) launch_rows<R, 4>(st, row_bytes, ms, nb, a, n);
     else if (rpw == 2) launch_rows<R, 2>(st, row_bytes, ms, nb, a, n);
     else launch_rows<R, 1>(st, row_bytes, ms, nb, a, n);
 }
@@ -170,13 +171,16 @@ void launch_rows_n(cudaStream_t st, size_t row_bytes, const mm_seg &ms, int nb, 
  * Shared memory: kWarpsQ8 * RPW * stride bytes, stride = smem_row_stride. */
 __host__ __device__ constexpr size_t smem_row_stride(size_t row_bytes)
 {
-    return ((row_bytes + 15) / 16) * 16 + 48; /* + the start's offset in its line (< 16) + ld16_a2's 32-byte reads */
+    return ((row_bytes + 15) / 16) * 16 + 48; /* + the start's offset in its line (< 16), with room to spare */
 }
 
-__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+/* 16 bytes from src to shared dst, of which the first n (0..16) are read
+ * and the rest zero-filled (cp.async's src-size operand): the last line of
+ * a weight may end inside it, and nothing past the weight is read. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, unsigned n)
 {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
 }
 
 template <class R, int RPW>
@@ -199,10 +203,12 @@ k_mmvq_smem(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, 
     uint8_t *mine = sm_rows + (size_t)warp * RPW * stride;
     if (has) {
         /* rows r0..r0+nr are contiguous: one copy of their lines */
-        const uintptr_t lo = (uintptr_t)wr & ~(uintptr_t)15;
-        const uintptr_t hi = ((uintptr_t)wr + (size_t)nr * row_bytes + 15) & ~(uintptr_t)15;
-        const size_t n16 = (hi - lo) / 16;
-        for (size_t i = lane; i < n16; i += 32) cp_async16(mine + 16 * i, (const void *)(lo + 16 * i));
+        const uintptr_t lo = (uintptr_t)wr & ~(uintptr_t)15, end = (uintptr_t)wr + (size_t)nr * row_bytes;
+        const size_t n16 = ((end + 15) / 16 * 16 - lo) / 16;
+        for (size_t i = lane; i < n16; i += 32) {
+            const uintptr_t a = lo + 16 * i;
+            cp_async16(mine + 16 * i, (const void *)a, end - a < 16 ? (unsigned)(end - a) : 16u);
+        }
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
     ember_pdl_wait();
@@ -231,7 +237,7 @@ void launch_smem(cudaStream_t st, size_t row_bytes, mm_seg ms, int nb, const q8_
                    c2 = (unsigned)((ms.n2 + per_cta - 1) / per_cta);
     ms.end0 = c0;
     ms.end1 = c0 + c1;
-    /* a warp's rows are one contiguous copy: RPW rows and one stride of slack */
+    /* a warp's rows are one contiguous copy: RPW rows and 48 * RPW bytes of slack */
     const size_t smem = (size_t)kWarpsQ8 * RPW * smem_row_stride(row_bytes);
     ember_launch(k_mmvq_smem<R, RPW>, c0 + c1 + c2, kWarpsQ8 * 32, smem, st, ms, row_bytes, nb, a.qs, a.d, a.s, n);
 }
@@ -244,7 +250,7 @@ template <class R>
 bool launch_smem_n(cudaStream_t st, size_t row_bytes, const mm_seg &ms, int nb, const q8_view &a, int64_t n, int rpw)
 {
     const size_t per_row = (size_t)kWarpsQ8 * smem_row_stride(row_bytes);
-    if (rpw >= 4 && 4 * per_row <= kSmemMax) launch_smem<R, 4>(st, row_bytes, ms, nb, a, n);
+    if (rpw >= 3 && 4 * per_row <= kSmemMax) launch_smem<R, 4>(st, row_bytes, ms, nb, a, n);
     else if (rpw >= 2 && 2 * per_row <= kSmemMax) launch_smem<R, 2>(st, row_bytes, ms, nb, a, n);
     else if (per_row <= kSmemMax) launch_smem<R, 1>(st, row_bytes, ms, nb, a, n);
     else return false;

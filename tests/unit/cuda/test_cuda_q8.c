@@ -364,7 +364,7 @@ static void matmul_q8_vs_cpu(bool exact)
                 total += r.total;
             }
         /* a tall weight (an LM head: 32,845 rows, past the 32,768 from which one column
-         * takes k_mmvq_tall's 4 rows a warp; not a multiple of a CTA's 16) */
+         * takes k_mmvq_rows' 4 rows a warp; not a multiple of a CTA's 16) */
         const case_result r = run_case(cpu, types[ti], shapes[0], 32845, 1, exact);
         worst = fmax(worst, r.max_rel);
         identical += r.identical;
@@ -377,7 +377,7 @@ static void matmul_q8_vs_cpu(bool exact)
     if (exact) assert_int_equal(identical, total);
 }
 
-/* k_mmvq_tall (a weight of >= 32,768 rows, one column) against k_mmvq on
+/* k_mmvq_rows at 4 rows a warp (a lone weight of >= 32,768 rows, one column) against k_mmvq on
  * the same rows: a copy of the first 32,767 rows (one row below the
  * threshold) takes the one-row-a-warp kernel; the two must agree bit for
  * bit (the same lane program and warp sum per row). Every type. */
@@ -498,6 +498,11 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
             /* 5..7: the same with the rows staged in shared memory (EMBER_CUDA_MMVQ_SMEM) */
             static const int rows_per_warp[8] = {0, 0, 1, 2, 4, 1, 2, 4};
             for (int mode = 0; mode < 8; mode++) {
+                /* NaN in every output first: a row no kernel writes keeps it and fails */
+                for (int k = 0; k < 3; k++) {
+                    memset(yg[k], 0xFF, sizeof(float) * rows[k] * n_cols);
+                    CU_OK(ember_cuda_upload(test_cu, dy[k], yg[k], sizeof(float) * rows[k] * n_cols));
+                }
                 ember_cuda_set_exact_matvec(test_cu, mode == 0);
                 ember_cuda_set_mmvq_rows(test_cu, rows_per_warp[mode]);
                 ember_cuda_set_mmvq_smem(test_cu, mode >= 5);

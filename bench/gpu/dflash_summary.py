@@ -79,14 +79,14 @@ def table(path):
         eng = lab.split()[0]
         bl, b = base(eng, what)
         proj = v["n"] * (v["acc"] + 1) / (v["ms"] / 1e3)
-        if b:
+        if b and b["tok"] > 0 and b["ms"] > 0:   # a baseline with no rate (a failed run) has no ratios
             bases.add(f"{eng} {what}: {bl}")
             rel = (f"{v['ms'] / b['ms']:.2f}", f"{v['tok'] / b['tok']:.2f}x", f"{proj / b['tok']:.2f}x")
         else:
             rel = ("-", "-", "-")
         print(f"| {lab} | {v['n']} | {v['tok']:.1f} | {v['ms']:.2f} | {rel[0]} | {v['dr']:.2f} | {v['acc']:.2f} "
               f"| {proj:.1f} | {rel[1]} | {rel[2]} |")
-        if lab.startswith("ember dflash fa3.5") and b:
+        if lab.startswith("ember dflash fa3.5") and b and b["tok"] > 0:
             need = 2.0 if what == "single" else 1.0
             x = v["tok"] / b["tok"]
             targets.append(f"{lab} {what}: {x:.2f}x of ember plain (target >= {need}x): {'MET' if x >= need else 'NOT MET'}"

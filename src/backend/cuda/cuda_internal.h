@@ -58,11 +58,16 @@ typedef struct arena_chunk {
 } arena_chunk;
 
 /* Staging slots: 0-1 inputs from host memory, 2-4 rounded activations (one
- * per weight of a matmul; preallocated for the limits), 5-8 outputs to host
+ * per weight of a matmul; preallocated for the limits), 5-13 outputs to host
  * memory (inside a step each host output of the step gets its own, from the
- * one asked for up: a captured step downloads them all after the graph). */
-enum { STAGE_SLOTS = 9, SLOT_ROUND = 2, SLOT_OUT = 5 };
-enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32, ATTN_TC_MIN_RUN = 64 };
+ * one asked for up: a captured step downloads them all after the graph).
+ * MAX_PEND, the host outputs a captured step may defer, is the number of
+ * output slots: 9 cover a speculative verification step with captured
+ * hidden states (ember_layer_end's rows of up to EMBER_MAX_HIDDEN_LAYERS = 8
+ * layers, a DFlash target has 5, + the logits); a step with more runs op by
+ * op. */
+enum { STAGE_SLOTS = 14, SLOT_ROUND = 2, SLOT_OUT = 5 };
+enum { MAX_ACT = 8, MAX_PEND = STAGE_SLOTS - SLOT_OUT, MAX_GRAPHS = 64, GRAPH_MAX_N = 32, ATTN_TC_MIN_RUN = 64 };
 
 typedef enum step_mode { M_EAGER = 0, M_CAPTURE, M_REPLAY } step_mode;
 

@@ -218,9 +218,12 @@ typedef struct ember_backend_ops {
 
     /* out[r] = the head of the logits row at host address rows[r] [n_vocab]
      * (ember_get_logits_top: the k largest with ids, the maximum, the
-     * log-partition function), for rows a step wrote or any host rows. A
-     * backend that kept a step's logits on the device (logits_defer)
-     * reduces them there; the host rows need not be valid. */
+     * log-partition function), for rows a step wrote, any host rows, or
+     * rows in activation memory (act_alloc; outside a step). A backend
+     * that kept a step's logits on the device (logits_defer) reduces them
+     * there, the host rows need not be valid; rows in device activation
+     * memory (caps.device_activations) are reduced there too and only the
+     * heads come back (a draft's logits that never reach the host). */
     void (*logits_top)(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
                        ember_logits_top *out);
     /* Make the host logits [host, host + bytes) valid: completes a download

@@ -191,6 +191,9 @@ struct ember_dflash_ctx {
     int64_t *rows;              /* [n_rows] host: K/V rows of a pass */
     ember_attn_query *queries;  /* [n_rows] host */
     bool inj_marked;            /* timer 0 started: injections since the last ember_dflash_device_seconds */
+    float *lg;                  /* activation memory [lg_n][n_vocab]: ember_dflash_block_top's logits (grown as used) */
+    const float **lg_rows;      /* [lg_n] host: the rows' addresses */
+    int32_t lg_n;
 };
 
 /* Device timers of the draft's backend (ember_dflash_device_seconds): 0 spans the injections since the last
@@ -217,6 +220,8 @@ void ember_dflash_ctx_free(ember_dflash_ctx *c)
 {
     if (!c) return;
     if (c->be && c->act) c->be->ops->act_free(c->be, c->act);
+    if (c->be && c->lg) c->be->ops->act_free(c->be, c->lg);
+    free(c->lg_rows);
     ember_draft_kv_free(&c->kv);
     ember_backend_free(c->be);
     free(c->n_pos);
@@ -351,7 +356,44 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
     return EMBER_OK;
 }
 
+/* The noise block's forward (ember_dflash_block), logits [n - 1][n_vocab]
+ * into `logits` (host rows or activation memory). */
+static ember_status block_forward(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits);
+
 ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
+{
+    return block_forward(c, seq, tokens, n, logits);
+}
+
+bool ember_dflash_device_heads(const ember_dflash_ctx *c) { return c && c->be->caps.device_activations; }
+
+ember_status ember_dflash_block_top(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, int32_t k,
+                                    ember_logits_top *out)
+{
+    if (k < 1 || k > EMBER_LOGITS_TOP_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block_top: k %d not in [1, %d]", k, EMBER_LOGITS_TOP_MAX);
+    if (seq < 0 || seq >= c->n_seq || n < 2 || n > c->d->block_size || n > c->n_rows)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block_top: sequence %d, %d tokens (2 .. block_size %d)", seq,
+                           n, c->d->block_size);
+    const int64_t V = c->t->hp.n_vocab;
+    if (n - 1 > c->lg_n) {   /* room for this block's rows (outside any step) */
+        if (c->lg) c->be->ops->act_free(c->be, c->lg);
+        free(c->lg_rows);
+        c->lg_n = 0;
+        c->lg = c->be->ops->act_alloc(c->be, sizeof(float) * (size_t)(n - 1) * (size_t)V);
+        c->lg_rows = malloc(sizeof *c->lg_rows * (size_t)(n - 1));
+        if (!c->lg || !c->lg_rows)
+            return ember_error(EMBER_ERR_NOMEM, "ember_dflash_block_top: logits of %d rows of %lld", n - 1, (long long)V);
+        c->lg_n = n - 1;
+        for (int32_t i = 0; i < n - 1; i++) c->lg_rows[i] = c->lg + (size_t)i * (size_t)V;
+    }
+    ember_status st = block_forward(c, seq, tokens, n, c->lg);
+    if (st) return st;
+    c->be->ops->logits_top(c->be, c->lg_rows, n - 1, V, k, out);
+    return EMBER_OK;
+}
+
+static ember_status block_forward(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
 {
     if (seq < 0 || seq >= c->n_seq || n < 2 || n > c->d->block_size || n > c->n_rows)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d, %d tokens (2 .. block_size %d)", seq, n,
@@ -407,7 +449,7 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
     /* rows 1 .. n - 1 predict the block's masked tokens: final norm, the target's LM head */
     op->rms_norm(be, c->xb, c->x + E, c->m->output_norm, n - 1, E, hp->norm_eps);
     const ember_weight *wout = &io->output;
-    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);   /* logits: host rows */
+    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);   /* logits: host rows or activation memory */
     if (dflash_timed(c)) op->timer_mark(be, 1, true);
     return EMBER_OK;
 }

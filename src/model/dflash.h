@@ -81,6 +81,23 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
  * softcap, as llama.cpp's DFlash1). The block's K/V are not kept. Errors:
  * EMBER_ERR_INVALID_ARG (sizes, tokens), EMBER_ERR_RANGE. */
 ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits);
+/* ember_dflash_block reduced to the heads of its rows: out[i] (i < n - 1)
+ * = the k largest logits of block row i + 1 with their ids, ordered by
+ * logit descending then id ascending, plus the row's maximum and
+ * log-partition function (ember_logits_top, the backend's logits_top op).
+ * The logits stay in the draft backend's activation memory: on a GPU
+ * (ember_dflash_device_heads) they are reduced there and only the heads
+ * come down; on the CPU the op runs over the same host rows. k in
+ * [1, EMBER_LOGITS_TOP_MAX]. The rows are allocated by the first call
+ * of a longer block ((n - 1) * n_vocab floats of activation memory). Errors: those
+ * of ember_dflash_block, EMBER_ERR_INVALID_ARG (k), EMBER_ERR_NOMEM. */
+ember_status ember_dflash_block_top(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, int32_t k,
+                                    ember_logits_top *out);
+/* True when the draft's backend keeps activations in device memory, where
+ * ember_dflash_block_top saves the logits' download (a proposer that needs
+ * only the heads prefers it there; on the CPU a host pass over
+ * ember_dflash_block's rows that skips the log-partition is cheaper). */
+bool ember_dflash_device_heads(const ember_dflash_ctx *c);
 /* Device seconds of the last block plus the injections since the last call
  * (CUDA events on a GPU backend; waits for them), for the speculation
  * policy's draft cost; < 0 on a backend without a device clock (the CPU)

@@ -39,7 +39,8 @@ typedef struct dflash {
     int32_t layers[EMBER_DFLASH_MAX_TARGET_LAYERS];   /* ember layers: target_layers[k] - 1 */
     ember_token *kv_tok;    /* [n_slots][n_ctx] the token at each held position */
     float *feat;            /* [32][n_in] gathered feature rows */
-    float *logits;          /* [block_size - 1][n_vocab] */
+    float *logits;          /* [block_size - 1][n_vocab] host rows (a draft on the CPU), or NULL */
+    ember_logits_top *top;  /* [block_size - 1] the rows' heads (a draft on a GPU: its logits never leave the device), or NULL */
     ember_token *block;     /* [block_size] */
     bool blocked;           /* a block ran since the last dflash_device_seconds */
 } dflash;
@@ -83,6 +84,18 @@ static void dflash_fork(void *self, int32_t src, int32_t dst, int32_t n)
     memcpy(f->kv_tok + (size_t)dst * (size_t)f->n_ctx, f->kv_tok + (size_t)src * (size_t)f->n_ctx, sizeof(ember_token) * (size_t)n);
 }
 
+/* The argmax of a row from its head (ember_dflash_block_top, k =
+ * DFLASH_TOP_K) and its probability within those candidates: the same
+ * token and the same arithmetic as top1 below on the row itself (ties to
+ * the lowest id, the sum over the DFLASH_TOP_K largest values). */
+static ember_token head1(const ember_logits_top *t, float *p)
+{
+    double sum = 0;
+    for (int32_t k = 0; k < t->n; k++) sum += exp((double)(t->logit[k] - t->logit[0]));
+    *p = (float)(1.0 / sum);
+    return t->id[0];
+}
+
 /* Index of the largest of l[n] and its probability within the top
  * DFLASH_TOP_K (a top-k sampler's candidates, renormalized). */
 static ember_token top1(const float *l, int32_t n, float *p)
@@ -121,13 +134,18 @@ static int32_t dflash_propose(void *self, const spec_input *in, int32_t n_max, f
     if (n_max <= 0 || anchor + 1 + n > f->n_ctx) return 0;
     f->block[0] = in->tokens[anchor];
     for (int32_t i = 1; i <= n; i++) f->block[i] = f->d->mask_token;
-    if (ember_dflash_block(f->c, slot, f->block, n + 1, f->logits) != EMBER_OK) return 0;
+    /* on a GPU only the rows' heads come down; on the CPU the host pass
+     * over the rows (no log-partition to compute) */
+    const ember_status st = f->top ? ember_dflash_block_top(f->c, slot, f->block, n + 1, DFLASH_TOP_K, f->top)
+                                   : ember_dflash_block(f->c, slot, f->block, n + 1, f->logits);
+    if (st != EMBER_OK) return 0;
     f->blocked = true;
     if (n_max > n) n_max = n;
     int32_t k = 0;
     for (; k < n_max; k++) {
         float p;
-        const ember_token t = top1(f->logits + (size_t)k * (size_t)f->n_vocab, f->n_vocab, &p);
+        const ember_token t = f->top ? head1(&f->top[k], &p)
+                                     : top1(f->logits + (size_t)k * (size_t)f->n_vocab, f->n_vocab, &p);
         if (p < p_min) break;
         out[k] = t;
         if (q) q[k] = 1.0f;
@@ -155,6 +173,7 @@ static void dflash_free(void *self)
     free(f->kv_tok);
     free(f->feat);
     free(f->logits);
+    free(f->top);
     free(f->block);
     if (f->m) ember_model_free(f->m);
     free(f);
@@ -189,9 +208,12 @@ ember_status spec_dflash_new(const char *path, const ember_model *target, int32_
     for (int32_t k = 0; k < f->d->n_target_layers; k++) f->layers[k] = f->d->target_layers[k] - 1;
     f->kv_tok = calloc((size_t)n_slots * (size_t)n_ctx, sizeof *f->kv_tok);
     f->feat = malloc(sizeof(float) * 32 * (size_t)f->n_in);
-    f->logits = malloc(sizeof(float) * (size_t)(f->d->block_size - 1) * (size_t)f->n_vocab);
+    if (ember_dflash_device_heads(f->c))
+        f->top = malloc(sizeof *f->top * (size_t)(f->d->block_size - 1));
+    else
+        f->logits = malloc(sizeof(float) * (size_t)(f->d->block_size - 1) * (size_t)f->n_vocab);
     f->block = malloc(sizeof(ember_token) * (size_t)f->d->block_size);
-    if (!f->kv_tok || !f->feat || !f->logits || !f->block) {
+    if (!f->kv_tok || !f->feat || (!f->logits && !f->top) || !f->block) {
         st = ember_error(EMBER_ERR_NOMEM, "DFlash draft: %d slots x %d positions", n_slots, n_ctx);
         goto fail;
     }

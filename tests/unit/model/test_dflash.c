@@ -22,6 +22,7 @@
 
 #include "ember.h"
 #include "model/dflash.h"
+#include "backend/logits_top.h"
 #include "gguf/gguf.h"
 
 #include <math.h>
@@ -200,6 +201,75 @@ static void test_dflash_forward_bad_args(void **st)
     ember_model_free(d);
 }
 
+/* ember_dflash_block_top: the heads of a block's rows (logits kept in the
+ * draft backend's activation memory, reduced by its logits_top op) equal
+ * the host heads of ember_dflash_block's rows on the same backend, bit for
+ * bit (the same logits; on a GPU the device reduction against the host
+ * one); n_gpu_layers -1 puts the draft on the GPU (the *_gpu case). */
+static void block_heads_case(int32_t n_gpu_layers)
+{
+    ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    ember_model *d = NULL, *t = NULL;
+    assert_int_equal(ember_model_load(DRAFT, &mp, &d), EMBER_OK);
+    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
+    ember_dflash_ctx *c = NULL;
+    assert_int_equal(ember_dflash_ctx_new(d, t, 2, 32, 1, &c), EMBER_OK);
+    assert_int_equal(ember_dflash_device_heads(c), n_gpu_layers != 0);
+    static float feat[12 * 256], logits[7 * 594];
+    uint32_t x = 12345u;
+    for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) {
+        x = x * 1664525u + 1013904223u;
+        feat[i] = (float)((int32_t)(x >> 8) % 2001 - 1000) / 250.0f;
+    }
+    assert_int_equal(ember_dflash_inject(c, 1, 12, feat), EMBER_OK);
+    const ember_token blk[8] = {7, 4, 4, 4, 4, 4, 4, 4};
+    ember_logits_top top[7], ref[7];
+    assert_int_equal(ember_dflash_block_top(c, 1, blk, 8, 0, top), EMBER_ERR_INVALID_ARG);   /* k < 1 */
+    assert_int_equal(ember_dflash_block_top(c, 1, blk, 9, 10, top), EMBER_ERR_INVALID_ARG);  /* > block_size 8 */
+    for (int32_t n = 3; n <= 8; n += 5) {   /* a short block, then a longer one (its rows grow) */
+        memset(top, 0, sizeof top);
+        assert_int_equal(ember_dflash_block_top(c, 1, blk, n, 10, top), EMBER_OK);
+        assert_int_equal(ember_dflash_block(c, 1, blk, n, logits), EMBER_OK);
+        const float *rows[7];
+        for (int32_t i = 0; i < n - 1; i++) rows[i] = logits + (size_t)i * 594;
+        ember_logits_top_host(rows, n - 1, 594, 10, ref);
+        for (int32_t i = 0; i < n - 1; i++) {
+            assert_int_equal(top[i].n, 10);
+            int32_t best = 0;
+            for (int32_t v = 1; v < 594; v++)
+                if (rows[i][v] > rows[i][best]) best = v;
+            assert_int_equal(top[i].id[0], best);
+            for (int32_t j = 0; j < 10; j++) {
+                assert_int_equal(top[i].id[j], ref[i].id[j]);
+                assert_memory_equal(&top[i].logit[j], &ref[i].logit[j], sizeof(float));
+            }
+            assert_memory_equal(&top[i].max, &ref[i].max, sizeof(float));
+            assert_true(fabsf(top[i].lse - ref[i].lse) <= 1e-5f * fmaxf(1.0f, fabsf(ref[i].lse)));
+        }
+    }
+    assert_int_equal(ember_dflash_n_pos(c, 1), 12);   /* the blocks' K/V are not kept */
+    ember_dflash_ctx_free(c);
+    ember_model_free(t);
+    ember_model_free(d);
+}
+
+static void test_dflash_block_heads(void **st)
+{
+    (void)st;
+    block_heads_case(0);
+}
+
+static void test_dflash_block_heads_gpu(void **st)
+{
+    (void)st;
+    if (ember_gpu_count() < 1) {
+        print_message("no GPU (or no CUDA build): skipped\n");
+        skip();
+    }
+    block_heads_case(-1);
+}
+
 static void test_dflash_target_states_match_transformers(void **st)
 {
     (void)st;
@@ -267,6 +337,8 @@ int main(void)
         cmocka_unit_test(test_dflash_is_no_model_of_its_own),
         cmocka_unit_test(test_dflash_malformed),
         cmocka_unit_test(test_dflash_forward_bad_args),
+        cmocka_unit_test(test_dflash_block_heads),
+        cmocka_unit_test(test_dflash_block_heads_gpu),
         cmocka_unit_test(test_dflash_target_states_match_transformers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -221,6 +221,7 @@ bool cb_step_end(ember_backend *be)
                 e->pend_bytes[i] = b->pend_bytes[i];
             }
             CK("graph launch", ember_cuda_graph_launch(b->cu, g));
+            b->fused.graph_launches++;
             flush_pending(b);
             upload_done(b);
         }
@@ -245,6 +246,7 @@ bool cb_step_end(ember_backend *be)
             if (b->n_pend != 1 || b->pend_host[0] != b->s_logits) e->pend_is_logits = false;
             e->verified++;
             CK("graph launch", ember_cuda_graph_launch(b->cu, e->g));
+            b->fused.graph_launches++;
             flush_pending(b);
             upload_done(b);
         }

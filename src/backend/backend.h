@@ -348,7 +348,8 @@ typedef struct ember_backend_step {
     const ember_token *token;        /* [n] */
     const ember_pos *pos;            /* [n] */
     const int64_t *kv_row;           /* [n] full-group KV rows */
-    const ember_attn_query *query;   /* [n] full-group block tables */
+    const ember_attn_query *query;   /* [n] full-group block tables; query[i].pos may differ from pos[i]
+                                      * (a non-causal block: every row attends up to the block's end) */
     const int64_t *kv_row_swa;       /* [n] sliding-group rows (== kv_row when the cache has no such group) */
     const ember_attn_query *query_swa;   /* [n] (== query likewise) */
     int32_t n_out;                   /* rows that want logits */
@@ -364,6 +365,11 @@ typedef struct ember_backend_step {
     /* NULL, or [n]: each entry's sequence id (ember_ubatch.seq): where a
      * recurrent op's state cells may be found on the device (state_alloc) */
     const ember_seq_id *seq_id;
+    /* Which forward this is, for a caller running different forwards of
+     * one shape through one backend (a DFlash draft's injection and its
+     * block): part of the key a graphed step is captured under, so they
+     * never stand for each other. 0 for a model's decode. */
+    int32_t graph_tag;
 } ember_backend_step;
 
 /* What a backend can do, filled by its constructor; callers read these

@@ -26,6 +26,7 @@
 
 #include "base/status.h"
 #include "backend/options.h"
+#include "backend/step.h"
 #include "model/draft_kv.h"
 
 #include <math.h>
@@ -190,6 +191,7 @@ struct ember_dflash_ctx {
     ember_pos *pos;             /* [n_rows] host */
     int64_t *rows;              /* [n_rows] host: K/V rows of a pass */
     ember_attn_query *queries;  /* [n_rows] host */
+    ember_token *tok0;          /* [n_rows] zeros: an injection step's tokens (it reads none) */
     bool inj_marked;            /* timer 0 started: injections since the last ember_dflash_device_seconds */
     float *lg;                  /* activation memory [lg_n][n_vocab]: ember_dflash_block_top's logits (grown as used) */
     const float **lg_rows;      /* [lg_n] host: the rows' addresses */
@@ -228,6 +230,7 @@ void ember_dflash_ctx_free(ember_dflash_ctx *c)
     free(c->pos);
     free(c->rows);
     free(c->queries);
+    free(c->tok0);
     free(c);
 }
 
@@ -277,7 +280,8 @@ ember_status ember_dflash_ctx_new(const ember_model *draft, const ember_model *t
     c->pos = malloc((size_t)R * sizeof *c->pos);
     c->rows = malloc((size_t)R * sizeof *c->rows);
     c->queries = malloc((size_t)R * sizeof *c->queries);
-    if (!c->act || !c->n_pos || !c->pos || !c->rows || !c->queries) {
+    c->tok0 = calloc((size_t)R, sizeof *c->tok0);
+    if (!c->act || !c->n_pos || !c->pos || !c->rows || !c->queries || !c->tok0) {
         ember_dflash_ctx_free(c);
         return ember_error(EMBER_ERR_NOMEM, "DFlash: scratch of %lld floats", (long long)total);
     }
@@ -311,8 +315,8 @@ void ember_dflash_truncate(ember_dflash_ctx *c, int32_t seq, int32_t n_pos)
 }
 
 /* K = rope(k_norm(Wk x)), V = Wv x of rows x [n, n_embd] at positions c->pos,
- * stored at K/V positions p0 .. p0 + n - 1 of seq, layer il. */
-static void store_kv(ember_dflash_ctx *c, int32_t seq, int32_t il, const float *x, int32_t n, int32_t p0)
+ * stored at the K/V rows c->rows (the pass's positions of its sequence), layer il. */
+static void store_kv(ember_dflash_ctx *c, int32_t il, const float *x, int32_t n)
 {
     const ember_hparams *hp = &c->m->hp;
     const ember_layer *L = &c->m->layers[il];
@@ -322,8 +326,57 @@ static void store_kv(ember_dflash_ctx *c, int32_t seq, int32_t il, const float *
     op->matmul(c->be, x, n, 2, ws, ys);
     op->rms_norm(c->be, c->k, c->k, L->attn_k_norm, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps);
     op->rope(c->be, c->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
-    for (int32_t i = 0; i < n; i++) c->rows[i] = ember_draft_kv_row(&c->kv, seq, p0 + i);
     op->kv_store(c->be, &c->kv.view[il], c->k, c->v, c->rows, n);
+}
+
+/* Graph tags of the draft's passes (ember_backend_step.graph_tag): an
+ * injection chunk, a block into host rows and a block into activation
+ * memory (ember_dflash_block_top) of the same length are different steps. */
+enum { TAG_INJECT = 1, TAG_BLOCK = 2, TAG_BLOCK_TOP = 3 };
+
+/* One pass of n rows of seq at positions p0 .. p0 + n - 1 as a backend
+ * step (ember_backend_run_step: on a GPU the step arrays go up once and a
+ * pass of a shape seen before runs as a CUDA graph): fills c->pos, c->rows
+ * and c->queries (query positions p0 + i, or qpos_last for every row when
+ * >= 0: a non-causal block) first, then forward(a) issues the ops, which
+ * read only those arrays and a->tokens (the step's tokens; c->tok0's zeros
+ * for an injection), tagged `tag`. */
+typedef struct dflash_pass {
+    ember_dflash_ctx *c;
+    int32_t n;
+    const ember_token *tokens;
+    const float *features;   /* injection: [n][n_in] host */
+    float *logits;           /* block: [n - 1][n_vocab] host rows or activation memory */
+} dflash_pass;
+
+static void run_pass(ember_dflash_ctx *c, int32_t seq, int32_t p0, int32_t n, int32_t qpos_last, int32_t tag,
+                     void (*forward)(void *), dflash_pass *a)
+{
+    for (int32_t i = 0; i < n; i++) {
+        c->pos[i] = p0 + i;
+        c->rows[i] = ember_draft_kv_row(&c->kv, seq, p0 + i);
+        c->queries[i] = (ember_attn_query){.blocks = ember_draft_kv_blocks(&c->kv, seq),
+                                           .pos = qpos_last >= 0 ? qpos_last : p0 + i};
+    }
+    const ember_backend_step st = {.n = n, .token = a->tokens ? a->tokens : c->tok0, .pos = c->pos, .kv_row = c->rows,
+                                   .query = c->queries, .kv_row_swa = c->rows, .query_swa = c->queries,
+                                   .block_tokens = c->kv.block_tokens, .graph_tag = tag};
+    ember_backend_run_step(c->be, &st, forward, a);
+}
+
+/* g = RMSNorm(fc f) * enc_norm (dflash.cpp:619-621), then every layer's K/V */
+static void inject_ops(void *arg)
+{
+    const dflash_pass *a = arg;
+    ember_dflash_ctx *c = a->c;
+    const ember_hparams *hp = &c->m->hp;
+    /* the features where the activations live (the one host input) */
+    c->be->ops->upload(c->be, c->fin, a->features, (int64_t)a->n * c->n_in);
+    const ember_weight *w = &c->d->fc;
+    float *y = c->g;
+    c->be->ops->matmul(c->be, c->fin, a->n, 1, &w, &y);
+    c->be->ops->rms_norm(c->be, c->g, c->g, c->d->enc_norm, a->n, hp->n_embd, hp->norm_eps);
+    for (int32_t il = 0; il < hp->n_layer; il++) store_kv(c, il, c->g, a->n);
 }
 
 ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, const float *features)
@@ -333,7 +386,6 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
     if (c->n_pos[seq] + n > c->n_ctx)
         return ember_error(EMBER_ERR_RANGE, "ember_dflash_inject: %d + %d positions exceed the draft context of %d",
                            c->n_pos[seq], n, c->n_ctx);
-    const ember_hparams *hp = &c->m->hp;
     if (dflash_timed(c) && !c->inj_marked) {
         c->be->ops->timer_mark(c->be, 0, false);
         c->inj_marked = true;
@@ -341,28 +393,71 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
     for (int32_t r0 = 0; r0 < n; r0 += c->n_rows) {
         const int32_t k = n - r0 < c->n_rows ? n - r0 : c->n_rows;
         const int32_t p0 = c->n_pos[seq];
-        for (int32_t i = 0; i < k; i++) c->pos[i] = p0 + i;
-        /* the features where the activations live (the one host input) */
-        c->be->ops->upload(c->be, c->fin, features + (size_t)r0 * (size_t)c->n_in, (int64_t)k * c->n_in);
-        /* g = RMSNorm(fc f) * enc_norm (dflash.cpp:619-621) */
-        const ember_weight *w = &c->d->fc;
-        float *y = c->g;
-        c->be->ops->matmul(c->be, c->fin, k, 1, &w, &y);
-        c->be->ops->rms_norm(c->be, c->g, c->g, c->d->enc_norm, k, hp->n_embd, hp->norm_eps);
-        for (int32_t il = 0; il < hp->n_layer; il++) store_kv(c, seq, il, c->g, k, p0);
+        dflash_pass a = {.c = c, .n = k, .features = features + (size_t)r0 * (size_t)c->n_in};
+        run_pass(c, seq, p0, k, -1, TAG_INJECT, inject_ops, &a);
         c->n_pos[seq] = p0 + k;
     }
     if (c->inj_marked) c->be->ops->timer_mark(c->be, 0, true);
     return EMBER_OK;
 }
 
+/* The noise block's ops (dflash.cpp:676-846): the embedding rows, the
+ * draft's layers, the final norm and the LM head of rows 1 .. n - 1. */
+static void block_ops(void *arg)
+{
+    const dflash_pass *a = arg;
+    ember_dflash_ctx *c = a->c;
+    const ember_hparams *hp = &c->m->hp;
+    const ember_backend_ops *op = c->be->ops;
+    ember_backend *be = c->be;
+    const int32_t n = a->n;
+    const int64_t E = hp->n_embd;
+    const ember_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
+                                  .head_dim_v = hp->head_dim_v, .kq_scale = hp->attn_scale, .n_swa = 0};
+    /* the embedding rows, raw (times embedding_scale when set) */
+    const ember_model *io = c->m->tok_embd.data ? c->m : c->t;   /* the draft's own when it has them */
+    op->get_rows(be, &io->tok_embd, a->tokens, n, c->x);
+    if (hp->embd_scale != 1.0f) op->scale(be, c->x, hp->embd_scale, n * E);
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const ember_layer *L = &c->m->layers[il];
+        op->rms_norm(be, c->xb, c->x, L->attn_norm, n, E, hp->norm_eps);
+        const ember_weight *wq = &L->wq;
+        float *yq = c->q;
+        op->matmul(be, c->xb, n, 1, &wq, &yq);
+        op->rms_norm(be, c->q, c->q, L->attn_q_norm, (int64_t)n * hp->n_head, hp->head_dim_k, hp->norm_eps);
+        op->rope(be, c->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
+        /* the block's own K/V sit after the injected positions (scratch: never counted in n_pos) */
+        store_kv(c, il, c->xb, n);
+        op->attention(be, &c->kv.view[il], &ap, c->q, c->queries, n, c->att);
+        const ember_weight *wo = &L->wo;
+        float *yo = c->xb;
+        op->matmul(be, c->att, n, 1, &wo, &yo);
+        op->add(be, c->x, c->xb, n * E);
+        op->rms_norm(be, c->xb, c->x, L->ffn_norm, n, E, hp->norm_eps);
+        const ember_weight *wf[2] = {&L->ffn_gate, &L->ffn_up};
+        float *yf[2] = {c->hb, c->hb2};
+        op->matmul(be, c->xb, n, 2, wf, yf);
+        op->swiglu(be, c->hb, c->hb2, (int64_t)n * hp->n_ff);
+        const ember_weight *wd = &L->ffn_down;
+        float *yd = c->xb;
+        op->matmul(be, c->hb, n, 1, &wd, &yd);
+        op->add(be, c->x, c->xb, n * E);
+    }
+    /* rows 1 .. n - 1 predict the block's masked tokens: final norm, the target's LM head */
+    op->rms_norm(be, c->xb, c->x + E, c->m->output_norm, n - 1, E, hp->norm_eps);
+    const ember_weight *wout = &io->output;
+    float *logits = a->logits;
+    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);   /* logits: host rows or activation memory */
+}
+
 /* The noise block's forward (ember_dflash_block), logits [n - 1][n_vocab]
- * into `logits` (host rows or activation memory). */
-static ember_status block_forward(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits);
+ * into `logits` (host rows or activation memory) as a step tagged `tag`. */
+static ember_status block_forward(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits,
+                                  int32_t tag);
 
 ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
 {
-    return block_forward(c, seq, tokens, n, logits);
+    return block_forward(c, seq, tokens, n, logits, TAG_BLOCK);
 }
 
 bool ember_dflash_device_heads(const ember_dflash_ctx *c) { return c && c->be->caps.device_activations; }
@@ -387,70 +482,30 @@ ember_status ember_dflash_block_top(ember_dflash_ctx *c, int32_t seq, const embe
         c->lg_n = n - 1;
         for (int32_t i = 0; i < n - 1; i++) c->lg_rows[i] = c->lg + (size_t)i * (size_t)V;
     }
-    ember_status st = block_forward(c, seq, tokens, n, c->lg);
+    ember_status st = block_forward(c, seq, tokens, n, c->lg, TAG_BLOCK_TOP);
     if (st) return st;
     c->be->ops->logits_top(c->be, c->lg_rows, n - 1, V, k, out);
     return EMBER_OK;
 }
 
-static ember_status block_forward(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
+static ember_status block_forward(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits,
+                                  int32_t tag)
 {
     if (seq < 0 || seq >= c->n_seq || n < 2 || n > c->d->block_size || n > c->n_rows)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d, %d tokens (2 .. block_size %d)", seq, n,
                            c->d->block_size);
-    const ember_hparams *hp = &c->m->hp;
     const int32_t p0 = c->n_pos[seq];
     if (p0 + n > c->n_ctx + c->n_rows)
         return ember_error(EMBER_ERR_RANGE, "ember_dflash_block: position %d + %d past the draft context", p0, n);
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->t->hp.n_vocab)
             return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: token %d not in [0, %d)", tokens[i], c->t->hp.n_vocab);
-        c->pos[i] = p0 + i;
-        /* every row sees the injected positions and the whole block (non-causal,
-         * the mask by sequence only) or the block up to itself (causal) */
-        c->queries[i] = (ember_attn_query){.blocks = ember_draft_kv_blocks(&c->kv, seq),
-                                           .pos = c->d->causal ? p0 + i : p0 + n - 1};
-    }
-    const ember_backend_ops *op = c->be->ops;
-    ember_backend *be = c->be;
-    const int64_t E = hp->n_embd;
-    const ember_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
-                                  .head_dim_v = hp->head_dim_v, .kq_scale = hp->attn_scale, .n_swa = 0};
-    if (dflash_timed(c)) op->timer_mark(be, 1, false);
-    /* the embedding rows, raw (times embedding_scale when set) */
-    const ember_model *io = c->m->tok_embd.data ? c->m : c->t;   /* the draft's own when it has them */
-    op->get_rows(be, &io->tok_embd, tokens, n, c->x);
-    if (hp->embd_scale != 1.0f) op->scale(be, c->x, hp->embd_scale, n * E);
-    for (int32_t il = 0; il < hp->n_layer; il++) {
-        const ember_layer *L = &c->m->layers[il];
-        op->rms_norm(be, c->xb, c->x, L->attn_norm, n, E, hp->norm_eps);
-        const ember_weight *wq = &L->wq;
-        float *yq = c->q;
-        op->matmul(be, c->xb, n, 1, &wq, &yq);
-        op->rms_norm(be, c->q, c->q, L->attn_q_norm, (int64_t)n * hp->n_head, hp->head_dim_k, hp->norm_eps);
-        op->rope(be, c->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
-        /* the block's own K/V sit after the injected positions (scratch: never counted in n_pos) */
-        store_kv(c, seq, il, c->xb, n, p0);
-        op->attention(be, &c->kv.view[il], &ap, c->q, c->queries, n, c->att);
-        const ember_weight *wo = &L->wo;
-        float *yo = c->xb;
-        op->matmul(be, c->att, n, 1, &wo, &yo);
-        op->add(be, c->x, c->xb, n * E);
-        op->rms_norm(be, c->xb, c->x, L->ffn_norm, n, E, hp->norm_eps);
-        const ember_weight *wf[2] = {&L->ffn_gate, &L->ffn_up};
-        float *yf[2] = {c->hb, c->hb2};
-        op->matmul(be, c->xb, n, 2, wf, yf);
-        op->swiglu(be, c->hb, c->hb2, (int64_t)n * hp->n_ff);
-        const ember_weight *wd = &L->ffn_down;
-        float *yd = c->xb;
-        op->matmul(be, c->hb, n, 1, &wd, &yd);
-        op->add(be, c->x, c->xb, n * E);
-    }
-    /* rows 1 .. n - 1 predict the block's masked tokens: final norm, the target's LM head */
-    op->rms_norm(be, c->xb, c->x + E, c->m->output_norm, n - 1, E, hp->norm_eps);
-    const ember_weight *wout = &io->output;
-    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);   /* logits: host rows or activation memory */
-    if (dflash_timed(c)) op->timer_mark(be, 1, true);
+    if (dflash_timed(c)) c->be->ops->timer_mark(c->be, 1, false);
+    /* every row sees the injected positions and the whole block (non-causal,
+     * the mask by sequence only) or the block up to itself (causal) */
+    dflash_pass a = {.c = c, .n = n, .tokens = tokens, .logits = logits};
+    run_pass(c, seq, p0, n, c->d->causal ? -1 : p0 + n - 1, tag, block_ops, &a);
+    if (dflash_timed(c)) c->be->ops->timer_mark(c->be, 1, true);
     return EMBER_OK;
 }
 

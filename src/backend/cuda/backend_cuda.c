@@ -1016,7 +1016,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     int32_t max_ctx, max_pages;
     const bool full_q = queries == b->s_query, swa_q = b->s_query_swa && queries == b->s_query_swa;
     if (b->in_step && (full_q || swa_q) && n == b->s_n) {
-        dpos = cb_step_pos(b);
+        dpos = cb_step_qpos(b);
         dseq = cb_step_seq(b);
         dtab = b->d_step + (swa_q ? b->s_tab_swa : b->s_tab);
         max_ctx = b->s_max_ctx;

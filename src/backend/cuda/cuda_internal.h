@@ -163,9 +163,11 @@ typedef struct cuda_backend {
     float *s_logits;
     int32_t s_n, s_max_pages, s_max_ctx;
     size_t s_tab, s_tab_swa;         /* offsets of the block tables in d_step */
-    /* device [tok n][pos n][cells n][seq n][sid n][cells_swa n][table n_seq x max_pages][table_swa n_seq x max_pages];
+    size_t s_qpos;                   /* offset of the attention's query positions in d_step (the tokens' unless they differ) */
+    /* device [tok n][pos n][cells n][seq n][sid n][cells_swa n][table n_seq x max_pages][table_swa n_seq x max_pages][qpos n];
      * seq: the run index of each entry (block tables), sid: its sequence id (-1 without
-     * ember_backend_step.seq_id); the _swa pieces only when the cache has a sliding-window group */
+     * ember_backend_step.seq_id); the _swa pieces only when the cache has a sliding-window group, qpos only
+     * when some query position differs from its token's (cb_step_qpos) */
     int32_t *d_step;
     size_t d_step_n;
     uint32_t out_slots;      /* output staging slots holding a host output of this step (bit per slot) */
@@ -298,6 +300,10 @@ static inline const int32_t *cb_step_cells(cuda_backend *b) { return b->d_step +
 static inline const int32_t *cb_step_seq(cuda_backend *b) { return b->d_step + 3 * (size_t)b->s_n; }
 static inline const int32_t *cb_step_sid(cuda_backend *b) { return b->d_step + 4 * (size_t)b->s_n; }
 static inline const int32_t *cb_step_cells_swa(cuda_backend *b) { return b->d_step + 5 * (size_t)b->s_n; }
+/* The attention's query positions (ember_attn_query.pos, int32 [s_n]): the
+ * tokens' positions, or an array of their own after the block tables when
+ * some differ (a non-causal block, every row at the block's last position). */
+static inline const int32_t *cb_step_qpos(cuda_backend *b) { return b->d_step + b->s_qpos; }
 
 /* ---- cuda_fuse.c ------------------------------------------------------------ */
 

@@ -205,7 +205,12 @@ static void test_dflash_forward_bad_args(void **st)
  * draft backend's activation memory, reduced by its logits_top op) equal
  * the host heads of ember_dflash_block's rows on the same backend, bit for
  * bit (the same logits; on a GPU the device reduction against the host
- * one); n_gpu_layers -1 puts the draft on the GPU (the *_gpu case). */
+ * one), every time the block runs (on a GPU: op by op, captured, replayed
+ * as a CUDA graph: the draft's passes are backend steps); n_gpu_layers -1
+ * puts the draft on the GPU (the *_gpu case), whose logits must then be
+ * within 2e-2 of max |cpu| of the CPU draft's on the same features (F16
+ * K/V against F32; a block attending causally, or to the wrong positions,
+ * is off by O(1)). */
 static void block_heads_case(int32_t n_gpu_layers)
 {
     ember_model_params mp = ember_model_default_params();
@@ -227,7 +232,18 @@ static void block_heads_case(int32_t n_gpu_layers)
     ember_logits_top top[7], ref[7];
     assert_int_equal(ember_dflash_block_top(c, 1, blk, 8, 0, top), EMBER_ERR_INVALID_ARG);   /* k < 1 */
     assert_int_equal(ember_dflash_block_top(c, 1, blk, 9, 10, top), EMBER_ERR_INVALID_ARG);  /* > block_size 8 */
-    for (int32_t n = 3; n <= 8; n += 5) {   /* a short block, then a longer one (its rows grow) */
+    ember_dflash_ctx *cpu = NULL;   /* the CPU draft on the same features (the GPU case) */
+    ember_model *dc = NULL;
+    static float cpu_logits[7 * 594];
+    if (n_gpu_layers != 0) {
+        assert_int_equal(ember_model_load(DRAFT, NULL, &dc), EMBER_OK);
+        assert_int_equal(ember_dflash_ctx_new(dc, t, 2, 32, 1, &cpu), EMBER_OK);
+        assert_int_equal(ember_dflash_inject(cpu, 1, 12, feat), EMBER_OK);
+    }
+    /* a short block, then a longer one (its rows grow), then each again (graphs captured and replayed) */
+    const int32_t lens[] = {3, 8, 3, 8, 8, 3, 8, 3};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int32_t n = lens[li];
         memset(top, 0, sizeof top);
         assert_int_equal(ember_dflash_block_top(c, 1, blk, n, 10, top), EMBER_OK);
         assert_int_equal(ember_dflash_block(c, 1, blk, n, logits), EMBER_OK);
@@ -247,7 +263,20 @@ static void block_heads_case(int32_t n_gpu_layers)
             assert_memory_equal(&top[i].max, &ref[i].max, sizeof(float));
             assert_true(fabsf(top[i].lse - ref[i].lse) <= 1e-5f * fmaxf(1.0f, fabsf(ref[i].lse)));
         }
+        if (!cpu) continue;
+        assert_int_equal(ember_dflash_block(cpu, 1, blk, n, cpu_logits), EMBER_OK);
+        float md = 0, mr = 0;
+        for (size_t i = 0; i < (size_t)(n - 1) * 594; i++) {
+            const float dd = fabsf(logits[i] - cpu_logits[i]);
+            if (dd > md || dd != dd) md = dd;
+            if (fabsf(cpu_logits[i]) > mr) mr = fabsf(cpu_logits[i]);
+        }
+        print_message("block of %d: max |gpu - cpu| logit %.3g of max |cpu| %.3g\n", n, (double)md, (double)mr);
+        assert_true(mr > 0.1f);
+        if (!(md <= 2e-2f * mr)) fail_msg("block of %d: GPU logits off the CPU draft's by %g (max |cpu| %g)", n, md, mr);
     }
+    ember_dflash_ctx_free(cpu);
+    if (dc) ember_model_free(dc);
     assert_int_equal(ember_dflash_n_pos(c, 1), 12);   /* the blocks' K/V are not kept */
     ember_dflash_ctx_free(c);
     ember_model_free(t);

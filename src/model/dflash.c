@@ -334,33 +334,37 @@ static void store_kv(ember_dflash_ctx *c, int32_t il, const float *x, int32_t n)
  * memory (ember_dflash_block_top) of the same length are different steps. */
 enum { TAG_INJECT = 1, TAG_BLOCK = 2, TAG_BLOCK_TOP = 3 };
 
-/* One pass of n rows of seq at positions p0 .. p0 + n - 1 as a backend
- * step (ember_backend_run_step: on a GPU the step arrays go up once and a
- * pass of a shape seen before runs as a CUDA graph): fills c->pos, c->rows
- * and c->queries (query positions p0 + i, or qpos_last for every row when
- * >= 0: a non-causal block) first, then forward(a) issues the ops, which
- * read only those arrays and a->tokens (the step's tokens; c->tok0's zeros
- * for an injection), tagged `tag`. */
+/* One pass as a backend step (ember_backend_run_step: on a GPU the step
+ * arrays go up once and a pass of a shape seen before runs as a CUDA
+ * graph): n_seg segments of a->n rows each, segment j of sequence seqs[j] at
+ * its positions p0s[j] .. p0s[j] + a->n - 1. Fills c->pos, c->rows and
+ * c->queries (query positions those of the rows, or with last_q every row
+ * at its segment's last position: a non-causal block) first, then
+ * forward(a) issues the ops, which read only those arrays and a->tokens
+ * (the step's tokens; c->tok0's zeros for an injection), tagged `tag`. */
 typedef struct dflash_pass {
     ember_dflash_ctx *c;
-    int32_t n;
-    const ember_token *tokens;
+    int32_t n, n_seg;        /* rows a segment, segments */
+    const ember_token *tokens;   /* [n_seg][n] */
     const float *features;   /* injection: [n][n_in] host */
-    float *logits;           /* block: [n - 1][n_vocab] host rows or activation memory */
+    float *logits;           /* block: [n_seg][n - 1][n_vocab] host rows or activation memory */
 } dflash_pass;
 
-static void run_pass(ember_dflash_ctx *c, int32_t seq, int32_t p0, int32_t n, int32_t qpos_last, int32_t tag,
+static void run_pass(ember_dflash_ctx *c, const int32_t *seqs, const int32_t *p0s, bool last_q, int32_t tag,
                      void (*forward)(void *), dflash_pass *a)
 {
-    for (int32_t i = 0; i < n; i++) {
-        c->pos[i] = p0 + i;
-        c->rows[i] = ember_draft_kv_row(&c->kv, seq, p0 + i);
-        c->queries[i] = (ember_attn_query){.blocks = ember_draft_kv_blocks(&c->kv, seq),
-                                           .pos = qpos_last >= 0 ? qpos_last : p0 + i};
-    }
-    const ember_backend_step st = {.n = n, .token = a->tokens ? a->tokens : c->tok0, .pos = c->pos, .kv_row = c->rows,
-                                   .query = c->queries, .kv_row_swa = c->rows, .query_swa = c->queries,
-                                   .block_tokens = c->kv.block_tokens, .graph_tag = tag};
+    const int32_t n = a->n;
+    for (int32_t j = 0; j < a->n_seg; j++)
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t r = j * n + i, p = p0s[j] + i;
+            c->pos[r] = p;
+            c->rows[r] = ember_draft_kv_row(&c->kv, seqs[j], p);
+            c->queries[r] = (ember_attn_query){.blocks = ember_draft_kv_blocks(&c->kv, seqs[j]),
+                                               .pos = last_q ? p0s[j] + n - 1 : p};
+        }
+    const ember_backend_step st = {.n = a->n_seg * n, .token = a->tokens ? a->tokens : c->tok0, .pos = c->pos,
+                                   .kv_row = c->rows, .query = c->queries, .kv_row_swa = c->rows,
+                                   .query_swa = c->queries, .block_tokens = c->kv.block_tokens, .graph_tag = tag};
     ember_backend_run_step(c->be, &st, forward, a);
 }
 
@@ -393,8 +397,8 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
     for (int32_t r0 = 0; r0 < n; r0 += c->n_rows) {
         const int32_t k = n - r0 < c->n_rows ? n - r0 : c->n_rows;
         const int32_t p0 = c->n_pos[seq];
-        dflash_pass a = {.c = c, .n = k, .features = features + (size_t)r0 * (size_t)c->n_in};
-        run_pass(c, seq, p0, k, -1, TAG_INJECT, inject_ops, &a);
+        dflash_pass a = {.c = c, .n = k, .n_seg = 1, .features = features + (size_t)r0 * (size_t)c->n_in};
+        run_pass(c, &seq, &p0, false, TAG_INJECT, inject_ops, &a);
         c->n_pos[seq] = p0 + k;
     }
     if (c->inj_marked) c->be->ops->timer_mark(c->be, 0, true);
@@ -410,7 +414,7 @@ static void block_ops(void *arg)
     const ember_hparams *hp = &c->m->hp;
     const ember_backend_ops *op = c->be->ops;
     ember_backend *be = c->be;
-    const int32_t n = a->n;
+    const int32_t n = a->n * a->n_seg;   /* every segment's rows: the layers work row by row */
     const int64_t E = hp->n_embd;
     const ember_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
                                   .head_dim_v = hp->head_dim_v, .kq_scale = hp->attn_scale, .n_swa = 0};
@@ -443,68 +447,100 @@ static void block_ops(void *arg)
         op->matmul(be, c->hb, n, 1, &wd, &yd);
         op->add(be, c->x, c->xb, n * E);
     }
-    /* rows 1 .. n - 1 predict the block's masked tokens: final norm, the target's LM head */
-    op->rms_norm(be, c->xb, c->x + E, c->m->output_norm, n - 1, E, hp->norm_eps);
+    /* rows 1 .. n - 1 of each segment predict its masked tokens: final norm
+     * (gathered segment after segment), the target's LM head */
+    const int32_t m = a->n - 1;
+    for (int32_t j = 0; j < a->n_seg; j++)
+        op->rms_norm(be, c->xb + (size_t)j * (size_t)m * (size_t)E, c->x + ((size_t)j * (size_t)a->n + 1) * (size_t)E,
+                     c->m->output_norm, m, E, hp->norm_eps);
     const ember_weight *wout = &io->output;
     float *logits = a->logits;
-    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);   /* logits: host rows or activation memory */
+    op->matmul(be, c->xb, (int64_t)a->n_seg * m, 1, &wout, &logits);   /* logits: host rows or activation memory */
 }
 
 /* The noise block's forward (ember_dflash_block), logits [n - 1][n_vocab]
  * into `logits` (host rows or activation memory) as a step tagged `tag`. */
-static ember_status block_forward(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits,
-                                  int32_t tag);
+static ember_status block_forward(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                  int32_t n, float *logits, int32_t tag);
 
 ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
 {
-    return block_forward(c, seq, tokens, n, logits, TAG_BLOCK);
+    return block_forward(c, 1, &seq, tokens, n, logits, TAG_BLOCK);
+}
+
+ember_status ember_dflash_blocks(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                 int32_t n, float *logits)
+{
+    return block_forward(c, n_seg, seqs, tokens, n, logits, TAG_BLOCK);
 }
 
 bool ember_dflash_device_heads(const ember_dflash_ctx *c) { return c && c->be->caps.device_activations; }
 
+int32_t ember_dflash_max_blocks(const ember_dflash_ctx *c, int32_t n)
+{
+    return c && n >= 2 ? c->n_rows / n : 0;
+}
+
 ember_status ember_dflash_block_top(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, int32_t k,
                                     ember_logits_top *out)
 {
+    return ember_dflash_blocks_top(c, 1, &seq, tokens, n, k, out);
+}
+
+ember_status ember_dflash_blocks_top(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                     int32_t n, int32_t k, ember_logits_top *out)
+{
     if (k < 1 || k > EMBER_LOGITS_TOP_MAX)
         return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block_top: k %d not in [1, %d]", k, EMBER_LOGITS_TOP_MAX);
-    if (seq < 0 || seq >= c->n_seq || n < 2 || n > c->d->block_size || n > c->n_rows)
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block_top: sequence %d, %d tokens (2 .. block_size %d)", seq,
-                           n, c->d->block_size);
+    if (n_seg < 1 || n < 2 || n > c->d->block_size || (int64_t)n_seg * n > c->n_rows)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block_top: %d blocks of %d tokens (2 .. block_size %d, "
+                           "%d rows a pass)", n_seg, n, c->d->block_size, c->n_rows);
     const int64_t V = c->t->hp.n_vocab;
-    if (n - 1 > c->lg_n) {   /* room for this block's rows (outside any step) */
+    const int32_t nr = n_seg * (n - 1);
+    if (nr > c->lg_n) {   /* room for these blocks' rows (outside any step) */
         if (c->lg) c->be->ops->act_free(c->be, c->lg);
         free(c->lg_rows);
         c->lg_n = 0;
-        c->lg = c->be->ops->act_alloc(c->be, sizeof(float) * (size_t)(n - 1) * (size_t)V);
-        c->lg_rows = malloc(sizeof *c->lg_rows * (size_t)(n - 1));
+        c->lg = c->be->ops->act_alloc(c->be, sizeof(float) * (size_t)nr * (size_t)V);
+        c->lg_rows = malloc(sizeof *c->lg_rows * (size_t)nr);
         if (!c->lg || !c->lg_rows)
-            return ember_error(EMBER_ERR_NOMEM, "ember_dflash_block_top: logits of %d rows of %lld", n - 1, (long long)V);
-        c->lg_n = n - 1;
-        for (int32_t i = 0; i < n - 1; i++) c->lg_rows[i] = c->lg + (size_t)i * (size_t)V;
+            return ember_error(EMBER_ERR_NOMEM, "ember_dflash_block_top: logits of %d rows of %lld", nr, (long long)V);
+        c->lg_n = nr;
+        for (int32_t i = 0; i < nr; i++) c->lg_rows[i] = c->lg + (size_t)i * (size_t)V;
     }
-    ember_status st = block_forward(c, seq, tokens, n, c->lg, TAG_BLOCK_TOP);
+    ember_status st = block_forward(c, n_seg, seqs, tokens, n, c->lg, TAG_BLOCK_TOP);
     if (st) return st;
-    c->be->ops->logits_top(c->be, c->lg_rows, n - 1, V, k, out);
+    c->be->ops->logits_top(c->be, c->lg_rows, nr, V, k, out);
     return EMBER_OK;
 }
 
-static ember_status block_forward(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits,
-                                  int32_t tag)
+static ember_status block_forward(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                  int32_t n, float *logits, int32_t tag)
 {
-    if (seq < 0 || seq >= c->n_seq || n < 2 || n > c->d->block_size || n > c->n_rows)
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d, %d tokens (2 .. block_size %d)", seq, n,
+    if (n_seg < 1 || n < 2 || n > c->d->block_size || (int64_t)n_seg * n > c->n_rows)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: %d blocks of %d tokens (2 .. block_size %d)", n_seg, n,
                            c->d->block_size);
-    const int32_t p0 = c->n_pos[seq];
-    if (p0 + n > c->n_ctx + c->n_rows)
-        return ember_error(EMBER_ERR_RANGE, "ember_dflash_block: position %d + %d past the draft context", p0, n);
-    for (int32_t i = 0; i < n; i++)
+    int32_t p0s[32];
+    if (n_seg > 32) return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: %d blocks in one pass", n_seg);
+    for (int32_t j = 0; j < n_seg; j++) {
+        const int32_t seq = seqs[j];
+        if (seq < 0 || seq >= c->n_seq)
+            return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d not in [0, %d)", seq, c->n_seq);
+        for (int32_t i = 0; i < j; i++)
+            if (seqs[i] == seq)
+                return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d twice in one pass", seq);
+        p0s[j] = c->n_pos[seq];
+        if (p0s[j] + n > c->n_ctx + c->n_rows)
+            return ember_error(EMBER_ERR_RANGE, "ember_dflash_block: position %d + %d past the draft context", p0s[j], n);
+    }
+    for (int32_t i = 0; i < n_seg * n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->t->hp.n_vocab)
             return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: token %d not in [0, %d)", tokens[i], c->t->hp.n_vocab);
     if (dflash_timed(c)) c->be->ops->timer_mark(c->be, 1, false);
     /* every row sees the injected positions and the whole block (non-causal,
      * the mask by sequence only) or the block up to itself (causal) */
-    dflash_pass a = {.c = c, .n = n, .tokens = tokens, .logits = logits};
-    run_pass(c, seq, p0, n, c->d->causal ? -1 : p0 + n - 1, tag, block_ops, &a);
+    dflash_pass a = {.c = c, .n = n, .n_seg = n_seg, .tokens = tokens, .logits = logits};
+    run_pass(c, seqs, p0s, !c->d->causal, tag, block_ops, &a);
     if (dflash_timed(c)) c->be->ops->timer_mark(c->be, 1, true);
     return EMBER_OK;
 }

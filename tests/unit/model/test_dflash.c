@@ -299,6 +299,87 @@ static void test_dflash_block_heads_gpu(void **st)
     block_heads_case(-1);
 }
 
+/* ember_dflash_blocks(_top): the blocks of several sequences in one pass
+ * (each attending to its own sequence only) equal each sequence's block
+ * run alone: bit for bit on the CPU, within 1e-2 of max |logit| on a GPU
+ * (another row count may take another matmul kernel); the heads of the
+ * pass equal the host heads of its rows bit for bit; a sequence twice or
+ * more rows than a pass holds are refused. */
+static void blocks_case(int32_t n_gpu_layers)
+{
+    ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    ember_model *d = NULL, *t = NULL;
+    assert_int_equal(ember_model_load(DRAFT, &mp, &d), EMBER_OK);
+    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
+    enum { S = 3, V = 594 };
+    ember_dflash_ctx *c = NULL;
+    assert_int_equal(ember_dflash_ctx_new(d, t, S + 1, 32, 1, &c), EMBER_OK);
+    assert_int_equal(ember_dflash_max_blocks(c, 8), 4);   /* 32 rows a pass */
+    static float feat[16 * 256];
+    uint32_t x = 777u;
+    for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) {
+        x = x * 1664525u + 1013904223u;
+        feat[i] = (float)((int32_t)(x >> 8) % 2001 - 1000) / 250.0f;
+    }
+    const int32_t seqs[S] = {3, 0, 2}, n_inj[S] = {9, 14, 5};
+    for (int j = 0; j < S; j++) assert_int_equal(ember_dflash_inject(c, seqs[j], n_inj[j], feat + 16 * j), EMBER_OK);
+    ember_token blk[S][8];
+    for (int j = 0; j < S; j++) {
+        blk[j][0] = (ember_token)(11 + 40 * j);
+        for (int i = 1; i < 8; i++) blk[j][i] = 4;
+    }
+    static float one[7 * V], all[S][7 * V];
+    ember_logits_top heads[S * 7], ref[S * 7];
+    for (int rep = 0; rep < 3; rep++) {   /* on a GPU: op by op, captured, replayed */
+        assert_int_equal(ember_dflash_blocks(c, S, seqs, &blk[0][0], 8, &all[0][0]), EMBER_OK);
+        assert_int_equal(ember_dflash_blocks_top(c, S, seqs, &blk[0][0], 8, 10, heads), EMBER_OK);
+        const float *rows[S * 7];
+        for (int r = 0; r < S * 7; r++) rows[r] = &all[0][0] + (size_t)r * V;
+        ember_logits_top_host(rows, S * 7, V, 10, ref);
+        for (int r = 0; r < S * 7; r++)
+            for (int k = 0; k < 10; k++) {
+                assert_int_equal(heads[r].id[k], ref[r].id[k]);
+                assert_memory_equal(&heads[r].logit[k], &ref[r].logit[k], sizeof(float));
+            }
+        for (int j = 0; j < S; j++) {
+            assert_int_equal(ember_dflash_block(c, seqs[j], blk[j], 8, one), EMBER_OK);
+            float md = 0, mr = 0;
+            for (int i = 0; i < 7 * V; i++) {
+                const float dd = fabsf(one[i] - all[j][i]);
+                if (dd > md || dd != dd) md = dd;
+                if (fabsf(one[i]) > mr) mr = fabsf(one[i]);
+            }
+            assert_true(mr > 0.1f);
+            if (n_gpu_layers == 0 ? md != 0.0f : !(md <= 1e-2f * mr))
+                fail_msg("sequence %d: its block alone off the pass's by %g (max |logit| %g)", seqs[j], md, mr);
+            assert_int_equal(ember_dflash_n_pos(c, seqs[j]), n_inj[j]);   /* the blocks' K/V are not kept */
+        }
+    }
+    const int32_t twice[2] = {0, 0}, five[5] = {0, 1, 2, 3, 0};
+    assert_int_equal(ember_dflash_blocks(c, 2, twice, &blk[0][0], 8, &all[0][0]), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_dflash_blocks_top(c, 5, five, &blk[0][0], 8, 10, heads), EMBER_ERR_INVALID_ARG);
+    ember_dflash_ctx_free(c);
+    ember_model_free(t);
+    ember_model_free(d);
+}
+
+static void test_dflash_blocks_one_pass(void **st)
+{
+    (void)st;
+    blocks_case(0);
+}
+
+static void test_dflash_blocks_one_pass_gpu(void **st)
+{
+    (void)st;
+    if (ember_gpu_count() < 1) {
+        print_message("no GPU (or no CUDA build): skipped\n");
+        skip();
+    }
+    blocks_case(-1);
+}
+
 static void test_dflash_target_states_match_transformers(void **st)
 {
     (void)st;
@@ -368,6 +449,8 @@ int main(void)
         cmocka_unit_test(test_dflash_forward_bad_args),
         cmocka_unit_test(test_dflash_block_heads),
         cmocka_unit_test(test_dflash_block_heads_gpu),
+        cmocka_unit_test(test_dflash_blocks_one_pass),
+        cmocka_unit_test(test_dflash_blocks_one_pass_gpu),
         cmocka_unit_test(test_dflash_target_states_match_transformers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -193,7 +193,7 @@ struct ember_dflash_ctx {
     ember_attn_query *queries;  /* [n_rows] host */
     ember_token *tok0;          /* [n_rows] zeros: an injection step's tokens (it reads none) */
     bool inj_marked;            /* timer 0 started: injections since the last ember_dflash_device_seconds */
-    float *lg;                  /* activation memory [lg_n][n_vocab]: ember_dflash_block_top's logits (grown as used) */
+    float *lg;                  /* activation memory [lg_n = n_rows][n_vocab]: ember_dflash_block(s)_top's logits (the first call) */
     const float **lg_rows;      /* [lg_n] host: the rows' addresses */
     int32_t lg_n;
 };
@@ -497,16 +497,15 @@ ember_status ember_dflash_blocks_top(ember_dflash_ctx *c, int32_t n_seg, const i
                            "%d rows a pass)", n_seg, n, c->d->block_size, c->n_rows);
     const int64_t V = c->t->hp.n_vocab;
     const int32_t nr = n_seg * (n - 1);
-    if (nr > c->lg_n) {   /* room for these blocks' rows (outside any step) */
-        if (c->lg) c->be->ops->act_free(c->be, c->lg);
-        free(c->lg_rows);
-        c->lg_n = 0;
-        c->lg = c->be->ops->act_alloc(c->be, sizeof(float) * (size_t)nr * (size_t)V);
-        c->lg_rows = malloc(sizeof *c->lg_rows * (size_t)nr);
+    if (!c->lg) {
+        /* room for a pass's rows (at most n_rows), once: a captured pass
+         * writes to this address, so it never moves */
+        c->lg = c->be->ops->act_alloc(c->be, sizeof(float) * (size_t)c->n_rows * (size_t)V);
+        c->lg_rows = malloc(sizeof *c->lg_rows * (size_t)c->n_rows);
         if (!c->lg || !c->lg_rows)
-            return ember_error(EMBER_ERR_NOMEM, "ember_dflash_block_top: logits of %d rows of %lld", nr, (long long)V);
-        c->lg_n = nr;
-        for (int32_t i = 0; i < nr; i++) c->lg_rows[i] = c->lg + (size_t)i * (size_t)V;
+            return ember_error(EMBER_ERR_NOMEM, "ember_dflash_block_top: logits of %d rows of %lld", c->n_rows, (long long)V);
+        c->lg_n = c->n_rows;
+        for (int32_t i = 0; i < c->n_rows; i++) c->lg_rows[i] = c->lg + (size_t)i * (size_t)V;
     }
     ember_status st = block_forward(c, n_seg, seqs, tokens, n, c->lg, TAG_BLOCK_TOP);
     if (st) return st;

@@ -88,8 +88,8 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
  * The logits stay in the draft backend's activation memory: on a GPU
  * (ember_dflash_device_heads) they are reduced there and only the heads
  * come down; on the CPU the op runs over the same host rows. k in
- * [1, EMBER_LOGITS_TOP_MAX]. The rows are allocated by the first call
- * of a longer block ((n - 1) * n_vocab floats of activation memory). Errors: those
+ * [1, EMBER_LOGITS_TOP_MAX]. The first call allocates the rows of a pass
+ * (max(32, block_size) * n_vocab floats of activation memory). Errors: those
  * of ember_dflash_block, EMBER_ERR_INVALID_ARG (k), EMBER_ERR_NOMEM. */
 ember_status ember_dflash_block_top(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, int32_t k,
                                     ember_logits_top *out);

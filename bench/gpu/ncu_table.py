@@ -10,34 +10,11 @@ import csv
 import sys
 
 
-def main():
-    rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-    top = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] != "--seq" else 22
-    hdr = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-    if hdr is None:
-        print("no ncu rows")
-        return
+def launches(rows, hdr):
+    """(kernel name, grid size or '?', microseconds) of every metric row after the header, in order."""
     h = rows[hdr]
     ki, vi, ui = h.index("Kernel Name"), h.index("Metric Value"), h.index("Metric Unit")
-    if top < 0 or (len(sys.argv) > 2 and sys.argv[2] == "--seq"):
-        start, count = int(sys.argv[3]), int(sys.argv[4])
-        gi = h.index("Grid Size") if "Grid Size" in h else None
-        seen = 0
-        for r in rows[hdr + 1:]:
-            if len(r) <= vi:
-                continue
-            try:
-                v = float(r[vi].replace(",", ""))
-            except ValueError:
-                continue
-            v = v / 1000.0 if r[ui] in ("nsecond", "ns") else (v * 1000.0 if r[ui] in ("msecond", "ms") else v)
-            if start <= seen < start + count:
-                g = r[gi] if gi is not None else "?"
-                print(f"{seen:5d} {v:8.2f} us  grid {g:>14}  {r[ki].split('(')[0][-60:]}")
-            seen += 1
-        return
-    t = collections.defaultdict(float)
-    n = collections.Counter()
+    gi = h.index("Grid Size") if "Grid Size" in h else None
     for r in rows[hdr + 1:]:
         if len(r) <= vi:
             continue
@@ -49,7 +26,26 @@ def main():
             v /= 1000.0
         elif r[ui] in ("msecond", "ms"):
             v *= 1000.0
-        name = r[ki].split("(")[0][:90]
+        yield r[ki], (r[gi] if gi is not None else "?"), v
+
+
+def main():
+    rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+    hdr = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if hdr is None:
+        print("no ncu rows")
+        return
+    if len(sys.argv) > 2 and sys.argv[2] == "--seq":
+        start, count = int(sys.argv[3]), int(sys.argv[4])
+        for i, (name, grid, v) in enumerate(launches(rows, hdr)):
+            if start <= i < start + count:
+                print(f"{i:5d} {v:8.2f} us  grid {grid:>14}  {name.split('(')[0][-60:]}")
+        return
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 22
+    t = collections.defaultdict(float)
+    n = collections.Counter()
+    for name, _, v in launches(rows, hdr):
+        name = name.split("(")[0][:90]
         t[name] += v
         n[name] += 1
     tot = sum(t.values())

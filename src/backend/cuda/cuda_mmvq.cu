@@ -109,46 +109,78 @@ k_mmvq(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const
  * 4). The segments' CTA ends ms.end0 / ms.end1 count CTAs of kWarpsQ8 * RPW rows. */
 constexpr int64_t kTallRows = 32768; /* rows from which a lone weight takes 4 rows a warp by default */
 
-template <class R, int RPW>
-__global__ void __launch_bounds__(kWarpsQ8 * 32)
-k_mmvq_rows(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
-            const float *__restrict__ as, int64_t n)
+/* This warp's rows of a launch of RPW rows a warp (k_mmvq_rows,
+ * k_mmvq_smem): the segment's weight wr at the first row, its output y,
+ * the first row row0 and the count nr (0: none, the warp has no row). */
+template <int RPW> struct warp_rows {
+    const uint8_t *wr;
+    float *y;
+    int64_t row0;
+    int nr;
+};
+
+template <int RPW>
+__device__ __forceinline__ warp_rows<RPW> rows_of_warp(const mm_seg &ms, size_t row_bytes)
 {
     const unsigned bx = blockIdx.x;
     const int seg = bx < ms.end0 ? 0 : (bx < ms.end1 ? 1 : 2);
     const unsigned b0 = seg == 0 ? 0u : (seg == 1 ? ms.end0 : ms.end1);
     const int64_t n_rows = seg == 0 ? ms.n0 : (seg == 1 ? ms.n1 : ms.n2);
-    const int64_t row0 = ((int64_t)(bx - b0) * kWarpsQ8 + (threadIdx.x >> 5)) * RPW;
-    const bool has = row0 < n_rows;
-    const int nr = has ? (int)(n_rows - row0 < RPW ? n_rows - row0 : RPW) : 0;
-    const uint8_t *wr = (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + row0 * row_bytes;
-    float *y = seg == 0 ? ms.y0 : (seg == 1 ? ms.y1 : ms.y2);
-    if (has) prefetch_row(wr, (size_t)nr * row_bytes);
-    ember_pdl_wait();
-    if (!has) return;
+    warp_rows<RPW> w;
+    w.row0 = ((int64_t)(bx - b0) * kWarpsQ8 + (threadIdx.x >> 5)) * RPW;
+    w.nr = w.row0 < n_rows ? (int)(n_rows - w.row0 < RPW ? n_rows - w.row0 : RPW) : 0;
+    w.wr = (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + w.row0 * row_bytes;
+    w.y = seg == 0 ? ms.y0 : (seg == 1 ? ms.y1 : ms.y2);
+    return w;
+}
+
+/* The rows' lane programs one after another over the rows at src (the
+ * weight or its shared copy), then one warp sum and store per row. */
+template <class R, int RPW>
+__device__ __forceinline__ void run_rows(const warp_rows<RPW> &w, const uint8_t *src, size_t row_bytes, int nb,
+                                         const int8_t *aq, const float *ad, const float *as, int64_t n)
+{
     const int lane = threadIdx.x & 31;
     float acc[RPW];
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
         acc[r] = 0.0f;
-        if (r < nr) R::template run<1>(wr + (size_t)r * row_bytes, nb, aq, ad, as, n, lane, &acc[r]);
+        if (r < w.nr) R::template run<1>(src + (size_t)r * row_bytes, nb, aq, ad, as, n, lane, &acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
         const float v = warp_sum(acc[r]);
-        if (lane == 0 && r < nr) y[row0 + r] = v;
+        if (lane == 0 && r < w.nr) w.y[w.row0 + r] = v;
     }
+}
+
+/* The segments' CTA ends and the grid of a launch of kWarpsQ8 * RPW rows a CTA. */
+inline unsigned rows_grid(mm_seg &ms, int64_t per_cta)
+{
+    const unsigned c0 = (unsigned)((ms.n0 + per_cta - 1) / per_cta), c1 = (unsigned)((ms.n1 + per_cta - 1) / per_cta),
+                   c2 = (unsigned)((ms.n2 + per_cta - 1) / per_cta);
+    ms.end0 = c0;
+    ms.end1 = c0 + c1;
+    return c0 + c1 + c2;
+}
+
+template <class R, int RPW>
+__global__ void __launch_bounds__(kWarpsQ8 * 32)
+k_mmvq_rows(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
+            const float *__restrict__ as, int64_t n)
+{
+    const warp_rows<RPW> w = rows_of_warp<RPW>(ms, row_bytes);
+    if (w.nr) prefetch_row(w.wr, (size_t)w.nr * row_bytes);
+    ember_pdl_wait();
+    if (!w.nr) return;
+    run_rows<R, RPW>(w, w.wr, row_bytes, nb, aq, ad, as, n);
 }
 
 template <class R, int RPW>
 void launch_rows(cudaStream_t st, size_t row_bytes, mm_seg ms, int nb, const q8_view &a, int64_t n)
 {
-    const int64_t per_cta = (int64_t)kWarpsQ8 * RPW;
-    const unsigned c0 = (unsigned)((ms.n0 + per_cta - 1) / per_cta), c1 = (unsigned)((ms.n1 + per_cta - 1) / per_cta),
-                   c2 = (unsigned)((ms.n2 + per_cta - 1) / per_cta);
-    ms.end0 = c0;
-    ms.end1 = c0 + c1;
-    ember_launch(k_mmvq_rows<R, RPW>, c0 + c1 + c2, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb, a.qs, a.d, a.s, n);
+    const unsigned grid = rows_grid(ms, (int64_t)kWarpsQ8 * RPW);
+    ember_launch(k_mmvq_rows<R, RPW>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb, a.qs, a.d, a.s, n);
 }
 
 template <class R>
@@ -189,21 +221,12 @@ k_mmvq_smem(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, 
             const float *__restrict__ as, int64_t n)
 {
     extern __shared__ __align__(16) uint8_t sm_rows[];
-    const unsigned bx = blockIdx.x;
-    const int seg = bx < ms.end0 ? 0 : (bx < ms.end1 ? 1 : 2);
-    const unsigned b0 = seg == 0 ? 0u : (seg == 1 ? ms.end0 : ms.end1);
-    const int64_t n_rows = seg == 0 ? ms.n0 : (seg == 1 ? ms.n1 : ms.n2);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row0 = ((int64_t)(bx - b0) * kWarpsQ8 + warp) * RPW;
-    const bool has = row0 < n_rows;
-    const int nr = has ? (int)(n_rows - row0 < RPW ? n_rows - row0 : RPW) : 0;
-    const uint8_t *wr = (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + row0 * row_bytes;
-    float *y = seg == 0 ? ms.y0 : (seg == 1 ? ms.y1 : ms.y2);
-    const size_t stride = smem_row_stride(row_bytes);
-    uint8_t *mine = sm_rows + (size_t)warp * RPW * stride;
-    if (has) {
+    const warp_rows<RPW> w = rows_of_warp<RPW>(ms, row_bytes);
+    const int lane = threadIdx.x & 31;
+    uint8_t *mine = sm_rows + (size_t)(threadIdx.x >> 5) * RPW * smem_row_stride(row_bytes);
+    if (w.nr) {
         /* rows r0..r0+nr are contiguous: one copy of their lines */
-        const uintptr_t lo = (uintptr_t)wr & ~(uintptr_t)15, end = (uintptr_t)wr + (size_t)nr * row_bytes;
+        const uintptr_t lo = (uintptr_t)w.wr & ~(uintptr_t)15, end = (uintptr_t)w.wr + (size_t)w.nr * row_bytes;
         const size_t n16 = ((end + 15) / 16 * 16 - lo) / 16;
         for (size_t i = lane; i < n16; i += 32) {
             const uintptr_t a = lo + 16 * i;
@@ -212,34 +235,19 @@ k_mmvq_smem(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, 
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
     ember_pdl_wait();
-    if (!has) return;
+    if (!w.nr) return;
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncwarp();
-    const uint8_t *sw = mine + ((uintptr_t)wr & 15);
-    float acc[RPW];
-#pragma unroll
-    for (int r = 0; r < RPW; r++) {
-        acc[r] = 0.0f;
-        if (r < nr) R::template run<1>(sw + (size_t)r * row_bytes, nb, aq, ad, as, n, lane, &acc[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < RPW; r++) {
-        const float v = warp_sum(acc[r]);
-        if (lane == 0 && r < nr) y[row0 + r] = v;
-    }
+    run_rows<R, RPW>(w, mine + ((uintptr_t)w.wr & 15), row_bytes, nb, aq, ad, as, n);
 }
 
 template <class R, int RPW>
 void launch_smem(cudaStream_t st, size_t row_bytes, mm_seg ms, int nb, const q8_view &a, int64_t n)
 {
-    const int64_t per_cta = (int64_t)kWarpsQ8 * RPW;
-    const unsigned c0 = (unsigned)((ms.n0 + per_cta - 1) / per_cta), c1 = (unsigned)((ms.n1 + per_cta - 1) / per_cta),
-                   c2 = (unsigned)((ms.n2 + per_cta - 1) / per_cta);
-    ms.end0 = c0;
-    ms.end1 = c0 + c1;
+    const unsigned grid = rows_grid(ms, (int64_t)kWarpsQ8 * RPW);
     /* a warp's rows are one contiguous copy: RPW rows and 48 * RPW bytes of slack */
     const size_t smem = (size_t)kWarpsQ8 * RPW * smem_row_stride(row_bytes);
-    ember_launch(k_mmvq_smem<R, RPW>, c0 + c1 + c2, kWarpsQ8 * 32, smem, st, ms, row_bytes, nb, a.qs, a.d, a.s, n);
+    ember_launch(k_mmvq_smem<R, RPW>, grid, kWarpsQ8 * 32, smem, st, ms, row_bytes, nb, a.qs, a.d, a.s, n);
 }
 
 constexpr size_t kSmemMax = 48 * 1024; /* no opt-in attribute: the default dynamic shared memory limit */

@@ -218,9 +218,12 @@ typedef struct ember_backend_ops {
 
     /* out[r] = the head of the logits row at host address rows[r] [n_vocab]
      * (ember_get_logits_top: the k largest with ids, the maximum, the
-     * log-partition function), for rows a step wrote or any host rows. A
-     * backend that kept a step's logits on the device (logits_defer)
-     * reduces them there; the host rows need not be valid. */
+     * log-partition function), for rows a step wrote, any host rows, or
+     * rows in activation memory (act_alloc; outside a step). A backend
+     * that kept a step's logits on the device (logits_defer) reduces them
+     * there, the host rows need not be valid; rows in device activation
+     * memory (caps.device_activations) are reduced there too and only the
+     * heads come back (a draft's logits that never reach the host). */
     void (*logits_top)(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
                        ember_logits_top *out);
     /* Make the host logits [host, host + bytes) valid: completes a download
@@ -345,7 +348,8 @@ typedef struct ember_backend_step {
     const ember_token *token;        /* [n] */
     const ember_pos *pos;            /* [n] */
     const int64_t *kv_row;           /* [n] full-group KV rows */
-    const ember_attn_query *query;   /* [n] full-group block tables */
+    const ember_attn_query *query;   /* [n] full-group block tables; query[i].pos may differ from pos[i]
+                                      * (a non-causal block: every row attends up to the block's end) */
     const int64_t *kv_row_swa;       /* [n] sliding-group rows (== kv_row when the cache has no such group) */
     const ember_attn_query *query_swa;   /* [n] (== query likewise) */
     int32_t n_out;                   /* rows that want logits */
@@ -361,6 +365,11 @@ typedef struct ember_backend_step {
     /* NULL, or [n]: each entry's sequence id (ember_ubatch.seq): where a
      * recurrent op's state cells may be found on the device (state_alloc) */
     const ember_seq_id *seq_id;
+    /* Which forward this is, for a caller running different forwards of
+     * one shape through one backend (a DFlash draft's injection and its
+     * block): part of the key a graphed step is captured under, so they
+     * never stand for each other. 0 for a model's decode. */
+    int32_t graph_tag;
 } ember_backend_step;
 
 /* What a backend can do, filled by its constructor; callers read these

@@ -145,6 +145,10 @@ int32_t slot_head_k(engine *e, slot *s);                   /* head size of the s
 /* tokens between the prefix cache's block checkpoints (engine_config.ckpt_interval) */
 static inline int32_t slot_ckpt_interval(const engine *e) { return e->cfg.ckpt_interval > 0 ? e->cfg.ckpt_interval : 256; }
 int32_t slot_propose(engine *e, slot *s, int32_t budget);  /* adds entries to e->batch */
+/* Before the generating slots' slot_propose calls of a step: the
+ * speculative engine's prefetch (spec_engine_prefetch) for those of them
+ * not deferred[] that may draft (room in n_ctx and n_predict). */
+void slots_spec_prefetch(engine *e, const bool *deferred);
 void slot_heads(engine *e);                                /* after decode: reduce the rows slots sample from */
 bool slot_heads_room(engine *e, int32_t n);                /* heads / head_rows for n rows; false: no memory */
 int32_t slot_after_decode(engine *e, slot *s);             /* verify, sample, accept, emit; returns tokens sampled */

@@ -272,6 +272,7 @@ static int32_t build_batch(engine *e, const bool *deferred)
         slot *s = &e->slots[i];
         if (s->state == SLOT_GENERATE && s->req && s->n_past + 1 >= e->cfg.n_ctx) context_shift(e, s);
     }
+    slots_spec_prefetch(e, deferred);   /* the slots' drafts in passes of several (DFlash) */
     for (int32_t i = 0; i < e->cfg.n_slots; i++) {
         slot *s = &e->slots[i];
         s->n_batch_entries = 0;

@@ -65,6 +65,21 @@ static int32_t spec_slot_draft(engine *e, slot *s, int32_t room)
     return n;
 }
 
+void slots_spec_prefetch(engine *e, const bool *deferred)
+{
+    if (!e->cfg.spec || !e->cfg.spec->prop.prefetch) return;
+    spec_input in[64];
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->cfg.n_slots && n < (int32_t)(sizeof in / sizeof in[0]); i++) {
+        slot *s = &e->slots[i];
+        if (s->state != SLOT_GENERATE || deferred[i]) continue;
+        if (e->cfg.n_ctx - (s->n_past + 1) < 1 || s->n_predict - s->n_generated - 1 < 1) continue;
+        in[n++] = (spec_input){.slot = s->id, .tokens = s->tokens, .n_tokens = s->n_tokens, .n_prompt = s->n_prompt,
+                               .n_embd = e->rt.n_embd};
+    }
+    spec_engine_prefetch(e->cfg.spec, in, n);
+}
+
 int32_t slot_propose(engine *e, slot *s, int32_t budget)
 {
     s->i_logits = -1;

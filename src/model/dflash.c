@@ -26,6 +26,7 @@
 
 #include "base/status.h"
 #include "backend/options.h"
+#include "backend/step.h"
 #include "model/draft_kv.h"
 
 #include <math.h>
@@ -190,7 +191,11 @@ struct ember_dflash_ctx {
     ember_pos *pos;             /* [n_rows] host */
     int64_t *rows;              /* [n_rows] host: K/V rows of a pass */
     ember_attn_query *queries;  /* [n_rows] host */
+    ember_token *tok0;          /* [n_rows] zeros: an injection step's tokens (it reads none) */
     bool inj_marked;            /* timer 0 marked: the latest injection, unread by ember_dflash_device_seconds */
+    float *lg;                  /* activation memory [lg_n = n_rows][n_vocab]: ember_dflash_block(s)_top's logits (the first call) */
+    const float **lg_rows;      /* [lg_n] host: the rows' addresses */
+    int32_t lg_n;
 };
 
 /* Device timers of the draft's backend (ember_dflash_device_seconds): 0 spans the latest injection (if
@@ -217,12 +222,15 @@ void ember_dflash_ctx_free(ember_dflash_ctx *c)
 {
     if (!c) return;
     if (c->be && c->act) c->be->ops->act_free(c->be, c->act);
+    if (c->be && c->lg) c->be->ops->act_free(c->be, c->lg);
+    free(c->lg_rows);
     ember_draft_kv_free(&c->kv);
     ember_backend_free(c->be);
     free(c->n_pos);
     free(c->pos);
     free(c->rows);
     free(c->queries);
+    free(c->tok0);
     free(c);
 }
 
@@ -272,7 +280,8 @@ ember_status ember_dflash_ctx_new(const ember_model *draft, const ember_model *t
     c->pos = malloc((size_t)R * sizeof *c->pos);
     c->rows = malloc((size_t)R * sizeof *c->rows);
     c->queries = malloc((size_t)R * sizeof *c->queries);
-    if (!c->act || !c->n_pos || !c->pos || !c->rows || !c->queries) {
+    c->tok0 = calloc((size_t)R, sizeof *c->tok0);
+    if (!c->act || !c->n_pos || !c->pos || !c->rows || !c->queries || !c->tok0) {
         ember_dflash_ctx_free(c);
         return ember_error(EMBER_ERR_NOMEM, "DFlash: scratch of %lld floats", (long long)total);
     }
@@ -306,8 +315,8 @@ void ember_dflash_truncate(ember_dflash_ctx *c, int32_t seq, int32_t n_pos)
 }
 
 /* K = rope(k_norm(Wk x)), V = Wv x of rows x [n, n_embd] at positions c->pos,
- * stored at K/V positions p0 .. p0 + n - 1 of seq, layer il. */
-static void store_kv(ember_dflash_ctx *c, int32_t seq, int32_t il, const float *x, int32_t n, int32_t p0)
+ * stored at the K/V rows c->rows (the pass's positions of its sequence), layer il. */
+static void store_kv(ember_dflash_ctx *c, int32_t il, const float *x, int32_t n)
 {
     const ember_hparams *hp = &c->m->hp;
     const ember_layer *L = &c->m->layers[il];
@@ -317,8 +326,61 @@ static void store_kv(ember_dflash_ctx *c, int32_t seq, int32_t il, const float *
     op->matmul(c->be, x, n, 2, ws, ys);
     op->rms_norm(c->be, c->k, c->k, L->attn_k_norm, (int64_t)n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps);
     op->rope(c->be, c->k, n, hp->n_head_kv, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
-    for (int32_t i = 0; i < n; i++) c->rows[i] = ember_draft_kv_row(&c->kv, seq, p0 + i);
     op->kv_store(c->be, &c->kv.view[il], c->k, c->v, c->rows, n);
+}
+
+/* Graph tags of the draft's passes (ember_backend_step.graph_tag): an
+ * injection chunk, a block into host rows and a block into activation
+ * memory (ember_dflash_block_top) of the same length are different steps. */
+enum { TAG_INJECT = 1, TAG_BLOCK = 2, TAG_BLOCK_TOP = 3 };
+
+/* One pass as a backend step (ember_backend_run_step: on a GPU the step
+ * arrays go up once and a pass of a shape seen before runs as a CUDA
+ * graph): n_seg segments of a->n rows each, segment j of sequence seqs[j] at
+ * its positions p0s[j] .. p0s[j] + a->n - 1. Fills c->pos, c->rows and
+ * c->queries (query positions those of the rows, or with last_q every row
+ * at its segment's last position: a non-causal block) first, then
+ * forward(a) issues the ops, which read only those arrays and a->tokens
+ * (the step's tokens; c->tok0's zeros for an injection), tagged `tag`. */
+typedef struct dflash_pass {
+    ember_dflash_ctx *c;
+    int32_t n, n_seg;        /* rows a segment, segments */
+    const ember_token *tokens;   /* [n_seg][n] */
+    const float *features;   /* injection: [n][n_in] host */
+    float *logits;           /* block: [n_seg][n - 1][n_vocab] host rows or activation memory */
+} dflash_pass;
+
+static void run_pass(ember_dflash_ctx *c, const int32_t *seqs, const int32_t *p0s, bool last_q, int32_t tag,
+                     void (*forward)(void *), dflash_pass *a)
+{
+    const int32_t n = a->n;
+    for (int32_t j = 0; j < a->n_seg; j++)
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t r = j * n + i, p = p0s[j] + i;
+            c->pos[r] = p;
+            c->rows[r] = ember_draft_kv_row(&c->kv, seqs[j], p);
+            c->queries[r] = (ember_attn_query){.blocks = ember_draft_kv_blocks(&c->kv, seqs[j]),
+                                               .pos = last_q ? p0s[j] + n - 1 : p};
+        }
+    const ember_backend_step st = {.n = a->n_seg * n, .token = a->tokens ? a->tokens : c->tok0, .pos = c->pos,
+                                   .kv_row = c->rows, .query = c->queries, .kv_row_swa = c->rows,
+                                   .query_swa = c->queries, .block_tokens = c->kv.block_tokens, .graph_tag = tag};
+    ember_backend_run_step(c->be, &st, forward, a);
+}
+
+/* g = RMSNorm(fc f) * enc_norm (dflash.cpp:619-621), then every layer's K/V */
+static void inject_ops(void *arg)
+{
+    const dflash_pass *a = arg;
+    ember_dflash_ctx *c = a->c;
+    const ember_hparams *hp = &c->m->hp;
+    /* the features where the activations live (the one host input) */
+    c->be->ops->upload(c->be, c->fin, a->features, (int64_t)a->n * c->n_in);
+    const ember_weight *w = &c->d->fc;
+    float *y = c->g;
+    c->be->ops->matmul(c->be, c->fin, a->n, 1, &w, &y);
+    c->be->ops->rms_norm(c->be, c->g, c->g, c->d->enc_norm, a->n, hp->n_embd, hp->norm_eps);
+    for (int32_t il = 0; il < hp->n_layer; il++) store_kv(c, il, c->g, a->n);
 }
 
 ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, const float *features)
@@ -328,7 +390,6 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
     if (c->n_pos[seq] + n > c->n_ctx)
         return ember_error(EMBER_ERR_RANGE, "ember_dflash_inject: %d + %d positions exceed the draft context of %d",
                            c->n_pos[seq], n, c->n_ctx);
-    const ember_hparams *hp = &c->m->hp;
     /* timer 0 spans this injection only (a later one marks it again): the
      * draft is charged the injection of the step it drafts for, not the
      * wall time since the last read, which would take in idle steps where
@@ -340,48 +401,30 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
     for (int32_t r0 = 0; r0 < n; r0 += c->n_rows) {
         const int32_t k = n - r0 < c->n_rows ? n - r0 : c->n_rows;
         const int32_t p0 = c->n_pos[seq];
-        for (int32_t i = 0; i < k; i++) c->pos[i] = p0 + i;
-        /* the features where the activations live (the one host input) */
-        c->be->ops->upload(c->be, c->fin, features + (size_t)r0 * (size_t)c->n_in, (int64_t)k * c->n_in);
-        /* g = RMSNorm(fc f) * enc_norm (dflash.cpp:619-621) */
-        const ember_weight *w = &c->d->fc;
-        float *y = c->g;
-        c->be->ops->matmul(c->be, c->fin, k, 1, &w, &y);
-        c->be->ops->rms_norm(c->be, c->g, c->g, c->d->enc_norm, k, hp->n_embd, hp->norm_eps);
-        for (int32_t il = 0; il < hp->n_layer; il++) store_kv(c, seq, il, c->g, k, p0);
+        dflash_pass a = {.c = c, .n = k, .n_seg = 1, .features = features + (size_t)r0 * (size_t)c->n_in};
+        run_pass(c, &seq, &p0, false, TAG_INJECT, inject_ops, &a);
         c->n_pos[seq] = p0 + k;
     }
     if (c->inj_marked) c->be->ops->timer_mark(c->be, 0, true);
     return EMBER_OK;
 }
 
-ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
+/* The noise block's ops (dflash.cpp:676-846): the embedding rows, the
+ * draft's layers, the final norm and the LM head of rows 1 .. n - 1. */
+static void block_ops(void *arg)
 {
-    if (seq < 0 || seq >= c->n_seq || n < 2 || n > c->d->block_size || n > c->n_rows)
-        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d, %d tokens (2 .. block_size %d)", seq, n,
-                           c->d->block_size);
+    const dflash_pass *a = arg;
+    ember_dflash_ctx *c = a->c;
     const ember_hparams *hp = &c->m->hp;
-    const int32_t p0 = c->n_pos[seq];
-    if (p0 + n > c->n_ctx + c->n_rows)
-        return ember_error(EMBER_ERR_RANGE, "ember_dflash_block: position %d + %d past the draft context", p0, n);
-    for (int32_t i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= c->t->hp.n_vocab)
-            return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: token %d not in [0, %d)", tokens[i], c->t->hp.n_vocab);
-        c->pos[i] = p0 + i;
-        /* every row sees the injected positions and the whole block (non-causal,
-         * the mask by sequence only) or the block up to itself (causal) */
-        c->queries[i] = (ember_attn_query){.blocks = ember_draft_kv_blocks(&c->kv, seq),
-                                           .pos = c->d->causal ? p0 + i : p0 + n - 1};
-    }
     const ember_backend_ops *op = c->be->ops;
     ember_backend *be = c->be;
+    const int32_t n = a->n * a->n_seg;   /* every segment's rows: the layers work row by row */
     const int64_t E = hp->n_embd;
     const ember_attn_params ap = {.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim_k = hp->head_dim_k,
                                   .head_dim_v = hp->head_dim_v, .kq_scale = hp->attn_scale, .n_swa = 0};
-    if (dflash_timed(c)) op->timer_mark(be, 1, false);
     /* the embedding rows, raw (times embedding_scale when set) */
     const ember_model *io = c->m->tok_embd.data ? c->m : c->t;   /* the draft's own when it has them */
-    op->get_rows(be, &io->tok_embd, tokens, n, c->x);
+    op->get_rows(be, &io->tok_embd, a->tokens, n, c->x);
     if (hp->embd_scale != 1.0f) op->scale(be, c->x, hp->embd_scale, n * E);
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const ember_layer *L = &c->m->layers[il];
@@ -392,7 +435,7 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
         op->rms_norm(be, c->q, c->q, L->attn_q_norm, (int64_t)n * hp->n_head, hp->head_dim_k, hp->norm_eps);
         op->rope(be, c->q, n, hp->n_head, hp->head_dim_k, hp->n_rot, c->pos, hp->rope_base, hp->rope_scale, EMBER_ROPE_NEOX);
         /* the block's own K/V sit after the injected positions (scratch: never counted in n_pos) */
-        store_kv(c, seq, il, c->xb, n, p0);
+        store_kv(c, il, c->xb, n);
         op->attention(be, &c->kv.view[il], &ap, c->q, c->queries, n, c->att);
         const ember_weight *wo = &L->wo;
         float *yo = c->xb;
@@ -408,11 +451,100 @@ ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_to
         op->matmul(be, c->hb, n, 1, &wd, &yd);
         op->add(be, c->x, c->xb, n * E);
     }
-    /* rows 1 .. n - 1 predict the block's masked tokens: final norm, the target's LM head */
-    op->rms_norm(be, c->xb, c->x + E, c->m->output_norm, n - 1, E, hp->norm_eps);
+    /* rows 1 .. n - 1 of each segment predict its masked tokens: final norm
+     * (gathered segment after segment), the target's LM head */
+    const int32_t m = a->n - 1;
+    for (int32_t j = 0; j < a->n_seg; j++)
+        op->rms_norm(be, c->xb + (size_t)j * (size_t)m * (size_t)E, c->x + ((size_t)j * (size_t)a->n + 1) * (size_t)E,
+                     c->m->output_norm, m, E, hp->norm_eps);
     const ember_weight *wout = &io->output;
-    op->matmul(be, c->xb, n - 1, 1, &wout, &logits);   /* logits: host rows */
-    if (dflash_timed(c)) op->timer_mark(be, 1, true);
+    float *logits = a->logits;
+    op->matmul(be, c->xb, (int64_t)a->n_seg * m, 1, &wout, &logits);   /* logits: host rows or activation memory */
+}
+
+/* The noise block's forward (ember_dflash_block), logits [n - 1][n_vocab]
+ * into `logits` (host rows or activation memory) as a step tagged `tag`. */
+static ember_status block_forward(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                  int32_t n, float *logits, int32_t tag);
+
+ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits)
+{
+    return block_forward(c, 1, &seq, tokens, n, logits, TAG_BLOCK);
+}
+
+ember_status ember_dflash_blocks(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                 int32_t n, float *logits)
+{
+    return block_forward(c, n_seg, seqs, tokens, n, logits, TAG_BLOCK);
+}
+
+bool ember_dflash_device_heads(const ember_dflash_ctx *c) { return c && c->be->caps.device_activations; }
+
+int32_t ember_dflash_max_blocks(const ember_dflash_ctx *c, int32_t n)
+{
+    return c && n >= 2 ? c->n_rows / n : 0;
+}
+
+ember_status ember_dflash_block_top(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, int32_t k,
+                                    ember_logits_top *out)
+{
+    return ember_dflash_blocks_top(c, 1, &seq, tokens, n, k, out);
+}
+
+ember_status ember_dflash_blocks_top(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                     int32_t n, int32_t k, ember_logits_top *out)
+{
+    if (k < 1 || k > EMBER_LOGITS_TOP_MAX)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block_top: k %d not in [1, %d]", k, EMBER_LOGITS_TOP_MAX);
+    if (n_seg < 1 || n < 2 || n > c->d->block_size || (int64_t)n_seg * n > c->n_rows)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block_top: %d blocks of %d tokens (2 .. block_size %d, "
+                           "%d rows a pass)", n_seg, n, c->d->block_size, c->n_rows);
+    const int64_t V = c->t->hp.n_vocab;
+    const int32_t nr = n_seg * (n - 1);
+    if (!c->lg) {
+        /* room for a pass's rows (at most n_rows), once: a captured pass
+         * writes to this address, so it never moves */
+        c->lg = c->be->ops->act_alloc(c->be, sizeof(float) * (size_t)c->n_rows * (size_t)V);
+        c->lg_rows = malloc(sizeof *c->lg_rows * (size_t)c->n_rows);
+        if (!c->lg || !c->lg_rows)
+            return ember_error(EMBER_ERR_NOMEM, "ember_dflash_block_top: logits of %d rows of %lld", c->n_rows, (long long)V);
+        c->lg_n = c->n_rows;
+        for (int32_t i = 0; i < c->n_rows; i++) c->lg_rows[i] = c->lg + (size_t)i * (size_t)V;
+    }
+    ember_status st = block_forward(c, n_seg, seqs, tokens, n, c->lg, TAG_BLOCK_TOP);
+    if (st) return st;
+    c->be->ops->logits_top(c->be, c->lg_rows, nr, V, k, out);
+    return EMBER_OK;
+}
+
+static ember_status block_forward(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                  int32_t n, float *logits, int32_t tag)
+{
+    if (n_seg < 1 || n < 2 || n > c->d->block_size || (int64_t)n_seg * n > c->n_rows)
+        return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: %d blocks of %d tokens (2 .. block_size %d)", n_seg, n,
+                           c->d->block_size);
+    int32_t p0s[32];
+    if (n_seg > 32) return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: %d blocks in one pass", n_seg);
+    for (int32_t j = 0; j < n_seg; j++) {
+        const int32_t seq = seqs[j];
+        if (seq < 0 || seq >= c->n_seq)
+            return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d not in [0, %d)", seq, c->n_seq);
+        for (int32_t i = 0; i < j; i++)
+            if (seqs[i] == seq)
+                return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: sequence %d twice in one pass", seq);
+        p0s[j] = c->n_pos[seq];
+        if (p0s[j] + n > c->n_ctx + c->n_rows)
+            return ember_error(EMBER_ERR_RANGE, "ember_dflash_block: position %d + %d past the draft context", p0s[j], n);
+    }
+    for (int32_t i = 0; i < n_seg * n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->t->hp.n_vocab)
+            return ember_error(EMBER_ERR_INVALID_ARG, "ember_dflash_block: token %d not in [0, %d)", tokens[i], c->t->hp.n_vocab);
+    if (dflash_timed(c)) c->be->ops->timer_mark(c->be, 1, false);
+    /* every row sees the injected positions and the whole block (non-causal,
+     * the mask by sequence only) or the block up to itself (causal) */
+    dflash_pass a = {.c = c, .n = n, .n_seg = n_seg, .tokens = tokens, .logits = logits};
+    run_pass(c, seqs, p0s, !c->d->causal, tag, block_ops, &a);
+    if (dflash_timed(c)) c->be->ops->timer_mark(c->be, 1, true);
     return EMBER_OK;
 }
 

@@ -81,6 +81,41 @@ ember_status ember_dflash_inject(ember_dflash_ctx *c, int32_t seq, int32_t n, co
  * softcap, as llama.cpp's DFlash1). The block's K/V are not kept. Errors:
  * EMBER_ERR_INVALID_ARG (sizes, tokens), EMBER_ERR_RANGE. */
 ember_status ember_dflash_block(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, float *logits);
+/* ember_dflash_block reduced to the heads of its rows: out[i] (i < n - 1)
+ * = the k largest logits of block row i + 1 with their ids, ordered by
+ * logit descending then id ascending, plus the row's maximum and
+ * log-partition function (ember_logits_top, the backend's logits_top op).
+ * The logits stay in the draft backend's activation memory: on a GPU
+ * (ember_dflash_device_heads) they are reduced there and only the heads
+ * come down; on the CPU the op runs over the same host rows. k in
+ * [1, EMBER_LOGITS_TOP_MAX]. The first call allocates the rows of a pass
+ * (max(32, block_size) * n_vocab floats of activation memory). Errors: those
+ * of ember_dflash_block, EMBER_ERR_INVALID_ARG (k), EMBER_ERR_NOMEM. */
+ember_status ember_dflash_block_top(ember_dflash_ctx *c, int32_t seq, const ember_token *tokens, int32_t n, int32_t k,
+                                    ember_logits_top *out);
+/* ember_dflash_block_top for n_seg distinct sequences seqs[n_seg] in one
+ * pass (the draft's weights read once for all of them): tokens
+ * [n_seg][n], out [n_seg][n - 1] (block j's rows at out + j * (n - 1)); each
+ * block attends to its own sequence only, so its heads are those of its
+ * own ember_dflash_block_top up to the matmul's rounding for another row
+ * count. n_seg * n <= the rows of a pass (ember_dflash_max_blocks), n_seg
+ * <= 32. Errors: those of ember_dflash_block_top, EMBER_ERR_INVALID_ARG (a
+ * sequence twice, too many rows). */
+ember_status ember_dflash_blocks_top(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                     int32_t n, int32_t k, ember_logits_top *out);
+/* ember_dflash_block for n_seg distinct sequences in one pass, as
+ * ember_dflash_blocks_top: tokens [n_seg][n], logits [n_seg][n - 1][n_vocab]
+ * host rows. Errors: those of ember_dflash_blocks_top but k's. */
+ember_status ember_dflash_blocks(ember_dflash_ctx *c, int32_t n_seg, const int32_t *seqs, const ember_token *tokens,
+                                 int32_t n, float *logits);
+/* How many blocks of n tokens one pass of ember_dflash_blocks(_top) takes
+ * (the draft's rows a pass / n; 0 for n < 2). */
+int32_t ember_dflash_max_blocks(const ember_dflash_ctx *c, int32_t n);
+/* True when the draft's backend keeps activations in device memory, where
+ * ember_dflash_block_top saves the logits' download (a proposer that needs
+ * only the heads prefers it there; on the CPU a host pass over
+ * ember_dflash_block's rows that skips the log-partition is cheaper). */
+bool ember_dflash_device_heads(const ember_dflash_ctx *c);
 /* Device seconds of the last block plus the latest injection if no earlier
  * call counted it (CUDA events on a GPU backend; waits for them): one
  * step's draft work, not the time since the last call, for the speculation

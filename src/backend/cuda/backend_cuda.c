@@ -170,15 +170,29 @@ static void op_logits_sync(ember_backend *be, float *host, size_t bytes)
 }
 
 
-/* Room for the heads of n_rows rows of the block the last step left on the
- * device (b->top_off their offsets); false when they are not all there or
- * memory is short. */
-static bool top_prepare(cuda_backend *b, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k)
+/* Room for the heads of n_rows rows on the device (*base: the device block
+ * they lie in, b->top_off their offsets in floats): rows of the block the
+ * last step left on the device (logits_defer), or rows in activation memory
+ * (act_alloc: an output a caller kept on the device, e.g. a draft's
+ * logits). False when they are not all in one of those or memory is short. */
+static bool top_prepare(cuda_backend *b, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
+                        const float **base)
 {
     bool on_device = b->lg_pending && n_rows > 0;
     const float *lh = b->lg_host;
     for (int32_t r = 0; on_device && r < n_rows; r++)
         on_device = rows[r] >= lh && (size_t)(rows[r] + n_vocab - lh) * sizeof(float) <= b->lg_bytes;
+    *base = b->lg_dev;
+    if (!on_device && n_rows > 0 && n_vocab > 0) {
+        /* activation memory: device addresses, offsets from the lowest row */
+        on_device = true;
+        lh = rows[0];
+        for (int32_t r = 0; on_device && r < n_rows; r++) {
+            on_device = cb_is_act(b, rows[r]) && cb_is_act(b, rows[r] + n_vocab - 1);
+            if (rows[r] < lh) lh = rows[r];
+        }
+        *base = lh;
+    }
     if (on_device && n_rows > b->top_off_n) {
         int64_t *o = realloc(b->top_off, sizeof *o * (size_t)n_rows);
         if (o) {
@@ -198,18 +212,23 @@ static bool top_prepare(cuda_backend *b, const float *const *rows, int32_t n_row
 }
 
 /* The heads of rows on the device when they all lie in the block the last
- * step left there; else (or when the device path cannot run: no memory, a
- * vocabulary past its sort) the host pass over the downloaded rows. */
+ * step left there or in activation memory; else (or when the device path
+ * cannot run: no memory, a vocabulary past its sort) the host pass over the
+ * downloaded rows. */
 static void op_logits_top(ember_backend *be, const float *const *rows, int32_t n_rows, int64_t n_vocab, int32_t k,
                           ember_logits_top *out)
 {
     cuda_backend *b = (cuda_backend *)be;
     b->top_n = 0;
-    if (top_prepare(b, rows, n_rows, n_vocab, k) &&
-        ember_cuda_logits_top(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work, b->top_work_bytes,
+    const float *base = NULL;
+    if (!b->in_step) cb_flush(b);   /* the rows' producer may still be held back (fusion) */
+    if (top_prepare(b, rows, n_rows, n_vocab, k, &base) &&
+        ember_cuda_logits_top(b->cu, base, b->top_off, n_rows, n_vocab, k, b->top_work, b->top_work_bytes,
                               b->top_res_dev, b->top_res_host, out) == EMBER_OK)
         return;
     /* rows on the host (or some of them), or the device path failed */
+    for (int32_t r = 0; r < n_rows; r++)
+        if (cb_is_act(b, rows[r])) cb_die("logits_top (rows in activation memory, device pass failed)");
     if (b->lg_pending) op_logits_sync(be, b->lg_host, b->lg_bytes);
     ember_logits_top_host(rows, n_rows, n_vocab, k, out);
 }
@@ -220,8 +239,10 @@ static bool op_logits_top_start(ember_backend *be, const float *const *rows, int
 {
     cuda_backend *b = (cuda_backend *)be;
     b->top_n = 0;
-    if (!top_prepare(b, rows, n_rows, n_vocab, k) ||
-        ember_cuda_logits_top_start(b->cu, b->lg_dev, b->top_off, n_rows, n_vocab, k, b->top_work, b->top_work_bytes,
+    const float *base = NULL;
+    if (!b->in_step) cb_flush(b);
+    if (!top_prepare(b, rows, n_rows, n_vocab, k, &base) ||
+        ember_cuda_logits_top_start(b->cu, base, b->top_off, n_rows, n_vocab, k, b->top_work, b->top_work_bytes,
                                     b->top_res_dev, b->top_res_host) != EMBER_OK)
         return false;
     b->top_n = n_rows;
@@ -995,7 +1016,7 @@ static void cu_attention(ember_backend *be, const ember_kv_layer_view *kv, const
     int32_t max_ctx, max_pages;
     const bool full_q = queries == b->s_query, swa_q = b->s_query_swa && queries == b->s_query_swa;
     if (b->in_step && (full_q || swa_q) && n == b->s_n) {
-        dpos = cb_step_pos(b);
+        dpos = cb_step_qpos(b);
         dseq = cb_step_seq(b);
         dtab = b->d_step + (swa_q ? b->s_tab_swa : b->s_tab);
         max_ctx = b->s_max_ctx;

@@ -29,11 +29,14 @@ ember_status ember_backend_cuda_new(const ember_backend_options *opt, const embe
 /* Fused launches a CUDA backend has made (eagerly or into a captured
  * graph; replays are not counted), for tests that must see a fusion
  * happen: head_prep counts ember_cuda_head_prep launches, each standing for
- * a layer's per-head norms, RoPE and K/V store. be must be a CUDA backend. */
+ * a layer's per-head norms, RoPE and K/V store; graph_launches the steps
+ * that ran as a graph (replays counted), for tests that must see a step
+ * captured. be must be a CUDA backend. */
 typedef struct ember_cuda_fusion_counts {
     int64_t head_prep;
     int64_t add_norm;    /* ember_cuda_add_norm_quant_q8: a post-norm add with the next matmul's input */
     int64_t attn_quant;  /* attention kernels that wrote the next matmul's Q8 input */
+    int64_t graph_launches;   /* steps run as a CUDA graph (a capture's launch and every replay) */
 } ember_cuda_fusion_counts;
 void ember_backend_cuda_fusion_counts(const ember_backend *be, ember_cuda_fusion_counts *out);
 

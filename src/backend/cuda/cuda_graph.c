@@ -92,10 +92,14 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     const int32_t max_pages = (max_ctx + bt - 1) / bt;
     b->s_max_ctx = max_ctx;
     b->s_max_pages = max_pages;
-    /* pack [tok][pos][cells][seq][sid][cells_swa][table][table_swa] and upload it once */
+    /* the attention's query positions when some differ from the tokens'
+     * (a non-causal block: every row sees the whole block) */
+    bool qp = false;
+    for (int32_t i = 0; i < n && !qp; i++) qp = st->query[i].pos != st->pos[i];
+    /* pack [tok][pos][cells][seq][sid][cells_swa][table][table_swa][qpos] and upload it once */
     int32_t n_seq = 0;
     const size_t n_head_arrays = swa ? 6 : 5;
-    int32_t *h = cb_host_i32(b, (size_t)n * (n_head_arrays + (swa ? 2 : 1) * (size_t)max_pages));
+    int32_t *h = cb_host_i32(b, (size_t)n * (n_head_arrays + (qp ? 1 : 0) + (swa ? 2 : 1) * (size_t)max_pages));
     int32_t *tok = h, *pos = h + n, *cells = h + 2 * n, *seq = h + 3 * n, *sid = h + 4 * n, *cells_swa = h + 5 * n;
     int32_t *tab = h + n_head_arrays * n;
     for (int32_t i = 0; i < n; i++) {
@@ -128,7 +132,13 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     }
     b->s_tab = n_head_arrays * (size_t)n;
     b->s_tab_swa = b->s_tab + (size_t)n_seq * max_pages;
-    const size_t total = (size_t)n * n_head_arrays + (size_t)n_seq * max_pages * (swa ? 2 : 1);
+    size_t total = (size_t)n * n_head_arrays + (size_t)n_seq * max_pages * (swa ? 2 : 1);
+    b->s_qpos = (size_t)n;   /* the tokens' positions */
+    if (qp) {
+        b->s_qpos = total;
+        for (int32_t i = 0; i < n; i++) h[total + (size_t)i] = st->query[i].pos;
+        total += (size_t)n;
+    }
     if (total > b->d_step_n) {
         if (b->d_step) {
             CK("step arrays", ember_cuda_synchronize(b->cu));
@@ -153,6 +163,8 @@ bool cb_step_begin(ember_backend *be, const ember_backend_step *st)
     key = key * 1099511628211ull ^ (uint64_t)st->n_out;
     key = key * 1099511628211ull ^ (uint64_t)n_seq;
     key = key * 1099511628211ull ^ (uint64_t)swa;
+    key = key * 1099511628211ull ^ (uint64_t)qp;
+    key = key * 1099511628211ull ^ (uint64_t)(uint32_t)st->graph_tag;
     for (int32_t i = 0; i < st->n_out; i++) key = key * 1099511628211ull ^ (uint64_t)st->out_idx[i];
     for (int32_t i = 0; i < n; i++) key = key * 1099511628211ull ^ (uint64_t)seq[i];
     const uint64_t g = mem_gen(b);
@@ -221,6 +233,7 @@ bool cb_step_end(ember_backend *be)
                 e->pend_bytes[i] = b->pend_bytes[i];
             }
             CK("graph launch", ember_cuda_graph_launch(b->cu, g));
+            b->fused.graph_launches++;
             flush_pending(b);
             upload_done(b);
         }
@@ -245,6 +258,7 @@ bool cb_step_end(ember_backend *be)
             if (b->n_pend != 1 || b->pend_host[0] != b->s_logits) e->pend_is_logits = false;
             e->verified++;
             CK("graph launch", ember_cuda_graph_launch(b->cu, e->g));
+            b->fused.graph_launches++;
             flush_pending(b);
             upload_done(b);
         }

@@ -58,11 +58,16 @@ typedef struct arena_chunk {
 } arena_chunk;
 
 /* Staging slots: 0-1 inputs from host memory, 2-4 rounded activations (one
- * per weight of a matmul; preallocated for the limits), 5-8 outputs to host
+ * per weight of a matmul; preallocated for the limits), 5-13 outputs to host
  * memory (inside a step each host output of the step gets its own, from the
- * one asked for up: a captured step downloads them all after the graph). */
-enum { STAGE_SLOTS = 9, SLOT_ROUND = 2, SLOT_OUT = 5 };
-enum { MAX_ACT = 8, MAX_PEND = 4, MAX_GRAPHS = 64, GRAPH_MAX_N = 32, ATTN_TC_MIN_RUN = 64 };
+ * one asked for up: a captured step downloads them all after the graph).
+ * MAX_PEND, the host outputs a captured step may defer, is the number of
+ * output slots: 9 cover a speculative verification step with captured
+ * hidden states (ember_layer_end's rows of up to EMBER_MAX_HIDDEN_LAYERS = 8
+ * layers, a DFlash target has 5, + the logits); a step with more runs op by
+ * op. */
+enum { STAGE_SLOTS = 14, SLOT_ROUND = 2, SLOT_OUT = 5 };
+enum { MAX_ACT = 8, MAX_PEND = STAGE_SLOTS - SLOT_OUT, MAX_GRAPHS = 64, GRAPH_MAX_N = 32, ATTN_TC_MIN_RUN = 64 };
 
 typedef enum step_mode { M_EAGER = 0, M_CAPTURE, M_REPLAY } step_mode;
 
@@ -158,9 +163,11 @@ typedef struct cuda_backend {
     float *s_logits;
     int32_t s_n, s_max_pages, s_max_ctx;
     size_t s_tab, s_tab_swa;         /* offsets of the block tables in d_step */
-    /* device [tok n][pos n][cells n][seq n][sid n][cells_swa n][table n_seq x max_pages][table_swa n_seq x max_pages];
+    size_t s_qpos;                   /* offset of the attention's query positions in d_step (the tokens' unless they differ) */
+    /* device [tok n][pos n][cells n][seq n][sid n][cells_swa n][table n_seq x max_pages][table_swa n_seq x max_pages][qpos n];
      * seq: the run index of each entry (block tables), sid: its sequence id (-1 without
-     * ember_backend_step.seq_id); the _swa pieces only when the cache has a sliding-window group */
+     * ember_backend_step.seq_id); the _swa pieces only when the cache has a sliding-window group, qpos only
+     * when some query position differs from its token's (cb_step_qpos) */
     int32_t *d_step;
     size_t d_step_n;
     uint32_t out_slots;      /* output staging slots holding a host output of this step (bit per slot) */
@@ -293,6 +300,10 @@ static inline const int32_t *cb_step_cells(cuda_backend *b) { return b->d_step +
 static inline const int32_t *cb_step_seq(cuda_backend *b) { return b->d_step + 3 * (size_t)b->s_n; }
 static inline const int32_t *cb_step_sid(cuda_backend *b) { return b->d_step + 4 * (size_t)b->s_n; }
 static inline const int32_t *cb_step_cells_swa(cuda_backend *b) { return b->d_step + 5 * (size_t)b->s_n; }
+/* The attention's query positions (ember_attn_query.pos, int32 [s_n]): the
+ * tokens' positions, or an array of their own after the block tables when
+ * some differ (a non-causal block, every row at the block's last position). */
+static inline const int32_t *cb_step_qpos(cuda_backend *b) { return b->d_step + b->s_qpos; }
 
 /* ---- cuda_fuse.c ------------------------------------------------------------ */
 

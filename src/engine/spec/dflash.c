@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 #include "model/dflash.h"
@@ -39,9 +40,22 @@ typedef struct dflash {
     int32_t layers[EMBER_DFLASH_MAX_TARGET_LAYERS];   /* ember layers: target_layers[k] - 1 */
     ember_token *kv_tok;    /* [n_slots][n_ctx] the token at each held position */
     float *feat;            /* [32][n_in] gathered feature rows */
-    float *logits;          /* [block_size - 1][n_vocab] */
+    float *logits;          /* [block_size - 1][n_vocab] host rows (a draft on the CPU), or NULL */
+    ember_logits_top *top;  /* [block_size - 1] the rows' heads (a draft on a GPU: its logits never leave the device), or NULL */
     ember_token *block;     /* [block_size] */
     bool blocked;           /* a block ran since the last dflash_device_seconds */
+    /* prefetch: every ready slot's block drafted in passes of several slots
+     * before the step's proposals; propose answers from them */
+    int32_t *pf_n;          /* [n_slots] n_tokens of the input a slot's prefetched block drafts for; 0: none */
+    ember_token *pf_last;   /* [n_slots] its anchor token */
+    ember_token *pf_tok;    /* [n_slots][n_block] each row's argmax */
+    float *pf_p;            /* [n_slots][n_block] and its top-10 probability */
+    ember_logits_top *pass_top; /* [per pass][n_block] a pass's heads (a draft on a GPU) */
+    float *pass_logits;     /* [per pass][n_block][n_vocab] a pass's rows (a draft on the CPU) */
+    int32_t *pf_seq;        /* [n_slots] a pass's sequences */
+    ember_token *pf_block;  /* [n_slots][n_block + 1] a pass's blocks */
+    double pf_share;        /* seconds of the last prefetch per block (device, or process CPU time); < 0: none */
+    bool pf_served;         /* a propose was served from it since the last dflash_device_seconds */
 } dflash;
 
 static void dflash_absorb(void *self, int32_t slot, ember_pos pos0, const ember_token *tok, int32_t n,
@@ -66,10 +80,15 @@ static void dflash_absorb(void *self, int32_t slot, ember_pos pos0, const ember_
     }
 }
 
-/* spec_proposer.device_seconds: the last block and the injections before it on the draft's device clock */
+/* spec_proposer.device_seconds: the last block and the injections before it on the draft's device clock
+ * (a block served from a prefetch: its share of the prefetch's time) */
 static double dflash_device_seconds(void *self)
 {
     dflash *f = self;
+    if (f->pf_served) {
+        f->pf_served = false;
+        return f->pf_share;
+    }
     if (!f->blocked) return -1.0;
     f->blocked = false;
     return ember_dflash_device_seconds(f->c);
@@ -81,6 +100,25 @@ static void dflash_fork(void *self, int32_t src, int32_t dst, int32_t n)
     if (src < 0 || src >= f->n_slots || dst < 0 || dst >= f->n_slots || n < 0 || n > f->n_ctx) return;
     ember_dflash_fork(f->c, src, dst, n);
     memcpy(f->kv_tok + (size_t)dst * (size_t)f->n_ctx, f->kv_tok + (size_t)src * (size_t)f->n_ctx, sizeof(ember_token) * (size_t)n);
+}
+
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The argmax of a row from its head (ember_dflash_block_top, k =
+ * DFLASH_TOP_K) and its probability within those candidates: the same
+ * token and the same arithmetic as top1 below on the row itself (ties to
+ * the lowest id, the sum over the DFLASH_TOP_K largest values). */
+static ember_token head1(const ember_logits_top *t, float *p)
+{
+    double sum = 0;
+    for (int32_t k = 0; k < t->n; k++) sum += exp((double)(t->logit[k] - t->logit[0]));
+    *p = (float)(1.0 / sum);
+    return t->id[0];
 }
 
 /* Index of the largest of l[n] and its probability within the top
@@ -104,32 +142,125 @@ static ember_token top1(const float *l, int32_t n, float *p)
     return best;
 }
 
+/* Whether slot's features cover every committed position of in's tokens
+ * (then cut to them: rejected drafts' positions dropped). */
+static bool slot_ready(dflash *f, const spec_input *in)
+{
+    const int32_t slot = in->slot, anchor = in->n_tokens - 1;
+    if (slot < 0 || slot >= f->n_slots || anchor < 1) return false;
+    /* features of every committed position, for these very tokens */
+    if (ember_dflash_n_pos(f->c, slot) < anchor ||
+        memcmp(f->kv_tok + (size_t)slot * (size_t)f->n_ctx, in->tokens, sizeof(ember_token) * (size_t)anchor) != 0)
+        return false;
+    ember_dflash_truncate(f->c, slot, anchor);   /* drop rejected drafts' positions */
+    return true;
+}
+
+/* spec_proposer.prefetch: the blocks of every ready slot among in[n], in
+ * passes of as many slots as the draft's rows allow (one read of its
+ * weights and one launch sequence for all of them); propose answers from
+ * them. Only slots whose block fits the draft context. */
+static void dflash_prefetch(void *self, const spec_input *in, int32_t n_in)
+{
+    dflash *f = self;
+    const int32_t n = f->n_block, per = ember_dflash_max_blocks(f->c, n + 1);
+    for (int32_t i = 0; i < f->n_slots; i++) f->pf_n[i] = 0;
+    f->pf_share = -1.0;
+    f->pf_served = false;
+    if (per < 2 || n_in < 2) return;
+    if (!f->pass_top && !f->pass_logits) {   /* a pass's heads or rows, once */
+        if (f->top) f->pass_top = malloc(sizeof *f->pass_top * (size_t)per * (size_t)n);
+        else f->pass_logits = malloc(sizeof(float) * (size_t)per * (size_t)n * (size_t)f->n_vocab);
+        if (!f->pass_top && !f->pass_logits) return;
+    }
+    const double t0 = cpu_seconds();
+    double dev = 0;
+    int32_t n_blocks = 0, g = 0;
+    for (int32_t i = 0; i <= n_in; i++) {
+        if (i < n_in) {
+            const spec_input *x = &in[i];
+            if (x->slot < 0 || x->slot >= f->n_slots || f->pf_n[x->slot] != 0) continue;
+            bool dup = false;
+            for (int32_t j = 0; j < g; j++) dup |= f->pf_seq[j] == x->slot;
+            if (dup || !slot_ready(f, x) || x->n_tokens + n > f->n_ctx) continue;
+            f->pf_seq[g] = x->slot;
+            f->pf_n[x->slot] = -x->n_tokens;   /* in this pass, not yet drafted */
+            ember_token *b = f->pf_block + (size_t)g * (size_t)(n + 1);
+            b[0] = x->tokens[x->n_tokens - 1];
+            for (int32_t k = 1; k <= n; k++) b[k] = f->d->mask_token;
+            g++;
+        }
+        if (g == 0 || (g < per && i < n_in)) continue;
+        /* a pass of g slots: their heads (a GPU draft) or rows (the CPU) */
+        const ember_status st = f->pass_top
+            ? ember_dflash_blocks_top(f->c, g, f->pf_seq, f->pf_block, n + 1, DFLASH_TOP_K, f->pass_top)
+            : ember_dflash_blocks(f->c, g, f->pf_seq, f->pf_block, n + 1, f->pass_logits);
+        const double d = st == EMBER_OK ? ember_dflash_device_seconds(f->c) : -1.0;
+        dev = d >= 0 && dev >= 0 ? dev + d : -1.0;
+        for (int32_t j = 0; j < g; j++) {
+            const int32_t slot = f->pf_seq[j];
+            if (st != EMBER_OK) {   /* the slot drafts by itself */
+                f->pf_n[slot] = 0;
+                continue;
+            }
+            for (int32_t k = 0; k < n; k++) {
+                const size_t r = (size_t)j * (size_t)n + (size_t)k, o = (size_t)slot * (size_t)n + (size_t)k;
+                f->pf_tok[o] = f->pass_top ? head1(&f->pass_top[r], &f->pf_p[o])
+                                           : top1(f->pass_logits + r * (size_t)f->n_vocab, f->n_vocab, &f->pf_p[o]);
+            }
+            f->pf_last[slot] = f->pf_block[(size_t)j * (size_t)(n + 1)];
+            f->pf_n[slot] = -f->pf_n[slot];
+            n_blocks++;
+        }
+        g = 0;
+    }
+    if (n_blocks > 0) f->pf_share = (dev >= 0 ? dev : cpu_seconds() - t0) / n_blocks;
+}
+
 static int32_t dflash_propose(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *out, float *q)
 {
     dflash *f = self;
     const int32_t slot = in->slot, anchor = in->n_tokens - 1;
-    if (slot < 0 || slot >= f->n_slots || anchor < 1) return 0;
-    /* features of every committed position, for these very tokens */
-    if (ember_dflash_n_pos(f->c, slot) < anchor ||
-        memcmp(f->kv_tok + (size_t)slot * (size_t)f->n_ctx, in->tokens, sizeof(ember_token) * (size_t)anchor) != 0)
-        return 0;
-    ember_dflash_truncate(f->c, slot, anchor);   /* drop rejected drafts' positions */
     /* the block always has n_block masked positions, however many drafts
      * this step may use (the block attends both ways, so its length changes
      * every row; llama.cpp's is --spec-draft-n-max + 1 too, speculative.cpp:1203) */
     const int32_t n = f->n_block;
-    if (n_max <= 0 || anchor + 1 + n > f->n_ctx) return 0;
-    f->block[0] = in->tokens[anchor];
-    for (int32_t i = 1; i <= n; i++) f->block[i] = f->d->mask_token;
-    if (ember_dflash_block(f->c, slot, f->block, n + 1, f->logits) != EMBER_OK) return 0;
-    f->blocked = true;
+    const ember_token *tok;
+    const float *pr;
+    if (slot >= 0 && slot < f->n_slots && anchor >= 1 && f->pf_n[slot] == in->n_tokens &&
+        f->pf_last[slot] == in->tokens[anchor] && slot_ready(f, in)) {
+        /* this step's prefetch drafted the slot's block */
+        f->pf_n[slot] = 0;
+        if (n_max <= 0) return 0;
+        f->pf_served = true;
+        tok = f->pf_tok + (size_t)slot * (size_t)n;
+        pr = f->pf_p + (size_t)slot * (size_t)n;
+    } else {
+        if (slot >= 0 && slot < f->n_slots) f->pf_n[slot] = 0;
+        if (!slot_ready(f, in)) return 0;
+        if (n_max <= 0 || anchor + 1 + n > f->n_ctx) return 0;
+        f->block[0] = in->tokens[anchor];
+        for (int32_t i = 1; i <= n; i++) f->block[i] = f->d->mask_token;
+        /* on a GPU only the rows' heads come down; on the CPU the host pass
+         * over the rows (no log-partition to compute) */
+        const ember_status st = f->top ? ember_dflash_block_top(f->c, slot, f->block, n + 1, DFLASH_TOP_K, f->top)
+                                       : ember_dflash_block(f->c, slot, f->block, n + 1, f->logits);
+        if (st != EMBER_OK) return 0;
+        f->blocked = true;
+        f->pf_served = false;
+        ember_token *t = f->pf_tok + (size_t)slot * (size_t)n;
+        float *p = f->pf_p + (size_t)slot * (size_t)n;
+        const int32_t m = n_max < n ? n_max : n;
+        for (int32_t k = 0; k < m; k++)
+            t[k] = f->top ? head1(&f->top[k], &p[k]) : top1(f->logits + (size_t)k * (size_t)f->n_vocab, f->n_vocab, &p[k]);
+        tok = t;
+        pr = p;
+    }
     if (n_max > n) n_max = n;
     int32_t k = 0;
     for (; k < n_max; k++) {
-        float p;
-        const ember_token t = top1(f->logits + (size_t)k * (size_t)f->n_vocab, f->n_vocab, &p);
-        if (p < p_min) break;
-        out[k] = t;
+        if (pr[k] < p_min) break;
+        out[k] = tok[k];
         if (q) q[k] = 1.0f;
     }
     return k;
@@ -155,7 +286,16 @@ static void dflash_free(void *self)
     free(f->kv_tok);
     free(f->feat);
     free(f->logits);
+    free(f->top);
     free(f->block);
+    free(f->pf_n);
+    free(f->pf_last);
+    free(f->pf_tok);
+    free(f->pf_p);
+    free(f->pass_top);
+    free(f->pass_logits);
+    free(f->pf_seq);
+    free(f->pf_block);
     if (f->m) ember_model_free(f->m);
     free(f);
 }
@@ -189,16 +329,28 @@ ember_status spec_dflash_new(const char *path, const ember_model *target, int32_
     for (int32_t k = 0; k < f->d->n_target_layers; k++) f->layers[k] = f->d->target_layers[k] - 1;
     f->kv_tok = calloc((size_t)n_slots * (size_t)n_ctx, sizeof *f->kv_tok);
     f->feat = malloc(sizeof(float) * 32 * (size_t)f->n_in);
-    f->logits = malloc(sizeof(float) * (size_t)(f->d->block_size - 1) * (size_t)f->n_vocab);
+    if (ember_dflash_device_heads(f->c))
+        f->top = malloc(sizeof *f->top * (size_t)(f->d->block_size - 1));
+    else
+        f->logits = malloc(sizeof(float) * (size_t)(f->d->block_size - 1) * (size_t)f->n_vocab);
     f->block = malloc(sizeof(ember_token) * (size_t)f->d->block_size);
-    if (!f->kv_tok || !f->feat || !f->logits || !f->block) {
+    const size_t ns = (size_t)n_slots, nb = (size_t)f->n_block;
+    f->pf_n = calloc(ns, sizeof *f->pf_n);
+    f->pf_last = calloc(ns, sizeof *f->pf_last);
+    f->pf_tok = calloc(ns * nb, sizeof *f->pf_tok);
+    f->pf_p = calloc(ns * nb, sizeof *f->pf_p);
+    f->pf_seq = calloc(ns, sizeof *f->pf_seq);
+    f->pf_block = calloc(ns * (nb + 1), sizeof *f->pf_block);
+    f->pf_share = -1.0;
+    if (!f->kv_tok || !f->feat || (!f->logits && !f->top) || !f->block || !f->pf_n || !f->pf_last || !f->pf_tok ||
+        !f->pf_p || !f->pf_seq || !f->pf_block) {
         st = ember_error(EMBER_ERR_NOMEM, "DFlash draft: %d slots x %d positions", n_slots, n_ctx);
         goto fail;
     }
     *out = (spec_proposer){.name = "draft-dflash", .self = f, .costly = true,
                            .n_hidden_layers = f->d->n_target_layers, .hidden_layers = f->layers,
                            .propose = dflash_propose, .absorb = dflash_absorb, .fork = dflash_fork,
-                           .describe = dflash_describe, .free = dflash_free,
+                           .describe = dflash_describe, .free = dflash_free, .prefetch = dflash_prefetch,
                            .device_seconds = dflash_device_seconds};
     return EMBER_OK;
 fail:

@@ -205,6 +205,21 @@ static int32_t adaptive_n(const spec_engine *s, double a, double r, double dc)
     return n > 0 && n < s->p.n_min ? 0 : n;
 }
 
+void spec_engine_prefetch(spec_engine *s, const spec_input *in, int32_t n)
+{
+    if (!s->prop.prefetch || n < 2 || (s->p.adaptive && s->prop.match_len)) return;
+    spec_input keep[64];
+    int32_t m = 0;
+    const double dc = s->p.adaptive ? draft_cost(s) : 0;
+    for (int32_t j = 0; j < n && m < (int32_t)(sizeof keep / sizeof keep[0]); j++) {
+        const int32_t i = in[j].slot;
+        if (i < 0 || i >= s->n_slots) continue;
+        const int32_t len = s->p.adaptive ? adaptive_n(s, s->acc_a[i], s->acc_r[i], dc) : s->p.n_max;
+        if (len > 0 && len >= s->p.n_min) keep[m++] = in[j];
+    }
+    if (m >= 2) s->prop.prefetch(s->prop.self, keep, m);
+}
+
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft)
 {
     if (in->slot < 0 || in->slot >= s->n_slots) return 0;

@@ -122,6 +122,15 @@ typedef struct spec_proposer {
      * draft on the CPU, or no pass ran), and the engine then counts the
      * call's process CPU time as before. */
     double (*device_seconds)(void *self);
+    /* Optional (proposers that draft several slots in one model pass,
+     * DFlash): called by the engine before a step's proposals with the
+     * inputs of the generating slots that will draft this step (n >= 2;
+     * tokens as propose will get them, hidden rows not set). The proposer
+     * may draft them all at once and answer the propose calls of this step
+     * from it (a propose whose input differs from what was prefetched, or
+     * of a slot left out, drafts by itself). device_seconds after a propose
+     * so answered: its share of the prefetch's time. */
+    void (*prefetch)(void *self, const spec_input *in, int32_t n);
 } spec_proposer;
 
 typedef struct spec_params {
@@ -195,6 +204,11 @@ int32_t spec_best_length(double alpha, float row_cost, int32_t n_max);
  * every 8th step, less often for a costly proposer, keeps the estimate
  * current). Returns the draft length (0 when none or shorter than n_min). */
 int32_t spec_engine_propose(spec_engine *s, const spec_input *in, int32_t limit, ember_token *draft);
+/* Before a step's proposals: in[n] the inputs of the step's generating
+ * slots; hands those that will draft (adaptive off, or an adaptive length
+ * > 0 that is not a probe) to the proposer's prefetch when it has one and
+ * at least two of them draft. */
+void spec_engine_prefetch(spec_engine *s, const spec_input *in, int32_t n);
 /* After verification: n_accepted of n_drafted were accepted. Updates the
  * counters and the slot's acceptance estimate (counts decay by 0.8 a draft). */
 void spec_engine_result(spec_engine *s, int32_t slot, int32_t n_drafted, int32_t n_accepted);

@@ -22,6 +22,7 @@
 #ifdef EMBER_CUDA
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
+#include "backend/step.h"
 #include "../../common/cpu_backend.h"
 
 typedef enum { SEQ_GEMMA3, SEQ_GEMMA4, SEQ_LLAMA } seq_kind;
@@ -239,10 +240,102 @@ static void test_head_prep_matches_unfused_and_cpu(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
 }
 
+/* A decode step with many host outputs (a speculative verification step
+ * whose target also exports the hidden rows of several layers:
+ * ember_layer_end's copies + the logits) is captured and replayed as a
+ * CUDA graph, every output downloaded to its host rows at step end: 8 host
+ * outputs a step (the backend defers up to 9), each host address changing
+ * from step to step (the replay writes where the current step asks). */
+enum { GO_N = 4, GO_W = 96, GO_OUT = 8 };
+typedef struct gstep {
+    ember_backend *be;
+    float *x;                    /* activations [GO_OUT][GO_N][GO_W] */
+    const float *xh;             /* host input */
+    float *out[GO_OUT];          /* host outputs [GO_N][GO_W] */
+} gstep;
+
+static void gstep_forward(void *arg)
+{
+    gstep *g = arg;
+    const ember_backend_ops *op = g->be->ops;
+    const int64_t n = (int64_t)GO_N * GO_W;
+    op->upload(g->be, g->x, g->xh, GO_OUT * n);
+    op->scale(g->be, g->x, 2.0f, GO_OUT * n);
+    for (int j = 0; j < GO_OUT; j++) {
+        op->add(g->be, g->x + j * n, g->x + ((j + 1) % GO_OUT) * n, n);   /* changes x after earlier copies */
+        op->copy(g->be, g->out[j], g->x + j * n, n);
+    }
+}
+
+static void test_graph_many_host_outputs(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const int bt = 16, n_ctx = 64;
+    ember_backend_limits lim = {.max_tokens = GO_N, .max_n_in = 4096, .max_kv_tokens = n_ctx, .max_head_dim = 64};
+    ember_backend_options go = ember_backend_options_default();
+    ember_backend *be = NULL;
+    CU_OK(ember_backend_cuda_new(&go, &lim, &be));
+    const int64_t n = (int64_t)GO_N * GO_W;
+    gstep g = {.be = be, .x = be->ops->act_alloc(be, sizeof(float) * GO_OUT * (size_t)n)};
+    assert_non_null(g.x);
+    float *xh = malloc(sizeof(float) * GO_OUT * (size_t)n), *want = malloc(sizeof(float) * GO_OUT * (size_t)n);
+    float *outs[2][GO_OUT];   /* two sets of host rows, alternating */
+    assert_true(xh && want);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < GO_OUT; j++) assert_non_null(outs[k][j] = malloc(sizeof(float) * (size_t)n));
+    int32_t blocks[4] = {3, 2, 1, 0};
+    ember_cuda_fusion_counts fc0, fc1;
+    ember_backend_cuda_fusion_counts(be, &fc0);
+    enum { STEPS = 6 };
+    for (int s = 0; s < STEPS; s++) {
+        ember_token tok[GO_N] = {0};
+        ember_pos pos[GO_N];
+        int64_t rows[GO_N];
+        ember_attn_query qs[GO_N];
+        for (int i = 0; i < GO_N; i++) {
+            pos[i] = s * GO_N + i;
+            rows[i] = (int64_t)blocks[pos[i] / bt] * bt + pos[i] % bt;
+            qs[i] = (ember_attn_query){.blocks = blocks, .pos = pos[i]};
+        }
+        const ember_backend_step st = {.n = GO_N, .token = tok, .pos = pos, .kv_row = rows, .query = qs,
+                                       .kv_row_swa = rows, .query_swa = qs, .block_tokens = bt};
+        for (int64_t i = 0; i < GO_OUT * n; i++) xh[i] = test_randf(-1.f, 1.f);
+        /* the forward on the host: x = 2 xh; x_j += x_{j+1 mod 8} in order */
+        for (int64_t i = 0; i < GO_OUT * n; i++) want[i] = 2.0f * xh[i];
+        for (int j = 0; j < GO_OUT; j++)
+            for (int64_t i = 0; i < n; i++) want[j * n + i] += want[((j + 1) % GO_OUT) * n + i];
+        g.xh = xh;
+        for (int j = 0; j < GO_OUT; j++) {
+            g.out[j] = outs[s & 1][j];
+            memset(g.out[j], 0xff, sizeof(float) * (size_t)n);
+        }
+        const int ran = ember_backend_run_step(be, &st, gstep_forward, &g);
+        assert_true(ran == 1);   /* never replayed whole (more than the logits), never run twice (the same step) */
+        for (int j = 0; j < GO_OUT; j++)
+            for (int64_t i = 0; i < n; i++)
+                if (g.out[j][i] != want[j * n + i])
+                    fail_msg("step %d: output %d [%lld] = %g, want %g", s, j, (long long)i, (double)g.out[j][i],
+                             (double)want[j * n + i]);
+    }
+    ember_backend_cuda_fusion_counts(be, &fc1);
+    printf("# %d steps of %d host outputs: %lld ran as a CUDA graph\n", STEPS, GO_OUT,
+           (long long)(fc1.graph_launches - fc0.graph_launches));
+    /* the first runs op by op, the second is captured, the others replay it */
+    assert_int_equal(fc1.graph_launches - fc0.graph_launches, STEPS - 1);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < GO_OUT; j++) free(outs[k][j]);
+    free(xh);
+    free(want);
+    be->ops->act_free(be, g.x);
+    ember_backend_free(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_head_prep_matches_unfused_and_cpu),
+        cmocka_unit_test(test_graph_many_host_outputs),
     };
     return cmocka_run_group_tests(tests, test_cuda_group_setup, test_cuda_group_teardown);
 }

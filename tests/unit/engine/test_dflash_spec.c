@@ -83,6 +83,7 @@ typedef struct wrap {
     int32_t n_prompts[2];
     drec rec[512];
     int32_t n_rec;
+    int32_t n_prefetch;   /* prefetch calls (both requests generating: their blocks in one pass) */
 } wrap;
 
 static int32_t wrap_propose(void *self, const spec_input *in, int32_t n_max, float p_min, ember_token *draft, float *q)
@@ -118,6 +119,12 @@ static double wrap_device_seconds(void *self)
 {
     wrap *w = self;
     return w->inner.device_seconds ? w->inner.device_seconds(w->inner.self) : -1.0;
+}
+static void wrap_prefetch(void *self, const spec_input *in, int32_t n)
+{
+    wrap *w = self;
+    w->n_prefetch++;
+    w->inner.prefetch(w->inner.self, in, n);
 }
 
 /* The drafts the engine got (features absorbed step by step, prompt chunk
@@ -335,6 +342,7 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
     wp.fork = wrap_fork;
     wp.free = wrap_free;
     wp.device_seconds = wrap_device_seconds;   /* every hook of prop that reads self goes through w */
+    wp.prefetch = wrap_prefetch;
     assert_int_equal(spec_engine_new(&sp, wp, N_REQ, &se), EMBER_OK);
     engine_runtime rt = engine_runtime_ember(c, V, E);
     engine_vocab vocab = {.token_piece = piece, .is_eog = never_eog};
@@ -370,6 +378,9 @@ static void run_lossless(const char *draft, int64_t *n_drafted, int64_t *n_accep
     }
     *n_drafted = req[0]->n_draft;
     *n_accepted = req[0]->n_draft_accepted;
+    /* the two requests generate side by side: their blocks were drafted in one pass */
+    print_message("%s: %d prefetches\n", draft, (int)w.n_prefetch);
+    assert_true(w.n_prefetch > 0);
     assert_true(se->st.n_drafts > 0);
     for (int i = 7; i < SPEC_MAX_DRAFT; i++) assert_int_equal(se->st.drafted_at[i], 0);   /* block_size - 1 = 7 */
     for (int q = 0; q < N_REQ; q++) engine_req_release(req[q]);

@@ -22,6 +22,7 @@
 
 #include "ember.h"
 #include "model/dflash.h"
+#include "backend/logits_top.h"
 #include "gguf/gguf.h"
 
 #include <math.h>
@@ -200,6 +201,185 @@ static void test_dflash_forward_bad_args(void **st)
     ember_model_free(d);
 }
 
+/* ember_dflash_block_top: the heads of a block's rows (logits kept in the
+ * draft backend's activation memory, reduced by its logits_top op) equal
+ * the host heads of ember_dflash_block's rows on the same backend, bit for
+ * bit (the same logits; on a GPU the device reduction against the host
+ * one), every time the block runs (on a GPU: op by op, captured, replayed
+ * as a CUDA graph: the draft's passes are backend steps); n_gpu_layers -1
+ * puts the draft on the GPU (the *_gpu case), whose logits must then be
+ * within 2e-2 of max |cpu| of the CPU draft's on the same features (F16
+ * K/V against F32; a block attending causally, or to the wrong positions,
+ * is off by O(1)). */
+static void block_heads_case(int32_t n_gpu_layers)
+{
+    ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    ember_model *d = NULL, *t = NULL;
+    assert_int_equal(ember_model_load(DRAFT, &mp, &d), EMBER_OK);
+    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
+    ember_dflash_ctx *c = NULL;
+    assert_int_equal(ember_dflash_ctx_new(d, t, 2, 32, 1, &c), EMBER_OK);
+    assert_int_equal(ember_dflash_device_heads(c), n_gpu_layers != 0);
+    static float feat[12 * 256], logits[7 * 594];
+    uint32_t x = 12345u;
+    for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) {
+        x = x * 1664525u + 1013904223u;
+        feat[i] = (float)((int32_t)(x >> 8) % 2001 - 1000) / 250.0f;
+    }
+    assert_int_equal(ember_dflash_inject(c, 1, 12, feat), EMBER_OK);
+    const ember_token blk[8] = {7, 4, 4, 4, 4, 4, 4, 4};
+    ember_logits_top top[7], ref[7];
+    assert_int_equal(ember_dflash_block_top(c, 1, blk, 8, 0, top), EMBER_ERR_INVALID_ARG);   /* k < 1 */
+    assert_int_equal(ember_dflash_block_top(c, 1, blk, 9, 10, top), EMBER_ERR_INVALID_ARG);  /* > block_size 8 */
+    ember_dflash_ctx *cpu = NULL;   /* the CPU draft on the same features (the GPU case) */
+    ember_model *dc = NULL;
+    static float cpu_logits[7 * 594];
+    if (n_gpu_layers != 0) {
+        assert_int_equal(ember_model_load(DRAFT, NULL, &dc), EMBER_OK);
+        assert_int_equal(ember_dflash_ctx_new(dc, t, 2, 32, 1, &cpu), EMBER_OK);
+        assert_int_equal(ember_dflash_inject(cpu, 1, 12, feat), EMBER_OK);
+    }
+    /* a short block, then a longer one (its rows grow), then each again (graphs captured and replayed) */
+    const int32_t lens[] = {3, 8, 3, 8, 8, 3, 8, 3};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int32_t n = lens[li];
+        memset(top, 0, sizeof top);
+        assert_int_equal(ember_dflash_block_top(c, 1, blk, n, 10, top), EMBER_OK);
+        assert_int_equal(ember_dflash_block(c, 1, blk, n, logits), EMBER_OK);
+        const float *rows[7];
+        for (int32_t i = 0; i < n - 1; i++) rows[i] = logits + (size_t)i * 594;
+        ember_logits_top_host(rows, n - 1, 594, 10, ref);
+        for (int32_t i = 0; i < n - 1; i++) {
+            assert_int_equal(top[i].n, 10);
+            int32_t best = 0;
+            for (int32_t v = 1; v < 594; v++)
+                if (rows[i][v] > rows[i][best]) best = v;
+            assert_int_equal(top[i].id[0], best);
+            for (int32_t j = 0; j < 10; j++) {
+                assert_int_equal(top[i].id[j], ref[i].id[j]);
+                assert_memory_equal(&top[i].logit[j], &ref[i].logit[j], sizeof(float));
+            }
+            assert_memory_equal(&top[i].max, &ref[i].max, sizeof(float));
+            assert_true(fabsf(top[i].lse - ref[i].lse) <= 1e-5f * fmaxf(1.0f, fabsf(ref[i].lse)));
+        }
+        if (!cpu) continue;
+        assert_int_equal(ember_dflash_block(cpu, 1, blk, n, cpu_logits), EMBER_OK);
+        float md = 0, mr = 0;
+        for (size_t i = 0; i < (size_t)(n - 1) * 594; i++) {
+            const float dd = fabsf(logits[i] - cpu_logits[i]);
+            if (dd > md || dd != dd) md = dd;
+            if (fabsf(cpu_logits[i]) > mr) mr = fabsf(cpu_logits[i]);
+        }
+        print_message("block of %d: max |gpu - cpu| logit %.3g of max |cpu| %.3g\n", n, (double)md, (double)mr);
+        assert_true(mr > 0.1f);
+        if (!(md <= 2e-2f * mr)) fail_msg("block of %d: GPU logits off the CPU draft's by %g (max |cpu| %g)", n, md, mr);
+    }
+    ember_dflash_ctx_free(cpu);
+    if (dc) ember_model_free(dc);
+    assert_int_equal(ember_dflash_n_pos(c, 1), 12);   /* the blocks' K/V are not kept */
+    ember_dflash_ctx_free(c);
+    ember_model_free(t);
+    ember_model_free(d);
+}
+
+static void test_dflash_block_heads(void **st)
+{
+    (void)st;
+    block_heads_case(0);
+}
+
+static void test_dflash_block_heads_gpu(void **st)
+{
+    (void)st;
+    if (ember_gpu_count() < 1) {
+        print_message("no GPU (or no CUDA build): skipped\n");
+        skip();
+    }
+    block_heads_case(-1);
+}
+
+/* ember_dflash_blocks(_top): the blocks of several sequences in one pass
+ * (each attending to its own sequence only) equal each sequence's block
+ * run alone: bit for bit on the CPU, within 1e-2 of max |logit| on a GPU
+ * (another row count may take another matmul kernel); the heads of the
+ * pass equal the host heads of its rows bit for bit; a sequence twice or
+ * more rows than a pass holds are refused. */
+static void blocks_case(int32_t n_gpu_layers)
+{
+    ember_model_params mp = ember_model_default_params();
+    mp.n_gpu_layers = n_gpu_layers;
+    ember_model *d = NULL, *t = NULL;
+    assert_int_equal(ember_model_load(DRAFT, &mp, &d), EMBER_OK);
+    assert_int_equal(ember_model_load(TARGET, NULL, &t), EMBER_OK);
+    enum { S = 3, V = 594 };
+    ember_dflash_ctx *c = NULL;
+    assert_int_equal(ember_dflash_ctx_new(d, t, S + 1, 32, 1, &c), EMBER_OK);
+    assert_int_equal(ember_dflash_max_blocks(c, 8), 4);   /* 32 rows a pass */
+    static float feat[16 * 256];
+    uint32_t x = 777u;
+    for (size_t i = 0; i < sizeof feat / sizeof feat[0]; i++) {
+        x = x * 1664525u + 1013904223u;
+        feat[i] = (float)((int32_t)(x >> 8) % 2001 - 1000) / 250.0f;
+    }
+    const int32_t seqs[S] = {3, 0, 2}, n_inj[S] = {9, 14, 5};
+    for (int j = 0; j < S; j++) assert_int_equal(ember_dflash_inject(c, seqs[j], n_inj[j], feat + 16 * j), EMBER_OK);
+    ember_token blk[S][8];
+    for (int j = 0; j < S; j++) {
+        blk[j][0] = (ember_token)(11 + 40 * j);
+        for (int i = 1; i < 8; i++) blk[j][i] = 4;
+    }
+    static float one[7 * V], all[S][7 * V];
+    ember_logits_top heads[S * 7], ref[S * 7];
+    for (int rep = 0; rep < 3; rep++) {   /* on a GPU: op by op, captured, replayed */
+        assert_int_equal(ember_dflash_blocks(c, S, seqs, &blk[0][0], 8, &all[0][0]), EMBER_OK);
+        assert_int_equal(ember_dflash_blocks_top(c, S, seqs, &blk[0][0], 8, 10, heads), EMBER_OK);
+        const float *rows[S * 7];
+        for (int r = 0; r < S * 7; r++) rows[r] = &all[0][0] + (size_t)r * V;
+        ember_logits_top_host(rows, S * 7, V, 10, ref);
+        for (int r = 0; r < S * 7; r++)
+            for (int k = 0; k < 10; k++) {
+                assert_int_equal(heads[r].id[k], ref[r].id[k]);
+                assert_memory_equal(&heads[r].logit[k], &ref[r].logit[k], sizeof(float));
+            }
+        for (int j = 0; j < S; j++) {
+            assert_int_equal(ember_dflash_block(c, seqs[j], blk[j], 8, one), EMBER_OK);
+            float md = 0, mr = 0;
+            for (int i = 0; i < 7 * V; i++) {
+                const float dd = fabsf(one[i] - all[j][i]);
+                if (dd > md || dd != dd) md = dd;
+                if (fabsf(one[i]) > mr) mr = fabsf(one[i]);
+            }
+            assert_true(mr > 0.1f);
+            if (n_gpu_layers == 0 ? md != 0.0f : !(md <= 1e-2f * mr))
+                fail_msg("sequence %d: its block alone off the pass's by %g (max |logit| %g)", seqs[j], md, mr);
+            assert_int_equal(ember_dflash_n_pos(c, seqs[j]), n_inj[j]);   /* the blocks' K/V are not kept */
+        }
+    }
+    const int32_t twice[2] = {0, 0}, five[5] = {0, 1, 2, 3, 0};
+    assert_int_equal(ember_dflash_blocks(c, 2, twice, &blk[0][0], 8, &all[0][0]), EMBER_ERR_INVALID_ARG);
+    assert_int_equal(ember_dflash_blocks_top(c, 5, five, &blk[0][0], 8, 10, heads), EMBER_ERR_INVALID_ARG);
+    ember_dflash_ctx_free(c);
+    ember_model_free(t);
+    ember_model_free(d);
+}
+
+static void test_dflash_blocks_one_pass(void **st)
+{
+    (void)st;
+    blocks_case(0);
+}
+
+static void test_dflash_blocks_one_pass_gpu(void **st)
+{
+    (void)st;
+    if (ember_gpu_count() < 1) {
+        print_message("no GPU (or no CUDA build): skipped\n");
+        skip();
+    }
+    blocks_case(-1);
+}
+
 static void test_dflash_target_states_match_transformers(void **st)
 {
     (void)st;
@@ -267,6 +447,10 @@ int main(void)
         cmocka_unit_test(test_dflash_is_no_model_of_its_own),
         cmocka_unit_test(test_dflash_malformed),
         cmocka_unit_test(test_dflash_forward_bad_args),
+        cmocka_unit_test(test_dflash_block_heads),
+        cmocka_unit_test(test_dflash_block_heads_gpu),
+        cmocka_unit_test(test_dflash_blocks_one_pass),
+        cmocka_unit_test(test_dflash_blocks_one_pass_gpu),
         cmocka_unit_test(test_dflash_target_states_match_transformers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

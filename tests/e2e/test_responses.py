@@ -385,15 +385,21 @@ def test_disconnect_mid_stream_frees_slot(srv):
     body = {"model": "smol", "max_output_tokens": 1900, "stream": True, "temperature": 1.5, "top_p": 1,
             "ignore_eos": True, "input": "Tell me a long story."}
     with requests.post(srv.base + "/v1/responses", json=body, headers=hdr, stream=True, timeout=60) as r:
-        n = 0
+        n, seen, t0 = 0, [], time.time()
         for line in r.iter_lines():
+            if line:
+                seen.append(line[:160])
             n += line.startswith(b"event: response.output_text.delta")
             if n >= 3:
                 break
+        t_first = time.time() - t0
         # /slots may lag the first tokens a moment: ask until it shows the request
         deadline = time.time() + 3
-        while not any(s["is_processing"] for s in requests.get(srv.base + "/slots", headers=hdr).json()):
-            assert time.time() < deadline, "the request never showed in /slots"
+        while True:
+            slots = requests.get(srv.base + "/slots", headers=hdr).json()
+            if any(s["is_processing"] for s in slots):
+                break
+            assert time.time() < deadline, ("the request never showed in /slots", t_first, slots, seen)
             time.sleep(0.02)
     slots = srv.wait_idle(timeout=3, headers=hdr)
     assert not any(s["is_processing"] for s in slots), slots

@@ -14,7 +14,8 @@
 #   KLENV (switch settings compared by "kl", default "EMBER_CUDA_PREFILL_F16=0 EMBER_CUDA_PREFILL_F16=1");
 #   "decode": engine tg256 and 8-stream decode of E4B and Gemma 3 (DECMODELS) for each DECENV setting
 #   (default EMBER_CUDA_MMVQ_ROWS=0/2/4; a setting of several variables joins them with commas), alternated
-#   twice; "ncudec": ncu decode tables per NCUDECENV.
+#   twice; "ncudec": ncu decode tables per NCUDECENV, of NCUDECSPECS ("model launches-skipped launches-counted"
+#   separated by ";", default E4B then Gemma 3).
 # Results: $OUT/ub.txt.
 set -u
 : "${OUT:?set OUT}"
@@ -99,7 +100,8 @@ if has ncudec; then
   # ncu per-kernel decode table (graphs replay node by node under ncu), E4B then Gemma 3, each setting
   NCUB=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
   for e in ${NCUDECENV:-EMBER_CUDA_MMVQ_ROWS=0}; do
-    for spec in "$M 4500 1200" "$G3 2400 810"; do
+    IFS=';' read -ra specs <<< "${NCUDECSPECS:-$M 4500 1200;$G3 2400 810}"
+    for spec in "${specs[@]}"; do
       set -- $spec
       env ${e//,/ } timeout 200 $NCUB --clock-control none --cache-control none --launch-skip $2 --launch-count $3 --metrics gpu__time_duration.sum --csv \
         --log-file /tmp/ncu.log $B/bin/ember bench -m $1 -ngl 99 -c 4096 -p 0 -n 16 -r 1 > /dev/null 2>&1

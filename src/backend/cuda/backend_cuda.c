@@ -445,7 +445,7 @@ static bool q8_path(const cuda_backend *b, int64_t n_tokens, int32_t n_w, const 
     return true;
 }
 
-/* A matmul node's weights and outputs (up to 3): each weight recorded and
+/* A matmul node's weights and outputs (up to 4): each weight recorded and
  * found on the device (t[k]), each output's device slot (dy[k], [n_tokens,
  * n_out] floats). */
 static void mm_operands(cuda_backend *b, int64_t n_tokens, int32_t n_w, const ember_weight *const *ws, float *const *ys,
@@ -462,7 +462,7 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
                          float *const *ys)
 {
     const int64_t n = n_tokens * ws[0]->n_in, n_in = ws[0]->n_in;
-    uint32_t fmt[3];
+    uint32_t fmt[4];
     bool same = true;
     for (int32_t k = 0; k < n_w; k++) {
         fmt[k] = ember_cuda_q8_act_type(ws[k]->type);
@@ -490,11 +490,12 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
     cb_rec_i64(b, n_tokens);
     cb_rec_i64(b, n_w);
     const float *dx = cb_in_f(b, 0, x, (size_t)n);
-    const void *q[3];
-    const ember_cuda_tensor *t[3];
-    float *dy[3];
+    const void *q[4];
+    const ember_cuda_tensor *t[4];
+    float *dy[4];
     mm_operands(b, n_tokens, n_w, ws, ys, t, dy);
     if (cb_skip(b)) return;
+    int32_t n_fmt = 0;   /* activation formats quantized so far (at most 3: Q8_0, Q8_1, Q8_K) */
     for (int32_t k = 0; k < n_w; k++) {   /* x quantized once per activation format */
         int32_t j = 0;
         while (j < k && fmt[j] != fmt[k]) j++;
@@ -502,7 +503,7 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
             q[k] = q[j];
             continue;
         }
-        void *r = cb_stage(b, SLOT_ROUND + k, ember_cuda_q8_bytes(fmt[k], n_in, n_tokens));
+        void *r = cb_stage(b, SLOT_ROUND + n_fmt++, ember_cuda_q8_bytes(fmt[k], n_in, n_tokens));
         if (cb_skip(b)) return;
         if (k == 0 && fuse_add) {
             CK("matmul (post-norm add + norm + quantize)",
@@ -525,14 +526,22 @@ static void cu_matmul_q8(cuda_backend *b, const float *x, int64_t n_tokens, int3
             CK("matmul (quantize activations)", ember_cuda_quantize_q8(b->cu, fmt[k], dx, n_in, n_tokens, r));
         q[k] = r;
     }
-    /* weights of one type on the same activations (Q/K/V, gate/up) in one launch */
-    bool one_launch = n_w > 1;
-    for (int32_t k = 1; k < n_w; k++)
-        one_launch = one_launch && t[k]->type == t[0]->type && t[k]->row_bytes == t[0]->row_bytes && q[k] == q[0];
-    if (one_launch)
-        CK("matmul", ember_cuda_matmul_q8_multi(b->cu, n_w, t, q[0], n_tokens, dy));
-    else
-        for (int32_t k = 0; k < n_w; k++) CK("matmul", ember_cuda_matmul_q8(b->cu, t[k], q[k], n_tokens, dy[k]));
+    /* weights of one type on the same activations (Q/K/V, gate/up; Qwen3.5's
+     * z, alpha and beta beside a QKV of another type) in one launch, up to 3 */
+    bool done[4] = {false, false, false, false};
+    for (int32_t k = 0; k < n_w; k++) {
+        if (done[k]) continue;
+        const ember_cuda_tensor *gt[3] = {t[k]};
+        float *gy[3] = {dy[k]};
+        int32_t g = 1;
+        for (int32_t j = k + 1; j < n_w && g < 3; j++)
+            if (!done[j] && t[j]->type == t[k]->type && t[j]->row_bytes == t[k]->row_bytes && q[j] == q[k]) {
+                gt[g] = t[j];
+                gy[g++] = dy[j];
+                done[j] = true;
+            }
+        CK("matmul", ember_cuda_matmul_q8_multi(b->cu, g, gt, q[k], n_tokens, gy));
+    }
     for (int32_t k = 0; k < n_w; k++) cb_out_done(b, ys[k], dy[k], (size_t)(n_tokens * ws[k]->n_out));
 }
 
@@ -610,7 +619,11 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         ember_error(EMBER_ERR_INVALID_ARG, "cuda: matmul of %d weights at once (1..16)", (int)n_w);
         cb_die("matmul");
     }
-    if (n_w > 3) {   /* the launches take up to 3 weights (mm_seg): Qwen3.5's 4 in two calls */
+    if (n_w <= 4 && q8_path(b, n_tokens, n_w, ws)) {   /* groups its launches by type, up to 3 weights each */
+        cu_matmul_q8(b, x, n_tokens, n_w, ws, ys);
+        return;
+    }
+    if (n_w > 3) {   /* the other paths take up to 3 weights (mm_seg): Qwen3.5's 4 in two calls */
         for (int32_t k0 = 0; k0 < n_w; k0 += 3) cu_matmul(be, x, n_tokens, n_w - k0 < 3 ? n_w - k0 : 3, ws + k0, ys + k0);
         return;
     }
@@ -862,6 +875,7 @@ static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
         cb_rec_ptr(b, y);
         if (b->fuse_add && b->in_step && !b->f32_act) {   /* held back for the next block's pre-norm and matmul */
             b->pa.on = true;
+            b->pa.plain = false;
             b->pa.x = b->pn.x;
             b->pa.w = b->pn.w;
             b->pa.y = b->pn.y;
@@ -879,6 +893,18 @@ static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
     cb_flush(b);
     float *dy = cb_io_f(b, 0, y, (size_t)n);
     const float *dx = cb_in_f(b, 1, x, (size_t)n);
+    if (cb_add_waits(b, y, x)) {   /* held back for the next block's pre-norm and matmul, as Gemma's above */
+        b->pa.on = true;
+        b->pa.plain = true;
+        b->pa.x = dx;
+        b->pa.w = NULL;
+        b->pa.y = NULL;
+        b->pa.res = dy;
+        b->pa.n = n;
+        b->pa.n_rows = 1;
+        b->pa.eps = 0.f;
+        return;
+    }
     if (cb_skip(b)) return;
     CK("add", ember_cuda_add(b->cu, dy, dx, dy, n));
     cb_out_done(b, y, dy, (size_t)n);

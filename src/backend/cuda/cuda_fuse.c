@@ -34,6 +34,10 @@ void cb_flush_pa(cuda_backend *b)
     if (!b->pa.on) return;
     b->pa.on = false;
     if (cb_skip(b)) return;
+    if (b->pa.plain) {
+        CK("add", ember_cuda_add(b->cu, b->pa.res, b->pa.x, b->pa.res, b->pa.n * b->pa.n_rows));
+        return;
+    }
     CK("rms_norm_add", ember_cuda_rms_norm_add_out(b->cu, b->pa.x, b->pa.w, b->pa.y, b->pa.res, b->pa.n,
                                                    b->pa.n_rows, b->pa.eps));
 }
@@ -161,10 +165,21 @@ bool cb_pat_head_norm(const cuda_backend *b, const float *y, const float *x, int
     return x == y && cb_is_act(b, x) && cb_ph_on(b) && n_rows % b->s_n == 0;
 }
 
+bool cb_add_waits(const cuda_backend *b, const float *y, const float *x)
+{
+    return b->fuse_add && b->in_step && !b->f32_act && cb_is_act(b, x) && cb_is_act(b, y) && x != y;
+}
+
+/* The waiting add's rows are [n_rows, n]: a plain add's only by its total. */
+static bool pa_shape(const cuda_backend *b, int64_t n, int64_t n_rows)
+{
+    return b->pa.plain ? b->pa.n * b->pa.n_rows == n * n_rows : n == b->pa.n && n_rows == b->pa.n_rows;
+}
+
 bool cb_pat_add_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows, int64_t n)
 {
-    return b->pa.on && x == b->pa.res && y != x && n == b->pa.n && n_rows == b->pa.n_rows && cb_is_act(b, y) &&
-           !b->pn.on && !b->ps.on && !b->pg.on && !b->ph.n_parts;
+    return b->pa.on && x == b->pa.res && y != x && pa_shape(b, n, n_rows) && cb_is_act(b, y) && !b->pn.on &&
+           !b->ps.on && !b->pg.on && !b->ph.n_parts;
 }
 
 bool cb_pat_norm_add(const cuda_backend *b, const float *y, const float *x, int64_t n)
@@ -191,7 +206,7 @@ bool cb_pat_glu_quant(const cuda_backend *b, const float *x, int64_t n, uint32_t
 bool cb_pat_add_quant(const cuda_backend *b, const float *x, int64_t n_in, int64_t n_tokens, uint32_t fmt,
                       bool with_norm)
 {
-    return q8_blocks(fmt, n_in) && b->pa.on && b->pa.n == n_in && b->pa.n_rows == n_tokens &&
+    return q8_blocks(fmt, n_in) && b->pa.on && pa_shape(b, n_in, n_tokens) &&
            (with_norm ? b->pn.x == b->pa.res : !b->pn.on && x == b->pa.res);
 }
 

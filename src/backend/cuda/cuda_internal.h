@@ -205,11 +205,14 @@ typedef struct cuda_backend {
      * on another tensor: they commute), so everything it holds comes before
      * whatever else waits, and cb_flush() launches it first. */
     struct { int32_t n_parts, head_dim; bool store; const int32_t *cells; ember_cuda_head_part part[3]; } ph;
-    /* Gemma's post-norm + residual add, held back so that the next block's
-     * pre-norm and the quantized input of its matmul come from the same
-     * kernel (ember_cuda_add_norm_quant_q8): launched by any other op. It
-     * always comes before a waiting norm; no head op joins while it waits. */
-    struct { bool on; const float *x, *w; float *y, *res; int64_t n, n_rows; float eps; } pa;
+    /* A residual add, held back so that the next block's pre-norm and the
+     * quantized input of its matmul come from the same kernel
+     * (ember_cuda_add_norm_quant_q8): Gemma's post-norm + add (res +=
+     * rms_norm(x) * w, y the norm's output, rows of n), or with plain the
+     * pre-norm models' res += x (n elements as one row until a norm of the
+     * same total joins). Launched by any other op. It always comes before a
+     * waiting norm; no head op joins while it waits. */
+    struct { bool on, plain; const float *x, *w; float *y, *res; int64_t n, n_rows; float eps; } pa;
     /* a decode attention on activation memory, held back so that the next
      * matmul's Q8 input comes from the attention kernel itself
      * (ember_cuda_attn with q8_buf): launched by any other op, before
@@ -335,14 +338,16 @@ bool cb_ph_take_norm(cuda_backend *b);
  * a GLU on gate/up [n], n a multiple of 256 (cb_glu_waits), a power-of-two
  * scale of x (cb_scale_waits: exact to fold into the attention's scale),
  * a decode attention (<= GRAPH_MAX_N queries) from and to activation
- * memory (cb_attn_waits).
+ * memory (cb_attn_waits), a residual add y += x on activation memory
+ * (cb_add_waits: pre-norm models' add, taken by the next block's norm and
+ * matmul as Gemma's post-norm add is).
  * What the next op takes:
  *   cb_pat_head_norm   a per-head norm in place (n_rows a multiple of the
  *                      step's tokens): the waiting norm may join the head
  *                      preparation
  *   cb_pat_add_norm    add -> norm: the pre-norm y = norm(x) of the residual
- *                      x a waiting post-norm add writes ([n_rows, n]) waits
- *                      with it
+ *                      x a waiting add writes ([n_rows, n]; a plain add's
+ *                      n_rows * n elements) waits with it
  *   cb_pat_norm_add    norm -> add: y[n] += the waiting norm's output x, one
  *                      kernel
  *   cb_pat_norm_quant  norm -> matmul(+quantize): the waiting norm wrote the
@@ -350,9 +355,9 @@ bool cb_ph_take_norm(cuda_backend *b);
  *                      its kernel
  *   cb_pat_glu_quant   glu -> matmul(+quantize): the waiting GLU wrote x [n]
  *                      (Q8_K only)
- *   cb_pat_add_quant   add -> (norm ->) matmul(+quantize): a waiting post-norm
- *                      add, with the norm (with_norm) or alone when x is its
- *                      residual
+ *   cb_pat_add_quant   add -> (norm ->) matmul(+quantize): a waiting add
+ *                      (post-norm or plain), with the norm (with_norm) or
+ *                      alone when x is its residual
  *   cb_pat_norm_round  norm -> matmul, F32 kernels: the norm's kernel rounds
  *                      x [n] to Q8_0 when every weight of ws wants 32-blocks
  *   cb_pat_glu_round   glu -> matmul, F32 kernels: likewise to Q8_K
@@ -365,6 +370,7 @@ bool cb_norm_waits(const cuda_backend *b, const float *y, const float *x);
 bool cb_glu_waits(const cuda_backend *b, const float *gate, const float *up, int64_t n);
 bool cb_scale_waits(const cuda_backend *b, const float *x, float s);
 bool cb_attn_waits(const cuda_backend *b, const float *q, const float *out, int32_t n);
+bool cb_add_waits(const cuda_backend *b, const float *y, const float *x);
 bool cb_pat_head_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows);
 bool cb_pat_add_norm(const cuda_backend *b, const float *y, const float *x, int64_t n_rows, int64_t n);
 bool cb_pat_norm_add(const cuda_backend *b, const float *y, const float *x, int64_t n);

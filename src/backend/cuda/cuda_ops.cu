@@ -399,13 +399,16 @@ __device__ __forceinline__ void norm_quant_row(const float *xr, float inv, const
     }
 }
 
-/* One CTA per row of n. With ADD (Gemma's post-norm and residual add, as
- * k_rms_norm_add_out): y1 = rms_norm(x) * w1, residual += y1, then the
- * quantized row is of the new residual: y = rms_norm(residual) * w (NORM2)
- * or the residual itself. Without ADD: y = rms_norm(x) * w. y (NULL: not
- * written) and its Q8 blocks (qs [rows * n], qd / qsum per block, the
- * cuda_q8.cu buffer). */
-template <int QM, bool ADD, bool NORM2>
+/* One CTA per row of n. ADD = kAddPost (Gemma's post-norm and residual add,
+ * as k_rms_norm_add_out): y1 = rms_norm(x) * w1, residual += y1; ADD =
+ * kAddPlain (the pre-norm blocks' residual add, as k_add): residual += x
+ * (w1, y1, eps1 unused). Then the quantized row is of the new residual: y =
+ * rms_norm(residual) * w (NORM2) or the residual itself. Without ADD: y =
+ * rms_norm(x) * w. y (NULL: not written) and its Q8 blocks (qs [rows * n],
+ * qd / qsum per block, the cuda_q8.cu buffer). */
+enum { kAddNone = 0, kAddPost = 1, kAddPlain = 2 };
+
+template <int QM, int ADD, bool NORM2>
 __global__ void k_norm_quant(const float *x, const float *__restrict__ w1, float *y1, float *residual, float eps1,
                              const float *__restrict__ w, float *y, int8_t *qs, float *qd, float *qsum, int64_t n,
                              float eps)
@@ -416,12 +419,17 @@ __global__ void k_norm_quant(const float *x, const float *__restrict__ w1, float
     const float *src = x + r * n;
     if (ADD) {
         const float *xr = x + r * n;
-        float *y1r = y1 + r * n, *rr = residual + r * n;
-        const float inv1 = ember_row_inv_rms(xr, n, eps1);
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            const float v = __fmul_rn(__fmul_rn(xr[i], inv1), w1 ? w1[i] : 1.f);
-            y1r[i] = v;
-            rr[i] = __fadd_rn(rr[i], v); /* not contracted into an FMA with the norm's product */
+        float *rr = residual + r * n;
+        if (ADD == kAddPlain) {
+            for (int64_t i = threadIdx.x; i < n; i += blockDim.x) rr[i] = __fadd_rn(rr[i], xr[i]);
+        } else {
+            float *y1r = y1 + r * n;
+            const float inv1 = ember_row_inv_rms(xr, n, eps1);
+            for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+                const float v = __fmul_rn(__fmul_rn(xr[i], inv1), w1 ? w1[i] : 1.f);
+                y1r[i] = v;
+                rr[i] = __fadd_rn(rr[i], v); /* not contracted into an FMA with the norm's product */
+            }
         }
         __syncthreads();   /* the row's new residual, written by all threads, is read by all */
         src = rr;
@@ -442,7 +450,7 @@ __global__ void k_norm_quant(const float *x, const float *__restrict__ w1, float
  * x, the residual and the weights in four dependent trips. */
 constexpr int kNormRegK = 8;
 
-template <int QM, bool ADD, bool NORM2>
+template <int QM, int ADD, bool NORM2>
 __global__ void k_norm_quant_reg(const float *x, const float *__restrict__ w1, float *y1, float *residual, float eps1,
                                  const float *__restrict__ w, float *y, int8_t *qs, float *qd, float *qsum, int64_t n,
                                  float eps)
@@ -455,7 +463,7 @@ __global__ void k_norm_quant_reg(const float *x, const float *__restrict__ w1, f
 #pragma unroll
     for (int k = 0; k < kNormRegK; k++) {
         const int64_t i = t + (int64_t)k * T;
-        wv1[k] = ADD && i < n ? (w1 ? w1[i] : 1.f) : 0.f;
+        wv1[k] = ADD == kAddPost && i < n ? (w1 ? w1[i] : 1.f) : 0.f;
     }
     if ((!ADD || NORM2) && w) /* the quantizer's weights, one 128-byte line per thread */
         for (int64_t i = (int64_t)t * 32; i < n; i += (int64_t)T * 32) asm volatile("prefetch.global.L1 [%0];" ::"l"(w + i));
@@ -466,7 +474,15 @@ __global__ void k_norm_quant_reg(const float *x, const float *__restrict__ w1, f
         xv[k] = i < n ? x[r * n + i] : 0.f;
         rv[k] = ADD && i < n ? residual[r * n + i] : 0.f;
     }
-    if (ADD) {
+    if (ADD == kAddPlain) {
+#pragma unroll
+        for (int k = 0; k < kNormRegK; k++) {
+            const int64_t i = t + (int64_t)k * T;
+            if (i >= n) continue;
+            rv[k] = __fadd_rn(rv[k], xv[k]);
+            residual[r * n + i] = rv[k];
+        }
+    } else if (ADD) {
         double ss = 0.0;
 #pragma unroll
         for (int k = 0; k < kNormRegK; k++)
@@ -802,7 +818,7 @@ static float *q8_d(void *buf, int64_t n, int64_t n_rows)
     return (float *)((char *)buf + (((size_t)(n * n_rows) + 15) & ~(size_t)15));
 }
 
-template <bool ADD, bool NORM2>
+template <int ADD, bool NORM2>
 static void launch_norm_quant(ember_cuda *cu, uint32_t act_type, const float *x, const float *w1, float *y1,
                               float *residual, float eps1, const float *w, float *y, void *buf, int64_t n,
                               int64_t n_rows, float eps)
@@ -854,7 +870,7 @@ extern "C" ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t ac
     EMBER_CUDA_NONNULL(buf);
     ember_status st = norm_quant_check(act_type, n, n_rows, "rms_norm_quant_q8");
     if (st) return st;
-    launch_norm_quant<false, false>(cu, act_type, x, NULL, NULL, NULL, 0.f, w, y, buf, n, n_rows, eps);
+    launch_norm_quant<kAddNone, false>(cu, act_type, x, NULL, NULL, NULL, 0.f, w, y, buf, n, n_rows, eps);
     return ember_cuda_launched("rms_norm_quant_q8");
 }
 
@@ -865,14 +881,19 @@ extern "C" ember_status ember_cuda_add_norm_quant_q8(ember_cuda *cu, uint32_t ac
 {
     EMBER_CUDA_NONNULL(cu);
     EMBER_CUDA_NONNULL(x);
-    EMBER_CUDA_NONNULL(y1);
     EMBER_CUDA_NONNULL(residual);
     EMBER_CUDA_NONNULL(buf);
     if (norm2) EMBER_CUDA_NONNULL(y);
     ember_status st = norm_quant_check(act_type, n, n_rows, "add_norm_quant_q8");
     if (st) return st;
-    if (norm2) launch_norm_quant<true, true>(cu, act_type, x, w1, y1, residual, eps1, w, y, buf, n, n_rows, eps);
-    else launch_norm_quant<true, false>(cu, act_type, x, w1, y1, residual, eps1, NULL, NULL, buf, n, n_rows, eps);
+    if (!y1 && norm2)   /* the plain residual add */
+        launch_norm_quant<kAddPlain, true>(cu, act_type, x, NULL, NULL, residual, 0.f, w, y, buf, n, n_rows, eps);
+    else if (!y1)
+        launch_norm_quant<kAddPlain, false>(cu, act_type, x, NULL, NULL, residual, 0.f, NULL, NULL, buf, n, n_rows, eps);
+    else if (norm2)
+        launch_norm_quant<kAddPost, true>(cu, act_type, x, w1, y1, residual, eps1, w, y, buf, n, n_rows, eps);
+    else
+        launch_norm_quant<kAddPost, false>(cu, act_type, x, w1, y1, residual, eps1, NULL, NULL, buf, n, n_rows, eps);
     return ember_cuda_launched("add_norm_quant_q8");
 }
 

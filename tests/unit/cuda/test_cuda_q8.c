@@ -182,6 +182,75 @@ static void test_fused_quantize_matches_cpu(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* The pre-norm models' residual add followed by the next matmul's input
+ * (ember_cuda_add_norm_quant_q8 with y1 NULL): the CPU ops one after
+ * another, residual += x, y = rms_norm(residual) * w (or the residual
+ * itself), then the CPU quantizer: every F32 output and every block
+ * identical. Widths 2560 (the register kernel) and 8192 (the other one);
+ * y written over x as Qwen3.5 and Llama do (add(x, xb); rms_norm(xb, x)). */
+static void test_plain_add_norm_quantize_matches_cpu(void **state)
+{
+    (void)state;
+    TEST_NEED_GPU();
+    const ember_backend_limits lim = {.max_tokens = 16, .max_n_in = 8192, .max_kv_tokens = 16, .max_head_dim = 256};
+    ember_backend *cpu = NULL;
+    assert_int_equal(test_cpu_backend_new(2, &lim, &cpu), EMBER_OK);
+    int bad = 0;
+    for (int wi = 0; wi < 2; wi++) {
+        const int64_t n = wi == 0 ? 2560 : 8192, rows = 3;
+        const size_t nb = sizeof(float) * n * rows;
+        float *x = malloc(nb), *res0 = malloc(nb), *w = malloc(sizeof(float) * n), *res = malloc(nb), *y = malloc(nb),
+              *got = malloc(nb);
+        assert_true(x && res0 && w && res && y && got);
+        make_x(x, n, rows);
+        for (int64_t i = 0; i < n * rows; i++) res0[i] = test_randf(-30.f, 30.f);
+        for (int64_t i = 0; i < n; i++) w[i] = test_randf(0.5f, 2.f);
+        memcpy(res, res0, nb);
+        cpu->ops->add(cpu, res, x, n * rows);
+        cpu->ops->rms_norm(cpu, y, res, w, rows, n, 1e-6f);
+        float *dx = dev_new(NULL, nb), *dw = dev_new(w, sizeof(float) * n), *dres = dev_new(NULL, nb);
+        for (int k = 0; k < 4; k++) {   /* with the pre-norm: Q8_0, Q8_1, Q8_K; without: Q8_K */
+            const uint32_t at = k == 0 ? EMBER_TYPE_Q8_0 : k == 1 ? EMBER_TYPE_Q8_1 : EMBER_TYPE_Q8_K;
+            const bool norm2 = k < 3;
+            const size_t qb = ember_cuda_q8_bytes(at, n, rows);
+            void *dq = dev_new(NULL, qb);
+            uint8_t *g = malloc(qb);
+            assert_non_null(g);
+            CU_OK(ember_cuda_upload(test_cu, dres, res0, nb));
+            CU_OK(ember_cuda_upload(test_cu, dx, x, nb));
+            CU_OK(ember_cuda_add_norm_quant_q8(test_cu, at, dx, NULL, NULL, dres, 0.f, norm2 ? dw : NULL,
+                                               norm2 ? dx : NULL, dq, n, rows, 1e-6f, norm2));
+            dev_get(g, dq, qb);
+            bad += compare_q8(norm2 ? "plain add_norm_quant_q8" : "plain add_norm_quant_q8 (residual)", at,
+                              norm2 ? y : res, g, n, rows);
+            const float *want[2] = {res, y};
+            float *have[2] = {dres, dx};
+            for (int o = 0; o < (norm2 ? 2 : 1); o++) {
+                dev_get(got, have[o], nb);
+                int obad = 0;
+                for (int64_t i = 0; i < n * rows; i++)
+                    if (memcmp(&got[i], &want[o][i], 4) != 0 && obad++ < 3)
+                        print_error("  plain add_norm_quant_q8 n %lld output %d [%lld]: cpu %.9g gpu %.9g\n",
+                                    (long long)n, o, (long long)i, want[o][i], got[i]);
+                bad += obad;
+            }
+            free(g);
+            dev_free(dq, qb);
+        }
+        dev_free(dx, nb);
+        dev_free(dw, sizeof(float) * n);
+        dev_free(dres, nb);
+        free(x);
+        free(res0);
+        free(w);
+        free(res);
+        free(y);
+        free(got);
+    }
+    ember_backend_free(cpu);
+    assert_int_equal(bad, 0);
+}
+
 /* Gemma's post-norm + residual add followed by the next matmul's input
  * (ember_cuda_add_norm_quant_q8): the CPU ops one after another, y1 =
  * rms_norm(x) * w1, residual += y1, y = rms_norm(residual) * w (or the
@@ -590,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_quantize_matches_cpu),
         cmocka_unit_test(test_fused_quantize_matches_cpu),
         cmocka_unit_test(test_add_norm_quantize_matches_cpu),
+        cmocka_unit_test(test_plain_add_norm_quantize_matches_cpu),
         cmocka_unit_test(test_matmul_q8_matches_cpu),
         cmocka_unit_test(test_matmul_q8_tall_equals_rowwise),
         cmocka_unit_test(test_matmul_q8_exact_bits),

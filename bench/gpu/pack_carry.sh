@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/gpu/pack_carry.sh — on the dev box, after `cmake --build build-cuda` (-DEMBER_CUDA=ON
 # -DCMAKE_CUDA_ARCHITECTURES=90-real): packs what the H200 scripts (serve_h200.sh, profile_h200.sh)
-# read from .carry/ (ignored: add `.carry/` to .git/info/exclude): bins.tar.xz (ember, par_decode,
+# read from .carry/ (ignored: add `.carry/` to .git/info/exclude): bins.tar.xz (ember, par_decode, spec_cost,
 # the CUDA unit tests, the Debian libraries the device lacks) and commit. The other .carry inputs
 # are made once per checkout (bench/results/cuda-h200.md, "Re-running"): llama/ (the parts of
 # ../shared/tools/llama.cpp-cuda-sm90), whl/ (`pip download --only-binary=:all: --python-version
@@ -15,6 +15,7 @@ set -e
 cd "$(dirname "$0")/../.."
 rm -rf /tmp/pack; mkdir -p /tmp/pack/b/bin /tmp/pack/b/bench /tmp/pack/b/tests /tmp/pack/lib
 cp build-cuda/bin/ember /tmp/pack/b/bin/
+cp build-cuda/bench/spec_cost /tmp/pack/b/bench/ 2>/dev/null || true
 cp build-cuda/bench/par_decode /tmp/pack/b/bench/ 2>/dev/null || cp build-cuda/bin/par_decode /tmp/pack/b/bench/ 2>/dev/null || find build-cuda -name par_decode -type f -exec cp {} /tmp/pack/b/bench/ \;
 for t in build-cuda/tests/test_cuda_* build-cuda/tests/test_seam build-cuda/tests/test_runtime build-cuda/tests/test_qwen35 build-cuda/tests/test_dflash_spec build-cuda/tests/test_mtp_spec build-cuda/tests/test_dflash build-cuda/tests/test_mtp; do cp $t /tmp/pack/b/tests/; done
 strip /tmp/pack/b/bin/* /tmp/pack/b/bench/* /tmp/pack/b/tests/* 2>/dev/null || true

@@ -15,7 +15,9 @@
 #   "decode": engine tg256 and 8-stream decode of E4B and Gemma 3 (DECMODELS) for each DECENV setting
 #   (default EMBER_CUDA_MMVQ_ROWS=0/2/4; a setting of several variables joins them with commas), alternated
 #   twice; "ncudec": ncu decode tables per NCUDECENV, of NCUDECSPECS ("model launches-skipped launches-counted"
-#   separated by ";", default E4B then Gemma 3).
+#   separated by ";", default E4B then Gemma 3); "stepcost": bench/spec_cost (one decode of k tokens,
+#   k in SPECK, default 1,2,4,8) of each DECMODELS model; "ncupar": ncu tables of 8-stream decode
+#   (par_decode -np 8) per NCUPARSPECS (default E4B, launches 6000 skipped, 1200 counted).
 # Results: $OUT/ub.txt.
 set -u
 : "${OUT:?set OUT}"
@@ -109,6 +111,28 @@ if has ncudec; then
       python3 bench/gpu/ncu_table.py /tmp/ncu.log 14 | tee -a "$S"
       python3 bench/gpu/ncu_table.py /tmp/ncu.log --seq 0 ${NCUSEQ:-60} | tee -a "$S"
     done
+  done
+fi
+
+if has stepcost; then
+  # verification-step cost: one ember_decode of k tokens of one sequence (bench/spec_cost.c) per model
+  for mm in ${DECMODELS:-$M $G3}; do
+    log "=== spec_cost $(basename $mm) -k ${SPECK:-1,2,4,8} $(el)"
+    timeout 200 $B/bench/spec_cost $mm -p 256 -r ${SPECR:-9} -k ${SPECK:-1,2,4,8} 2>&1 | tail -12 | tee -a "$S"
+  done
+fi
+
+if has ncupar; then
+  # ncu per-kernel table of 8-stream decode (par_decode -np 8: every mat-vec with 8 columns)
+  NCUB=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+  IFS=';' read -ra specs <<< "${NCUPARSPECS:-$M 6000 1200}"
+  for spec in "${specs[@]}"; do
+    set -- $spec
+    timeout 300 $NCUB --clock-control none --cache-control none --launch-skip $2 --launch-count $3 --metrics gpu__time_duration.sum --csv \
+      --log-file /tmp/ncu.log $B/bench/par_decode $1 -ngl 99 -np 8 -pp 32 -tg 32 -r 1 > /dev/null 2>&1
+    log "=== ncu 8-stream decode $(basename $1)"
+    python3 bench/gpu/ncu_table.py /tmp/ncu.log 16 | tee -a "$S"
+    python3 bench/gpu/ncu_table.py /tmp/ncu.log --seq 0 ${NCUSEQ:-60} | tee -a "$S"
   done
 fi
 

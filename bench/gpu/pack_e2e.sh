@@ -11,7 +11,8 @@
 #                     dependencies, less EXCLUDE (numpy: the device has it, for torch, and a carried one
 #                     would shadow it)
 # The plan: call 1 carries c01 + e2ewhl + bins.tar.xz + commit (bench/gpu/pack_carry.sh), so the first
-# call already says whether ember loads and the packages import; calls 2..N carry c02..cNN alone; the
+# call already says whether ember loads and the packages import (when bins and wheels do not fit one
+# call, call 2 carries e2ewhl); the other calls carry their cNN alone; the
 # call that brings the last part also runs the suite. Each call's carry is at most CARRY_MAX bytes:
 # 64 MiB less the working tree (tracked and untracked-not-ignored files, measured here: run this in the
 # checkout that makes the calls) less MARGIN.
@@ -64,14 +65,19 @@ src, dst, cap, bins, whl, bins_note = sys.argv[1], sys.argv[2], int(sys.argv[3])
 MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
 PART_MAX = 32 << 20
 MANIFEST_ROOM = 4096          # manifest.txt in each call's folder (a few hundred bytes)
-first_extra = bins + whl      # call 1 also carries bins.tar.xz, commit and e2ewhl/
-if first_extra + MANIFEST_ROOM + (1 << 20) > cap:
-    sys.exit(f"bins ({bins}) + wheels ({whl}) leave no room in one call of {cap} bytes")
+# call 1 also carries bins.tar.xz and commit, and e2ewhl/ when both fit; else call 2 carries e2ewhl/
+BINS_CARRY, WHL_CARRY = [".carry/bins.tar.xz", ".carry/commit"], [".carry/e2ewhl"]
+if bins + whl + MANIFEST_ROOM + (1 << 20) <= cap:
+    extras = [(bins + whl, BINS_CARRY + WHL_CARRY, f" + wheels {whl} + bins {bins} ({bins_note})")]
+elif max(bins, whl) + MANIFEST_ROOM + (1 << 20) <= cap:
+    extras = [(bins, BINS_CARRY, f" + bins {bins} ({bins_note})"), (whl, WHL_CARRY, f" + wheels {whl}")]
+else:
+    sys.exit(f"bins ({bins}) or wheels ({whl}) leave no room in one call of {cap} bytes")
 sizes = {m: os.path.getsize(os.path.join(src, m)) for m in MODELS}
 # cut the models, one after the other, into calls: each call is filled up to its room
 calls, mi, off = [], 0, 0
 while mi < len(MODELS):
-    room = cap - MANIFEST_ROOM - (first_extra if not calls else 0)
+    room = cap - MANIFEST_ROOM - (extras[len(calls)][0] if len(calls) < len(extras) else 0)
     parts = []
     while room > 0 and mi < len(MODELS):
         m = MODELS[mi]
@@ -124,10 +130,10 @@ for ci, row in enumerate(named):
     tot = sum(n for _, _, n, _ in row) + len(manifest)
     carry = [d]
     extra = ""
-    if ci == 0:
-        carry += [".carry/e2ewhl", ".carry/bins.tar.xz", ".carry/commit"]
-        tot += bins + whl
-        extra = f" + wheels {whl} + bins {bins} ({bins_note})"
+    if ci < len(extras):
+        carry += extras[ci][1]
+        tot += extras[ci][0]
+        extra = extras[ci][2]
     what = ", ".join(f"{name} ({n})" for _, _, n, name in row)
     last = "  <- the suite runs in this call" if ci == len(named) - 1 else ""
     out.append(f"call {ci + 1:2d}: {tot / 1e6:5.1f} MB  carry {carry}: {what}{extra}{last}")

@@ -57,7 +57,7 @@ static const opt_row rows[] = {
     {"EMBER_CUDA_FUSE", OPT_BOOL, F(cuda_fuse), 1, 0, 1, NULL,
      "0: no fusion of RMSNorm, power-of-two scales and GLU into the neighbouring kernels"},
     {"EMBER_CUDA_FUSE_ADD", OPT_BOOL, F(cuda_fuse_add), 1, 0, 1, NULL,
-     "0: Gemma's post-norm residual add runs alone, not with the next pre-norm and matmul input (1: one kernel, the same bits)"},
+     "0: a decode step's residual add (Gemma's post-norm add, the others' plain add) runs alone, not with the next pre-norm and matmul input (1: one kernel, the same bits)"},
     {"EMBER_CUDA_FUSE_ATTN", OPT_BOOL, F(cuda_fuse_attn), 1, 0, 1, NULL,
      "0: a decode step's attention output is quantized for the output projection by its own kernel (1: by the attention kernel, the same bytes)"},
     {"EMBER_CUDA_FUSE_HEAD", OPT_BOOL, F(cuda_fuse_head), 1, 0, 1, NULL,

@@ -245,6 +245,13 @@ void ember_cuda_set_mmvq_rows(ember_cuda *cu, int rows_per_warp);
  * EMBER_CUDA_MMVQ_SMEM; rows a warp as ember_cuda_set_mmvq_rows, 1 for 0,
  * fewer where a CTA's copies would pass 48 KiB). The same output bits. */
 void ember_cuda_set_mmvq_smem(ember_cuda *cu, bool on);
+
+/* Rows each warp of a 2-8 column free-order Q4_K / Q6_K mat-vec takes at
+ * once (cuda_mmvq.cu k_mmvq_mr; EMBER_CUDA_MMVQ_MR): 1 (one row a warp),
+ * 2 or 4 (3 or more means 4); each activation load serves them all. The
+ * same output bits whatever it is (each row's and column's steps and order
+ * do not change). */
+void ember_cuda_set_mmvq_mr(ember_cuda *cu, int rows_per_warp);
 /* ember_cuda_matmul_q8 for n_w (1..3) weights of one type and row length
  * that read the same quantized activations (Q/K/V, gate/up), in one
  * launch: ys[k] = [n_cols, ws[k]->ne1], each row computed exactly as

@@ -62,6 +62,12 @@ struct row4_K {
     {
         mmvq4_K_lane<NC>(wr, nb, aq, ad, n, lane, acc);
     }
+    template <int NC, int RPW>
+    __device__ static void run_rows(const uint8_t *wr, size_t row_bytes, int nr, int nb, const int8_t *aq,
+                                    const float *ad, int64_t n, int lane, float *acc)
+    {
+        mmvq4_K_lane_rows<NC, RPW>(wr, row_bytes, nr, nb, aq, ad, n, lane, acc);
+    }
 };
 struct row6_K {
     template <int NC>
@@ -69,6 +75,12 @@ struct row6_K {
                                int lane, float *acc)
     {
         mmvq6_K_lane<NC>(wr, nb, aq, ad, n, lane, acc);
+    }
+    template <int NC, int RPW>
+    __device__ static void run_rows(const uint8_t *wr, size_t row_bytes, int nr, int nb, const int8_t *aq,
+                                    const float *ad, int64_t n, int lane, float *acc)
+    {
+        mmvq6_K_lane_rows<NC, RPW>(wr, row_bytes, nr, nb, aq, ad, n, lane, acc);
     }
 };
 
@@ -115,7 +127,7 @@ constexpr int64_t kTallRows = 32768; /* rows from which a lone weight takes 4 ro
 template <int RPW> struct warp_rows {
     const uint8_t *wr;
     float *y;
-    int64_t row0;
+    int64_t row0, n_rows; /* n_rows: the segment's (its outputs' column stride) */
     int nr;
 };
 
@@ -127,6 +139,7 @@ __device__ __forceinline__ warp_rows<RPW> rows_of_warp(const mm_seg &ms, size_t 
     const unsigned b0 = seg == 0 ? 0u : (seg == 1 ? ms.end0 : ms.end1);
     const int64_t n_rows = seg == 0 ? ms.n0 : (seg == 1 ? ms.n1 : ms.n2);
     warp_rows<RPW> w;
+    w.n_rows = n_rows;
     w.row0 = ((int64_t)(bx - b0) * kWarpsQ8 + (threadIdx.x >> 5)) * RPW;
     w.nr = w.row0 < n_rows ? (int)(n_rows - w.row0 < RPW ? n_rows - w.row0 : RPW) : 0;
     w.wr = (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + w.row0 * row_bytes;
@@ -302,6 +315,75 @@ bool launch_fast_rows(cudaStream_t st, uint32_t type, size_t row_bytes, const mm
     }
 }
 
+/* Several columns with RPW rows a warp (EMBER_CUDA_MMVQ_MR; Q4_K and Q6_K):
+ * k_mmvq's lanes load every column's activations for each row, 8 columns
+ * of 32 bytes per 32 weight bytes, so an 8-column launch reads its
+ * activations (from L1/L2) 8 times over per row; here each activation load
+ * serves the warp's RPW rows (mmvq*_lane_rows: the same outputs as
+ * k_mmvq). */
+template <class R, int NC, int RPW>
+__global__ void __launch_bounds__(kWarpsQ8 * 32)
+k_mmvq_mr(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad, int64_t n)
+{
+    const warp_rows<RPW> w = rows_of_warp<RPW>(ms, row_bytes);
+    if (w.nr) prefetch_row(w.wr, (size_t)w.nr * row_bytes);
+    ember_pdl_wait();
+    if (!w.nr) return;
+    const int lane = threadIdx.x & 31;
+    float acc[RPW * NC];
+#pragma unroll
+    for (int i = 0; i < RPW * NC; i++) acc[i] = 0.0f;
+    R::template run_rows<NC, RPW>(w.wr, row_bytes, w.nr, nb, aq, ad, n, lane, acc);
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            const float v = warp_sum(acc[r * NC + c]);
+            if (lane == 0 && r < w.nr) w.y[(int64_t)c * w.n_rows + w.row0 + r] = v;
+        }
+}
+
+template <class R, int NC>
+void launch_mr(cudaStream_t st, size_t row_bytes, mm_seg ms, int nb, const q8_view &a, int64_t n, int rpw)
+{
+    if (rpw >= 4) {
+        const unsigned grid = rows_grid(ms, (int64_t)kWarpsQ8 * 4);
+        ember_launch(k_mmvq_mr<R, NC, 4>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb, a.qs, a.d, n);
+    } else {
+        const unsigned grid = rows_grid(ms, (int64_t)kWarpsQ8 * 2);
+        ember_launch(k_mmvq_mr<R, NC, 2>, grid, kWarpsQ8 * 32, 0, st, ms, row_bytes, nb, a.qs, a.d, n);
+    }
+}
+
+template <int NC>
+bool launch_mr_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, const q8_view &a, int64_t n,
+                  int rpw)
+{
+    const int nb256 = (int)(n / 256);
+    if (type == EMBER_TYPE_Q4_K) launch_mr<row4_K, NC>(st, row_bytes, ms, nb256, a, n, rpw);
+    else if (type == EMBER_TYPE_Q6_K) launch_mr<row6_K, NC>(st, row_bytes, ms, nb256, a, n, rpw);
+    else return false;
+    return true;
+}
+
+/* Several columns, rpw (2 or 4) rows a warp, Q4_K / Q6_K weights; false:
+ * not taken (another type or nc, or rpw < 2). */
+bool launch_fast_mr(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, const q8_view &a, int64_t n,
+                    int nc, int rpw)
+{
+    if (rpw < 2) return false;
+    switch (nc) {
+    case 2: return launch_mr_nc<2>(st, type, row_bytes, ms, a, n, rpw);
+    case 3: return launch_mr_nc<3>(st, type, row_bytes, ms, a, n, rpw);
+    case 4: return launch_mr_nc<4>(st, type, row_bytes, ms, a, n, rpw);
+    case 5: return launch_mr_nc<5>(st, type, row_bytes, ms, a, n, rpw);
+    case 6: return launch_mr_nc<6>(st, type, row_bytes, ms, a, n, rpw);
+    case 7: return launch_mr_nc<7>(st, type, row_bytes, ms, a, n, rpw);
+    case 8: return launch_mr_nc<8>(st, type, row_bytes, ms, a, n, rpw);
+    default: return false;
+    }
+}
+
 template <int NC>
 void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
                     const q8_view &a, int64_t n)
@@ -335,8 +417,9 @@ void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
 } /* namespace */
 
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
-                      const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged)
+                      const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged, int mr_rows)
 {
+    if (nc >= 2 && launch_fast_mr(st, type, row_bytes, ms, a, n, nc, mr_rows)) return;
     if (nc == 1 && staged && launch_fast_smem(st, type, row_bytes, ms, a, n, rows_per_warp > 0 ? rows_per_warp : 1))
         return;
     if (nc == 1 && rows_per_warp != 1 && launch_fast_rows(st, type, row_bytes, ms, grid, a, n, rows_per_warp)) return;

@@ -152,6 +152,77 @@ EMBER_UNROLL
     }
 }
 
+/* mmvq4_K_lane over RPW rows at once (rows r < nr of wr, row_bytes apart;
+ * acc[r * NC + c]): each activation load and its sums serve every row, so a
+ * launch of NC columns reads its activations once per RPW rows instead of
+ * once per row. Per row and column the same integer dots and the same float
+ * steps in the same block order as mmvq4_K_lane<NC> (one super-block a pass
+ * per lane: the same order as any U), so the same outputs. */
+template <int NC, int RPW>
+__host__ __device__ __forceinline__ void mmvq4_K_lane_rows(const uint8_t *wr, size_t row_bytes, int nr, int nb,
+                                                           const int8_t *aq, const float *ad, int64_t n, int lane,
+                                                           float *acc)
+{
+    const int t = lane & 7, k = lane >> 3, g = t >> 1, hf = t & 1;
+    const bool lo = g < 2;
+    const int j0 = 2 * g, j1 = 2 * g + 1;
+    for (int b = k; b < nb; b += 4) {
+        uint4 hd[RPW], qv[RPW];
+EMBER_UNROLL
+        for (int r = 0; r < RPW; r++) {
+            if (r < nr) {
+                const uint8_t *blk = wr + (size_t)r * row_bytes + (size_t)b * 144;
+                hd[r] = *reinterpret_cast<const uint4 *>(blk);
+                qv[r] = *reinterpret_cast<const uint4 *>(blk + 16 + 32 * g + 16 * hf);
+            } else {
+                hd[r] = make_uint4(0u, 0u, 0u, 0u);
+                qv[r] = hd[r];
+            }
+        }
+        int sc0[RPW], m0[RPW], sc1[RPW], m1[RPW];
+        float dw[RPW], dmw[RPW];
+EMBER_UNROLL
+        for (int r = 0; r < RPW; r++) {
+            const uint4 h = hd[r];
+            dw[r] = f16_bits(h.x);
+            dmw[r] = f16_bits(h.x >> 16);
+            const int a0 = sbyte(h.y, h.z, h.w, j0), b40 = sbyte(h.y, h.z, h.w, j0 + 4);
+            const int a1 = sbyte(h.y, h.z, h.w, j1), b41 = sbyte(h.y, h.z, h.w, j1 + 4);
+            const int c0 = sbyte(h.y, h.z, h.w, lo ? j0 : j0 - 4), c1 = sbyte(h.y, h.z, h.w, lo ? j1 : j1 - 4);
+            sc0[r] = lo ? (a0 & 63) : ((b40 & 0xF) | ((c0 >> 6) << 4));
+            m0[r] = lo ? (b40 & 63) : ((b40 >> 4) | ((a0 >> 6) << 4));
+            sc1[r] = lo ? (a1 & 63) : ((b41 & 0xF) | ((c1 >> 6) << 4));
+            m1[r] = lo ? (b41 & 63) : ((b41 >> 4) | ((a1 >> 6) << 4));
+        }
+EMBER_UNROLL
+        for (int c = 0; c < NC; c++) {
+            const int8_t *a = aq + c * n + (int64_t)b * 256 + 64 * g + 16 * hf;
+            const int4 alo = *reinterpret_cast<const int4 *>(a), ahi = *reinterpret_cast<const int4 *>(a + 32);
+            const int al[4] = {alo.x, alo.y, alo.z, alo.w}, ah[4] = {ahi.x, ahi.y, ahi.z, ahi.w};
+            int slo = 0, shi = 0;
+EMBER_UNROLL
+            for (int i = 0; i < 4; i++) {
+                slo = dp4a_s(0x01010101, al[i], slo);
+                shi = dp4a_s(0x01010101, ah[i], shi);
+            }
+            const float da = ad[c * (n / 256) + b];
+EMBER_UNROLL
+            for (int r = 0; r < RPW; r++) {
+                const uint32_t q[4] = {qv[r].x, qv[r].y, qv[r].z, qv[r].w};
+                int dlo = 0, dhi = 0;
+EMBER_UNROLL
+                for (int i = 0; i < 4; i++) {
+                    dlo = dp4a_s((int)(q[i] & 0x0F0F0F0Fu), al[i], dlo);
+                    dhi = dp4a_s((int)((q[i] >> 4) & 0x0F0F0F0Fu), ah[i], dhi);
+                }
+                float &y = acc[r * NC + c];
+                y = fmaf((float)(sc0[r] * dlo + sc1[r] * dhi), dw[r] * da, y);
+                y = fmaf(-(float)(m0[r] * slo + m1[r] * shi), dmw[r] * da, y);
+            }
+        }
+    }
+}
+
 /* (lo:hi) >> sh, sh 0 or 16 (the funnel shift) */
 __host__ __device__ __forceinline__ uint32_t funnel_r(uint32_t lo, uint32_t hi, int sh)
 {
@@ -230,6 +301,69 @@ EMBER_UNROLL
                 sh = dp4a_s(0x01010101, ah[i], sh);
             }
             acc[c] = fmaf((float)(scl * (dl - 32 * sl) + sch * (dh - 32 * sh)), dw * ad[c * (n / 256) + b], acc[c]);
+        }
+    }
+}
+
+/* mmvq6_K_lane over RPW rows at once (as mmvq4_K_lane_rows: rows r < nr
+ * of wr, row_bytes apart, acc[r * NC + c]; each activation load and its
+ * sums serve every row; per row and column the same steps in the same order
+ * as mmvq6_K_lane<NC>, so the same outputs). */
+template <int NC, int RPW>
+__host__ __device__ __forceinline__ void mmvq6_K_lane_rows(const uint8_t *wr, size_t row_bytes, int nr, int nb,
+                                                           const int8_t *aq, const float *ad, int64_t n, int lane,
+                                                           float *acc)
+{
+    const int l = lane & 7, k = lane >> 3;
+    const int hh = l >> 2, lo = (l >> 1) & 1, hf = l & 1;
+    const int e0 = 128 * hh + 32 * lo + 16 * hf, s0 = e0 / 16;
+    const int qoff = 64 * hh + 32 * lo + 16 * hf, hoff = 128 + 32 * hh + 16 * hf;
+    const int shl = 2 * lo, shh = 2 * lo + 4;
+    for (int b = k; b < nb; b += 4) {
+        int ul[RPW][4], uh[RPW][4], scl[RPW], sch[RPW];
+        float dw[RPW];
+EMBER_UNROLL
+        for (int r = 0; r < RPW; r++) {
+            uint32_t ql[4] = {0u, 0u, 0u, 0u}, qh[4] = {0u, 0u, 0u, 0u};
+            scl[r] = sch[r] = 0;
+            dw[r] = 0.0f;
+            if (r < nr) {
+                const uint8_t *blk = wr + (size_t)r * row_bytes + (size_t)b * 210;
+                ld16_a2(blk + qoff, ql);
+                ld16_a2(blk + hoff, qh);
+                scl[r] = (int8_t)blk[192 + s0];
+                sch[r] = (int8_t)blk[192 + s0 + 4];
+                dw[r] = ld_f16(blk + 208);
+            }
+EMBER_UNROLL
+            for (int i = 0; i < 4; i++) {
+                ul[r][i] = (int)((ql[i] & 0x0F0F0F0Fu) | (((qh[i] >> shl) & 0x03030303u) << 4));
+                uh[r][i] = (int)(((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> shh) & 0x03030303u) << 4));
+            }
+        }
+EMBER_UNROLL
+        for (int c = 0; c < NC; c++) {
+            const int8_t *a = aq + c * n + (int64_t)b * 256 + e0;
+            const int4 a0 = *reinterpret_cast<const int4 *>(a), a1 = *reinterpret_cast<const int4 *>(a + 64);
+            const int al[4] = {a0.x, a0.y, a0.z, a0.w}, ah[4] = {a1.x, a1.y, a1.z, a1.w};
+            int sl = 0, sh = 0;
+EMBER_UNROLL
+            for (int i = 0; i < 4; i++) {
+                sl = dp4a_s(0x01010101, al[i], sl);
+                sh = dp4a_s(0x01010101, ah[i], sh);
+            }
+            const float da = ad[c * (n / 256) + b];
+EMBER_UNROLL
+            for (int r = 0; r < RPW; r++) {
+                int dl = 0, dh = 0;
+EMBER_UNROLL
+                for (int i = 0; i < 4; i++) {
+                    dl = dp4a_s(ul[r][i], al[i], dl);
+                    dh = dp4a_s(uh[r][i], ah[i], dh);
+                }
+                float &y = acc[r * NC + c];
+                y = fmaf((float)(scl[r] * (dl - 32 * sl) + sch[r] * (dh - 32 * sh)), dw[r] * da, y);
+            }
         }
     }
 }

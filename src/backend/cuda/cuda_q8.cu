@@ -446,7 +446,8 @@ extern "C" ember_status ember_cuda_matmul_q8_multi(ember_cuda *cu, int32_t n_w, 
             ms.n2 = ws[2]->ne1;
         }
         if (!cu->exact_mm) {
-            mmvq_fast_launch(cu->stream, w->type, w->row_bytes, ms, grid, v, n, nc, cu->mmvq_rows, cu->mmvq_smem);
+            mmvq_fast_launch(cu->stream, w->type, w->row_bytes, ms, grid, v, n, nc, cu->mmvq_rows, cu->mmvq_smem,
+                             cu->mmvq_mr);
             continue;
         }
         switch (nc) {
@@ -479,6 +480,11 @@ extern "C" void ember_cuda_set_exact_matvec(ember_cuda *cu, bool on)
 extern "C" void ember_cuda_set_mmvq_rows(ember_cuda *cu, int rows_per_warp)
 {
     if (cu) cu->mmvq_rows = rows_per_warp < 0 ? 0 : rows_per_warp;
+}
+
+extern "C" void ember_cuda_set_mmvq_mr(ember_cuda *cu, int rows_per_warp)
+{
+    if (cu) cu->mmvq_mr = rows_per_warp < 2 ? 1 : (rows_per_warp > 2 ? 4 : 2);
 }
 
 extern "C" void ember_cuda_set_mmvq_smem(ember_cuda *cu, bool on)

@@ -129,9 +129,11 @@ static inline q8_view q8_split(uint32_t act_type, const void *buf, int64_t n, in
  * rows, else 1); staged (one column only; EMBER_CUDA_MMVQ_SMEM): each warp
  * copies its rows into shared memory with cp.async before the PDL wait
  * (rows_per_warp of them, 1 for 0, fewer where 48 KiB a CTA would not
- * hold them). The same outputs whatever they are. */
+ * hold them); mr_rows (2 to 8 columns of Q4_K or Q6_K; EMBER_CUDA_MMVQ_MR):
+ * 2 or 4 rows a warp that share each activation load (the launch then makes
+ * its own grid), < 2 = one row a warp. The same outputs whatever they are. */
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
-                      const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged);
+                      const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged, int mr_rows);
 
 } /* namespace ember_q8 */
 

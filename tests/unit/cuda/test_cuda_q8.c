@@ -517,7 +517,8 @@ static void test_matmul_q8_exact_bits(void **state)
  * same three weights: with the exact kernels every output bit-identical,
  * with the free-order ones within 1e-5 of max |y|, and with 1, 2 or 4 rows
  * a warp (ember_cuda_set_mmvq_rows), rows staged in shared memory or not
- * (ember_cuda_set_mmvq_smem), the free-order outputs bit for bit. */
+ * (ember_cuda_set_mmvq_smem), or several columns on 2 or 4 rows a warp
+ * (ember_cuda_set_mmvq_mr), the free-order outputs bit for bit. */
 static void test_matmul_q8_multi_matches_cpu(void **state)
 {
     (void)state;
@@ -564,9 +565,11 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
              * which must give mode 1's bits (the same lane program and warp sum per row) */
             float *yf[3];
             for (int k = 0; k < 3; k++) yf[k] = malloc(sizeof(float) * rows[k] * n_cols);
-            /* 5..7: the same with the rows staged in shared memory (EMBER_CUDA_MMVQ_SMEM) */
-            static const int rows_per_warp[8] = {0, 0, 1, 2, 4, 1, 2, 4};
-            for (int mode = 0; mode < 8; mode++) {
+            /* 5..7: the same with the rows staged in shared memory (EMBER_CUDA_MMVQ_SMEM);
+             * 8, 9: 2 and 4 rows a warp sharing the activation loads (EMBER_CUDA_MMVQ_MR; the
+             * 11-column passes of 8 and 3 of Q4_K / Q6_K), mode 1's bits too */
+            static const int rows_per_warp[10] = {0, 0, 1, 2, 4, 1, 2, 4, 0, 0};
+            for (int mode = 0; mode < 10; mode++) {
                 /* NaN in every output first: a row no kernel writes keeps it and fails */
                 for (int k = 0; k < 3; k++) {
                     memset(yg[k], 0xFF, sizeof(float) * rows[k] * n_cols);
@@ -574,7 +577,8 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
                 }
                 ember_cuda_set_exact_matvec(test_cu, mode == 0);
                 ember_cuda_set_mmvq_rows(test_cu, rows_per_warp[mode]);
-                ember_cuda_set_mmvq_smem(test_cu, mode >= 5);
+                ember_cuda_set_mmvq_smem(test_cu, mode >= 5 && mode <= 7);
+                ember_cuda_set_mmvq_mr(test_cu, mode == 8 ? 2 : (mode == 9 ? 4 : 1));
                 CU_OK(ember_cuda_matmul_q8_multi(test_cu, 3, tp, dq, n_cols, dy));
                 for (int k = 0; k < 3; k++) {
                     dev_get(yg[k], dy[k], sizeof(float) * rows[k] * n_cols);
@@ -593,6 +597,7 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
             }
             ember_cuda_set_mmvq_rows(test_cu, 0);
             ember_cuda_set_mmvq_smem(test_cu, false);
+            ember_cuda_set_mmvq_mr(test_cu, 1);
             for (int k = 0; k < 3; k++) free(yf[k]);
             for (int k = 0; k < 3; k++) {
                 dev_free(dy[k], sizeof(float) * rows[k] * n_cols);

@@ -9,7 +9,9 @@
  * any machine that has the toolkit; test_cuda_q8 checks the kernels
  * themselves on the GPU.
  * Asserted per case: |lanes - reference| <= 1e-5 * max |reference| of the
- * column (the integer dots are exact, the float sums in another order).
+ * column (the integer dots are exact, the float sums in another order); for
+ * the K formats with several columns, the lanes over 4 rows at once
+ * (mmvq*_lane_rows) equal the one-row lanes bit for bit.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,6 +144,36 @@ template <int NC> double run_case(const char *name, int64_t ne0, int n_rows)
         }
         worst = fmax(worst, mref > 0 ? mdiff / mref : mdiff);
     }
+    /* K formats, several columns: the lanes over 4 rows at once (k_mmvq_mr) give each row's
+     * and column's sum of the one-row lanes bit for bit */
+    if (k && NC >= 2) {
+        int off = 0;
+        for (int r0 = 0; r0 < n_rows; r0 += 4) {
+            const int nr = n_rows - r0 < 4 ? n_rows - r0 : 4;
+            float accm[4 * NC], accs[4 * NC];
+            for (int i = 0; i < 4 * NC; i++) accm[i] = accs[i] = 0.0f;
+            for (int lane = 0; lane < 32; lane++) {
+                float part[4 * NC];
+                for (int i = 0; i < 4 * NC; i++) part[i] = 0.0f;
+                if (bl.type == EMBER_TYPE_Q4_K)
+                    mmvq4_K_lane_rows<NC, 4>(w + r0 * row_bytes, row_bytes, nr, (int)nb, aq, ad, ne0, lane, part);
+                else
+                    mmvq6_K_lane_rows<NC, 4>(w + r0 * row_bytes, row_bytes, nr, (int)nb, aq, ad, ne0, lane, part);
+                for (int i = 0; i < 4 * NC; i++) accm[i] += part[i];
+                for (int r = 0; r < nr; r++) {
+                    float one[NC];
+                    for (int cc = 0; cc < NC; cc++) one[cc] = 0.0f;
+                    run_lane<NC>(bl.type, w + (r0 + r) * row_bytes, ne0, aq, ad, as, lane, one);
+                    for (int cc = 0; cc < NC; cc++) accs[r * NC + cc] += one[cc];
+                }
+            }
+            for (int i = 0; i < nr * NC; i++)
+                if (memcmp(&accm[i], &accs[i], 4) != 0 && off++ < 3)
+                    print_message("%s ne0 %lld rows %d.. output %d: 4 rows a warp %.9g, one row %.9g\n", name,
+                                  (long long)ne0, r0, i, accm[i], accs[i]);
+        }
+        if (off) worst = 1.0;
+    }
     print_message("%-5s ne0 %5lld rows %d cols %d: max|diff|/max|ref| %.3g\n", name, (long long)ne0, n_rows, NC, worst);
     free(w);
     free(deq);
@@ -169,6 +201,7 @@ void test_lanes_match_dequantized_dot(void **state)
             worst = fmax(worst, run_case<1>(types[ti], shapes[si], 5));
             worst = fmax(worst, run_case<3>(types[ti], shapes[si], 3));
             worst = fmax(worst, run_case<8>(types[ti], shapes[si], 2));   /* K formats: one super-block a pass */
+            if (k) worst = fmax(worst, run_case<2>(types[ti], shapes[si], 7));   /* 4 rows a warp: 4 + 3 */
         }
     }
     print_message("all cases: worst max|diff|/max|ref| %.3g\n", worst);

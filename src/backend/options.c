@@ -101,7 +101,7 @@ static const opt_row rows[] = {
     {"EMBER_CUDA_MMVQ_SMEM", OPT_BOOL, F(cuda_mmvq_smem), 0, 0, 1, NULL,
      "1: each warp of a one-column decode mat-vec copies its rows (EMBER_CUDA_MMVQ_ROWS of them, 1 for 0) into "
      "shared memory with cp.async before waiting on the previous kernel, then reads them there; the same outputs"},
-    {"EMBER_CUDA_MMVQ_MR", OPT_INT, F(cuda_mmvq_mr), 1, 1, 4, NULL,
+    {"EMBER_CUDA_MMVQ_MR", OPT_INT, F(cuda_mmvq_mr), 2, 1, 4, NULL,
      "rows each warp of a 2-8 column Q4_K/Q6_K decode mat-vec (several sequences, a verification step) takes "
      "at once, each activation load serving them all (1, 2 or 4, 3 counts as 4); the same outputs"},
     {"EMBER_CUDA_STACK", OPT_INT, F(cuda_stack_bytes), 128, -1, 1 << 20, NULL,

@@ -320,7 +320,9 @@ bool launch_fast_rows(cudaStream_t st, uint32_t type, size_t row_bytes, const mm
  * of 32 bytes per 32 weight bytes, so an 8-column launch reads its
  * activations (from L1/L2) 8 times over per row; here each activation load
  * serves the warp's RPW rows (mmvq*_lane_rows: the same outputs as
- * k_mmvq). */
+ * k_mmvq). H100, 2026-12-07 (bench/results/cuda-h200.md, session 31): 8
+ * streams of E4B 1,176-1,228 -> 1,260-1,310 tok/s with 2 rows (4: 1,247-
+ * 1,302), Qwen3.5-4B 1,598-1,601 -> 1,769 (4: 1,743); one column unchanged. */
 template <class R, int NC, int RPW>
 __global__ void __launch_bounds__(kWarpsQ8 * 32)
 k_mmvq_mr(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad, int64_t n)

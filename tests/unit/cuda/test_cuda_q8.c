@@ -597,7 +597,7 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
             }
             ember_cuda_set_mmvq_rows(test_cu, 0);
             ember_cuda_set_mmvq_smem(test_cu, false);
-            ember_cuda_set_mmvq_mr(test_cu, 1);
+            ember_cuda_set_mmvq_mr(test_cu, 2);   /* the default (EMBER_CUDA_MMVQ_MR) */
             for (int k = 0; k < 3; k++) free(yf[k]);
             for (int k = 0; k < 3; k++) {
                 dev_free(dy[k], sizeof(float) * rows[k] * n_cols);

@@ -4,7 +4,8 @@
 # the device, once a call:  bash bench/gpu/e2e_gpu.sh
 #
 # What each call must carry (bench/gpu/pack_e2e.sh makes it and prints the plan, .carry/e2e/plan.txt):
-#   call 1       .carry/e2e/c01 .carry/e2ewhl .carry/bins.tar.xz .carry/commit
+#   call 1       .carry/e2e/c01 .carry/e2ewhl .carry/bins.tar.xz .carry/commit (when bins and wheels do not
+#                fit one call, .carry/e2ewhl goes with call 2: follow plan.txt)
 #   call k>1     .carry/e2e/cKK (numbered parts of the models and manifest.txt)
 #   The calls run back to back: what came is kept outside the tree only while the machine stays warm
 #   (30 s after a call); a cold machine means starting again from call 1. The call that brings the last

@@ -87,6 +87,7 @@ while mi < len(MODELS):
         if off == sizes[m]:
             mi, off = mi + 1, 0
     calls.append(parts)
+assert len(calls) >= len(extras), "fewer calls than the extras (bins, wheels) need"
 # number each model's parts in order; hash parts and whole files
 shutil.rmtree(dst, ignore_errors=True)
 os.makedirs(dst)

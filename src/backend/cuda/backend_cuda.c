@@ -627,10 +627,6 @@ static void cu_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         for (int32_t k0 = 0; k0 < n_w; k0 += 3) cu_matmul(be, x, n_tokens, n_w - k0 < 3 ? n_w - k0 : 3, ws + k0, ys + k0);
         return;
     }
-    if (q8_path(b, n_tokens, n_w, ws)) {
-        cu_matmul_q8(b, x, n_tokens, n_w, ws, ys);
-        return;
-    }
     uint32_t round = EMBER_TYPE_F32;
     if (f16_path(b, n_tokens, n_w, ws, &round)) {
         cu_matmul_f16(b, x, n_tokens, n_w, ws, ys, round);

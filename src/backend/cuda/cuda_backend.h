@@ -371,9 +371,9 @@ ember_status ember_cuda_rows_f16(ember_cuda *cu, ember_cuda_row_kind kind, ember
 ember_status ember_cuda_rms_norm_quant_q8(ember_cuda *cu, uint32_t act_type, const float *x, const float *w,
                                           float *y, void *buf, int64_t n, int64_t n_rows, float eps);
 /* A residual add followed by the quantized input of the next matmul, in
- * one kernel. The add is Gemma's post-norm and residual add
- * (ember_cuda_rms_norm_add_out: y1 = rms_norm(x) * w1, residual += y1), or,
- * with y1 NULL, the plain residual add of pre-norm models (ember_cuda_add:
+ * one kernel. y1 picks the add: non-NULL, Gemma's post-norm and residual
+ * add (ember_cuda_rms_norm_add_out: y1 = rms_norm(x) * w1, residual +=
+ * y1); NULL, the plain residual add of pre-norm models (ember_cuda_add:
  * residual += x; w1 and eps1 unused). Then with norm2, y =
  * rms_norm(residual) * w and buf = ember_cuda_quantize_q8(act_type, y) (the
  * next block's pre-norm; y may equal x); without, buf = the quantized

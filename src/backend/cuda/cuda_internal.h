@@ -58,7 +58,8 @@ typedef struct arena_chunk {
 } arena_chunk;
 
 /* Staging slots: 0-1 inputs from host memory, 2-4 rounded activations (one
- * per weight of a matmul; preallocated for the limits), 5-13 outputs to host
+ * per activation format of a matmul: Q8_0, Q8_1, Q8_K; slot 2 preallocated
+ * for the limits, the others grown when used), 5-13 outputs to host
  * memory (inside a step each host output of the step gets its own, from the
  * one asked for up: a captured step downloads them all after the graph).
  * MAX_PEND, the host outputs a captured step may defer, is the number of

@@ -157,6 +157,12 @@ static void test_backend_dequant_host_rows(void **state)
     ember_backend_free(gpu);
 }
 
+/* Qwen3.5's four GDN input projections in one matmul call: against the
+ * CPU backend, at 1 and 8 tokens (the integer path: one quantization per
+ * activation format, same-type weights grouped into launches of up to 3,
+ * 8 columns on 2 rows a warp) and 40 (the prompt path, 3 + 1 weights). Two
+ * sets: four Q4_K weights, and Q4_K / Q8_0 / Q4_K / Q4_1 (three activation
+ * formats, Q8_K, Q8_0, Q8_1, and same-type weights apart). */
 static void test_backend_matmul_four_weights(void **state)
 {
     (void)state;
@@ -166,50 +172,56 @@ static void test_backend_matmul_four_weights(void **state)
     CU_OK(test_cpu_backend_new(2, &lim, &cpu));
     ember_backend_options go = ember_backend_options_default();
     CU_OK(ember_backend_cuda_new(&go, &lim, &gpu));
-    test_blocks bl;
-    test_blocks_load("Q4_K", &bl);
+    static const char *const sets[2][4] = {{"Q4_K", "Q4_K", "Q4_K", "Q4_K"}, {"Q4_K", "Q8_0", "Q4_K", "Q4_1"}};
     const int64_t ne0 = 1024;
     static const int64_t rows[4] = {64, 32, 96, 16};
-    uint8_t *raw[4];
-    float *deq[4];
-    ember_weight w[4];
-    const ember_weight *wp[4];
-    for (int k = 0; k < 4; k++) {
-        test_blocks_matrix(&bl, ne0, rows[k], &raw[k], &deq[k]);
-        w[k] = (ember_weight){.type = bl.type, .n_in = ne0, .n_out = rows[k],
-                              .row_bytes = (size_t)(ne0 / bl.block_size) * bl.block_bytes, .data = raw[k],
-                              .name = "w"};
-        wp[k] = &w[k];
-    }
-    for (int nt = 1; nt <= 40; nt += 39) {
-        float *x = malloc(sizeof(float) * ne0 * nt), *yc[4], *yg[4];
-        assert_non_null(x);
-        for (int64_t i = 0; i < ne0 * nt; i++) x[i] = test_randf(-1.f, 1.f);
+    static const int nts[3] = {1, 8, 40};
+    for (int si = 0; si < 2; si++) {
+        test_blocks bl[4];
+        uint8_t *raw[4];
+        float *deq[4];
+        ember_weight w[4];
+        const ember_weight *wp[4];
         for (int k = 0; k < 4; k++) {
-            yc[k] = malloc(sizeof(float) * rows[k] * nt);
-            yg[k] = malloc(sizeof(float) * rows[k] * nt);
-            assert_true(yc[k] && yg[k]);
+            test_blocks_load(sets[si][k], &bl[k]);
+            test_blocks_matrix(&bl[k], ne0, rows[k], &raw[k], &deq[k]);
+            w[k] = (ember_weight){.type = bl[k].type, .n_in = ne0, .n_out = rows[k],
+                                  .row_bytes = (size_t)(ne0 / bl[k].block_size) * bl[k].block_bytes, .data = raw[k],
+                                  .name = sets[si][k]};
+            wp[k] = &w[k];
         }
-        cpu->ops->matmul(cpu, x, nt, 4, wp, yc);
-        gpu->ops->matmul(gpu, x, nt, 4, wp, yg);
-        for (int k = 0; k < 4; k++) {
-            double mc = 0, md = 0;
-            for (int64_t i = 0; i < rows[k] * nt; i++) {
-                mc = fmax(mc, fabs(yc[k][i]));
-                md = fmax(md, fabs((double)yc[k][i] - yg[k][i]));
+        for (int ni = 0; ni < 3; ni++) {
+            const int nt = nts[ni];
+            float *x = malloc(sizeof(float) * ne0 * nt), *yc[4], *yg[4];
+            assert_non_null(x);
+            for (int64_t i = 0; i < ne0 * nt; i++) x[i] = test_randf(-1.f, 1.f);
+            for (int k = 0; k < 4; k++) {
+                yc[k] = malloc(sizeof(float) * rows[k] * nt);
+                yg[k] = malloc(sizeof(float) * rows[k] * nt);
+                assert_true(yc[k] && yg[k]);
             }
-            print_message("matmul of 4 weights, %d tokens, weight %d: max|diff|/max|cpu| %.3g\n", nt, k, md / mc);
-            assert_true(md <= (nt == 1 ? 1e-5 : 2e-3) * mc);
-            free(yc[k]);
-            free(yg[k]);
+            cpu->ops->matmul(cpu, x, nt, 4, wp, yc);
+            gpu->ops->matmul(gpu, x, nt, 4, wp, yg);
+            for (int k = 0; k < 4; k++) {
+                double mc = 0, md = 0;
+                for (int64_t i = 0; i < rows[k] * nt; i++) {
+                    mc = fmax(mc, fabs(yc[k][i]));
+                    md = fmax(md, fabs((double)yc[k][i] - yg[k][i]));
+                }
+                print_message("matmul of 4 weights (set %d), %d tokens, weight %d (%s): max|diff|/max|cpu| %.3g\n", si,
+                              nt, k, sets[si][k], md / mc);
+                assert_true(md <= (nt <= 32 ? 1e-5 : 2e-3) * mc);
+                free(yc[k]);
+                free(yg[k]);
+            }
+            free(x);
         }
-        free(x);
+        for (int k = 0; k < 4; k++) {
+            free(raw[k]);
+            free(deq[k]);
+            test_blocks_free(&bl[k]);
+        }
     }
-    for (int k = 0; k < 4; k++) {
-        free(raw[k]);
-        free(deq[k]);
-    }
-    test_blocks_free(&bl);
     ember_backend_free(gpu);
     ember_backend_free(cpu);
 }

@@ -313,7 +313,7 @@ typedef struct mm_task {
     int64_t row_tile;             /* rows per tile */
     int64_t n_tok_tiles;
     uint8_t *xg;                  /* Q8_0 prefill on AVX-512: the rows interleaved (cpu.h EMBER_XG_*), or NULL */
-    bool gemm, vnni;              /* the backend's kernel choices (cpu_backend) */
+    bool gemm, vnni, dot_pf;      /* the backend's kernel choices (cpu_backend) */
     _Atomic int64_t next;
 } mm_task;
 
@@ -361,7 +361,8 @@ static void mm_dot(void *arg, int ith, int nth)
             r0 -= tiles_k * a->row_tile;
         }
         const ember_weight *w = a->ws[k];
-        const ember_vec_dot_fn vd = ember_quant_traits_get(w->type)->vec_dot;
+        const ember_quant_traits *tr = ember_quant_traits_get(w->type);
+        const ember_vec_dot_fn vd = tr->vec_dot;
         int64_t r1 = r0 + a->row_tile;
         if (r1 > w->n_out) r1 = w->n_out;
         int64_t t0 = tt * MM_TOK_TILE, t1 = t0 + MM_TOK_TILE;
@@ -398,6 +399,15 @@ static void mm_dot(void *arg, int ith, int nth)
         }
         if (a->gemm && ember_cpu_gemm_supported(w->type)) {
             ember_cpu_gemm_q32_avx2(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1);
+            continue;
+        }
+        /* decode, where the type has one: the vec_dot that prefetches block by
+         * block as it reads (same bits; a row's prefetches issued at once
+         * stall on the miss buffers) */
+        if (t1 - t0 == 1 && a->dot_pf && tr->vec_dot_pf) {
+            for (int64_t r = r0; r < r1; r++)
+                tr->vec_dot_pf(a->n_in, &y[t0 * n_out + r], (const uint8_t *)w->data + (size_t)r * w->row_bytes,
+                               (const uint8_t *)a->xq + (size_t)t0 * a->xq_row, ember_cpu_prefetch_bytes);
             continue;
         }
         for (int64_t r = r0; r < r1; r++) {
@@ -453,6 +463,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.ys = gys;
         a.gemm = cb->gemm;
         a.vnni = cb->vnni;
+        a.dot_pf = cb->dot_pf;
         if (vdt == EMBER_TYPE_Q8_0 && n_tokens > 16) a.xg = cb->xg;   /* NULL without VNNI */
         a.n_tok_tiles = (n_tokens + MM_TOK_TILE - 1) / MM_TOK_TILE;
         int64_t total_rows = 0;
@@ -1115,6 +1126,7 @@ ember_status ember_backend_cpu_new(const ember_backend_options *opt, const ember
     cb->gemm = cpu_gemm && !o.cpu_no_gemm;
     cb->vnni = cb->gemm && cpu_avx512 && !o.cpu_no_vnni;
     cb->small = cb->vnni && !o.cpu_no_small_gemm;   /* A/B knob for bench/spec_cost */
+    cb->dot_pf = !o.cpu_no_dot_pf;
     cb->attn_multi = cpu_avx512 && !o.cpu_no_attn_multi;
     ember_status st = ember_threadpool_new(n_threads, &cb->tp);
     if (st != EMBER_OK) { free(cb); return st; }

@@ -43,6 +43,7 @@ typedef struct cpu_backend {
     bool gemm;            /* AVX2 tiles for the 32-element formats */
     bool vnni;            /* AVX-512 VNNI tiles */
     bool small;           /* AVX-512 VNNI small-batch kernel (gemm_small_avx512.c) */
+    bool dot_pf;          /* decode mat-vecs through the traits' vec_dot_pf where there is one */
     bool attn_multi;      /* AVX-512 F16-cache attention for several queries (attn_avx512.c) */
 } cpu_backend;
 

@@ -214,7 +214,7 @@ static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
     for (int64_t b = 0; b < nb; b++) {
         const block_q4_K *x[4];
         const block_q8_K *y[4];
-        __m512i pairs[4], sumi[16], msum[16], mi;
+        __m512i pairs[4], sumi[16], msum[4], mi;
         float dw[4], mw[4], da[4];
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
@@ -224,22 +224,32 @@ static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
             mw[i] = _cvtsh_ss(x[i]->dmin);
             da[i] = y[i]->d;
         }
+        /* msum(i, j) = sum over the 8 sub-blocks k of min_i[k] * (bsums_j[2k] + bsums_j[2k+1]):
+         * the 4 tokens' 8 pair sums (|.| <= 32 * 128, exact in i16) in the 4 128-bit lanes of b */
+        __m128i b32[4];
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i pr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[j]->bsums), _mm256_set1_epi16(1));
+            b32[j] = _mm_packs_epi32(_mm256_castsi256_si128(pr), _mm256_extracti128_si256(pr, 1));
+        }
+        const __m512i b = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(b32[0]), b32[1], 1),
+                                                                b32[2], 2), b32[3], 3);
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             const __m128i sm = q4k_scales_mins(x[i]->scales);
             const __m512i s = _mm512_cvtepu8_epi32(sm);
             pairs[i] = _mm512_or_si512(s, _mm512_slli_epi32(s, 16));   /* scale in both i16 */
-            /* mins, each twice (16 x i16), against the 16 bsums of 2 tokens at a time */
-            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
-            const __m512i mins2 = _mm512_inserti64x4(_mm512_castsi256_si512(mins), mins, 1);
+            /* lane j of msum[i]: 4 dwords that sum to msum(i, j) */
+            msum[i] = _mm512_madd_epi16(b, _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8))));
             #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const __m512i bs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)y[j]->bsums));
-                msum[4 * i + j] = _mm512_madd_epi16(bs, mins2);   /* high half: bsums 0, ignored */
-                sumi[4 * i + j] = _mm512_setzero_si512();
-            }
+            for (int j = 0; j < 4; j++) sumi[4 * i + j] = _mm512_setzero_si512();
         }
-        mi = reduce16_epi32(msum);
+        {   /* 4 x 4 dwords per 128-bit lane -> lane 4i + j */
+            const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[0], msum[1]), _mm512_unpackhi_epi32(msum[0], msum[1]));
+            const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[2], msum[3]), _mm512_unpackhi_epi32(msum[2], msum[3]));
+            const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));   /* lane 4j + i */
+            mi = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i q[4], sc[4];

@@ -42,6 +42,11 @@ static const opt_row rows[] = {
      "1: no AVX-512 VNNI matmul tiles (the AVX2 tiles instead)"},
     {"EMBER_NO_SMALL_GEMM", OPT_BOOL, F(cpu_no_small_gemm), 0, 0, 1, NULL,
      "1: no AVX-512 small-batch GEMM for batches of 2-16 tokens (A/B knob for bench/spec_cost)"},
+    {"EMBER_NO_DOT_PF", OPT_BOOL, F(cpu_no_dot_pf), 0, 0, 1, NULL,
+     "1: decode mat-vecs prefetch each weight row in one burst before its vec_dot, also for Q4_K/Q6_K (0: those "
+     "prefetch block by block inside the dot; the same bits)"},
+    {"EMBER_NO_KQ_DEC", OPT_BOOL, F(cpu_no_kq_dec), 0, 0, 1, NULL,
+     "1: the Q4_K prefill tile unpacks its 4 weight rows for every group of 4 tokens (0: once per call; the same bits)"},
     {"EMBER_NO_ATTN_MULTI", OPT_BOOL, F(cpu_no_attn_multi), 0, 0, 1, NULL,
      "1: no AVX-512 multi-query F16-cache attention (one query at a time)"},
     {"EMBER_NO_EXPF_VEC", OPT_BOOL, F(cpu_no_expf_vec), 0, 0, 1, NULL,

@@ -38,6 +38,8 @@ typedef struct ember_backend_options {
     bool cpu_no_gemm;        /* EMBER_NO_GEMM: no tiled GEMMs (every matmul by vec_dot) */
     bool cpu_no_vnni;        /* EMBER_NO_VNNI: no AVX-512 VNNI tiles */
     bool cpu_no_small_gemm;  /* EMBER_NO_SMALL_GEMM: no AVX-512 small-batch GEMM */
+    bool cpu_no_dot_pf;      /* EMBER_NO_DOT_PF: decode mat-vecs never use the prefetching vec_dot_pf */
+    bool cpu_no_kq_dec;      /* EMBER_NO_KQ_DEC: no decoded-rows scratch for the Q4_K prefill tile */
     bool cpu_no_attn_multi;  /* EMBER_NO_ATTN_MULTI: no multi-query F16 attention */
     bool cpu_no_expf_vec;    /* EMBER_NO_EXPF_VEC: scalar libm expf in the multi-query attention */
     /* CUDA backend (cuda/backend_cuda.c, cuda/cuda_core.cu) */

@@ -141,6 +141,11 @@ static inline uint32_t ember_load_u32(const uint8_t *p) { uint32_t v; memcpy(&v,
 EMBER_DECL_DOTS(scalar)
 EMBER_DECL_DOTS(avx2)
 EMBER_DECL_DOTS(avx512)
+/* vec_dot with prefetch (quant.h ember_vec_dot_pf_fn) */
+#define EMBER_DECL_DOT_PF(v, t) void ember_vec_dot_pf_##t##_##v(int64_t n, float *restrict s, \
+                                    const void *restrict x, const void *restrict y, int32_t pf);
+EMBER_DECL_DOT_PF(avx2, q4_K) EMBER_DECL_DOT_PF(avx2, q6_K)
+EMBER_DECL_DOT_PF(avx512, q4_K) EMBER_DECL_DOT_PF(avx512, q6_K)
 EMBER_DECL_Q8(scalar)
 EMBER_DECL_Q8(avx2)
 EMBER_DECL_Q8(avx512)

@@ -99,6 +99,7 @@ const char *ember_cpu_variant_name(ember_cpu_variant v)
 
 #define DOTS(t) .vec_dot_variant = {ember_vec_dot_##t##_scalar, ember_vec_dot_##t##_avx2, \
                                     ember_vec_dot_##t##_avx512}
+#define DOTS_PF(t) .vec_dot_pf_variant = {NULL, ember_vec_dot_pf_##t##_avx2, ember_vec_dot_pf_##t##_avx512}
 #define REF(t) .to_float = ember_dequantize_##t, .from_float_ref = ember_quantize_##t##_ref, \
                .from_float_variant = {ember_quantize_##t##_ref, ember_quantize_##t##_ref, \
                                       ember_quantize_##t##_ref}
@@ -119,9 +120,9 @@ static ember_quant_traits table[EMBER_TYPE_COUNT] = {
     [EMBER_TYPE_IQ4_NL] = {REF(iq4_nl), .vec_dot_type = EMBER_TYPE_Q8_0, DOTS(iq4_nl)},
     [EMBER_TYPE_Q2_K] = {REF(q2_K), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(q2_K)},
     [EMBER_TYPE_Q3_K] = {REF(q3_K), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(q3_K)},
-    [EMBER_TYPE_Q4_K] = {REF(q4_K), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(q4_K)},
+    [EMBER_TYPE_Q4_K] = {REF(q4_K), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(q4_K), DOTS_PF(q4_K)},
     [EMBER_TYPE_Q5_K] = {REF(q5_K), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(q5_K)},
-    [EMBER_TYPE_Q6_K] = {REF(q6_K), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(q6_K)},
+    [EMBER_TYPE_Q6_K] = {REF(q6_K), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(q6_K), DOTS_PF(q6_K)},
     [EMBER_TYPE_Q8_K] = {ACT(q8_K), .vec_dot_type = EMBER_TYPE_Q8_K},
     [EMBER_TYPE_IQ4_XS] = {REF(iq4_xs), .vec_dot_type = EMBER_TYPE_Q8_K, DOTS(iq4_xs)},
 };
@@ -142,8 +143,9 @@ static void table_init(void)
         q->block_size = ember_type_block_size((uint32_t)t);
         q->block_bytes = ember_type_block_bytes((uint32_t)t);
         for (int i = 0; i < EMBER_CPU_VARIANT_COUNT; i++)
-            if (!cpu_has[i]) { q->vec_dot_variant[i] = NULL; q->from_float_variant[i] = NULL; }
+            if (!cpu_has[i]) { q->vec_dot_variant[i] = NULL; q->from_float_variant[i] = NULL; q->vec_dot_pf_variant[i] = NULL; }
         q->vec_dot = q->vec_dot_variant[v];
+        q->vec_dot_pf = q->vec_dot_pf_variant[v];
         q->from_float = q->from_float_variant[v];
     }
 }

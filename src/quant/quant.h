@@ -45,6 +45,13 @@ typedef void (*ember_from_float_fn)(const float *restrict src, void *restrict ds
  * row of the weight type, y a row of the traits' vec_dot_type. */
 typedef void (*ember_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict x,
                                  const void *restrict y);
+/* The same s, bit for bit, while prefetching the weight row ahead as it is
+ * read: before each block of x, the cache lines pf bytes past that block's
+ * bytes (pf > 0; pf <= 0: none). For decode mat-vecs, whose rows stream from
+ * memory once per token: spread over the row, the prefetches keep the loads
+ * ahead without the stall of issuing a whole row's at once. */
+typedef void (*ember_vec_dot_pf_fn)(int64_t n, float *restrict s, const void *restrict x,
+                                    const void *restrict y, int32_t pf);
 
 typedef enum ember_cpu_variant {
     EMBER_CPU_SCALAR = 0,
@@ -67,6 +74,9 @@ typedef struct ember_quant_traits {
     ember_vec_dot_fn vec_dot;     /* best variant for the active CPU variant; NULL
                                      for activation-only formats */
     ember_vec_dot_fn vec_dot_variant[EMBER_CPU_VARIANT_COUNT]; /* NULL if not built */
+    ember_vec_dot_pf_fn vec_dot_pf;     /* vec_dot with prefetch, for the active variant;
+                                           NULL where there is none (Q4_K, Q6_K: AVX2, AVX-512) */
+    ember_vec_dot_pf_fn vec_dot_pf_variant[EMBER_CPU_VARIANT_COUNT];
 } ember_quant_traits;
 
 /* Traits for type `t`, or NULL if ember has no kernels for it. The first call

@@ -357,13 +357,24 @@ static inline int hsum_epi32_256(__m256i v)
     return _mm_cvtsi128_si32(t);
 }
 
-static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
+/* Before reading a weight block of `bytes` at blk: prefetch the lines pf
+ * bytes past it (pf > 0), for the _pf dots (quant.h ember_vec_dot_pf_fn). A
+ * prefetch does not fault, so the lines past the end of a row may be named. */
+static inline __attribute__((always_inline)) void prefetch_block(const void *blk, size_t bytes, int32_t pf)
+{
+    if (pf <= 0) return;
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + pf + o, _MM_HINT_T0);
+}
+
+static inline __attribute__((always_inline)) void dot_q4_K_256_pf(int64_t n, float *s, const void *vx, const void *vy,
+                                                                  int32_t pf)
 {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     float acc = 0, accm = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
+        prefetch_block(x + i, sizeof *x, pf);
         const __m128i smv = k4_scales_mins(x[i].scales);
         uint8_t sm[16];
         _mm_storeu_si128((__m128i *)sm, smv);
@@ -388,6 +399,7 @@ static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy)
     }
     *s = acc - accm;
 }
+static void dot_q4_K_256(int64_t n, float *s, const void *vx, const void *vy) { dot_q4_K_256_pf(n, s, vx, vy, 0); }
 
 static void dot_q5_K_256(int64_t n, float *s, const void *vx, const void *vy)
 {
@@ -429,13 +441,15 @@ static void dot_q5_K_256(int64_t n, float *s, const void *vx, const void *vy)
 
 /* Q6_K: q = u - 32 with u = ql | qh<<4 in 0..63; sum u*y by maddubs, the -32
  * through bsums once per super-block. */
-static void dot_q6_K_256(int64_t n, float *s, const void *vx, const void *vy)
+static inline __attribute__((always_inline)) void dot_q6_K_256_pf(int64_t n, float *s, const void *vx, const void *vy,
+                                                                  int32_t pf)
 {
     const block_q6_K *x = vx;
     const block_q8_K *y = vy;
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        prefetch_block(x + i, sizeof *x, pf);
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -473,6 +487,7 @@ static void dot_q6_K_256(int64_t n, float *s, const void *vx, const void *vy)
     }
     *s = hsum_ps256(acc);
 }
+static void dot_q6_K_256(int64_t n, float *s, const void *vx, const void *vy) { dot_q6_K_256_pf(n, s, vx, vy, 0); }
 
 /* Q3_K: q = u - 4 with u = low2 | hbit<<2 in 0..7; the -4 through bsums. */
 static void dot_q3_K_256(int64_t n, float *s, const void *vx, const void *vy)

@@ -16,6 +16,11 @@ EXPORT_DOT(f32) EXPORT_DOT(f16) EXPORT_DOT(bf16)
 EXPORT_DOT(q4_0) EXPORT_DOT(q4_1) EXPORT_DOT(q5_0) EXPORT_DOT(q5_1) EXPORT_DOT(q8_0) EXPORT_DOT(iq4_nl)
 EXPORT_DOT(q2_K) EXPORT_DOT(q3_K) EXPORT_DOT(q4_K) EXPORT_DOT(q5_K) EXPORT_DOT(q6_K) EXPORT_DOT(iq4_xs)
 
+void ember_vec_dot_pf_q4_K_avx2(int64_t n, float *restrict s, const void *restrict x, const void *restrict y, int32_t pf)
+{ dot_q4_K_256_pf(n, s, x, y, pf); }
+void ember_vec_dot_pf_q6_K_avx2(int64_t n, float *restrict s, const void *restrict x, const void *restrict y, int32_t pf)
+{ dot_q6_K_256_pf(n, s, x, y, pf); }
+
 void ember_quantize_q8_0_avx2(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0_256(x, y, n); }
 void ember_quantize_q8_1_avx2(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1_256(x, y, n); }
 void ember_quantize_q8_K_avx2(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_K_256(x, y, n); }

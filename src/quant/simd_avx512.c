@@ -74,7 +74,8 @@ static inline int _mm256_reduce_add_epi32_emb(__m256i v)
     return _mm_cvtsi128_si32(t);
 }
 
-static void dot_q4_K_512(int64_t n, float *s, const void *vx, const void *vy)
+static inline __attribute__((always_inline)) void dot_q4_K_512_pf(int64_t n, float *s, const void *vx, const void *vy,
+                                                                  int32_t pf)
 {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
@@ -82,6 +83,7 @@ static void dot_q4_K_512(int64_t n, float *s, const void *vx, const void *vy)
     const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
     float acc = 0, accm = 0;
     for (int64_t i = 0; i < n / QK_K; i++) {
+        prefetch_block(x + i, sizeof *x, pf);
         const __m128i sm = k4_scales_mins(x[i].scales);
         __m256i mins = k4_mins_x2(sm);
         __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), mins);
@@ -100,6 +102,7 @@ static void dot_q4_K_512(int64_t n, float *s, const void *vx, const void *vy)
     }
     *s = acc - accm;
 }
+static void dot_q4_K_512(int64_t n, float *s, const void *vx, const void *vy) { dot_q4_K_512_pf(n, s, vx, vy, 0); }
 
 static void dot_q5_K_512(int64_t n, float *s, const void *vx, const void *vy)
 {
@@ -229,6 +232,11 @@ EXPORT_DOT(q4_0, dot_q4_0_256) EXPORT_DOT(q4_1, dot_q4_1_256) EXPORT_DOT(q5_0, d
 EXPORT_DOT(q5_1, dot_q5_1_256) EXPORT_DOT(q8_0, dot_q8_0_256) EXPORT_DOT(iq4_nl, dot_iq4_nl_256)
 EXPORT_DOT(q2_K, dot_q2_K_512) EXPORT_DOT(q3_K, dot_q3_K_512) EXPORT_DOT(q4_K, dot_q4_K_512)
 EXPORT_DOT(q5_K, dot_q5_K_512) EXPORT_DOT(q6_K, dot_q6_K_256) EXPORT_DOT(iq4_xs, dot_iq4_xs_256)
+
+void ember_vec_dot_pf_q4_K_avx512(int64_t n, float *restrict s, const void *restrict x, const void *restrict y, int32_t pf)
+{ dot_q4_K_512_pf(n, s, x, y, pf); }
+void ember_vec_dot_pf_q6_K_avx512(int64_t n, float *restrict s, const void *restrict x, const void *restrict y, int32_t pf)
+{ dot_q6_K_256_pf(n, s, x, y, pf); }
 
 void ember_quantize_q8_0_avx512(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0_256(x, y, n); }
 void ember_quantize_q8_1_avx512(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1_256(x, y, n); }

@@ -23,6 +23,7 @@ typedef struct cpu_thread_scratch {
     void *qconv;      /* query head in K's dot format, max_head_dim*4 bytes */
     uint16_t *vkq16;  /* [max_head_dim] f16 output accumulator (ggml's flash-attention numerics) */
     float *mq;        /* [EMBER_CPU_ATTN_MAXQ][2 * max_head_dim] for ember_cpu_attn_f16_multi_avx512 */
+    void *kqdec;      /* ember_cpu_gemm_kq_scratch_bytes(max_n_in) (64-byte aligned), or NULL without VNNI */
 } cpu_thread_scratch;
 
 typedef struct cpu_backend {
@@ -43,6 +44,7 @@ typedef struct cpu_backend {
     bool gemm;            /* AVX2 tiles for the 32-element formats */
     bool vnni;            /* AVX-512 VNNI tiles */
     bool small;           /* AVX-512 VNNI small-batch kernel (gemm_small_avx512.c) */
+    bool dot_pf;          /* decode mat-vecs through the traits' vec_dot_pf where there is one */
     bool attn_multi;      /* AVX-512 F16-cache attention for several queries (attn_avx512.c) */
 } cpu_backend;
 
@@ -150,9 +152,13 @@ void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, si
 /* Q4_K or Q6_K weights [n_out, n_in] (row_bytes apart) x Q8_K activations
  * [n_tokens, n_in] (xq_row apart), 4 rows x 4 tokens per pass; every output
  * bit-identical to the format's vec_dot (so batch invariant). AVX-512 VNNI
- * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). */
+ * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). scratch:
+ * NULL, or 64-byte aligned ember_cpu_gemm_kq_scratch_bytes(n_in) bytes
+ * where Q4_K rows are decoded once for all token groups (same bits). */
+size_t ember_cpu_gemm_kq_scratch_bytes(int64_t n_in);
 void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
-                              size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+                              size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                              void *scratch);
 
 /* Batches of Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 weights x 2.. tokens, by groups of up
  * to EMBER_CPU_SMALL_MAX tokens, AVX-512 VNNI (gemm_small_avx512.c). The

@@ -214,7 +214,7 @@ static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
     for (int64_t b = 0; b < nb; b++) {
         const block_q4_K *x[4];
         const block_q8_K *y[4];
-        __m512i pairs[4], sumi[16], msum[16], mi;
+        __m512i pairs[4], sumi[16], msum[4], mi;
         float dw[4], mw[4], da[4];
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
@@ -224,22 +224,32 @@ static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
             mw[i] = _cvtsh_ss(x[i]->dmin);
             da[i] = y[i]->d;
         }
+        /* msum(i, j) = sum over the 8 sub-blocks k of min_i[k] * (bsums_j[2k] + bsums_j[2k+1]):
+         * the 4 tokens' 8 pair sums (|.| <= 32 * 128, exact in i16) in the 4 128-bit lanes of b */
+        __m128i b32[4];
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i pr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[j]->bsums), _mm256_set1_epi16(1));
+            b32[j] = _mm_packs_epi32(_mm256_castsi256_si128(pr), _mm256_extracti128_si256(pr, 1));
+        }
+        const __m512i b = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(b32[0]), b32[1], 1),
+                                                                b32[2], 2), b32[3], 3);
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             const __m128i sm = q4k_scales_mins(x[i]->scales);
             const __m512i s = _mm512_cvtepu8_epi32(sm);
             pairs[i] = _mm512_or_si512(s, _mm512_slli_epi32(s, 16));   /* scale in both i16 */
-            /* mins, each twice (16 x i16), against the 16 bsums of 2 tokens at a time */
-            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
-            const __m512i mins2 = _mm512_inserti64x4(_mm512_castsi256_si512(mins), mins, 1);
+            /* lane j of msum[i]: 4 dwords that sum to msum(i, j) */
+            msum[i] = _mm512_madd_epi16(b, _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8))));
             #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const __m512i bs = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)y[j]->bsums));
-                msum[4 * i + j] = _mm512_madd_epi16(bs, mins2);   /* high half: bsums 0, ignored */
-                sumi[4 * i + j] = _mm512_setzero_si512();
-            }
+            for (int j = 0; j < 4; j++) sumi[4 * i + j] = _mm512_setzero_si512();
         }
-        mi = reduce16_epi32(msum);
+        {   /* 4 x 4 dwords per 128-bit lane -> lane 4i + j */
+            const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[0], msum[1]), _mm512_unpackhi_epi32(msum[0], msum[1]));
+            const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[2], msum[3]), _mm512_unpackhi_epi32(msum[2], msum[3]));
+            const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));   /* lane 4j + i */
+            mi = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i q[4], sc[4];
@@ -253,6 +263,103 @@ static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
             for (int j = 0; j < 4; j++) {
                 const __m512i a = _mm512_loadu_si512(y[j]->qs + 64 * c);
                 #pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    sumi[4 * i + j] = _mm512_dpwssd_epi32(sumi[4 * i + j], _mm512_maddubs_epi16(q[i], a), sc[i]);
+            }
+        }
+        const __m512i si = reduce16_epi32(sumi);
+        const __m512 dwv = _mm512_setr_ps(dw[0], dw[0], dw[0], dw[0], dw[1], dw[1], dw[1], dw[1],
+                                          dw[2], dw[2], dw[2], dw[2], dw[3], dw[3], dw[3], dw[3]);
+        const __m512 mwv = _mm512_setr_ps(mw[0], mw[0], mw[0], mw[0], mw[1], mw[1], mw[1], mw[1],
+                                          mw[2], mw[2], mw[2], mw[2], mw[3], mw[3], mw[3], mw[3]);
+        const __m512 dav = _mm512_castps128_ps512(_mm_loadu_ps(da));
+        const __m512 dav4 = _mm512_shuffle_f32x4(dav, dav, 0);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dwv, dav4), acc);
+        accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(mwv, dav4), accm);
+    }
+    _mm512_storeu_ps(&out[0][0], _mm512_sub_ps(acc, accm));
+}
+
+/* The same tile over 4 rows decoded once for every token group of a call
+ * (gemm_kq with scratch): per (row, super-block) the chunk vectors q[c] and
+ * scale vectors sc[c] of tile_q4_K, the mins as 8 x i16 and d, dmin as f32.
+ * The integers and float steps are tile_q4_K's, so are the bits; the nibble
+ * unpacking and scale shuffles, which tile_q4_K redoes for each group of 4
+ * tokens, are done once per row. */
+typedef struct kq4_dec {
+    __m512i q[4], sc[4];
+    __m128i mins;
+    float d, dmin;
+} kq4_dec;
+
+static void decode_q4_K(int64_t nb, const uint8_t *row, kq4_dec *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q4_K *x = (const block_q4_K *)row + b;
+        kq4_dec *o = out + b;
+        const __m128i sm = q4k_scales_mins(x->scales);
+        const __m512i s = _mm512_cvtepu8_epi32(sm);
+        const __m512i pairs = _mm512_or_si512(s, _mm512_slli_epi32(s, 16));
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512i p = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * c)));
+            o->q[c] = _mm512_and_si512(_mm512_srlv_epi64(p, shift), m4);
+            o->sc[c] = _mm512_permutexvar_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(2 * c)), pairs);
+        }
+        o->mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        o->d = _cvtsh_ss(x->d);
+        o->dmin = _cvtsh_ss(x->dmin);
+    }
+}
+
+static void tile_q4_K_dec(int64_t nb, const kq4_dec *const *dec, const uint8_t *const *ar, float out[4][4])
+{
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q8_K *y[4];
+        const kq4_dec *x[4];
+        __m512i sumi[16], msum[4], mi;
+        float dw[4], mw[4], da[4];
+        __m128i b32[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            y[j] = (const block_q8_K *)ar[j] + b;
+            x[j] = dec[j] + b;
+            da[j] = y[j]->d;
+            dw[j] = x[j]->d;
+            mw[j] = x[j]->dmin;
+            const __m256i pr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[j]->bsums), _mm256_set1_epi16(1));
+            b32[j] = _mm_packs_epi32(_mm256_castsi256_si128(pr), _mm256_extracti128_si256(pr, 1));
+        }
+        const __m512i bb = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(b32[0]), b32[1], 1),
+                                                                 b32[2], 2), b32[3], 3);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            msum[i] = _mm512_madd_epi16(bb, _mm512_broadcast_i32x4(x[i]->mins));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) sumi[4 * i + j] = _mm512_setzero_si512();
+        }
+        {
+            const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[0], msum[1]), _mm512_unpackhi_epi32(msum[0], msum[1]));
+            const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[2], msum[3]), _mm512_unpackhi_epi32(msum[2], msum[3]));
+            const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
+            mi = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i q[4], sc[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                q[i] = _mm512_load_si512(&x[i]->q[c]);
+                sc[i] = _mm512_load_si512(&x[i]->sc[c]);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512i a = _mm512_loadu_si512(y[j]->qs + 64 * c);
+#pragma GCC unroll 4
                 for (int i = 0; i < 4; i++)
                     sumi[4 * i + j] = _mm512_dpwssd_epi32(sumi[4 * i + j], _mm512_maddubs_epi16(q[i], a), sc[i]);
             }
@@ -355,22 +462,33 @@ static void tile_q6_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
 }
 
 /* Q4_K or Q6_K weights (x Q8_K): see ember_cpu_gemm_kq_avx512 in cpu.h */
+size_t ember_cpu_gemm_kq_scratch_bytes(int64_t n_in) { return 4 * (size_t)(n_in / 256) * sizeof(kq4_dec); }
+
 void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
-                              size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1)
+                              size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                              void *scratch)
 {
     void (*const tile)(int64_t, const uint8_t *const *, const uint8_t *const *, float[4][4]) =
         type == EMBER_TYPE_Q4_K ? tile_q4_K : tile_q6_K;
     const int64_t nb = n_in / 256;
+    /* Q4_K over more than one group of 4 tokens: decode the 4 rows once */
+    kq4_dec *dec = type == EMBER_TYPE_Q4_K && scratch && t1 - t0 > 4 ? scratch : NULL;
     for (int64_t r = r0; r < r1; r += 4) {
         const int64_t rm = r1 - r < 4 ? r1 - r : 4;
         const uint8_t *wr[4];
-        for (int i = 0; i < 4; i++) wr[i] = w + (size_t)(i < rm ? r + i : r) * row_bytes;
+        const kq4_dec *dr[4];
+        for (int i = 0; i < 4; i++) {
+            wr[i] = w + (size_t)(i < rm ? r + i : r) * row_bytes;
+            dr[i] = dec + (size_t)(i < rm ? i : 0) * (size_t)nb;
+            if (dec && i < rm) decode_q4_K(nb, wr[i], dec + (size_t)i * (size_t)nb);
+        }
         for (int64_t t = t0; t < t1; t += 4) {
             const int64_t tn = t1 - t < 4 ? t1 - t : 4;
             const uint8_t *ar[4];
             for (int j = 0; j < 4; j++) ar[j] = xq + (size_t)(j < tn ? t + j : t) * xq_row;
             float out[4][4];
-            tile(nb, wr, ar, out);
+            if (dec) tile_q4_K_dec(nb, dr, ar, out);
+            else tile(nb, wr, ar, out);
             for (int i = 0; i < rm; i++)
                 for (int j = 0; j < tn; j++) y[(t + j) * ldy + r + i] = out[i][j];
         }

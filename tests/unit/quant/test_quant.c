@@ -381,6 +381,42 @@ static void test_simd_dots_match_scalar(void **state)
            ember_cpu_variant_name(ember_cpu_variant_active()));
 }
 
+/* vec_dot_pf (the decode mat-vec's prefetching dot) gives vec_dot's bits,
+ * for every prefetch distance, in every variant that has one */
+static void test_dot_pf_same_bits(void **state)
+{
+    (void)state;
+    const int64_t sizes[] = {256, 2560, 256 * 23};
+    const int32_t pfs[] = {0, 64, 4096, 100000};
+    int checked = 0;
+    for (size_t k = 0; k < N_WEIGHT_TYPES; k++) {
+        const ember_quant_traits *tr = ember_quant_traits_get(weight_types[k]);
+        assert_ptr_equal(tr->vec_dot_pf, tr->vec_dot_pf_variant[ember_cpu_variant_active()]);
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            if (sizes[si] % (int64_t)ember_type_block_size(weight_types[k]) != 0) continue;
+            dot_case c;
+            dot_case_make(&c, weight_types[k], sizes[si]);
+            for (int v = 0; v < EMBER_CPU_VARIANT_COUNT; v++) {
+                if (!c.w->vec_dot_pf_variant[v]) continue;
+                assert_true(ember_cpu_variant_supported((ember_cpu_variant)v));
+                float want = NAN;
+                c.w->vec_dot_variant[v](sizes[si], &want, c.wq, c.aq);
+                for (size_t p = 0; p < sizeof pfs / sizeof pfs[0]; p++) {
+                    float got = NAN;
+                    c.w->vec_dot_pf_variant[v](sizes[si], &got, c.wq, c.aq, pfs[p]);
+                    if (memcmp(&got, &want, sizeof got) != 0)
+                        fail_msg("%s n=%lld variant %s pf %d: %.9g vs vec_dot %.9g", c.w->name, (long long)sizes[si],
+                                 ember_cpu_variant_name((ember_cpu_variant)v), pfs[p], got, want);
+                    checked++;
+                }
+            }
+            dot_case_free(&c);
+        }
+    }
+    printf("prefetching dots checked: %d\n", checked);
+    if (ember_cpu_variant_active() >= EMBER_CPU_AVX2) assert_true(checked > 0);
+}
+
 static void test_dot_close_to_float(void **state)
 {
     (void)state;
@@ -526,6 +562,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_quantize_roundtrip),
         cmocka_unit_test(test_activation_quantizers),
         cmocka_unit_test(test_simd_dots_match_scalar),
+        cmocka_unit_test(test_dot_pf_same_bits),
         cmocka_unit_test(test_dot_close_to_float),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

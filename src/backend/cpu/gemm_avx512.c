@@ -205,6 +205,47 @@ static inline __m512i reduce16_epi32(const __m512i v[16])
     return _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x88), _mm512_shuffle_i32x4(c0, c1, 0xDD));
 }
 
+/* The Q4_K tiles' shared steps (tile_q4_K, tile_q4_K_dec). The 4 tokens'
+ * 8 pair sums of bsums (|.| <= 32 * 128, exact in i16) in the 4 128-bit
+ * lanes of the result, token j in lane j. */
+static inline __m512i kq_pair_sums(const block_q8_K *const *y)
+{
+    __m128i b32[4];
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m256i pr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[j]->bsums), _mm256_set1_epi16(1));
+        b32[j] = _mm_packs_epi32(_mm256_castsi256_si128(pr), _mm256_extracti128_si256(pr, 1));
+    }
+    return _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(b32[0]), b32[1], 1),
+                                                 b32[2], 2), b32[3], 3);
+}
+
+/* msum[i]'s 128-bit lane j holds 4 dwords that sum to msum(i, j): their
+ * sums, lane 4i + j of the result. */
+static inline __m512i kq_msum_lanes(const __m512i msum[4])
+{
+    const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[0], msum[1]), _mm512_unpackhi_epi32(msum[0], msum[1]));
+    const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[2], msum[3]), _mm512_unpackhi_epi32(msum[2], msum[3]));
+    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));   /* lane 4j + i */
+    return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
+}
+
+/* One super-block's sums into the tile's accumulators (lane 4i + j: row i,
+ * token j): acc += sumi * d_w * d_a, accm += mi * dmin_w * d_a. */
+static inline void kq_tile_acc(const __m512i *sumi, __m512i mi, const float *dw, const float *mw, const float *da,
+                               __m512 *acc, __m512 *accm)
+{
+    const __m512i si = reduce16_epi32(sumi);
+    const __m512 dwv = _mm512_setr_ps(dw[0], dw[0], dw[0], dw[0], dw[1], dw[1], dw[1], dw[1],
+                                      dw[2], dw[2], dw[2], dw[2], dw[3], dw[3], dw[3], dw[3]);
+    const __m512 mwv = _mm512_setr_ps(mw[0], mw[0], mw[0], mw[0], mw[1], mw[1], mw[1], mw[1],
+                                      mw[2], mw[2], mw[2], mw[2], mw[3], mw[3], mw[3], mw[3]);
+    const __m512 dav = _mm512_castps128_ps512(_mm_loadu_ps(da));
+    const __m512 dav4 = _mm512_shuffle_f32x4(dav, dav, 0);
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dwv, dav4), *acc);
+    *accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(mwv, dav4), *accm);
+}
+
 static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const *ar, float out[4][4])
 {
     const __m512i m4 = _mm512_set1_epi8(0xF);
@@ -224,16 +265,8 @@ static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
             mw[i] = _cvtsh_ss(x[i]->dmin);
             da[i] = y[i]->d;
         }
-        /* msum(i, j) = sum over the 8 sub-blocks k of min_i[k] * (bsums_j[2k] + bsums_j[2k+1]):
-         * the 4 tokens' 8 pair sums (|.| <= 32 * 128, exact in i16) in the 4 128-bit lanes of b */
-        __m128i b32[4];
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m256i pr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[j]->bsums), _mm256_set1_epi16(1));
-            b32[j] = _mm_packs_epi32(_mm256_castsi256_si128(pr), _mm256_extracti128_si256(pr, 1));
-        }
-        const __m512i b = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(b32[0]), b32[1], 1),
-                                                                b32[2], 2), b32[3], 3);
+        /* msum(i, j) = sum over the 8 sub-blocks k of min_i[k] * (bsums_j[2k] + bsums_j[2k+1]) */
+        const __m512i b = kq_pair_sums(y);
         #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             const __m128i sm = q4k_scales_mins(x[i]->scales);
@@ -244,12 +277,7 @@ static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
             #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) sumi[4 * i + j] = _mm512_setzero_si512();
         }
-        {   /* 4 x 4 dwords per 128-bit lane -> lane 4i + j */
-            const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[0], msum[1]), _mm512_unpackhi_epi32(msum[0], msum[1]));
-            const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[2], msum[3]), _mm512_unpackhi_epi32(msum[2], msum[3]));
-            const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));   /* lane 4j + i */
-            mi = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
-        }
+        mi = kq_msum_lanes(msum);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i q[4], sc[4];
@@ -267,15 +295,7 @@ static void tile_q4_K(int64_t nb, const uint8_t *const *wr, const uint8_t *const
                     sumi[4 * i + j] = _mm512_dpwssd_epi32(sumi[4 * i + j], _mm512_maddubs_epi16(q[i], a), sc[i]);
             }
         }
-        const __m512i si = reduce16_epi32(sumi);
-        const __m512 dwv = _mm512_setr_ps(dw[0], dw[0], dw[0], dw[0], dw[1], dw[1], dw[1], dw[1],
-                                          dw[2], dw[2], dw[2], dw[2], dw[3], dw[3], dw[3], dw[3]);
-        const __m512 mwv = _mm512_setr_ps(mw[0], mw[0], mw[0], mw[0], mw[1], mw[1], mw[1], mw[1],
-                                          mw[2], mw[2], mw[2], mw[2], mw[3], mw[3], mw[3], mw[3]);
-        const __m512 dav = _mm512_castps128_ps512(_mm_loadu_ps(da));
-        const __m512 dav4 = _mm512_shuffle_f32x4(dav, dav, 0);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dwv, dav4), acc);
-        accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(mwv, dav4), accm);
+        kq_tile_acc(sumi, mi, dw, mw, da, &acc, &accm);
     }
     _mm512_storeu_ps(&out[0][0], _mm512_sub_ps(acc, accm));
 }
@@ -323,7 +343,6 @@ static void tile_q4_K_dec(int64_t nb, const kq4_dec *const *dec, const uint8_t *
         const kq4_dec *x[4];
         __m512i sumi[16], msum[4], mi;
         float dw[4], mw[4], da[4];
-        __m128i b32[4];
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             y[j] = (const block_q8_K *)ar[j] + b;
@@ -331,23 +350,15 @@ static void tile_q4_K_dec(int64_t nb, const kq4_dec *const *dec, const uint8_t *
             da[j] = y[j]->d;
             dw[j] = x[j]->d;
             mw[j] = x[j]->dmin;
-            const __m256i pr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[j]->bsums), _mm256_set1_epi16(1));
-            b32[j] = _mm_packs_epi32(_mm256_castsi256_si128(pr), _mm256_extracti128_si256(pr, 1));
         }
-        const __m512i bb = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(b32[0]), b32[1], 1),
-                                                                 b32[2], 2), b32[3], 3);
+        const __m512i bb = kq_pair_sums(y);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             msum[i] = _mm512_madd_epi16(bb, _mm512_broadcast_i32x4(x[i]->mins));
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) sumi[4 * i + j] = _mm512_setzero_si512();
         }
-        {
-            const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[0], msum[1]), _mm512_unpackhi_epi32(msum[0], msum[1]));
-            const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(msum[2], msum[3]), _mm512_unpackhi_epi32(msum[2], msum[3]));
-            const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
-            mi = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
-        }
+        mi = kq_msum_lanes(msum);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i q[4], sc[4];
@@ -364,15 +375,7 @@ static void tile_q4_K_dec(int64_t nb, const kq4_dec *const *dec, const uint8_t *
                     sumi[4 * i + j] = _mm512_dpwssd_epi32(sumi[4 * i + j], _mm512_maddubs_epi16(q[i], a), sc[i]);
             }
         }
-        const __m512i si = reduce16_epi32(sumi);
-        const __m512 dwv = _mm512_setr_ps(dw[0], dw[0], dw[0], dw[0], dw[1], dw[1], dw[1], dw[1],
-                                          dw[2], dw[2], dw[2], dw[2], dw[3], dw[3], dw[3], dw[3]);
-        const __m512 mwv = _mm512_setr_ps(mw[0], mw[0], mw[0], mw[0], mw[1], mw[1], mw[1], mw[1],
-                                          mw[2], mw[2], mw[2], mw[2], mw[3], mw[3], mw[3], mw[3]);
-        const __m512 dav = _mm512_castps128_ps512(_mm_loadu_ps(da));
-        const __m512 dav4 = _mm512_shuffle_f32x4(dav, dav, 0);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dwv, dav4), acc);
-        accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(mwv, dav4), accm);
+        kq_tile_acc(sumi, mi, dw, mw, da, &acc, &accm);
     }
     _mm512_storeu_ps(&out[0][0], _mm512_sub_ps(acc, accm));
 }

@@ -870,15 +870,8 @@ static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
         cb_flush_scale(b);
         cb_rec_ptr(b, y);
         if (b->fuse_add && b->in_step && !b->f32_act) {   /* held back for the next block's pre-norm and matmul */
-            b->pa.on = true;
-            b->pa.plain = false;
-            b->pa.x = b->pn.x;
-            b->pa.w = b->pn.w;
-            b->pa.y = b->pn.y;
-            b->pa.res = y;
-            b->pa.n = b->pn.n;
-            b->pa.n_rows = b->pn.n_rows;
-            b->pa.eps = b->pn.eps;
+            b->pa = (struct cb_pending_add){.on = true, .x = b->pn.x, .w = b->pn.w, .y = b->pn.y, .res = y,
+                                            .n = b->pn.n, .n_rows = b->pn.n_rows, .eps = b->pn.eps};
             return;
         }
         if (cb_skip(b)) return;
@@ -890,15 +883,7 @@ static void cu_add(ember_backend *be, float *y, const float *x, int64_t n)
     float *dy = cb_io_f(b, 0, y, (size_t)n);
     const float *dx = cb_in_f(b, 1, x, (size_t)n);
     if (cb_add_waits(b, y, x)) {   /* held back for the next block's pre-norm and matmul, as Gemma's above */
-        b->pa.on = true;
-        b->pa.plain = true;
-        b->pa.x = dx;
-        b->pa.w = NULL;
-        b->pa.y = NULL;
-        b->pa.res = dy;
-        b->pa.n = n;
-        b->pa.n_rows = 1;
-        b->pa.eps = 0.f;
+        b->pa = (struct cb_pending_add){.on = true, .plain = true, .x = dx, .res = dy, .n = n, .n_rows = 1};
         return;
     }
     if (cb_skip(b)) return;

@@ -213,7 +213,7 @@ typedef struct cuda_backend {
      * pre-norm models' res += x (n elements as one row until a norm of the
      * same total joins). Launched by any other op. It always comes before a
      * waiting norm; no head op joins while it waits. */
-    struct { bool on, plain; const float *x, *w; float *y, *res; int64_t n, n_rows; float eps; } pa;
+    struct cb_pending_add { bool on, plain; const float *x, *w; float *y, *res; int64_t n, n_rows; float eps; } pa;
     /* a decode attention on activation memory, held back so that the next
      * matmul's Q8 input comes from the attention kernel itself
      * (ember_cuda_attn with q8_buf): launched by any other op, before

@@ -386,14 +386,18 @@ def test_disconnect_mid_stream_frees_slot(srv):
             "ignore_eos": True, "input": "Tell me a long story."}
     with requests.post(srv.base + "/v1/responses", json=body, headers=hdr, stream=True, timeout=60) as r:
         n, seen, t0 = 0, [], time.time()
-        for line in r.iter_lines():
+        # hold the line iterator: a `for` over a temporary r.iter_lines() drops it at the break, and
+        # CPython's refcounting then closes the socket at once, so the server could cancel the request
+        # before /slots is asked (the race behind CI's failure); the connection must close at `with`'s end
+        lines = r.iter_lines()
+        for line in lines:
             if line:
                 seen.append(line[:160])
             n += line.startswith(b"event: response.output_text.delta")
             if n >= 3:
                 break
         t_first = time.time() - t0
-        # /slots may lag the first tokens a moment: ask until it shows the request
+        # /slots is published after each step: ask until it shows the request
         deadline = time.time() + 3
         while True:
             slots = requests.get(srv.base + "/slots", headers=hdr).json()

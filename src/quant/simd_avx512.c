@@ -74,30 +74,74 @@ static inline int _mm256_reduce_add_epi32_emb(__m256i v)
     return _mm_cvtsi128_si32(t);
 }
 
+/* One Q4_K x Q8_K super-block's exact integer parts: the 8 dwords returned
+ * sum to sum_j sc_j (q . a)_j over its 8 sub-blocks j, the 8 of *msum to
+ * sum_j m_j (bsums_2j + bsums_2j+1) (ggml's vec_dot_q4_K_q8_K). */
+static inline __attribute__((always_inline)) __m256i k4_block_sums(const block_q4_K *x, const block_q8_K *y,
+                                                                   __m256i *msum)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m128i sm = k4_scales_mins(x->scales);
+    *msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), k4_mins_x2(sm));
+    const __m512i pairs = k4_scale_pairs(sm);
+    __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * c)));
+        q = _mm512_and_si512(_mm512_srlv_epi64(q, shift), m4);
+        __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y->qs + 64 * c));
+        sumi = _mm512_dpwssd_epi32(sumi, p, k4_chunk_scales(pairs, c));
+    }
+    return _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+}
+
+/* The sums of 8 vectors of 8 i32, in order, as one vector (three rounds of
+ * pairwise adds: 6 VPHADDD and one cross-lane add for 8 sums, where 8
+ * separate horizontal sums take ~7 instructions each). */
+static inline __m256i hsum8_x8_epi32(const __m256i v[8])
+{
+    const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+    /* e: [sum of v0..v3's low 4 lanes | sum of their high 4], f the same for v4..v7 */
+    const __m256i e = _mm256_hadd_epi32(a, b), f = _mm256_hadd_epi32(c, d);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(e, f, 0x20), _mm256_permute2x128_si256(e, f, 0x31));
+}
+
+/* The float steps are llama.cpp's repacked-gemv order (ref_k.c
+ * ember_vec_dot_q4_K_scalar): per super-block, in order, acc += S d_w d_a
+ * and accm += M dmin_w d_a with S, M its exact integer sums. Those sums are
+ * taken 4 super-blocks at a time (one joint horizontal reduction instead
+ * of 8 single ones: the Q4_K decode dot was bound by its vector
+ * instructions, perf 2026-12-07); the integers, so the bits, are the same. */
 static inline __attribute__((always_inline)) void dot_q4_K_512_pf(int64_t n, float *s, const void *vx, const void *vy,
                                                                   int32_t pf)
 {
     const block_q4_K *x = vx;
     const block_q8_K *y = vy;
-    const __m512i m4 = _mm512_set1_epi8(0xF);
-    const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const int64_t nb = n / QK_K;
     float acc = 0, accm = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        prefetch_block(x + i, sizeof *x, pf);
-        const __m128i sm = k4_scales_mins(x[i].scales);
-        __m256i mins = k4_mins_x2(sm);
-        __m256i msum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), mins);
-        __m512i pairs = k4_scale_pairs(sm);
-        __m512i sumi = _mm512_setzero_si512();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        __m256i v[8];
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * c)));
-            q = _mm512_and_si512(_mm512_srlv_epi64(q, shift), m4);
-            __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y[i].qs + 64 * c));
-            sumi = _mm512_dpwssd_epi32(sumi, p, k4_chunk_scales(pairs, c));
+        for (int k = 0; k < 4; k++) {
+            prefetch_block(x + i + k, sizeof *x, pf);
+            v[k] = k4_block_sums(x + i + k, y + i + k, &v[4 + k]);
         }
-        /* llama.cpp's repacked-gemv order (ref_k.c ember_vec_dot_q4_K_scalar) */
-        acc = fmaf((float)_mm512_reduce_add_epi32(sumi), H2F(x[i].d) * y[i].d, acc);
+        float f[8];
+        _mm256_storeu_ps(f, _mm256_cvtepi32_ps(hsum8_x8_epi32(v)));
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            acc = fmaf(f[k], H2F(x[i + k].d) * y[i + k].d, acc);
+            accm = fmaf(f[4 + k], H2F(x[i + k].dmin) * y[i + k].d, accm);
+        }
+    }
+    for (; i < nb; i++) {
+        prefetch_block(x + i, sizeof *x, pf);
+        __m256i msum;
+        const __m256i sumi = k4_block_sums(x + i, y + i, &msum);
+        acc = fmaf((float)_mm256_reduce_add_epi32_emb(sumi), H2F(x[i].d) * y[i].d, acc);
         accm = fmaf((float)_mm256_reduce_add_epi32_emb(msum), H2F(x[i].dmin) * y[i].d, accm);
     }
     *s = acc - accm;

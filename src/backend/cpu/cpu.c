@@ -315,7 +315,8 @@ typedef struct mm_task {
     int64_t n_tok_tiles;
     uint8_t *xg;                  /* Q8_0 prefill on AVX-512: the rows interleaved (cpu.h EMBER_XG_*), or NULL */
     bool gemm, vnni, dot_pf;      /* the backend's kernel choices (cpu_backend) */
-    const cpu_backend *cb;        /* per-thread scratch (ts[ith].kqdec) */
+    const cpu_backend *cb;        /* per-thread scratch (ts[ith].kq) */
+    uint64_t gen;                 /* this op's number (cb->mm_gen): the key of the threads' decoded rows */
     int64_t tok_tile;             /* tokens per work item: MM_TOK_TILE or MM_KQ_TOK_TILE */
     _Atomic int64_t next;
 } mm_task;
@@ -398,7 +399,7 @@ static void mm_dot(void *arg, int ith, int nth)
          * to the vec_dot below, so choosing by token count keeps batch invariance */
         if (a->vnni && (w->type == EMBER_TYPE_Q4_K || w->type == EMBER_TYPE_Q6_K) && t1 - t0 >= 4) {
             ember_cpu_gemm_kq_avx512(w->type, a->n_in, w->data, w->row_bytes, a->xq, a->xq_row, y, n_out, r0, r1, t0, t1,
-                                     a->cb->ts[ith].kqdec);
+                                     &a->cb->ts[ith].kq, a->gen);
             continue;
         }
         if (a->gemm && ember_cpu_gemm_supported(w->type)) {
@@ -469,6 +470,7 @@ static void op_matmul(ember_backend *be, const float *x, int64_t n_tokens, int32
         a.vnni = cb->vnni;
         a.dot_pf = cb->dot_pf;
         a.cb = cb;
+        a.gen = ++cb->mm_gen;
         if (vdt == EMBER_TYPE_Q8_0 && n_tokens > 16) a.xg = cb->xg;   /* NULL without VNNI */
         /* K-quant prefill tiles decode their rows once per token tile: twice
          * as many tokens as the other paths (pp256 0.95x CPU time; 64 no better) */
@@ -1035,7 +1037,7 @@ static void op_free(ember_backend *be)
             free(cb->ts[i].qconv);
             free(cb->ts[i].vkq16);
             free(cb->ts[i].mq);
-            free(cb->ts[i].kqdec);
+            free(cb->ts[i].kq.dec);
         }
         free(cb->ts);
     }
@@ -1164,10 +1166,10 @@ ember_status ember_backend_cpu_new(const ember_backend_options *opt, const ember
         cb->ts[i].vkq16 = malloc((size_t)lim->max_head_dim * sizeof(uint16_t));
         cb->ts[i].mq = malloc((size_t)lim->max_head_dim * 2 * EMBER_CPU_ATTN_MAXQ * sizeof(float));
         const size_t kq_bytes = cb->vnni && !o.cpu_no_kq_dec ? (ember_cpu_gemm_kq_scratch_bytes(lim->max_n_in) + 63) & ~(size_t)63 : 0;
-        if (kq_bytes) cb->ts[i].kqdec = aligned_alloc(64, kq_bytes);
+        if (kq_bytes) cb->ts[i].kq.dec = aligned_alloc(64, kq_bytes);
         cb->scratch_bytes += kq_bytes;
         if (!cb->ts[i].scores || !cb->ts[i].vrow || !cb->ts[i].acc || !cb->ts[i].qconv || !cb->ts[i].vkq16 || !cb->ts[i].mq ||
-            (kq_bytes && !cb->ts[i].kqdec)) {
+            (kq_bytes && !cb->ts[i].kq.dec)) {
             op_free(&cb->base);
             return ember_error(EMBER_ERR_NOMEM, "cpu backend: attention scratch for %lld keys", (long long)lim->max_kv_tokens);
         }

@@ -13,6 +13,15 @@
 
 #include <stdatomic.h>
 
+/* A thread's decoded Q4_K weight rows (ember_cpu_gemm_kq_avx512): rows
+ * [r0, r1) of the weight at w, decoded during matmul op gen, are in dec. */
+typedef struct ember_kq_cache {
+    void *dec;
+    const uint8_t *w;   /* NULL: nothing held */
+    int64_t r0, r1;
+    uint64_t gen;
+} ember_kq_cache;
+
 /* Query heads of one KV head that prefill attention processes together. */
 #define ATTN_GROUP 8
 
@@ -23,7 +32,8 @@ typedef struct cpu_thread_scratch {
     void *qconv;      /* query head in K's dot format, max_head_dim*4 bytes */
     uint16_t *vkq16;  /* [max_head_dim] f16 output accumulator (ggml's flash-attention numerics) */
     float *mq;        /* [EMBER_CPU_ATTN_MAXQ][2 * max_head_dim] for ember_cpu_attn_f16_multi_avx512 */
-    void *kqdec;      /* ember_cpu_gemm_kq_scratch_bytes(max_n_in) (64-byte aligned), or NULL without VNNI */
+    ember_kq_cache kq; /* decoded Q4_K rows (kq.dec: ember_cpu_gemm_kq_scratch_bytes(max_n_in), 64-byte
+                        * aligned, or NULL without VNNI) */
 } cpu_thread_scratch;
 
 typedef struct cpu_backend {
@@ -39,6 +49,7 @@ typedef struct cpu_backend {
     cpu_thread_scratch *ts;
     void *small_pk;       /* activations packed for ember_cpu_gemm_small_avx512, or NULL */
     uint64_t scratch_bytes;
+    uint64_t mm_gen;      /* matmul ops run (the threads' ember_kq_cache keys) */
     /* kernels this backend uses: what the CPU has, less what its options
      * turn off (EMBER_NO_GEMM, _VNNI, _SMALL_GEMM, _ATTN_MULTI) */
     bool gemm;            /* AVX2 tiles for the 32-element formats */
@@ -152,13 +163,17 @@ void ember_cpu_gemm_q32_avx512(uint32_t type, int64_t n_in, const uint8_t *w, si
 /* Q4_K or Q6_K weights [n_out, n_in] (row_bytes apart) x Q8_K activations
  * [n_tokens, n_in] (xq_row apart), 4 rows x 4 tokens per pass; every output
  * bit-identical to the format's vec_dot (so batch invariant). AVX-512 VNNI
- * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). scratch:
- * NULL, or 64-byte aligned ember_cpu_gemm_kq_scratch_bytes(n_in) bytes
- * where Q4_K rows are decoded once for all token groups (same bits). */
+ * only. Writes y[t * ldy + r] for r in [r0, r1), t in [t0, t1). cache:
+ * NULL, or a thread's ember_kq_cache whose dec holds
+ * ember_cpu_gemm_kq_scratch_bytes(n_in) bytes (64-byte aligned): Q4_K rows
+ * are decoded there once (same bits) and kept for the thread's next call
+ * with the same weight rows and the same gen (one matmul op's number: a
+ * thread takes many token groups of one row tile in turn). */
+#define EMBER_CPU_KQ_ROWS 16   /* rows a cache holds (a prefill row tile) */
 size_t ember_cpu_gemm_kq_scratch_bytes(int64_t n_in);
 void ember_cpu_gemm_kq_avx512(uint32_t type, int64_t n_in, const uint8_t *w, size_t row_bytes, const uint8_t *xq,
                               size_t xq_row, float *y, int64_t ldy, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
-                              void *scratch);
+                              ember_kq_cache *cache, uint64_t gen);
 
 /* Batches of Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 weights x 2.. tokens, by groups of up
  * to EMBER_CPU_SMALL_MAX tokens, AVX-512 VNNI (gemm_small_avx512.c). The

@@ -354,6 +354,54 @@ static void test_matmul_formats(void **st)
     }
 }
 
+/* The Q4_K prefill tile keeps a thread's decoded rows for its next token
+ * groups of the same rows within one matmul op (ember_kq_cache): 70 tokens
+ * are 3 token groups per row tile on 2 threads; then the same weight
+ * buffer is rewritten with other values and multiplied again by the same
+ * backend: every token's outputs must be the one-token mat-vec's bits
+ * (which never use the cache) for the weights of that call, and within
+ * 1e-5 of the double-precision product. 13 rows: one row tile, so each
+ * thread's first item of the second op has the rows its cache holds from
+ * the first (only the op number tells them apart). */
+static void test_matmul_q4_K_rows_cache(void **st)
+{
+    (void)st;
+    enum { NIN = 512, NOUT = 13, T = 70 };
+    ember_backend *be = new_be_lim(2, T, NIN);
+    const ember_quant_traits *tw = ember_quant_traits_get(EMBER_TYPE_Q4_K);
+    const ember_quant_traits *ta = ember_quant_traits_get(tw->vec_dot_type);
+    const size_t rb = NIN / 256 * tw->block_bytes, ab = NIN / 256 * ta->block_bytes;
+    uint8_t *w = malloc(NOUT * rb), *aq = malloc(ab);
+    float *wf = malloc(sizeof(float) * NOUT * NIN), *x = malloc(sizeof(float) * T * NIN), *xd = malloc(sizeof(float) * NIN);
+    float *y = malloc(sizeof(float) * T * NOUT), y1[NOUT];
+    assert_non_null(w); assert_non_null(aq); assert_non_null(wf); assert_non_null(x); assert_non_null(xd); assert_non_null(y);
+    for (int i = 0; i < T * NIN; i++) x[i] = frand() * 4.0f - 1.0f;
+    ember_weight wd = {.type = EMBER_TYPE_Q4_K, .n_in = NIN, .n_out = NOUT, .row_bytes = rb, .data = w, .name = "w"};
+    const ember_weight *ws[1] = {&wd};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < NOUT * NIN; i++) wf[i] = round ? 2.0f - frand() * 3.0f : frand() + 0.3f;
+        for (int r = 0; r < NOUT; r++) tw->from_float_ref(wf + r * NIN, w + r * rb, NIN);
+        for (int r = 0; r < NOUT; r++) tw->to_float(w + r * rb, wf + r * NIN, NIN);
+        float *ys[1] = {y}, *ys1[1] = {y1};
+        be->ops->matmul(be, x, T, 1, ws, ys);
+        for (int t = 0; t < T; t++) {
+            be->ops->matmul(be, x + t * NIN, 1, 1, ws, ys1);
+            if (memcmp(y1, y + t * NOUT, sizeof y1) != 0)
+                fail_msg("round %d: token %d of %d differs from its one-token mat-vec", round, t, T);
+            (ta->from_float ? ta->from_float : ta->from_float_ref)(x + t * NIN, aq, NIN);
+            ta->to_float(aq, xd, NIN);
+            for (int r = 0; r < NOUT; r++) {
+                double s = 0, sa = 0;
+                for (int i = 0; i < NIN; i++) { s += (double)wf[r * NIN + i] * xd[i]; sa += fabs((double)wf[r * NIN + i] * xd[i]); }
+                if (fabs(y[t * NOUT + r] - s) > 1e-5 * (1 + sa))
+                    fail_msg("round %d: y[%d][%d] = %f, expected %f", round, t, r, y[t * NOUT + r], s);
+            }
+        }
+    }
+    free(w); free(aq); free(wf); free(x); free(xd); free(y);
+    be->ops->free(be);
+}
+
 /* Batches of 2+ tokens (speculative verification, slots, prefill) take
  * their own kernel on AVX-512 VNNI machines (pairs of tokens per register,
  * odd counts padded, groups of 16 tokens; Q5_0 above 16 tokens the prefill
@@ -510,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_gated_activations),
         cmocka_unit_test(test_activations_batch_invariant),
+        cmocka_unit_test(test_matmul_q4_K_rows_cache),
         cmocka_unit_test(test_attn_avx512_matches_avx2),
         cmocka_unit_test(test_matmul_q8_0_exact),
         cmocka_unit_test(test_matmul_formats),

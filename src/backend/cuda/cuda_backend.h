@@ -252,6 +252,13 @@ void ember_cuda_set_mmvq_smem(ember_cuda *cu, bool on);
  * same output bits whatever it is (each row's and column's steps and order
  * do not change). */
 void ember_cuda_set_mmvq_mr(ember_cuda *cu, int rows_per_warp);
+
+/* Free-order Q4_K mat-vecs of min_cols to 8 columns run on the int8 tensor
+ * cores (cuda_mmvq.cu k_mmvq_tc4_K; EMBER_CUDA_MMVQ_TC): 0 or less never
+ * (the default), 1 counts as 2. Outputs within float summation order of
+ * the dp4a kernels' (1e-5 of max |y| in test_cuda_q8), not their bits;
+ * other weight types and one-column launches are unaffected. */
+void ember_cuda_set_mmvq_tc(ember_cuda *cu, int min_cols);
 /* ember_cuda_matmul_q8 for n_w (1..3) weights of one type and row length
  * that read the same quantized activations (Q/K/V, gate/up), in one
  * launch: ys[k] = [n_cols, ws[k]->ne1], each row computed exactly as

@@ -58,6 +58,7 @@ extern "C" ember_status ember_cuda_new(int device, const ember_backend_options *
     cu->mmvq_rows = o.cuda_mmvq_rows;
     cu->mmvq_smem = o.cuda_mmvq_smem;
     ember_cuda_set_mmvq_mr(cu, o.cuda_mmvq_mr);
+    ember_cuda_set_mmvq_tc(cu, o.cuda_mmvq_tc);
     cu->exact_mm = o.cuda_exact || !o.cuda_mmvq;
     if (s == EMBER_OK && o.cuda_tf32 &&
         cublasSetMathMode(cu->cublas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)

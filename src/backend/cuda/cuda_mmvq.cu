@@ -13,7 +13,9 @@
  * for its row (prefetch.global.L2): weights never depend on the previous
  * kernel, so a CTA resident early has its row on chip when it may start.
  * They are the default (EMBER_CUDA_MMVQ=0 or EMBER_CUDA_EXACT=1 selects the
- * exact ones).
+ * exact ones). One exception to dp4a: Q4_K launches of several columns may
+ * run on the int8 tensor cores (k_mmvq_tc4_K, EMBER_CUDA_MMVQ_TC; off by
+ * default: unmeasured until a GPU run).
  *
  * Layouts: ggml-common.h block_q4_0 ... block_q6_K (as cuda_q8.cu); the
  * activation buffer: cuda_q8.cu's header comment. Formulas per block:
@@ -386,6 +388,127 @@ bool launch_fast_mr(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
     }
 }
 
+/* Q4_K, 2-8 columns on the int8 tensor cores (EMBER_CUDA_MMVQ_TC=N: from N
+ * columns; default 0, off). k_mmvq_mr's lanes do one dp4a per 4 weight
+ * bytes per column, 8 columns of integer work per weight byte; here one
+ * mma.m16n8k32 per 32-element sub-block does a 16-row tile's dots with all
+ * 8 columns (lanes past the launch's columns repeat its last one), a
+ * second one with all-ones A the columns' sums for the mins, and the lanes
+ * keep only the scale and float steps (cuda_mmvq_lane.cuh tc4_K_*, its
+ * layout notes; host-tested by test_mmvq_host.cu with an emulated mma).
+ * A CTA of kTcWarps warps takes one tile of 16 rows of a segment's weight
+ * (prefetched to L2 before the PDL wait), its warps the tile's super-blocks
+ * b = warp, warp + kTcWarps, ... (kTcPass of them loaded before their
+ * arithmetic), then the warps' partial sums meet in shared memory and 128
+ * threads store the tile's 16 x nc outputs. Free float order: within 1e-5
+ * of k_mmvq's, not its bits. Unmeasured: written without a GPU
+ * (2026-12), off by default until a GPU run has checked and timed it. */
+constexpr int kTcWarps = 4; /* warps of a CTA, sharing one tile's super-blocks */
+constexpr int kTcPass = 2;  /* super-blocks a warp loads before their arithmetic */
+static_assert(kTcWarps * 32 == kTcRows * kTcCols, "one output per thread in the store");
+static_assert(kTcCols == kMaxColsQ8, "the tile's columns are a launch's");
+
+/* d = A B (C = 0): PTX mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32, sm_80+ */
+__device__ __forceinline__ void mma_s8_16832(const tc_frag_a &a, const tc_frag_b &b, tc_frag_d &d)
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};"
+        : "=r"(d.r[0]), "=r"(d.r[1]), "=r"(d.r[2]), "=r"(d.r[3])
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]), "r"(0));
+}
+
+/* This CTA's tile: the segment's weight at the tile's first row row0, its
+ * output y and row count n_rows, and the tile's rows nr (1..16; 0: none). */
+struct tc_tile {
+    const uint8_t *wr;
+    float *y;
+    int64_t row0, n_rows;
+    int nr;
+};
+
+__device__ __forceinline__ tc_tile tile_of_cta(const mm_seg &ms, size_t row_bytes)
+{
+    const unsigned bx = blockIdx.x;
+    const int seg = bx < ms.end0 ? 0 : (bx < ms.end1 ? 1 : 2);
+    const unsigned b0 = seg == 0 ? 0u : (seg == 1 ? ms.end0 : ms.end1);
+    tc_tile t;
+    t.n_rows = seg == 0 ? ms.n0 : (seg == 1 ? ms.n1 : ms.n2);
+    t.row0 = (int64_t)(bx - b0) * kTcRows;
+    t.nr = t.row0 < t.n_rows ? (int)(t.n_rows - t.row0 < kTcRows ? t.n_rows - t.row0 : kTcRows) : 0;
+    t.wr = (seg == 0 ? ms.W0 : (seg == 1 ? ms.W1 : ms.W2)) + t.row0 * row_bytes;
+    t.y = seg == 0 ? ms.y0 : (seg == 1 ? ms.y1 : ms.y2);
+    return t;
+}
+
+/* prefetch_row over a CTA: its threads ask L2 for wr[0, bytes), one line each per step */
+__device__ __forceinline__ void prefetch_cta(const uint8_t *wr, size_t bytes)
+{
+    const uintptr_t lo = (uintptr_t)wr & ~(uintptr_t)127, hi = (uintptr_t)wr + bytes;
+    for (uintptr_t p = lo + (uintptr_t)threadIdx.x * 128; p < hi; p += (uintptr_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* nb super-blocks a row, nc (1..8) columns: aq / ad the Q8_K view of column 0, n the row length */
+__global__ void __launch_bounds__(kTcWarps * 32)
+k_mmvq_tc4_K(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
+             int64_t n, int nc)
+{
+    __shared__ float part[kTcWarps][kTcRows * kTcCols];
+    const tc_tile t = tile_of_cta(ms, row_bytes);
+    if (t.nr) prefetch_cta(t.wr, (size_t)t.nr * row_bytes);
+    ember_pdl_wait();
+    if (!t.nr) return; /* the whole CTA: the __syncthreads below is reached by all or none */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tig = lane & 3;
+    const tc4_K_lane p = tc4_K_lane_of(t.wr, row_bytes, t.nr, aq, ad, n, nc, lane);
+    const tc_frag_a ones = tc_frag_ones();
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b0 = warp; b0 < nb; b0 += kTcWarps * kTcPass) {
+        tc4_K_w w[kTcPass];
+        tc_x8 x[kTcPass];
+        float da0[kTcPass], da1[kTcPass];
+#pragma unroll
+        for (int u = 0; u < kTcPass; u++) {
+            const int b = b0 + kTcWarps * u;
+            if (b < nb) {
+                tc4_K_load_w(p, b, tig, w[u]);
+                tc_load_x(p, b, tig, x[u]);
+                da0[u] = p.da0[b];
+                da1[u] = p.da1[b];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kTcPass; u++) {
+            if (b0 + kTcWarps * u >= nb) break; /* warp-uniform: the mma's lanes stay converged */
+            int isum[4] = {0, 0, 0, 0}, msum[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int s = 0; s < 8; s++) {
+                const tc_frag_b bf = tc_frag_b_of(x[u], s);
+                tc_frag_d dot, sum;
+                mma_s8_16832(tc4_K_frag_a(w[u], s), bf, dot);
+                mma_s8_16832(ones, bf, sum);
+                tc4_K_sub_step(w[u], s, dot, sum, isum, msum);
+            }
+            tc4_K_block_step(w[u], da0[u], da1[u], isum, msum, acc);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) part[warp][tc_d_row(lane, i) * kTcCols + tc_d_col(lane, i)] = acc[i];
+    __syncthreads();
+    int row, col;
+    if (tc_out_of(threadIdx.x, t.nr, nc, row, col)) {
+        float v = part[0][row * kTcCols + col];
+#pragma unroll
+        for (int k = 1; k < kTcWarps; k++) v += part[k][row * kTcCols + col];
+        t.y[(int64_t)col * t.n_rows + t.row0 + row] = v;
+    }
+}
+
+void launch_tc4_K(cudaStream_t st, size_t row_bytes, mm_seg ms, const q8_view &a, int64_t n, int nc)
+{
+    const unsigned grid = rows_grid(ms, kTcRows);
+    ember_launch(k_mmvq_tc4_K, grid, kTcWarps * 32, 0, st, ms, row_bytes, (int)(n / 256), a.qs, a.d, n, nc);
+}
+
 template <int NC>
 void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
                     const q8_view &a, int64_t n)
@@ -419,8 +542,12 @@ void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
 } /* namespace */
 
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
-                      const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged, int mr_rows)
+                      const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged, int mr_rows, int tc_min)
 {
+    if (tc_min >= 1 && nc >= tc_min && nc >= 2 && nc <= kMaxColsQ8 && type == EMBER_TYPE_Q4_K) {
+        launch_tc4_K(st, row_bytes, ms, a, n, nc);
+        return;
+    }
     if (nc >= 2 && launch_fast_mr(st, type, row_bytes, ms, a, n, nc, mr_rows)) return;
     if (nc == 1 && staged && launch_fast_smem(st, type, row_bytes, ms, a, n, rows_per_warp > 0 ? rows_per_warp : 1))
         return;

@@ -6,10 +6,12 @@
  * for all 32 lanes against gguf-py's dequantized blocks, so the kernels'
  * arithmetic is checked without a GPU.
  *
- * Every function: wr the row's blocks, nb its blocks, aq/ad(/as) the Q8
- * activation buffer's views (cuda_q8.cu's layout) for column 0 of the
- * launch, n the row length, lane 0..31; adds the lane's partial dot of
- * column c to acc[c] for c < NC.
+ * Every dp4a row program: wr the row's blocks, nb its blocks, aq/ad(/as)
+ * the Q8 activation buffer's views (cuda_q8.cu's layout) for column 0 of
+ * the launch, n the row length, lane 0..31; adds the lane's partial dot of
+ * column c to acc[c] for c < NC. The tensor-core Q4_K steps (tc4_K_*) are
+ * smaller pieces that the kernel composes around its mma instructions
+ * (their section says how).
  * Must not: use warp intrinsics or anything but plain loads.
  */
 #ifndef EMBER_CUDA_MMVQ_LANE_CUH
@@ -221,6 +223,207 @@ EMBER_UNROLL
             }
         }
     }
+}
+
+/* ---- Q4_K on the int8 tensor cores (cuda_mmvq.cu k_mmvq_tc4_K) -----------
+ * A warp multiplies a tile of 16 weight rows by 8 activation columns, one
+ * mma.sync.m16n8k32 (s8 x s8 -> s32) per 32-element sub-block: A = the 16
+ * rows' 4-bit quants of the sub-block (0..15, exact as s8), B = the 8
+ * columns' Q8_K bytes, D_s = their 16 x 8 integer dots; a second mma with
+ * A = all ones gives the columns' sums S_s of the sub-block in the same
+ * layout (for the mins). Per super-block and output (row r, column c):
+ *   y += d_r da_c sum_s sc_rs D_s - dmin_r da_c sum_s m_rs S_s
+ * (ggml-common.h block_q4_K: d, dmin f16, scales[12] the 6-bit sc/m of the
+ * 8 sub-blocks as get_scale_min_k4, qs[128]: byte 32gg + l holds element
+ * 64gg + l in its low nibble (sub-block 2gg) and 64gg + 32 + l in its high
+ * one (2gg + 1); Q8_K: 256 int8 and one float d per super-block).
+ *
+ * Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32", .s8 A and B,
+ * .s32 C/D), lane = 4 gid + tig, 4 elements a register, k & 3 its byte:
+ *   A 16 x 32: a[0] = A[gid][4tig..4tig+3], a[1] = A[gid+8][4tig..],
+ *              a[2] = A[gid][16+4tig..],   a[3] = A[gid+8][16+4tig..]
+ *   B 32 x 8:  b[0] = B[4tig..4tig+3][gid], b[1] = B[16+4tig..][gid]
+ *   D 16 x 8:  d[0] = D[gid][2tig], d[1] = D[gid][2tig+1],
+ *              d[2] = D[gid+8][2tig], d[3] = D[gid+8][2tig+1]
+ * The dot does not care in which order k runs, as long as A and B take the
+ * same one: here k = 4tig + i is sub-block position 8tig + i and
+ * k = 16 + 4tig + i is position 8tig + 4 + i, so a lane's positions are the
+ * 8 contiguous bytes 8tig..8tig+7 of each sub-block: one 8-byte load of
+ * quants (both sub-blocks of a 64-element group, low and high nibbles) per
+ * row and group, one of activations per sub-block and column.
+ * Lanes past the tile's rows or the launch's columns read the last row /
+ * column (valid memory) and their outputs are never stored. */
+
+struct tc_frag_a {
+    uint32_t r[4];
+};
+struct tc_frag_b {
+    uint32_t r[2];
+};
+struct tc_frag_d {
+    int r[4];
+};
+
+constexpr int kTcRows = 16; /* weight rows of an m16n8k32 tile (a CTA of k_mmvq_tc4_K) */
+constexpr int kTcCols = 8;  /* activation columns of the tile (kMaxColsQ8) */
+
+/* Row (0..15) and column (0..7) of D element i (0..3) held by lane */
+__host__ __device__ __forceinline__ int tc_d_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
+__host__ __device__ __forceinline__ int tc_d_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+
+/* What one lane reads of a tile: the Q4_K rows gid and gid + 8 of the tile
+ * at tile (nr rows, 1..16, row_bytes apart; rows >= nr read row nr - 1),
+ * the activations of column gid (B) and the Q8_K scales of columns 2tig and
+ * 2tig + 1 (D) of the launch's nc (1..8) columns (columns >= nc read column
+ * nc - 1). aq / ad: the Q8_K view of column 0 (cuda_q8.cu's layout: aq
+ * [nc][n] int8, ad [nc][n / 256] float), n the row length. */
+struct tc4_K_lane {
+    const uint8_t *row0, *row1;
+    const int8_t *xq;
+    const float *da0, *da1;
+};
+
+__host__ __device__ __forceinline__ tc4_K_lane tc4_K_lane_of(const uint8_t *tile, size_t row_bytes, int nr,
+                                                             const int8_t *aq, const float *ad, int64_t n, int nc,
+                                                             int lane)
+{
+    const int gid = lane >> 2, tig = lane & 3;
+    const int r0 = gid < nr ? gid : nr - 1, r1 = gid + 8 < nr ? gid + 8 : nr - 1;
+    const int cb = gid < nc ? gid : nc - 1, c0 = 2 * tig < nc ? 2 * tig : nc - 1,
+              c1 = 2 * tig + 1 < nc ? 2 * tig + 1 : nc - 1;
+    const int64_t nb = n / 256;
+    tc4_K_lane p;
+    p.row0 = tile + (size_t)r0 * row_bytes;
+    p.row1 = tile + (size_t)r1 * row_bytes;
+    p.xq = aq + (int64_t)cb * n;
+    p.da0 = ad + c0 * nb;
+    p.da1 = ad + c1 * nb;
+    return p;
+}
+
+/* One lane's weights of super-block b for rows gid (index 0) and gid + 8
+ * (1): the 16-byte header (d, dmin, 12 scale bytes) and, per 64-element
+ * group gg, the 8 quant bytes 32gg + 8tig.. (positions 8tig..8tig+7 of
+ * sub-blocks 2gg (low nibbles) and 2gg + 1 (high)). Rows are 144-byte
+ * blocks of a 16-byte aligned tensor: both loads aligned. */
+struct tc4_K_w {
+    uint4 h[2];
+    uint2 q[2][4];
+};
+
+__host__ __device__ __forceinline__ void tc4_K_load_w(const tc4_K_lane &p, int b, int tig, tc4_K_w &w)
+{
+    const uint8_t *blk[2] = {p.row0 + (size_t)b * 144, p.row1 + (size_t)b * 144};
+EMBER_UNROLL
+    for (int r = 0; r < 2; r++) {
+        w.h[r] = *reinterpret_cast<const uint4 *>(blk[r]);
+EMBER_UNROLL
+        for (int gg = 0; gg < 4; gg++) w.q[r][gg] = *reinterpret_cast<const uint2 *>(blk[r] + 16 + 32 * gg + 8 * tig);
+    }
+}
+
+/* One lane's activations of super-block b, column gid: bytes 32s + 8tig..
+ * of sub-block s (0..7); 8-byte aligned (n a multiple of 256, 16-byte
+ * aligned buffer). */
+struct tc_x8 {
+    uint2 q[8];
+};
+
+__host__ __device__ __forceinline__ void tc_load_x(const tc4_K_lane &p, int b, int tig, tc_x8 &x)
+{
+    const int8_t *a = p.xq + (int64_t)b * 256 + 8 * tig;
+EMBER_UNROLL
+    for (int s = 0; s < 8; s++) x.q[s] = *reinterpret_cast<const uint2 *>(a + 32 * s);
+}
+
+/* A fragment of sub-block s (0..7): the quant nibbles of rows gid, gid + 8 */
+__host__ __device__ __forceinline__ tc_frag_a tc4_K_frag_a(const tc4_K_w &w, int s)
+{
+    const int gg = s >> 1, sh = 4 * (s & 1);
+    tc_frag_a a;
+    a.r[0] = (w.q[0][gg].x >> sh) & 0x0F0F0F0Fu;
+    a.r[1] = (w.q[1][gg].x >> sh) & 0x0F0F0F0Fu;
+    a.r[2] = (w.q[0][gg].y >> sh) & 0x0F0F0F0Fu;
+    a.r[3] = (w.q[1][gg].y >> sh) & 0x0F0F0F0Fu;
+    return a;
+}
+
+/* B fragment of sub-block s (0..7): column gid's activation bytes */
+__host__ __device__ __forceinline__ tc_frag_b tc_frag_b_of(const tc_x8 &x, int s)
+{
+    tc_frag_b b;
+    b.r[0] = x.q[s].x;
+    b.r[1] = x.q[s].y;
+    return b;
+}
+
+/* The A fragment of all ones: D = the columns' sums of B, in every row */
+__host__ __device__ __forceinline__ tc_frag_a tc_frag_ones()
+{
+    tc_frag_a a;
+    a.r[0] = a.r[1] = a.r[2] = a.r[3] = 0x01010101u;
+    return a;
+}
+
+/* 6-bit scale and min of sub-block s (0..7) from a Q4_K header h (words
+ * y, z, w: the 12 scale bytes; ggml's get_scale_min_k4) */
+__host__ __device__ __forceinline__ void tc4_K_scale_min(const uint4 &h, int s, int &sc, int &mn)
+{
+    if (s < 4) {
+        sc = sbyte(h.y, h.z, h.w, s) & 63;
+        mn = sbyte(h.y, h.z, h.w, s + 4) & 63;
+    } else {
+        sc = (sbyte(h.y, h.z, h.w, s + 4) & 0xF) | ((sbyte(h.y, h.z, h.w, s - 4) >> 6) << 4);
+        mn = (sbyte(h.y, h.z, h.w, s + 4) >> 4) | ((sbyte(h.y, h.z, h.w, s) >> 6) << 4);
+    }
+}
+
+/* Sub-block s of a super-block: isum[i] += sc * dot.r[i], msum[i] += m *
+ * sum.r[i] with the scale and min of D element i's row (gid for i < 2, gid
+ * + 8 else). int32 bounds over the 8 sub-blocks: |dot| <= 32 * 15 * 128 =
+ * 61,440 (Q8_K bytes are -128..127), sc <= 63, so |isum| <= 8 * 63 * 61,440
+ * = 30,965,760; |sum| <= 32 * 128 = 4,096, |msum| <= 8 * 63 * 4,096 =
+ * 2,064,384: far below 2^31. */
+__host__ __device__ __forceinline__ void tc4_K_sub_step(const tc4_K_w &w, int s, const tc_frag_d &dot,
+                                                        const tc_frag_d &sum, int *isum, int *msum)
+{
+    int sc0, mn0, sc1, mn1;
+    tc4_K_scale_min(w.h[0], s, sc0, mn0);
+    tc4_K_scale_min(w.h[1], s, sc1, mn1);
+    isum[0] += sc0 * dot.r[0];
+    isum[1] += sc0 * dot.r[1];
+    isum[2] += sc1 * dot.r[2];
+    isum[3] += sc1 * dot.r[3];
+    msum[0] += mn0 * sum.r[0];
+    msum[1] += mn0 * sum.r[1];
+    msum[2] += mn1 * sum.r[2];
+    msum[3] += mn1 * sum.r[3];
+}
+
+/* The super-block's float step: acc[i] += d_row da_col isum[i] - dmin_row
+ * da_col msum[i] for D element i (da0 / da1: the Q8_K scales of columns
+ * 2tig, 2tig + 1 for this super-block) */
+__host__ __device__ __forceinline__ void tc4_K_block_step(const tc4_K_w &w, float da0, float da1, const int *isum,
+                                                          const int *msum, float *acc)
+{
+EMBER_UNROLL
+    for (int i = 0; i < 4; i++) {
+        const uint32_t hx = w.h[i >> 1].x;
+        const float da = (i & 1) ? da1 : da0;
+        acc[i] = fmaf((float)isum[i], f16_bits(hx) * da, acc[i]);
+        acc[i] = fmaf(-(float)msum[i], f16_bits(hx >> 16) * da, acc[i]);
+    }
+}
+
+/* The output thread t (0..127) of a tile's CTA stores after the warps'
+ * partial sums are summed: row t & 15, column t >> 4 (16 consecutive rows
+ * of one column: one 64-byte piece of y); false: nothing (a row >= nr of
+ * the tile or a column >= nc). */
+__host__ __device__ __forceinline__ bool tc_out_of(int t, int nr, int nc, int &row, int &col)
+{
+    row = t & 15;
+    col = t >> 4;
+    return row < nr && col < nc;
 }
 
 /* (lo:hi) >> sh, sh 0 or 16 (the funnel shift) */

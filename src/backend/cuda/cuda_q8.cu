@@ -447,7 +447,7 @@ extern "C" ember_status ember_cuda_matmul_q8_multi(ember_cuda *cu, int32_t n_w, 
         }
         if (!cu->exact_mm) {
             mmvq_fast_launch(cu->stream, w->type, w->row_bytes, ms, grid, v, n, nc, cu->mmvq_rows, cu->mmvq_smem,
-                             cu->mmvq_mr);
+                             cu->mmvq_mr, cu->mmvq_tc);
             continue;
         }
         switch (nc) {
@@ -485,6 +485,11 @@ extern "C" void ember_cuda_set_mmvq_rows(ember_cuda *cu, int rows_per_warp)
 extern "C" void ember_cuda_set_mmvq_mr(ember_cuda *cu, int rows_per_warp)
 {
     if (cu) cu->mmvq_mr = rows_per_warp < 2 ? 1 : (rows_per_warp > 2 ? 4 : 2);
+}
+
+extern "C" void ember_cuda_set_mmvq_tc(ember_cuda *cu, int min_cols)
+{
+    if (cu) cu->mmvq_tc = min_cols <= 0 ? 0 : (min_cols < 2 ? 2 : min_cols);
 }
 
 extern "C" void ember_cuda_set_mmvq_smem(ember_cuda *cu, bool on)

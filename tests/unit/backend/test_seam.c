@@ -33,7 +33,7 @@ static const char *const switches[] = {
     "EMBER_NO_DOT_PF", "EMBER_NO_KQ_DEC", "EMBER_NO_ATTN_MULTI", "EMBER_NO_EXPF_VEC", "EMBER_CUDA_VERIFY", "EMBER_CUDA_GRAPH_LOG", "EMBER_CUDA_GRAPHS", "EMBER_CUDA_FUSE",
     "EMBER_CUDA_FUSE_HEAD", "EMBER_CUDA_FUSE_ADD", "EMBER_CUDA_FUSE_ATTN", "EMBER_CUDA_Q8", "EMBER_CUDA_MMVQ", "EMBER_CUDA_F32_ACT", "EMBER_CUDA_EXACT", "EMBER_CUDA_ROPE_TABLE",
     "EMBER_CUDA_TF32",
-    "EMBER_CUDA_GEMM_F16", "EMBER_CUDA_PREFILL_F16", "EMBER_CUDA_ATTN_TC", "EMBER_CUDA_GDR_CHUNK", "EMBER_CUDA_FEEDBACK", "EMBER_CUDA_PDL", "EMBER_CUDA_CUBLAS_WS_MIB", "EMBER_CUDA_ATTN_MIN_KEYS", "EMBER_CUDA_MMVQ_ROWS", "EMBER_CUDA_MMVQ_SMEM", "EMBER_CUDA_MMVQ_MR", "EMBER_CUDA_STACK",
+    "EMBER_CUDA_GEMM_F16", "EMBER_CUDA_PREFILL_F16", "EMBER_CUDA_ATTN_TC", "EMBER_CUDA_GDR_CHUNK", "EMBER_CUDA_FEEDBACK", "EMBER_CUDA_PDL", "EMBER_CUDA_CUBLAS_WS_MIB", "EMBER_CUDA_ATTN_MIN_KEYS", "EMBER_CUDA_MMVQ_ROWS", "EMBER_CUDA_MMVQ_SMEM", "EMBER_CUDA_MMVQ_MR", "EMBER_CUDA_MMVQ_TC", "EMBER_CUDA_STACK",
 };
 enum { N_SWITCHES = sizeof switches / sizeof switches[0] };
 
@@ -75,6 +75,7 @@ static void test_options_defaults(void **st)
     assert_int_equal(o.cuda_stack_bytes, 128);
     assert_int_equal(o.cuda_mmvq_rows, 0);
     assert_false(o.cuda_mmvq_smem);
+    assert_int_equal(o.cuda_mmvq_tc, 0);   /* off until a GPU run measures it */
     /* an empty environment changes nothing */
     ember_backend_options e = o;
     assert_int_equal(ember_backend_options_env(&e), EMBER_OK);

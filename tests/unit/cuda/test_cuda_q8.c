@@ -518,7 +518,9 @@ static void test_matmul_q8_exact_bits(void **state)
  * with the free-order ones within 1e-5 of max |y|, and with 1, 2 or 4 rows
  * a warp (ember_cuda_set_mmvq_rows), rows staged in shared memory or not
  * (ember_cuda_set_mmvq_smem), or several columns on 2 or 4 rows a warp
- * (ember_cuda_set_mmvq_mr), the free-order outputs bit for bit. */
+ * (ember_cuda_set_mmvq_mr), the free-order outputs bit for bit; with Q4_K's
+ * several-column launches on the tensor cores (ember_cuda_set_mmvq_tc)
+ * within 1e-5 of max |y| again (another float order). */
 static void test_matmul_q8_multi_matches_cpu(void **state)
 {
     (void)state;
@@ -567,9 +569,12 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
             for (int k = 0; k < 3; k++) yf[k] = malloc(sizeof(float) * rows[k] * n_cols);
             /* 5..7: the same with the rows staged in shared memory (EMBER_CUDA_MMVQ_SMEM);
              * 8, 9: 2 and 4 rows a warp sharing the activation loads (EMBER_CUDA_MMVQ_MR; the
-             * 11-column passes of 8 and 3 of Q4_K / Q6_K), mode 1's bits too */
-            static const int rows_per_warp[10] = {0, 0, 1, 2, 4, 1, 2, 4, 0, 0};
-            for (int mode = 0; mode < 10; mode++) {
+             * 11-column passes of 8 and 3 of Q4_K / Q6_K), mode 1's bits too;
+             * 10, 11: Q4_K launches of >= 2 / >= 4 columns on the tensor cores (EMBER_CUDA_MMVQ_TC;
+             * with 4 the 3-column pass stays on dp4a), within 1e-5 of max |y| as mode 1 (16-row tiles:
+             * 301 and 129 rows end in a partial tile, 64 does not) */
+            static const int rows_per_warp[12] = {0, 0, 1, 2, 4, 1, 2, 4, 0, 0, 0, 0};
+            for (int mode = 0; mode < 12; mode++) {
                 /* NaN in every output first: a row no kernel writes keeps it and fails */
                 for (int k = 0; k < 3; k++) {
                     memset(yg[k], 0xFF, sizeof(float) * rows[k] * n_cols);
@@ -579,6 +584,7 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
                 ember_cuda_set_mmvq_rows(test_cu, rows_per_warp[mode]);
                 ember_cuda_set_mmvq_smem(test_cu, mode >= 5 && mode <= 7);
                 ember_cuda_set_mmvq_mr(test_cu, mode == 8 ? 2 : (mode == 9 ? 4 : 1));
+                ember_cuda_set_mmvq_tc(test_cu, mode == 10 ? 2 : (mode == 11 ? 4 : 0));
                 CU_OK(ember_cuda_matmul_q8_multi(test_cu, 3, tp, dq, n_cols, dy));
                 for (int k = 0; k < 3; k++) {
                     dev_get(yg[k], dy[k], sizeof(float) * rows[k] * n_cols);
@@ -587,7 +593,7 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
                     for (int64_t i = 0; i < rows[k] * n_cols; i++) mc = fmax(mc, fabs(yc[k][i]));
                     for (int64_t i = 0; i < rows[k] * n_cols; i++, total++) {
                         const bool off = mode == 0 ? memcmp(&yc[k][i], &yg[k][i], 4) != 0
-                                       : mode == 1 ? !(fabs((double)yc[k][i] - yg[k][i]) <= 1e-5 * mc)
+                                       : mode == 1 || mode >= 10 ? !(fabs((double)yc[k][i] - yg[k][i]) <= 1e-5 * mc)
                                                    : memcmp(&yf[k][i], &yg[k][i], 4) != 0;
                         if (off && bad++ < 5)
                             print_error("mode %d %s weight %d y[%lld]: cpu %.9g gpu %.9g (free order %.9g)\n", mode,
@@ -598,6 +604,7 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
             ember_cuda_set_mmvq_rows(test_cu, 0);
             ember_cuda_set_mmvq_smem(test_cu, false);
             ember_cuda_set_mmvq_mr(test_cu, 2);   /* the default (EMBER_CUDA_MMVQ_MR) */
+            ember_cuda_set_mmvq_tc(test_cu, 0);   /* the default (EMBER_CUDA_MMVQ_TC) */
             for (int k = 0; k < 3; k++) free(yf[k]);
             for (int k = 0; k < 3; k++) {
                 dev_free(dy[k], sizeof(float) * rows[k] * n_cols);

@@ -12,6 +12,10 @@
  * column (the integer dots are exact, the float sums in another order); for
  * the K formats with several columns, the lanes over 4 rows at once
  * (mmvq*_lane_rows) equal the one-row lanes bit for bit.
+ * The tensor-core Q4_K kernel (k_mmvq_tc4_K, its tc4_K_* lane functions)
+ * runs here with an emulated mma built from the PTX ISA's fragment
+ * layouts: what it checks is our arithmetic given those layouts; the
+ * layouts themselves are checked by test_cuda_q8 on a GPU.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -185,6 +189,188 @@ template <int NC> double run_case(const char *name, int64_t ne0, int n_rows)
     return worst;
 }
 
+/* ---- the tensor-core Q4_K kernel (k_mmvq_tc4_K) ------------------------- */
+
+/* Host emulation of mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with C
+ * = 0 over the 32 lanes' fragments, from the PTX ISA's fragment layouts
+ * (cuda_mmvq_lane.cuh's notes: lane = 4 gid + tig; byte j of a register is
+ * element k = 4tig + j or 16 + 4tig + j). Also asserts that the lanes'
+ * fragments cover every element of A and B exactly once. */
+void mma_host(const tc_frag_a *a, const tc_frag_b *b, tc_frag_d *d)
+{
+    int A[16][32], B[32][8], na[16][32] = {}, nbm[32][8] = {};
+    for (int lane = 0; lane < 32; lane++) {
+        const int gid = lane >> 2, tig = lane & 3;
+        for (int j = 0; j < 4; j++) {
+            const int k0 = 4 * tig + j, k1 = 16 + 4 * tig + j;
+            A[gid][k0] = (int8_t)(uint8_t)(a[lane].r[0] >> (8 * j));
+            A[gid + 8][k0] = (int8_t)(uint8_t)(a[lane].r[1] >> (8 * j));
+            A[gid][k1] = (int8_t)(uint8_t)(a[lane].r[2] >> (8 * j));
+            A[gid + 8][k1] = (int8_t)(uint8_t)(a[lane].r[3] >> (8 * j));
+            na[gid][k0]++;
+            na[gid + 8][k0]++;
+            na[gid][k1]++;
+            na[gid + 8][k1]++;
+            B[k0][gid] = (int8_t)(uint8_t)(b[lane].r[0] >> (8 * j));
+            B[k1][gid] = (int8_t)(uint8_t)(b[lane].r[1] >> (8 * j));
+            nbm[k0][gid]++;
+            nbm[k1][gid]++;
+        }
+    }
+    for (int m = 0; m < 16; m++)
+        for (int k = 0; k < 32; k++) assert_int_equal(na[m][k], 1);
+    for (int k = 0; k < 32; k++)
+        for (int c = 0; c < 8; c++) assert_int_equal(nbm[k][c], 1);
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) {
+            const int m = tc_d_row(lane, i), c = tc_d_col(lane, i);
+            int v = 0;
+            for (int k = 0; k < 32; k++) v += A[m][k] * B[k][c];
+            d[lane].r[i] = v;
+        }
+}
+
+/* k_mmvq_tc4_K on the host: its CTAs (tiles of 16 rows), the kWarps warps of
+ * each (super-blocks b = warp, warp + kWarps, ..., in that order per lane:
+ * the kernel's passes keep it), the 32 lanes of each composing the same
+ * cuda_mmvq_lane.cuh functions with mma_host for the mma, then the warps'
+ * partial sums added in warp order and stored by tc_out_of's threads into
+ * y [nc][n_rows]. Every lane's reads are asserted inside the tile's rows and
+ * the nc columns. Returns the outputs stored. */
+constexpr int kWarps = 4; /* cuda_mmvq.cu kTcWarps */
+
+long tc_host(const uint8_t *w, size_t row_bytes, int n_rows, const int8_t *aq, const float *ad, int64_t n, int nc,
+             float *y)
+{
+    const int nb = (int)(n / 256);
+    long stored = 0;
+    for (int row0 = 0; row0 < n_rows; row0 += kTcRows) {
+        const int nr = n_rows - row0 < kTcRows ? n_rows - row0 : kTcRows;
+        const uint8_t *tile = w + (size_t)row0 * row_bytes;
+        static float part[kWarps][kTcRows * kTcCols];
+        for (int wp = 0; wp < kWarps; wp++) {
+            tc4_K_lane p[32];
+            float acc[32][4] = {};
+            for (int lane = 0; lane < 32; lane++) {
+                p[lane] = tc4_K_lane_of(tile, row_bytes, nr, aq, ad, n, nc, lane);
+                assert_true(p[lane].row0 >= tile && p[lane].row1 + row_bytes <= tile + (size_t)nr * row_bytes);
+                assert_true(p[lane].xq >= aq && p[lane].xq + n <= aq + (int64_t)nc * n);
+                assert_true(p[lane].da0 >= ad && p[lane].da1 + nb <= ad + (int64_t)nc * nb);
+            }
+            for (int b = wp; b < nb; b += kWarps) {
+                static tc4_K_w wv[32];
+                static tc_x8 xv[32];
+                int isum[32][4] = {}, msum[32][4] = {};
+                for (int lane = 0; lane < 32; lane++) {
+                    tc4_K_load_w(p[lane], b, lane & 3, wv[lane]);
+                    tc_load_x(p[lane], b, lane & 3, xv[lane]);
+                }
+                for (int s = 0; s < 8; s++) {
+                    tc_frag_a fa[32], ones[32];
+                    tc_frag_b fb[32];
+                    tc_frag_d dot[32], sum[32];
+                    for (int lane = 0; lane < 32; lane++) {
+                        fa[lane] = tc4_K_frag_a(wv[lane], s);
+                        fb[lane] = tc_frag_b_of(xv[lane], s);
+                        ones[lane] = tc_frag_ones();
+                    }
+                    mma_host(fa, fb, dot);
+                    mma_host(ones, fb, sum);
+                    for (int lane = 0; lane < 32; lane++) tc4_K_sub_step(wv[lane], s, dot[lane], sum[lane], isum[lane], msum[lane]);
+                }
+                for (int lane = 0; lane < 32; lane++)
+                    tc4_K_block_step(wv[lane], p[lane].da0[b], p[lane].da1[b], isum[lane], msum[lane], acc[lane]);
+            }
+            for (int lane = 0; lane < 32; lane++)
+                for (int i = 0; i < 4; i++) part[wp][tc_d_row(lane, i) * kTcCols + tc_d_col(lane, i)] = acc[lane][i];
+        }
+        for (int t = 0; t < kWarps * 32; t++) {
+            int row, col;
+            if (!tc_out_of(t, nr, nc, row, col)) continue;
+            float v = part[0][row * kTcCols + col];
+            for (int k = 1; k < kWarps; k++) v += part[k][row * kTcCols + col];
+            y[(int64_t)col * n_rows + row0 + row] = v;
+            stored++;
+        }
+    }
+    return stored;
+}
+
+/* One tensor-core case: n_rows rows of n elements of golden Q4_K blocks,
+ * nc columns of random Q8_K activations (as run_case), against the double
+ * dot of the dequantized blocks. Every output must be stored once (y starts
+ * NaN; tc_host counts the stores), within 1e-5 of the column's max |ref|.
+ * Returns the worst |diff| / max |ref| over the columns. */
+double run_tc_case(int64_t n, int n_rows, int nc)
+{
+    blocks bl;
+    load("Q4_K", &bl);
+    const int64_t nb = n / 256;
+    const size_t row_bytes = (size_t)nb * bl.block_bytes;
+    uint8_t *w = (uint8_t *)aligned_alloc(16, (row_bytes * n_rows + 15) & ~(size_t)15);
+    float *deq = (float *)malloc(sizeof(float) * n * n_rows);
+    int8_t *aq = (int8_t *)aligned_alloc(16, (size_t)(n * nc + 15) & ~(size_t)15);
+    float *ad = (float *)malloc(sizeof(float) * nb * nc), *y = (float *)malloc(sizeof(float) * n_rows * nc);
+    assert_non_null(w);
+    assert_non_null(deq);
+    assert_non_null(aq);
+    assert_non_null(ad);
+    assert_non_null(y);
+    for (int r = 0; r < n_rows; r++)
+        for (int64_t j = 0; j < nb; j++) {
+            const uint32_t pick = rnd() % bl.n_blocks;
+            memcpy(w + r * row_bytes + j * bl.block_bytes, bl.raw + (size_t)pick * bl.block_bytes, bl.block_bytes);
+            memcpy(deq + r * n + j * 256, bl.deq + (size_t)pick * 256, sizeof(float) * 256);
+        }
+    /* -128 included: Q8_K's quantizer can produce it */
+    for (int64_t i = 0; i < n * nc; i++) aq[i] = (int8_t)((int)(rnd() % 256) - 128);
+    for (int64_t i = 0; i < nb * nc; i++) ad[i] = 1e-3f * (float)(1 + rnd() % 1000);
+    memset(y, 0xFF, sizeof(float) * n_rows * nc);
+    const long stored = tc_host(w, row_bytes, n_rows, aq, ad, n, nc, y);
+    assert_int_equal(stored, (long)n_rows * nc);
+    double worst = 0;
+    for (int c = 0; c < nc; c++) {
+        double mref = 0, mdiff = 0;
+        for (int r = 0; r < n_rows; r++) {
+            double ref = 0;
+            for (int64_t e = 0; e < n; e++) ref += (double)deq[r * n + e] * ((double)aq[c * n + e] * ad[c * nb + e / 256]);
+            const float g = y[(int64_t)c * n_rows + r];
+            mref = fmax(mref, fabs(ref));
+            mdiff = fmax(mdiff, isnan(g) ? INFINITY : fabs(ref - g));
+            if (!(fabs(ref - g) <= 1e-3 * fmax(fabs(ref), 1.0)))
+                print_message("tc Q4_K n %lld col %d row %d: tiles %.9g reference %.9g\n", (long long)n, c, r, g, ref);
+        }
+        worst = fmax(worst, mref > 0 ? mdiff / mref : mdiff);
+    }
+    print_message("Q4_K  tc n %5lld rows %d cols %d: max|diff|/max|ref| %.3g\n", (long long)n, n_rows, nc, worst);
+    free(w);
+    free(deq);
+    free(aq);
+    free(ad);
+    free(y);
+    free(bl.raw);
+    free(bl.deq);
+    return worst;
+}
+
+/* k_mmvq_tc4_K's arithmetic: 2, 5 and 8 columns (columns past nc repeat
+ * the last one and are not stored), 16 rows (one whole tile) and 21 (a
+ * tile of 16 and one of 5: rows past the weight repeat its last row and are
+ * not stored), rows of 4, 10 and 40 super-blocks (fewer super-blocks than
+ * warps x passes, a partial pass, several passes) */
+void test_tc_lanes_match_dequantized_dot(void **state)
+{
+    (void)state;
+    double worst = 0;
+    static const int64_t shapes[3] = {1024, 2560, 10240};
+    static const int row_counts[2] = {16, 21}, col_counts[3] = {2, 5, 8};
+    for (int si = 0; si < 3; si++)
+        for (int ri = 0; ri < 2; ri++)
+            for (int ci = 0; ci < 3; ci++) worst = fmax(worst, run_tc_case(shapes[si], row_counts[ri], col_counts[ci]));
+    print_message("tensor-core cases: worst max|diff|/max|ref| %.3g\n", worst);
+    assert_true(worst <= 1e-5);
+}
+
 void test_lanes_match_dequantized_dot(void **state)
 {
     (void)state;
@@ -212,6 +398,7 @@ void test_lanes_match_dequantized_dot(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_lanes_match_dequantized_dot)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_lanes_match_dequantized_dot),
+                                       cmocka_unit_test(test_tc_lanes_match_dequantized_dot)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

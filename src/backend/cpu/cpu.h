@@ -221,5 +221,11 @@ void ember_cpu_copy_strided(ember_backend *be, float *dst, int64_t ld_dst, const
  * y += a x. */
 float ember_cpu_gdr_row_avx2(int32_t n, float *S, const float *k, const float *q, float decay, float beta, float v);
 void ember_cpu_axpy_f32_avx2(int32_t n, float a, const float *x, float *y);
+/* The chunked form's batches: oa[i] = a . v_i, ob[i] = b . v_i for m
+ * vectors v_i (ldv floats apart, n long); y = scale y + sum_s c[s] x_s in
+ * the order s = 0..m-1 (each step one FMA: the bits of m axpys). */
+void ember_cpu_dots2_f32_avx2(int32_t n, const float *a, const float *b, const float *v, int64_t ldv, int32_t m,
+                              float *oa, float *ob);
+void ember_cpu_axpy_n_f32_avx2(int32_t n, float scale, const float *c, const float *x, int64_t ldx, int32_t m, float *y);
 
 #endif

@@ -177,6 +177,41 @@ static void gdr_step(const gdr_task *a, int32_t t, int32_t h, int32_t r0, int32_
     }
 }
 
+/* gdr_chunk's steps after the inputs, on AVX2: S k_j and S q_j as batches
+ * of dots (ember_cpu_dots2_f32_avx2), and each sum of axpys into one
+ * register-held pass (ember_cpu_axpy_n_f32_avx2: the same FMAs in the same
+ * order). Only the dots' lane order differs from the scalar steps. */
+static void gdr_chunk_avx2(const gdr_task *a, int32_t t0, int32_t m, int32_t h, float *S,
+                           float (*qn)[GDR_CHUNK_DMAX], float (*kn)[GDR_CHUNK_DMAX], float (*u)[GDR_CHUNK_DMAX],
+                           float (*sq)[GDR_CHUNK_DMAX], const float *G, const float *beta)
+{
+    const ember_gdr_params *p = a->p;
+    const int32_t dk = p->d_k, dv = p->d_v;
+    /* S k_j and S q_j with the state before the chunk: row i of S against k_j, q_j */
+    for (int32_t j = 0; j < m; j++) ember_cpu_dots2_f32_avx2(dk, kn[j], qn[j], S, dk, dv, u[j], sq[j]);
+    for (int32_t j = 0; j < m; j++) {
+        float kk[GDR_CHUNK], qk[GDR_CHUNK], c[GDR_CHUNK];
+        ember_cpu_dots2_f32_avx2(dk, kn[j], qn[j], kn[0], GDR_CHUNK_DMAX, j + 1, kk, qk);   /* k_j.k_s, q_j.k_s */
+        const float *v = gdr_v(a, t0 + j, h);
+        const float eg = expf(G[j]);
+        float *uj = u[j];
+        for (int32_t i = 0; i < dv; i++) uj[i] = beta[j] * (v[i] - eg * uj[i]);
+        for (int32_t s = 0; s < j; s++) c[s] = -(beta[j] * expf(G[j] - G[s]) * kk[s]);
+        ember_cpu_axpy_n_f32_avx2(dv, 1.0f, c, u[0], GDR_CHUNK_DMAX, j, uj);
+        float *o = a->out + (int64_t)(t0 + j) * p->n_head_v * dv + (int64_t)h * dv;
+        for (int32_t i = 0; i < dv; i++) o[i] = eg * sq[j][i];
+        for (int32_t s = 0; s <= j; s++) c[s] = expf(G[j] - G[s]) * qk[s];
+        ember_cpu_axpy_n_f32_avx2(dv, 1.0f, c, u[0], GDR_CHUNK_DMAX, j + 1, o);
+    }
+    const float el = expf(G[m - 1]);
+    float w[GDR_CHUNK], c[GDR_CHUNK];
+    for (int32_t s = 0; s < m; s++) w[s] = expf(G[m - 1] - G[s]);
+    for (int32_t i = 0; i < dv; i++) {
+        for (int32_t s = 0; s < m; s++) c[s] = w[s] * u[s][i];
+        ember_cpu_axpy_n_f32_avx2(dk, el, c, kn[0], GDR_CHUNK_DMAX, m, S + (int64_t)i * dk);
+    }
+}
+
 /* Chunked form: entries [t0, t0 + m) of one sequence (m <= GDR_CHUNK), head h. */
 static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
 {
@@ -193,6 +228,10 @@ static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
         G[j] = cum;
     }
     float *S = a->state[t0] + (int64_t)h * dv * dk;
+    if (a->avx2) {   /* the same steps by batches (recurrent_avx2.c) */
+        gdr_chunk_avx2(a, t0, m, h, S, qn, kn, u, sq, G, beta);
+        return;
+    }
     /* S k_j and S q_j with the state before the chunk */
     for (int32_t i = 0; i < dv; i++) {
         const float *Si = S + (int64_t)i * dk;

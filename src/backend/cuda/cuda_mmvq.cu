@@ -403,8 +403,6 @@ bool launch_fast_mr(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
  * threads store the tile's 16 x nc outputs. Free float order: within 1e-5
  * of k_mmvq's, not its bits. Unmeasured: written without a GPU
  * (2026-12), off by default until a GPU run has checked and timed it. */
-constexpr int kTcWarps = 4; /* warps of a CTA, sharing one tile's super-blocks */
-constexpr int kTcPass = 2;  /* super-blocks a warp loads before their arithmetic */
 static_assert(kTcWarps * 32 == kTcRows * kTcCols, "one output per thread in the store");
 static_assert(kTcCols == kMaxColsQ8, "the tile's columns are a launch's");
 
@@ -459,7 +457,7 @@ k_mmvq_tc4_K(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
     ember_pdl_wait();
     if (!t.nr) return; /* the whole CTA: the __syncthreads below is reached by all or none */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tig = lane & 3;
-    const tc4_K_lane p = tc4_K_lane_of(t.wr, row_bytes, t.nr, aq, ad, n, nc, lane);
+    const tc_lane p = tc_lane_of(t.wr, row_bytes, t.nr, aq, ad, n, nc, lane);
     const tc_frag_a ones = tc_frag_ones();
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int b0 = warp; b0 < nb; b0 += kTcWarps * kTcPass) {

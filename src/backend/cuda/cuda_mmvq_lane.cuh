@@ -682,7 +682,9 @@ __host__ __device__ __forceinline__ void tc6_K_load_w(const uint8_t *blk0, const
 EMBER_UNROLL
     for (int r = 0; r < 2; r++) {
         const uint8_t *blk = r ? blk1 : blk0;
-        const uint32_t *base = reinterpret_cast<const uint32_t *>((uintptr_t)blk & ~(uintptr_t)3);
+        /* pointer arithmetic, not an integer mask: a staged block's loads stay
+         * shared-memory loads (ld.shared) instead of generic ones */
+        const uint32_t *base = reinterpret_cast<const uint32_t *>(blk - ((uintptr_t)blk & 3));
         const int sh = ((uintptr_t)blk & 2) ? 16 : 0;
 EMBER_UNROLL
         for (int m = 0; m < 8; m++) w.ql[r][m] = tc_w32_a2(base, 4 * m + tig, sh);

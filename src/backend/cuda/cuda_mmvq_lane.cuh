@@ -618,15 +618,18 @@ EMBER_UNROLL
  * block keeping its address's low 4 bits (tc6_K_staged), and the lanes read
  * the same words from there (a conflict-free shared load is one wavefront,
  * where a global one is split per line touched, 8 rows' here: the
- * expected gain, unmeasured; the 240-byte slots put the 8 rows of a load
- * in distinct banks up to their blocks' 2-byte offsets, at most 2-way).
+ * expected gain, unmeasured). Bank conflicts: the 240-byte slots would put
+ * the 8 rows of a load in 8 distinct groups of 4 banks, but a staged block
+ * keeps its 0-14 byte offset in its line, shifting its row by 0-3 banks: a
+ * model over random offsets gives 2-way conflicts on nearly every staged
+ * load (never more), 2 wavefronts each.
  * The word reads are the same code on either memory: the host test runs
  * them on the staged copy too. Unmeasured and off by default
  * (EMBER_CUDA_MMVQ_TC) until a GPU run has checked and timed it. */
 
 constexpr int kTc6Bytes = 210;  /* bytes of a block_q6_K */
 constexpr int kTc6Lines = 14;   /* aligned 16-byte lines holding a block: (14 + 210) / 16 at most */
-constexpr int kTc6Stride = 240; /* bytes between staged blocks: 14 lines + 1, 60 words (8 rows' words in distinct banks) */
+constexpr int kTc6Stride = 240; /* bytes between staged blocks: 14 lines + 1 (60 words: rows 4 banks apart) */
 constexpr int kTc6Pieces = kTcPass * kTcRows * kTc6Lines; /* 16-byte copies of a warp's pass */
 
 /* Copy i (0..kTc6Pieces - 1) of the pass that starts at super-block b0 of

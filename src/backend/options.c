@@ -110,9 +110,10 @@ static const opt_row rows[] = {
      "rows each warp of a 2-8 column Q4_K/Q6_K decode mat-vec (several sequences, a verification step) takes "
      "at once, each activation load serving them all (1, 2 or 4, 3 counts as 4); the same outputs"},
     {"EMBER_CUDA_MMVQ_TC", OPT_INT, F(cuda_mmvq_tc), 0, 0, 8, NULL,
-     "N (2-8; 1 counts as 2): Q4_K decode mat-vecs of N to 8 columns run on the int8 tensor cores (mma.m16n8k32, "
-     "16 rows a CTA, every activation fragment serving 16 rows) instead of dp4a (EMBER_CUDA_MMVQ_MR); 0: never. "
-     "Outputs within float summation order of the dp4a ones; unmeasured, off until a GPU run decides"},
+     "N (2-8; 1 counts as 2): Q4_K and Q6_K decode mat-vecs of N to 8 columns run on the int8 tensor cores "
+     "(Q4_K mma.m16n8k32, Q6_K mma.m16n8k16; 16 rows a CTA, every activation fragment serving 16 rows) instead of "
+     "dp4a (EMBER_CUDA_MMVQ_MR); 0: never. Outputs within float summation order of the dp4a ones; unmeasured, off "
+     "until a GPU run decides"},
     {"EMBER_CUDA_STACK", OPT_INT, F(cuda_stack_bytes), 128, -1, 1 << 20, NULL,
      "per-thread stack bytes (cudaLimitStackSize) the driver reserves for every resident thread (-1: the driver's 1 KiB)"},
 };

@@ -67,7 +67,7 @@ typedef struct ember_backend_options {
     int32_t cuda_mmvq_rows;      /* EMBER_CUDA_MMVQ_ROWS: rows per warp of a one-column decode mat-vec (0: by shape) */
     bool cuda_mmvq_smem;         /* EMBER_CUDA_MMVQ_SMEM: one-column mat-vecs stage their rows in shared memory */
     int32_t cuda_mmvq_mr;        /* EMBER_CUDA_MMVQ_MR: rows per warp of a 2-8 column Q4_K/Q6_K mat-vec (1, 2 default, 4) */
-    int32_t cuda_mmvq_tc;        /* EMBER_CUDA_MMVQ_TC: Q4_K mat-vecs of >= this many columns on the tensor cores (0: off) */
+    int32_t cuda_mmvq_tc;        /* EMBER_CUDA_MMVQ_TC: Q4_K/Q6_K mat-vecs of >= this many columns on the tensor cores (0: off) */
     int32_t cuda_stack_bytes;    /* EMBER_CUDA_STACK: cudaLimitStackSize per thread, bytes (-1: the driver's) */
 } ember_backend_options;
 

@@ -253,8 +253,9 @@ void ember_cuda_set_mmvq_smem(ember_cuda *cu, bool on);
  * do not change). */
 void ember_cuda_set_mmvq_mr(ember_cuda *cu, int rows_per_warp);
 
-/* Free-order Q4_K mat-vecs of min_cols to 8 columns run on the int8 tensor
- * cores (cuda_mmvq.cu k_mmvq_tc4_K; EMBER_CUDA_MMVQ_TC): 0 or less never
+/* Free-order Q4_K and Q6_K mat-vecs of min_cols to 8 columns run on the
+ * int8 tensor cores (cuda_mmvq.cu k_mmvq_tc4_K / k_mmvq_tc6_K;
+ * EMBER_CUDA_MMVQ_TC; unmeasured until a GPU run): 0 or less never
  * (the default), 1 counts as 2. Outputs within float summation order of
  * the dp4a kernels' (1e-5 of max |y| in test_cuda_q8), not their bits;
  * other weight types and one-column launches are unaffected. */

@@ -37,7 +37,7 @@ struct ember_cuda {
     int mmvq_rows;         /* rows per warp of a one-column mat-vec, 0 = by shape (EMBER_CUDA_MMVQ_ROWS; cuda_mmvq.cu) */
     bool mmvq_smem;        /* one-column mat-vecs stage their rows in shared memory (EMBER_CUDA_MMVQ_SMEM; cuda_mmvq.cu) */
     int mmvq_mr;           /* rows per warp of a 2-8 column Q4_K/Q6_K mat-vec, 1, 2 or 4 (EMBER_CUDA_MMVQ_MR; cuda_mmvq.cu) */
-    int mmvq_tc;           /* Q4_K mat-vecs of >= this many (2..8) columns on the tensor cores, 0 = never (EMBER_CUDA_MMVQ_TC; cuda_mmvq.cu) */
+    int mmvq_tc;           /* Q4_K/Q6_K mat-vecs of >= this many (2..8) columns on the tensor cores, 0 = never (EMBER_CUDA_MMVQ_TC; cuda_mmvq.cu) */
     uint64_t generation;   /* bumped whenever scratch or counters move (graphs hold their addresses) */
     cudaEvent_t top_ev;    /* after the download of ember_cuda_logits_top_start (created on first use) */
     cudaEvent_t tm_ev[EMBER_CUDA_TIMERS][2]; /* ember_cuda_timer_mark: start, end (created on first use) */

@@ -13,9 +13,9 @@
  * for its row (prefetch.global.L2): weights never depend on the previous
  * kernel, so a CTA resident early has its row on chip when it may start.
  * They are the default (EMBER_CUDA_MMVQ=0 or EMBER_CUDA_EXACT=1 selects the
- * exact ones). One exception to dp4a: Q4_K launches of several columns may
- * run on the int8 tensor cores (k_mmvq_tc4_K, EMBER_CUDA_MMVQ_TC; off by
- * default: unmeasured until a GPU run).
+ * exact ones). One exception to dp4a: Q4_K and Q6_K launches of several
+ * columns may run on the int8 tensor cores (k_mmvq_tc4_K / k_mmvq_tc6_K,
+ * EMBER_CUDA_MMVQ_TC; off by default: unmeasured until a GPU run).
  *
  * Layouts: ggml-common.h block_q4_0 ... block_q6_K (as cuda_q8.cu); the
  * activation buffer: cuda_q8.cu's header comment. Formulas per block:
@@ -388,14 +388,18 @@ bool launch_fast_mr(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
     }
 }
 
-/* Q4_K, 2-8 columns on the int8 tensor cores (EMBER_CUDA_MMVQ_TC=N: from N
- * columns; default 0, off). k_mmvq_mr's lanes do one dp4a per 4 weight
- * bytes per column, 8 columns of integer work per weight byte; here one
- * mma.m16n8k32 per 32-element sub-block does a 16-row tile's dots with all
- * 8 columns (lanes past the launch's columns repeat its last one), a
- * second one with all-ones A the columns' sums for the mins, and the lanes
- * keep only the scale and float steps (cuda_mmvq_lane.cuh tc4_K_*, its
- * layout notes; host-tested by test_mmvq_host.cu with an emulated mma).
+/* Q4_K and Q6_K, 2-8 columns on the int8 tensor cores (EMBER_CUDA_MMVQ_TC=N:
+ * from N columns; default 0, off). k_mmvq_mr's lanes do one dp4a per 4
+ * weight bytes per column, 8 columns of integer work per weight byte; here
+ * one mma per sub-block does a 16-row tile's dots with all 8 columns (lanes
+ * past the launch's columns repeat its last one) and the lanes keep only the
+ * scale and float steps (cuda_mmvq_lane.cuh tc4_K_* / tc6_K_*, its layout
+ * notes; host-tested by test_mmvq_host.cu with an emulated mma):
+ *   Q4_K: two mma.m16n8k32 per 32-element sub-block (the quants, and all-ones
+ *         A for the columns' sums the mins need), weights loaded to registers;
+ *   Q6_K: one mma.m16n8k16 per 16-element sub-block (q - 32 is an s8), the
+ *         pass's 210-byte (2-byte aligned) blocks staged in shared memory by
+ *         16-byte cp.async first (the lane header says why).
  * A CTA of kTcWarps warps takes one tile of 16 rows of a segment's weight
  * (prefetched to L2 before the PDL wait), its warps the tile's super-blocks
  * b = warp, warp + kTcWarps, ... (kTcPass of them loaded before their
@@ -403,8 +407,6 @@ bool launch_fast_mr(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
  * threads store the tile's 16 x nc outputs. Free float order: within 1e-5
  * of k_mmvq's, not its bits. Unmeasured: written without a GPU
  * (2026-12), off by default until a GPU run has checked and timed it. */
-constexpr int kTcWarps = 4; /* warps of a CTA, sharing one tile's super-blocks */
-constexpr int kTcPass = 2;  /* super-blocks a warp loads before their arithmetic */
 static_assert(kTcWarps * 32 == kTcRows * kTcCols, "one output per thread in the store");
 static_assert(kTcCols == kMaxColsQ8, "the tile's columns are a launch's");
 
@@ -415,6 +417,14 @@ __device__ __forceinline__ void mma_s8_16832(const tc_frag_a &a, const tc_frag_b
         "{%10,%10,%10,%10};"
         : "=r"(d.r[0]), "=r"(d.r[1]), "=r"(d.r[2]), "=r"(d.r[3])
         : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]), "r"(0));
+}
+
+/* d = A B (C = 0): PTX mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32, sm_80+ */
+__device__ __forceinline__ void mma_s8_16816(const tc_frag_a16 &a, const tc_frag_b16 &b, tc_frag_d &d)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};"
+        : "=r"(d.r[0]), "=r"(d.r[1]), "=r"(d.r[2]), "=r"(d.r[3])
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(b.r[0]), "r"(0));
 }
 
 /* This CTA's tile: the segment's weight at the tile's first row row0, its
@@ -448,6 +458,26 @@ __device__ __forceinline__ void prefetch_cta(const uint8_t *wr, size_t bytes)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+/* The end of a tile's CTA: each warp's lanes put their D elements' sums
+ * acc[4] (tc_d_row / tc_d_col) in part[warp], then the threads of
+ * tc_out_of add the warps' in warp order and store y[col][row0 + row].
+ * Every thread of the CTA calls it (it holds a __syncthreads). */
+__device__ __forceinline__ void tc_store_tile(float (*part)[kTcRows * kTcCols], const float *acc, const tc_tile &t,
+                                              int nc)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < 4; i++) part[warp][tc_d_row(lane, i) * kTcCols + tc_d_col(lane, i)] = acc[i];
+    __syncthreads();
+    int row, col;
+    if (tc_out_of(threadIdx.x, t.nr, nc, row, col)) {
+        float v = part[0][row * kTcCols + col];
+#pragma unroll
+        for (int k = 1; k < kTcWarps; k++) v += part[k][row * kTcCols + col];
+        t.y[(int64_t)col * t.n_rows + t.row0 + row] = v;
+    }
+}
+
 /* nb super-blocks a row, nc (1..8) columns: aq / ad the Q8_K view of column 0, n the row length */
 __global__ void __launch_bounds__(kTcWarps * 32)
 k_mmvq_tc4_K(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
@@ -459,7 +489,7 @@ k_mmvq_tc4_K(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
     ember_pdl_wait();
     if (!t.nr) return; /* the whole CTA: the __syncthreads below is reached by all or none */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tig = lane & 3;
-    const tc4_K_lane p = tc4_K_lane_of(t.wr, row_bytes, t.nr, aq, ad, n, nc, lane);
+    const tc_lane p = tc_lane_of(t.wr, row_bytes, t.nr, aq, ad, n, nc, lane);
     const tc_frag_a ones = tc_frag_ones();
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int b0 = warp; b0 < nb; b0 += kTcWarps * kTcPass) {
@@ -491,22 +521,77 @@ k_mmvq_tc4_K(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq,
             tc4_K_block_step(w[u], da0[u], da1[u], isum, msum, acc);
         }
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++) part[warp][tc_d_row(lane, i) * kTcCols + tc_d_col(lane, i)] = acc[i];
-    __syncthreads();
-    int row, col;
-    if (tc_out_of(threadIdx.x, t.nr, nc, row, col)) {
-        float v = part[0][row * kTcCols + col];
-#pragma unroll
-        for (int k = 1; k < kTcWarps; k++) v += part[k][row * kTcCols + col];
-        t.y[(int64_t)col * t.n_rows + t.row0 + row] = v;
-    }
+    tc_store_tile(part, acc, t, nc);
 }
 
-void launch_tc4_K(cudaStream_t st, size_t row_bytes, mm_seg ms, const q8_view &a, int64_t n, int nc)
+/* Q6_K: each pass's blocks of the warp's super-blocks first copied to its
+ * stage (tc6_K_piece: 16-byte cp.async, 14 a lane), the activations loaded
+ * meanwhile, then per super-block 16 mma.m16n8k16 on the staged words.
+ * Shared memory: 30 KiB of stages (kTcWarps x kTcPass x 16 rows x 240
+ * bytes) + the 2 KiB of part, static (under the 48 KiB default). */
+__global__ void __launch_bounds__(kTcWarps * 32)
+k_mmvq_tc6_K(mm_seg ms, size_t row_bytes, int nb, const int8_t *__restrict__ aq, const float *__restrict__ ad,
+             int64_t n, int nc)
+{
+    __shared__ float part[kTcWarps][kTcRows * kTcCols];
+    __shared__ __align__(16) uint8_t stage[kTcWarps][kTcPass * kTcRows * kTc6Stride];
+    const tc_tile t = tile_of_cta(ms, row_bytes);
+    if (t.nr) prefetch_cta(t.wr, (size_t)t.nr * row_bytes);
+    ember_pdl_wait();
+    if (!t.nr) return; /* the whole CTA: the __syncthreads below is reached by all or none */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tig = lane & 3;
+    const tc_lane p = tc_lane_of(t.wr, row_bytes, t.nr, aq, ad, n, nc, lane);
+    uint8_t *mine = stage[warp];
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b0 = warp; b0 < nb; b0 += kTcWarps * kTcPass) {
+        for (int i = lane; i < kTc6Pieces; i += 32) {
+            const uint8_t *src;
+            unsigned nbytes;
+            int dst;
+            if (tc6_K_piece(i, t.wr, row_bytes, t.nr, nb, b0, src, nbytes, dst)) cp_async16(mine + dst, src, nbytes);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        tc_x16 x[kTcPass];
+        float da0[kTcPass], da1[kTcPass];
+#pragma unroll
+        for (int u = 0; u < kTcPass; u++) {
+            const int b = b0 + kTcWarps * u;
+            if (b < nb) {
+                tc_load_x16(p, b, tig, x[u]);
+                da0[u] = p.da0[b];
+                da1[u] = p.da1[b];
+            }
+        }
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        __syncwarp();
+#pragma unroll
+        for (int u = 0; u < kTcPass; u++) {
+            const int b = b0 + kTcWarps * u;
+            if (b >= nb) break; /* warp-uniform: the mma's lanes stay converged */
+            tc6_K_w w;
+            tc6_K_load_w(tc6_K_staged(mine, u, p.r0, p.row0 + (size_t)b * kTc6Bytes),
+                         tc6_K_staged(mine, u, p.r1, p.row1 + (size_t)b * kTc6Bytes), tig, w);
+            int isum[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int s = 0; s < 16; s++) {
+                tc_frag_d dot;
+                mma_s8_16816(tc6_K_frag_a(w, s), tc_frag_b16_of(x[u], s), dot);
+                tc6_K_sub_step(w, s, dot, isum);
+            }
+            tc6_K_block_step(w, da0[u], da1[u], isum, acc);
+        }
+        __syncwarp(); /* every lane's staged reads done before the next pass's copies */
+    }
+    tc_store_tile(part, acc, t, nc);
+}
+
+void launch_tc_K(cudaStream_t st, uint32_t type, size_t row_bytes, mm_seg ms, const q8_view &a, int64_t n, int nc)
 {
     const unsigned grid = rows_grid(ms, kTcRows);
-    ember_launch(k_mmvq_tc4_K, grid, kTcWarps * 32, 0, st, ms, row_bytes, (int)(n / 256), a.qs, a.d, n, nc);
+    if (type == EMBER_TYPE_Q4_K)
+        ember_launch(k_mmvq_tc4_K, grid, kTcWarps * 32, 0, st, ms, row_bytes, (int)(n / 256), a.qs, a.d, n, nc);
+    else
+        ember_launch(k_mmvq_tc6_K, grid, kTcWarps * 32, 0, st, ms, row_bytes, (int)(n / 256), a.qs, a.d, n, nc);
 }
 
 template <int NC>
@@ -544,8 +629,9 @@ void launch_fast_nc(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_s
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
                       const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged, int mr_rows, int tc_min)
 {
-    if (tc_min >= 1 && nc >= tc_min && nc >= 2 && nc <= kMaxColsQ8 && type == EMBER_TYPE_Q4_K) {
-        launch_tc4_K(st, row_bytes, ms, a, n, nc);
+    if (tc_min >= 1 && nc >= tc_min && nc >= 2 && nc <= kMaxColsQ8 &&
+        (type == EMBER_TYPE_Q4_K || type == EMBER_TYPE_Q6_K)) {
+        launch_tc_K(st, type, row_bytes, ms, a, n, nc);
         return;
     }
     if (nc >= 2 && launch_fast_mr(st, type, row_bytes, ms, a, n, nc, mr_rows)) return;

@@ -9,10 +9,13 @@
  * Every dp4a row program: wr the row's blocks, nb its blocks, aq/ad(/as)
  * the Q8 activation buffer's views (cuda_q8.cu's layout) for column 0 of
  * the launch, n the row length, lane 0..31; adds the lane's partial dot of
- * column c to acc[c] for c < NC. The tensor-core Q4_K steps (tc4_K_*) are
- * smaller pieces that the kernel composes around its mma instructions
- * (their section says how).
- * Must not: use warp intrinsics or anything but plain loads.
+ * column c to acc[c] for c < NC. The tensor-core Q4_K and Q6_K steps
+ * (tc_*, tc4_K_*, tc6_K_*) are smaller pieces that the kernels compose
+ * around their mma instructions (their sections say how; Q6_K's also map
+ * the copies that stage its blocks in shared memory). Those kernels are
+ * unmeasured and off by default (EMBER_CUDA_MMVQ_TC) until a GPU run.
+ * Must not: use warp intrinsics or anything but plain loads (a load may
+ * read a staged copy in shared memory: the same code).
  */
 #ifndef EMBER_CUDA_MMVQ_LANE_CUH
 #define EMBER_CUDA_MMVQ_LANE_CUH
@@ -271,30 +274,36 @@ constexpr int kTcCols = 8;  /* activation columns of the tile (kMaxColsQ8) */
 __host__ __device__ __forceinline__ int tc_d_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
 __host__ __device__ __forceinline__ int tc_d_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
 
-/* What one lane reads of a tile: the Q4_K rows gid and gid + 8 of the tile
- * at tile (nr rows, 1..16, row_bytes apart; rows >= nr read row nr - 1),
+constexpr int kTcWarps = 4; /* warps of a tensor-core CTA, sharing one tile's super-blocks */
+constexpr int kTcPass = 2;  /* super-blocks a warp loads before their arithmetic */
+
+/* What one lane reads of a tile (any K format: Q4_K and Q6_K alike): the
+ * rows gid and gid + 8 of the tile at tile (nr rows, 1..16, row_bytes
+ * apart; rows >= nr read row nr - 1; r0 / r1 their indices in the tile),
  * the activations of column gid (B) and the Q8_K scales of columns 2tig and
  * 2tig + 1 (D) of the launch's nc (1..8) columns (columns >= nc read column
  * nc - 1). aq / ad: the Q8_K view of column 0 (cuda_q8.cu's layout: aq
  * [nc][n] int8, ad [nc][n / 256] float), n the row length. */
-struct tc4_K_lane {
+struct tc_lane {
     const uint8_t *row0, *row1;
+    int r0, r1;
     const int8_t *xq;
     const float *da0, *da1;
 };
 
-__host__ __device__ __forceinline__ tc4_K_lane tc4_K_lane_of(const uint8_t *tile, size_t row_bytes, int nr,
-                                                             const int8_t *aq, const float *ad, int64_t n, int nc,
-                                                             int lane)
+__host__ __device__ __forceinline__ tc_lane tc_lane_of(const uint8_t *tile, size_t row_bytes, int nr,
+                                                       const int8_t *aq, const float *ad, int64_t n, int nc, int lane)
 {
     const int gid = lane >> 2, tig = lane & 3;
     const int r0 = gid < nr ? gid : nr - 1, r1 = gid + 8 < nr ? gid + 8 : nr - 1;
     const int cb = gid < nc ? gid : nc - 1, c0 = 2 * tig < nc ? 2 * tig : nc - 1,
               c1 = 2 * tig + 1 < nc ? 2 * tig + 1 : nc - 1;
     const int64_t nb = n / 256;
-    tc4_K_lane p;
+    tc_lane p;
     p.row0 = tile + (size_t)r0 * row_bytes;
     p.row1 = tile + (size_t)r1 * row_bytes;
+    p.r0 = r0;
+    p.r1 = r1;
     p.xq = aq + (int64_t)cb * n;
     p.da0 = ad + c0 * nb;
     p.da1 = ad + c1 * nb;
@@ -311,7 +320,7 @@ struct tc4_K_w {
     uint2 q[2][4];
 };
 
-__host__ __device__ __forceinline__ void tc4_K_load_w(const tc4_K_lane &p, int b, int tig, tc4_K_w &w)
+__host__ __device__ __forceinline__ void tc4_K_load_w(const tc_lane &p, int b, int tig, tc4_K_w &w)
 {
     const uint8_t *blk[2] = {p.row0 + (size_t)b * 144, p.row1 + (size_t)b * 144};
 EMBER_UNROLL
@@ -329,7 +338,7 @@ struct tc_x8 {
     uint2 q[8];
 };
 
-__host__ __device__ __forceinline__ void tc_load_x(const tc4_K_lane &p, int b, int tig, tc_x8 &x)
+__host__ __device__ __forceinline__ void tc_load_x(const tc_lane &p, int b, int tig, tc_x8 &x)
 {
     const int8_t *a = p.xq + (int64_t)b * 256 + 8 * tig;
 EMBER_UNROLL
@@ -569,6 +578,192 @@ EMBER_UNROLL
             }
         }
     }
+}
+
+/* ---- Q6_K on the int8 tensor cores (cuda_mmvq.cu k_mmvq_tc6_K) -----------
+ * As the Q4_K steps above, with one mma.sync.m16n8k16 (s8 x s8 -> s32) per
+ * 16-element sub-block, so every integer result has one scale: A = the 16
+ * rows' quants q - 32 of the sub-block (-32..31, exact as s8: no offset
+ * term, no second mma), B = the 8 columns' Q8_K bytes, D_s their 16 x 8
+ * dots. Per super-block and output (row r, column c):
+ *   y += d_r da_c sum_s sc_rs D_s   (s = 0..15)
+ * Format (ggml-common.h block_q6_K, 210 bytes per 256 elements: ql[128],
+ * qh[64], scales[16] int8, d f16; as ggml's dequantize_row_q6_K): element
+ * e = 128h + 32j + l (h 0..1, j 0..3, l 0..31) has the low nibble (j < 2) or
+ * high nibble (j >= 2) of ql byte 64h + 32(j & 1) + l, bits 2j, 2j + 1 of qh
+ * byte 32h + l above it, q = that 6-bit value - 32, and the scale of its
+ * sub-block s = e / 16 = 8h + 2j + u, u = l >= 16.
+ *
+ * Fragments (PTX ISA 9.7.14.5.9, "Matrix Fragments for mma.m16n8k16 with
+ * integer type", figures 84-86; lane = 4 gid + tig, byte i of a register):
+ *   A 16 x 16: a[0] = A[gid][4tig + i], a[1] = A[gid + 8][4tig + i]
+ *   B 16 x 8:  b[0] = B[4tig + i][gid]
+ *   D 16 x 8:  as m16n8k32 (tc_d_row / tc_d_col)
+ * k = 4tig + i is position 4tig + i of the sub-block (l = 16u + 4tig + i),
+ * so per row and super-block a lane takes 8 ql words (bytes 16m + 4tig..,
+ * m = 4h + 2(j & 1) + u: each serves sub-blocks j & 1 and (j & 1) + 2) and
+ * 4 qh words (128 + 16m' + 4tig.., m' = 2h + u: each serves the 4 j), and
+ * per column one activation word per sub-block (16s + 4tig..).
+ *
+ * Loads. Q6_K blocks are 210 bytes, so a block starts 2-byte aligned and a
+ * lane's words are 4-byte aligned or not by row and super-block. Read from
+ * global memory, each such word is two aligned 4-byte loads and a funnel
+ * shift (tc_w32_a2), 30 loads a row and super-block, each warp-wide load
+ * touching 8 rows' lines: ~6x the load instructions of Q4_K's 16-byte and
+ * 8-byte ones (the dp4a Q6_K kernel with 20 narrow loads a block ran ~0.9
+ * TB/s, cuda_mmvq_lane.cuh mmvq6_K_lane). So the kernel stages each pass's
+ * blocks in shared memory first: 16-byte cp.async copies of the 14 aligned
+ * lines that hold a block (tc6_K_piece: a warp's 16 rows x 2 super-blocks in
+ * 14 coalesced copies a lane, no registers held while in flight), each
+ * block keeping its address's low 4 bits (tc6_K_staged), and the lanes read
+ * the same words from there (a conflict-free shared load is one wavefront,
+ * where a global one is split per line touched, 8 rows' here: the
+ * expected gain, unmeasured). Bank conflicts: the 240-byte slots would put
+ * the 8 rows of a load in 8 distinct groups of 4 banks, but a staged block
+ * keeps its 0-14 byte offset in its line, shifting its row by 0-3 banks: a
+ * model over random offsets gives 2-way conflicts on nearly every staged
+ * load (never more), 2 wavefronts each.
+ * The word reads are the same code on either memory: the host test runs
+ * them on the staged copy too. Unmeasured and off by default
+ * (EMBER_CUDA_MMVQ_TC) until a GPU run has checked and timed it. */
+
+constexpr int kTc6Bytes = 210;  /* bytes of a block_q6_K */
+constexpr int kTc6Lines = 14;   /* aligned 16-byte lines holding a block: (14 + 210) / 16 at most */
+constexpr int kTc6Stride = 240; /* bytes between staged blocks: 14 lines + 1 (60 words: rows 4 banks apart) */
+constexpr int kTc6Pieces = kTcPass * kTcRows * kTc6Lines; /* 16-byte copies of a warp's pass */
+
+/* Copy i (0..kTc6Pieces - 1) of the pass that starts at super-block b0 of
+ * the tile at tile (nr rows, row_bytes apart, nb super-blocks a row): the
+ * pass's super-blocks b0 + kTcWarps u (u < kTcPass) are staged at slot u.
+ * Returns false where there is nothing to copy (b >= nb or a row >= nr);
+ * else src: the 16-aligned global line, n: its bytes to read (1..16: the
+ * last line of a block is cut at the block's end, the rest of the 16 is
+ * zero-filled, so nothing past the weight is read; the bytes before the
+ * block in its first line belong to the previous block or row: inside a
+ * 16-byte aligned tensor), dst: its byte offset in the warp's stage. */
+__host__ __device__ __forceinline__ bool tc6_K_piece(int i, const uint8_t *tile, size_t row_bytes, int nr, int nb,
+                                                     int b0, const uint8_t *&src, unsigned &n, int &dst)
+{
+    const int u = i / (kTcRows * kTc6Lines), rest = i % (kTcRows * kTc6Lines);
+    const int r = rest / kTc6Lines, ln = rest % kTc6Lines;
+    const int b = b0 + kTcWarps * u;
+    if (b >= nb || r >= nr) return false;
+    const uintptr_t blk = (uintptr_t)(tile + (size_t)r * row_bytes + (size_t)b * kTc6Bytes);
+    const uintptr_t a = (blk & ~(uintptr_t)15) + 16 * (uintptr_t)ln, end = blk + kTc6Bytes;
+    src = reinterpret_cast<const uint8_t *>(a);
+    n = end - a < 16 ? (unsigned)(end - a) : 16u;
+    dst = (u * kTcRows + r) * kTc6Stride + 16 * ln;
+    return true;
+}
+
+/* The staged copy of block blk (tile row r, pass slot u) in a warp's stage */
+__host__ __device__ __forceinline__ const uint8_t *tc6_K_staged(const uint8_t *stage, int u, int r, const uint8_t *blk)
+{
+    return stage + (u * kTcRows + r) * kTc6Stride + ((uintptr_t)blk & 15);
+}
+
+/* Aligned 4-byte word i at base (4-aligned), and the 4 bytes from base +
+ * 4i + 2 when sh is 16 (the second load only then) */
+__host__ __device__ __forceinline__ uint32_t tc_w32_a2(const uint32_t *base, int i, int sh)
+{
+    return sh ? funnel_r(base[i], base[i + 1], 16) : base[i];
+}
+
+/* One lane's weights of a super-block for rows gid (index 0) and gid + 8
+ * (1): ql words (bytes 16m + 4tig.., m 0..7), qh words (128 + 16m + 4tig..,
+ * m 0..3), the 16 int8 scales as 4 words, d's f16 bits. */
+struct tc6_K_w {
+    uint32_t ql[2][8], qh[2][4], sc[2][4], d[2];
+};
+
+/* Reads [blk & ~3, blk + 210) of each block (global or staged; 2-byte
+ * aligned): every word at most one aligned word past its 4 bytes, the last
+ * scale word's second word only where the block is not 4-aligned (it ends
+ * at the block's end then; d is read on its own). */
+__host__ __device__ __forceinline__ void tc6_K_load_w(const uint8_t *blk0, const uint8_t *blk1, int tig, tc6_K_w &w)
+{
+EMBER_UNROLL
+    for (int r = 0; r < 2; r++) {
+        const uint8_t *blk = r ? blk1 : blk0;
+        /* pointer arithmetic, not an integer mask: a staged block's loads stay
+         * shared-memory loads (ld.shared) instead of generic ones */
+        const uint32_t *base = reinterpret_cast<const uint32_t *>(blk - ((uintptr_t)blk & 3));
+        const int sh = ((uintptr_t)blk & 2) ? 16 : 0;
+EMBER_UNROLL
+        for (int m = 0; m < 8; m++) w.ql[r][m] = tc_w32_a2(base, 4 * m + tig, sh);
+EMBER_UNROLL
+        for (int m = 0; m < 4; m++) w.qh[r][m] = tc_w32_a2(base, 32 + 4 * m + tig, sh);
+EMBER_UNROLL
+        for (int i = 0; i < 4; i++) w.sc[r][i] = tc_w32_a2(base, 48 + i, sh);
+        w.d[r] = ld_u16(blk + 208);
+    }
+}
+
+/* One lane's activations of super-block b, column gid: bytes 16s + 4tig..
+ * of sub-block s (0..15), 4-byte aligned */
+struct tc_x16 {
+    uint32_t q[16];
+};
+
+__host__ __device__ __forceinline__ void tc_load_x16(const tc_lane &p, int b, int tig, tc_x16 &x)
+{
+    const int8_t *a = p.xq + (int64_t)b * 256 + 4 * tig;
+EMBER_UNROLL
+    for (int s = 0; s < 16; s++) x.q[s] = *reinterpret_cast<const uint32_t *>(a + 16 * s);
+}
+
+struct tc_frag_a16 {
+    uint32_t r[2];
+};
+struct tc_frag_b16 {
+    uint32_t r[1];
+};
+
+/* A fragment of sub-block s (0..15): q - 32 of rows gid, gid + 8 at
+ * positions 4tig.. ((x + 0x60) ^ 0x80 per byte is x - 32 for x in 0..63,
+ * no carry between bytes) */
+__host__ __device__ __forceinline__ tc_frag_a16 tc6_K_frag_a(const tc6_K_w &w, int s)
+{
+    const int h = s >> 3, j = (s >> 1) & 3, u = s & 1;
+    const int m = 4 * h + 2 * (j & 1) + u, mh = 2 * h + u;
+    tc_frag_a16 a;
+EMBER_UNROLL
+    for (int r = 0; r < 2; r++) {
+        const uint32_t x = ((w.ql[r][m] >> (4 * (j >> 1))) & 0x0F0F0F0Fu) | (((w.qh[r][mh] >> (2 * j)) & 0x03030303u) << 4);
+        a.r[r] = (x + 0x60606060u) ^ 0x80808080u;
+    }
+    return a;
+}
+
+/* B fragment of sub-block s (0..15): column gid's activation bytes */
+__host__ __device__ __forceinline__ tc_frag_b16 tc_frag_b16_of(const tc_x16 &x, int s)
+{
+    tc_frag_b16 b;
+    b.r[0] = x.q[s];
+    return b;
+}
+
+/* Sub-block s: isum[i] += sc * dot.r[i], sc the int8 scale of D element
+ * i's row (gid for i < 2, gid + 8 else). int32 bounds over the 16
+ * sub-blocks: |dot| <= 16 * 32 * 128 = 65,536 (q in -32..31, Q8_K bytes
+ * -128..127), |sc| <= 128, so |isum| <= 16 * 128 * 65,536 = 2^27. */
+__host__ __device__ __forceinline__ void tc6_K_sub_step(const tc6_K_w &w, int s, const tc_frag_d &dot, int *isum)
+{
+    const int sc0 = (int)(int8_t)(uint8_t)(w.sc[0][s >> 2] >> (8 * (s & 3)));
+    const int sc1 = (int)(int8_t)(uint8_t)(w.sc[1][s >> 2] >> (8 * (s & 3)));
+    isum[0] += sc0 * dot.r[0];
+    isum[1] += sc0 * dot.r[1];
+    isum[2] += sc1 * dot.r[2];
+    isum[3] += sc1 * dot.r[3];
+}
+
+/* The super-block's float step: acc[i] += d_row da_col isum[i] (da0 / da1:
+ * the Q8_K scales of columns 2tig, 2tig + 1 for this super-block) */
+__host__ __device__ __forceinline__ void tc6_K_block_step(const tc6_K_w &w, float da0, float da1, const int *isum,
+                                                          float *acc)
+{
+EMBER_UNROLL
+    for (int i = 0; i < 4; i++) acc[i] = fmaf((float)isum[i], f16_bits(w.d[i >> 1]) * ((i & 1) ? da1 : da0), acc[i]);
 }
 
 } /* namespace ember_q8 */

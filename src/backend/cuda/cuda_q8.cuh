@@ -132,9 +132,10 @@ static inline q8_view q8_split(uint32_t act_type, const void *buf, int64_t n, in
  * hold them); mr_rows (2 to 8 columns of Q4_K or Q6_K; EMBER_CUDA_MMVQ_MR):
  * 2 or 4 rows a warp that share each activation load (the launch then makes
  * its own grid), < 2 = one row a warp. The same outputs whatever they are.
- * tc_min (EMBER_CUDA_MMVQ_TC): 0 = off; >= 2: Q4_K launches of tc_min..8
- * columns run on the int8 tensor cores instead (k_mmvq_tc4_K, 16 rows a
- * CTA, its own grid; outputs within 1e-5 of the others', not their bits). */
+ * tc_min (EMBER_CUDA_MMVQ_TC): 0 = off; >= 2: Q4_K and Q6_K launches of
+ * tc_min..8 columns run on the int8 tensor cores instead (k_mmvq_tc4_K /
+ * k_mmvq_tc6_K, 16 rows a CTA, their own grid; outputs within 1e-5 of the
+ * others', not their bits). */
 void mmvq_fast_launch(cudaStream_t st, uint32_t type, size_t row_bytes, const mm_seg &ms, unsigned grid,
                       const q8_view &a, int64_t n, int nc, int rows_per_warp, bool staged, int mr_rows, int tc_min);
 

@@ -519,8 +519,9 @@ static void test_matmul_q8_exact_bits(void **state)
  * a warp (ember_cuda_set_mmvq_rows), rows staged in shared memory or not
  * (ember_cuda_set_mmvq_smem), or several columns on 2 or 4 rows a warp
  * (ember_cuda_set_mmvq_mr), the free-order outputs bit for bit; with Q4_K's
- * several-column launches on the tensor cores (ember_cuda_set_mmvq_tc)
- * within 1e-5 of max |y| again (another float order). */
+ * and Q6_K's several-column launches on the tensor cores
+ * (ember_cuda_set_mmvq_tc) within 1e-5 of max |y| again (another float
+ * order). */
 static void test_matmul_q8_multi_matches_cpu(void **state)
 {
     (void)state;
@@ -570,9 +571,10 @@ static void test_matmul_q8_multi_matches_cpu(void **state)
             /* 5..7: the same with the rows staged in shared memory (EMBER_CUDA_MMVQ_SMEM);
              * 8, 9: 2 and 4 rows a warp sharing the activation loads (EMBER_CUDA_MMVQ_MR; the
              * 11-column passes of 8 and 3 of Q4_K / Q6_K), mode 1's bits too;
-             * 10, 11: Q4_K launches of >= 2 / >= 4 columns on the tensor cores (EMBER_CUDA_MMVQ_TC;
-             * with 4 the 3-column pass stays on dp4a), within 1e-5 of max |y| as mode 1 (16-row tiles:
-             * 301 and 129 rows end in a partial tile, 64 does not) */
+             * 10, 11: Q4_K and Q6_K launches of >= 2 / >= 4 columns on the tensor cores
+             * (EMBER_CUDA_MMVQ_TC; with 4 the 3-column pass stays on dp4a), within 1e-5 of max |y|
+             * as mode 1 (16-row tiles: 301 and 129 rows end in a partial tile, 64 does not; Q6_K's
+             * 2560-wide rows of 2,100 bytes put blocks at 2-byte offsets, staged in shared memory) */
             static const int rows_per_warp[12] = {0, 0, 1, 2, 4, 1, 2, 4, 0, 0, 0, 0};
             for (int mode = 0; mode < 12; mode++) {
                 /* NaN in every output first: a row no kernel writes keeps it and fails */

@@ -12,10 +12,11 @@
  * column (the integer dots are exact, the float sums in another order); for
  * the K formats with several columns, the lanes over 4 rows at once
  * (mmvq*_lane_rows) equal the one-row lanes bit for bit.
- * The tensor-core Q4_K kernel (k_mmvq_tc4_K, its tc4_K_* lane functions)
- * runs here with an emulated mma built from the PTX ISA's fragment
- * layouts: what it checks is our arithmetic given those layouts; the
- * layouts themselves are checked by test_cuda_q8 on a GPU.
+ * The tensor-core Q4_K and Q6_K kernels (k_mmvq_tc4_K / k_mmvq_tc6_K, their
+ * tc4_K_* / tc6_K_* lane functions, Q6_K's shared-memory staging copies)
+ * run here with emulated mmas (m16n8k32, m16n8k16) built from the PTX ISA's
+ * fragment layouts: what it checks is our arithmetic given those layouts;
+ * the layouts themselves are checked by test_cuda_q8 on a GPU.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -189,7 +190,7 @@ template <int NC> double run_case(const char *name, int64_t ne0, int n_rows)
     return worst;
 }
 
-/* ---- the tensor-core Q4_K kernel (k_mmvq_tc4_K) ------------------------- */
+/* ---- the tensor-core Q4_K and Q6_K kernels (k_mmvq_tc4_K, k_mmvq_tc6_K) -- */
 
 /* Host emulation of mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with C
  * = 0 over the 32 lanes' fragments, from the PTX ISA's fragment layouts
@@ -230,15 +231,144 @@ void mma_host(const tc_frag_a *a, const tc_frag_b *b, tc_frag_d *d)
         }
 }
 
-/* k_mmvq_tc4_K on the host: its CTAs (tiles of 16 rows), the kWarps warps of
- * each (super-blocks b = warp, warp + kWarps, ..., in that order per lane:
- * the kernel's passes keep it), the 32 lanes of each composing the same
- * cuda_mmvq_lane.cuh functions with mma_host for the mma, then the warps'
- * partial sums added in warp order and stored by tc_out_of's threads into
- * y [nc][n_rows]. Every lane's reads are asserted inside the tile's rows and
- * the nc columns. Returns the outputs stored. */
-constexpr int kWarps = 4; /* cuda_mmvq.cu kTcWarps */
+/* Host emulation of mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 with C
+ * = 0 over the 32 lanes' fragments, from the PTX ISA's fragment layouts
+ * (9.7.14.5.9, cuda_mmvq_lane.cuh's Q6_K notes: byte j of a[0] is
+ * A[gid][4tig + j], of a[1] A[gid + 8][4tig + j], of b[0] B[4tig + j][gid];
+ * D as m16n8k32). Also asserts that the lanes' fragments cover every element
+ * of A and B exactly once. */
+void mma_host16(const tc_frag_a16 *a, const tc_frag_b16 *b, tc_frag_d *d)
+{
+    int A[16][16], B[16][8], na[16][16] = {}, nbm[16][8] = {};
+    for (int lane = 0; lane < 32; lane++) {
+        const int gid = lane >> 2, tig = lane & 3;
+        for (int j = 0; j < 4; j++) {
+            const int k = 4 * tig + j;
+            A[gid][k] = (int8_t)(uint8_t)(a[lane].r[0] >> (8 * j));
+            A[gid + 8][k] = (int8_t)(uint8_t)(a[lane].r[1] >> (8 * j));
+            na[gid][k]++;
+            na[gid + 8][k]++;
+            B[k][gid] = (int8_t)(uint8_t)(b[lane].r[0] >> (8 * j));
+            nbm[k][gid]++;
+        }
+    }
+    for (int m = 0; m < 16; m++)
+        for (int k = 0; k < 16; k++) assert_int_equal(na[m][k], 1);
+    for (int k = 0; k < 16; k++)
+        for (int c = 0; c < 8; c++) assert_int_equal(nbm[k][c], 1);
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) {
+            const int m = tc_d_row(lane, i), c = tc_d_col(lane, i);
+            int v = 0;
+            for (int k = 0; k < 16; k++) v += A[m][k] * B[k][c];
+            d[lane].r[i] = v;
+        }
+}
 
+/* One warp's pass of k_mmvq_tc4_K: super-blocks b0 + kTcWarps u (u <
+ * kTcPass, b < nb), the 32 lanes composing the tc4_K_* steps around
+ * mma_host for the mma, into each lane's acc[4] */
+struct tc4_fmt {
+    static constexpr const char *name = "Q4_K";
+    static void pass(const uint8_t *, size_t, int, int nb, int b0, const tc_lane *p, float (*acc)[4])
+    {
+        for (int u = 0; u < kTcPass; u++) {
+            const int b = b0 + kTcWarps * u;
+            if (b >= nb) break;
+            static tc4_K_w wv[32];
+            static tc_x8 xv[32];
+            int isum[32][4] = {}, msum[32][4] = {};
+            for (int lane = 0; lane < 32; lane++) {
+                tc4_K_load_w(p[lane], b, lane & 3, wv[lane]);
+                tc_load_x(p[lane], b, lane & 3, xv[lane]);
+            }
+            for (int s = 0; s < 8; s++) {
+                tc_frag_a fa[32], ones[32];
+                tc_frag_b fb[32];
+                tc_frag_d dot[32], sum[32];
+                for (int lane = 0; lane < 32; lane++) {
+                    fa[lane] = tc4_K_frag_a(wv[lane], s);
+                    fb[lane] = tc_frag_b_of(xv[lane], s);
+                    ones[lane] = tc_frag_ones();
+                }
+                mma_host(fa, fb, dot);
+                mma_host(ones, fb, sum);
+                for (int lane = 0; lane < 32; lane++)
+                    tc4_K_sub_step(wv[lane], s, dot[lane], sum[lane], isum[lane], msum[lane]);
+            }
+            for (int lane = 0; lane < 32; lane++)
+                tc4_K_block_step(wv[lane], p[lane].da0[b], p[lane].da1[b], isum[lane], msum[lane], acc[lane]);
+        }
+    }
+};
+
+/* One warp's pass of k_mmvq_tc6_K: the pass's blocks copied to a stage by
+ * tc6_K_piece's copies (the stage filled with 0xA5 first: a lane that read
+ * a byte no copy wrote would see it; each copy's source asserted inside the
+ * weight, its tail zero-filled as cp.async's), then the 32 lanes composing
+ * the tc6_K_* steps on the staged blocks around mma_host16 */
+const uint8_t *g_w_lo, *g_w_hi; /* the case's weight bytes, for the copies' bounds */
+
+struct tc6_fmt {
+    static constexpr const char *name = "Q6_K";
+    static void pass(const uint8_t *tile, size_t row_bytes, int nr, int nb, int b0, const tc_lane *p, float (*acc)[4])
+    {
+        alignas(16) static uint8_t stage[kTcPass * kTcRows * kTc6Stride];
+        memset(stage, 0xA5, sizeof stage);
+        for (int i = 0; i < kTc6Pieces; i++) {
+            const uint8_t *src;
+            unsigned n;
+            int dst;
+            if (!tc6_K_piece(i, tile, row_bytes, nr, nb, b0, src, n, dst)) continue;
+            assert_true(((uintptr_t)src & 15) == 0 && n >= 1 && n <= 16 && dst % 16 == 0);
+            assert_true(src >= g_w_lo && src + n <= g_w_hi);
+            assert_true(dst >= 0 && dst + 16 <= (int)sizeof stage);
+            memcpy(stage + dst, src, n);
+            memset(stage + dst + n, 0, 16 - n);
+        }
+        for (int u = 0; u < kTcPass; u++) {
+            const int b = b0 + kTcWarps * u;
+            if (b >= nb) break;
+            static tc6_K_w wv[32];
+            static tc_x16 xv[32];
+            int isum[32][4] = {};
+            for (int lane = 0; lane < 32; lane++) {
+                const uint8_t *s0 = tc6_K_staged(stage, u, p[lane].r0, p[lane].row0 + (size_t)b * kTc6Bytes);
+                const uint8_t *s1 = tc6_K_staged(stage, u, p[lane].r1, p[lane].row1 + (size_t)b * kTc6Bytes);
+                /* the block and the words read around it stay in its slot (14 lines copied) */
+                const uint8_t *const sp[2] = {s0, s1};
+                for (int k = 0; k < 2; k++) {
+                    const uint8_t *slot = stage + ((sp[k] - stage) / kTc6Stride) * kTc6Stride;
+                    assert_true(sp[k] + kTc6Bytes <= slot + 16 * kTc6Lines);
+                }
+                tc6_K_load_w(s0, s1, lane & 3, wv[lane]);
+                tc_load_x16(p[lane], b, lane & 3, xv[lane]);
+            }
+            for (int s = 0; s < 16; s++) {
+                tc_frag_a16 fa[32];
+                tc_frag_b16 fb[32];
+                tc_frag_d dot[32];
+                for (int lane = 0; lane < 32; lane++) {
+                    fa[lane] = tc6_K_frag_a(wv[lane], s);
+                    fb[lane] = tc_frag_b16_of(xv[lane], s);
+                }
+                mma_host16(fa, fb, dot);
+                for (int lane = 0; lane < 32; lane++) tc6_K_sub_step(wv[lane], s, dot[lane], isum[lane]);
+            }
+            for (int lane = 0; lane < 32; lane++)
+                tc6_K_block_step(wv[lane], p[lane].da0[b], p[lane].da1[b], isum[lane], acc[lane]);
+        }
+    }
+};
+
+/* k_mmvq_tc4_K / k_mmvq_tc6_K on the host: their CTAs (tiles of 16 rows),
+ * the kTcWarps warps of each (passes of super-blocks b0 = warp, warp +
+ * kTcWarps kTcPass, ...: the kernels' order per lane), F's pass for each,
+ * then the warps' partial sums added in warp order and stored by
+ * tc_out_of's threads into y [nc][n_rows]. Every lane's rows are asserted
+ * inside the tile's rows and its activations inside the nc columns.
+ * Returns the outputs stored. */
+template <class F>
 long tc_host(const uint8_t *w, size_t row_bytes, int n_rows, const int8_t *aq, const float *ad, int64_t n, int nc,
              float *y)
 {
@@ -247,48 +377,27 @@ long tc_host(const uint8_t *w, size_t row_bytes, int n_rows, const int8_t *aq, c
     for (int row0 = 0; row0 < n_rows; row0 += kTcRows) {
         const int nr = n_rows - row0 < kTcRows ? n_rows - row0 : kTcRows;
         const uint8_t *tile = w + (size_t)row0 * row_bytes;
-        static float part[kWarps][kTcRows * kTcCols];
-        for (int wp = 0; wp < kWarps; wp++) {
-            tc4_K_lane p[32];
+        static float part[kTcWarps][kTcRows * kTcCols];
+        for (int wp = 0; wp < kTcWarps; wp++) {
+            tc_lane p[32];
             float acc[32][4] = {};
             for (int lane = 0; lane < 32; lane++) {
-                p[lane] = tc4_K_lane_of(tile, row_bytes, nr, aq, ad, n, nc, lane);
+                p[lane] = tc_lane_of(tile, row_bytes, nr, aq, ad, n, nc, lane);
                 assert_true(p[lane].row0 >= tile && p[lane].row1 + row_bytes <= tile + (size_t)nr * row_bytes);
+                assert_true(p[lane].row0 == tile + (size_t)p[lane].r0 * row_bytes &&
+                            p[lane].row1 == tile + (size_t)p[lane].r1 * row_bytes);
                 assert_true(p[lane].xq >= aq && p[lane].xq + n <= aq + (int64_t)nc * n);
                 assert_true(p[lane].da0 >= ad && p[lane].da1 + nb <= ad + (int64_t)nc * nb);
             }
-            for (int b = wp; b < nb; b += kWarps) {
-                static tc4_K_w wv[32];
-                static tc_x8 xv[32];
-                int isum[32][4] = {}, msum[32][4] = {};
-                for (int lane = 0; lane < 32; lane++) {
-                    tc4_K_load_w(p[lane], b, lane & 3, wv[lane]);
-                    tc_load_x(p[lane], b, lane & 3, xv[lane]);
-                }
-                for (int s = 0; s < 8; s++) {
-                    tc_frag_a fa[32], ones[32];
-                    tc_frag_b fb[32];
-                    tc_frag_d dot[32], sum[32];
-                    for (int lane = 0; lane < 32; lane++) {
-                        fa[lane] = tc4_K_frag_a(wv[lane], s);
-                        fb[lane] = tc_frag_b_of(xv[lane], s);
-                        ones[lane] = tc_frag_ones();
-                    }
-                    mma_host(fa, fb, dot);
-                    mma_host(ones, fb, sum);
-                    for (int lane = 0; lane < 32; lane++) tc4_K_sub_step(wv[lane], s, dot[lane], sum[lane], isum[lane], msum[lane]);
-                }
-                for (int lane = 0; lane < 32; lane++)
-                    tc4_K_block_step(wv[lane], p[lane].da0[b], p[lane].da1[b], isum[lane], msum[lane], acc[lane]);
-            }
+            for (int b0 = wp; b0 < nb; b0 += kTcWarps * kTcPass) F::pass(tile, row_bytes, nr, nb, b0, p, acc);
             for (int lane = 0; lane < 32; lane++)
                 for (int i = 0; i < 4; i++) part[wp][tc_d_row(lane, i) * kTcCols + tc_d_col(lane, i)] = acc[lane][i];
         }
-        for (int t = 0; t < kWarps * 32; t++) {
+        for (int t = 0; t < kTcWarps * 32; t++) {
             int row, col;
             if (!tc_out_of(t, nr, nc, row, col)) continue;
             float v = part[0][row * kTcCols + col];
-            for (int k = 1; k < kWarps; k++) v += part[k][row * kTcCols + col];
+            for (int k = 1; k < kTcWarps; k++) v += part[k][row * kTcCols + col];
             y[(int64_t)col * n_rows + row0 + row] = v;
             stored++;
         }
@@ -296,15 +405,15 @@ long tc_host(const uint8_t *w, size_t row_bytes, int n_rows, const int8_t *aq, c
     return stored;
 }
 
-/* One tensor-core case: n_rows rows of n elements of golden Q4_K blocks,
+/* One tensor-core case: n_rows rows of n elements of F's golden blocks,
  * nc columns of random Q8_K activations (as run_case), against the double
  * dot of the dequantized blocks. Every output must be stored once (y starts
  * NaN; tc_host counts the stores), within 1e-5 of the column's max |ref|.
  * Returns the worst |diff| / max |ref| over the columns. */
-double run_tc_case(int64_t n, int n_rows, int nc)
+template <class F> double run_tc_case(int64_t n, int n_rows, int nc)
 {
     blocks bl;
-    load("Q4_K", &bl);
+    load(F::name, &bl);
     const int64_t nb = n / 256;
     const size_t row_bytes = (size_t)nb * bl.block_bytes;
     uint8_t *w = (uint8_t *)aligned_alloc(16, (row_bytes * n_rows + 15) & ~(size_t)15);
@@ -326,7 +435,9 @@ double run_tc_case(int64_t n, int n_rows, int nc)
     for (int64_t i = 0; i < n * nc; i++) aq[i] = (int8_t)((int)(rnd() % 256) - 128);
     for (int64_t i = 0; i < nb * nc; i++) ad[i] = 1e-3f * (float)(1 + rnd() % 1000);
     memset(y, 0xFF, sizeof(float) * n_rows * nc);
-    const long stored = tc_host(w, row_bytes, n_rows, aq, ad, n, nc, y);
+    g_w_lo = w;
+    g_w_hi = w + row_bytes * n_rows;
+    const long stored = tc_host<F>(w, row_bytes, n_rows, aq, ad, n, nc, y);
     assert_int_equal(stored, (long)n_rows * nc);
     double worst = 0;
     for (int c = 0; c < nc; c++) {
@@ -338,11 +449,12 @@ double run_tc_case(int64_t n, int n_rows, int nc)
             mref = fmax(mref, fabs(ref));
             mdiff = fmax(mdiff, isnan(g) ? INFINITY : fabs(ref - g));
             if (!(fabs(ref - g) <= 1e-3 * fmax(fabs(ref), 1.0)))
-                print_message("tc Q4_K n %lld col %d row %d: tiles %.9g reference %.9g\n", (long long)n, c, r, g, ref);
+                print_message("tc %s n %lld col %d row %d: tiles %.9g reference %.9g\n", F::name, (long long)n, c, r, g,
+                              ref);
         }
         worst = fmax(worst, mref > 0 ? mdiff / mref : mdiff);
     }
-    print_message("Q4_K  tc n %5lld rows %d cols %d: max|diff|/max|ref| %.3g\n", (long long)n, n_rows, nc, worst);
+    print_message("%-5s tc n %5lld rows %d cols %d: max|diff|/max|ref| %.3g\n", F::name, (long long)n, n_rows, nc, worst);
     free(w);
     free(deq);
     free(aq);
@@ -353,11 +465,13 @@ double run_tc_case(int64_t n, int n_rows, int nc)
     return worst;
 }
 
-/* k_mmvq_tc4_K's arithmetic: 2, 5 and 8 columns (columns past nc repeat
- * the last one and are not stored), 16 rows (one whole tile) and 21 (a
- * tile of 16 and one of 5: rows past the weight repeat its last row and are
- * not stored), rows of 4, 10 and 40 super-blocks (fewer super-blocks than
- * warps x passes, a partial pass, several passes) */
+/* k_mmvq_tc4_K's and k_mmvq_tc6_K's arithmetic: 2, 5 and 8 columns
+ * (columns past nc repeat the last one and are not stored), 16 rows (one
+ * whole tile) and 21 (a tile of 16 and one of 5: rows past the weight
+ * repeat its last row and are not stored), rows of 4, 10 and 40
+ * super-blocks (fewer super-blocks than warps x passes, a partial pass,
+ * several passes; Q6_K rows of 840, 2100 and 8400 bytes: blocks at every
+ * 2-byte offset mod 16, 4-byte aligned or not) */
 void test_tc_lanes_match_dequantized_dot(void **state)
 {
     (void)state;
@@ -366,7 +480,10 @@ void test_tc_lanes_match_dequantized_dot(void **state)
     static const int row_counts[2] = {16, 21}, col_counts[3] = {2, 5, 8};
     for (int si = 0; si < 3; si++)
         for (int ri = 0; ri < 2; ri++)
-            for (int ci = 0; ci < 3; ci++) worst = fmax(worst, run_tc_case(shapes[si], row_counts[ri], col_counts[ci]));
+            for (int ci = 0; ci < 3; ci++) {
+                worst = fmax(worst, run_tc_case<tc4_fmt>(shapes[si], row_counts[ri], col_counts[ci]));
+                worst = fmax(worst, run_tc_case<tc6_fmt>(shapes[si], row_counts[ri], col_counts[ci]));
+            }
     print_message("tensor-core cases: worst max|diff|/max|ref| %.3g\n", worst);
     assert_true(worst <= 1e-5);
 }

@@ -46,7 +46,7 @@ static const opt_row rows[] = {
      "1: decode mat-vecs prefetch each weight row in one burst before its vec_dot, also for Q4_K/Q6_K (0: those "
      "prefetch block by block inside the dot; the same bits)"},
     {"EMBER_NO_KQ_DEC", OPT_BOOL, F(cpu_no_kq_dec), 0, 0, 1, NULL,
-     "1: the Q4_K prefill tile unpacks its 4 weight rows for every group of 4 tokens (0: once per call; the same bits)"},
+     "1: the Q4_K prefill tile unpacks its 4 weight rows for every group of 4 tokens (0: once per thread and matmul; the same bits)"},
     {"EMBER_NO_ATTN_MULTI", OPT_BOOL, F(cpu_no_attn_multi), 0, 0, 1, NULL,
      "1: no AVX-512 multi-query F16-cache attention (one query at a time)"},
     {"EMBER_NO_EXPF_VEC", OPT_BOOL, F(cpu_no_expf_vec), 0, 0, 1, NULL,

@@ -97,7 +97,9 @@ static void test_conv1d_silu_matches_causal_conv(void **st)
  * the double-precision recurrence. */
 static void gdr_case(const int *seq_of, int ne, int cut, int nth)
 {
-    enum { HK = 2, HV = 4, DK = 24, DV = 20 };   /* DV not a multiple of the 16-row work split */
+    /* DV not a multiple of the 16-row work split; DK not a multiple of 8 and above 64 (the AVX2
+     * kernels' scalar tails and the chunked form's 64-float register passes) */
+    enum { HK = 2, HV = 4, DK = 68, DV = 20 };
     const int64_t ld = 2 * HK * DK + HV * DV + 3;   /* rows with slack, as a strided view */
     float *qkv = malloc((size_t)ne * (size_t)ld * sizeof(float));
     float *alpha = malloc((size_t)ne * HV * sizeof(float)), *b = malloc((size_t)ne * HV * sizeof(float));
@@ -160,7 +162,7 @@ static void gdr_case(const int *seq_of, int ne, int cut, int nth)
                 }
     printf("# gated_delta_rule (%d entries, cut %d, %d threads): max|err| %.3g (max|out| %.3g), state max|err| %.3g\n",
            ne, cut, nth, max_err, max_ref, max_serr);
-    assert_true(max_ref > 0.05);
+    assert_true(max_ref > 0.02);   /* outputs of this size (q / sqrt(DK)): not a vacuous comparison */
     assert_true(max_err < 1e-5 * (1.0 + max_ref));
     assert_true(max_serr < 1e-5);
     ember_backend_free(be);

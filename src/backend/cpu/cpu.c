@@ -295,6 +295,7 @@ static void op_rms_norm(ember_backend *be, float *y, const float *x, const float
 #define MM_ROW_TILE 16
 #define MM_TOK_TILE 16
 _Static_assert(MM_TOK_TILE == EMBER_CPU_SMALL_MAX, "a token tile is one packed group of gemm_small_avx512");
+_Static_assert(MM_ROW_TILE <= EMBER_CPU_KQ_ROWS, "a prefill row tile fits a thread's decoded Q4_K rows");
 #define MM_KQ_TOK_TILE 32   /* Q8_K activations on AVX-512 VNNI (ember_cpu_gemm_kq_avx512; no packed groups) */
 
 typedef struct mm_task {

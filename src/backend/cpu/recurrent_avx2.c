@@ -50,7 +50,7 @@ void ember_cpu_axpy_f32_avx2(int32_t n, float a, const float *x, float *y)
     const __m256 va = _mm256_set1_ps(a);
     int32_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);   /* one rounding, as the vector lanes */
 }
 
 /* The 4 sums of v0..v3's lanes, in order (two rounds of VHADDPS, then the

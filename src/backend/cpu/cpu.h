@@ -217,10 +217,8 @@ void ember_cpu_sigmoid_mul(ember_backend *be, float *x, const float *g, int64_t 
 void ember_cpu_copy_strided(ember_backend *be, float *dst, int64_t ld_dst, const float *src, int64_t ld_src,
                             int64_t n_rows, int64_t n_cols);
 /* AVX2 + FMA kernels they use (recurrent_avx2.c): one value row of the
- * recurrent delta rule (S = decay S; S += beta (v - S.k) k; returns S.q) and
- * y += a x. */
+ * recurrent delta rule (S = decay S; S += beta (v - S.k) k; returns S.q). */
 float ember_cpu_gdr_row_avx2(int32_t n, float *S, const float *k, const float *q, float decay, float beta, float v);
-void ember_cpu_axpy_f32_avx2(int32_t n, float a, const float *x, float *y);
 /* The chunked form's batches: oa[i] = a . v_i, ob[i] = b . v_i for m
  * vectors v_i (ldv floats apart, n long); y = scale y + sum_s c[s] x_s in
  * the order s = 0..m-1 (each step one FMA: the bits of m axpys). */

@@ -124,10 +124,9 @@ static inline float dot(const gdr_task *a, const float *x, const float *y, int32
     return a->avx2 ? ember_cpu_dot_f32_avx2(n, x, y) : dot_scalar(x, y, n);
 }
 
-static inline void axpy(const gdr_task *a, int32_t n, float c, const float *x, float *y)
+static inline void axpy_scalar(int32_t n, float c, const float *x, float *y)
 {
-    if (a->avx2) ember_cpu_axpy_f32_avx2(n, c, x, y);
-    else for (int32_t i = 0; i < n; i++) y[i] += c * x[i];
+    for (int32_t i = 0; i < n; i++) y[i] += c * x[i];
 }
 
 /* Normalized q (times 1/sqrt(d_k)) and k of entry t, value head h; its
@@ -179,8 +178,8 @@ static void gdr_step(const gdr_task *a, int32_t t, int32_t h, int32_t r0, int32_
 
 /* gdr_chunk's steps after the inputs, on AVX2: S k_j and S q_j as batches
  * of dots (ember_cpu_dots2_f32_avx2), and each sum of axpys into one
- * register-held pass (ember_cpu_axpy_n_f32_avx2: the same FMAs in the same
- * order). Only the dots' lane order differs from the scalar steps. */
+ * register-held pass (ember_cpu_axpy_n_f32_avx2: the scalar steps' axpys in
+ * the same order, each fused). The formulas are the scalar steps' below. */
 static void gdr_chunk_avx2(const gdr_task *a, int32_t t0, int32_t m, int32_t h, float *S,
                            float (*qn)[GDR_CHUNK_DMAX], float (*kn)[GDR_CHUNK_DMAX], float (*u)[GDR_CHUNK_DMAX],
                            float (*sq)[GDR_CHUNK_DMAX], const float *G, const float *beta)
@@ -232,12 +231,13 @@ static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
         gdr_chunk_avx2(a, t0, m, h, S, qn, kn, u, sq, G, beta);
         return;
     }
+    /* scalar (no AVX2) */
     /* S k_j and S q_j with the state before the chunk */
     for (int32_t i = 0; i < dv; i++) {
         const float *Si = S + (int64_t)i * dk;
         for (int32_t j = 0; j < m; j++) {
-            u[j][i] = dot(a, Si, kn[j], dk);
-            sq[j][i] = dot(a, Si, qn[j], dk);
+            u[j][i] = dot_scalar(Si, kn[j], dk);
+            sq[j][i] = dot_scalar(Si, qn[j], dk);
         }
     }
     for (int32_t j = 0; j < m; j++) {
@@ -246,14 +246,14 @@ static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
         float *uj = u[j];
         for (int32_t i = 0; i < dv; i++) uj[i] = beta[j] * (v[i] - eg * uj[i]);
         for (int32_t s = 0; s < j; s++) {
-            const float c = beta[j] * expf(G[j] - G[s]) * dot(a, kn[j], kn[s], dk);
-            axpy(a, dv, -c, u[s], uj);
+            const float c = beta[j] * expf(G[j] - G[s]) * dot_scalar(kn[j], kn[s], dk);
+            axpy_scalar(dv, -c, u[s], uj);
         }
         float *o = a->out + (int64_t)(t0 + j) * p->n_head_v * dv + (int64_t)h * dv;
         for (int32_t i = 0; i < dv; i++) o[i] = eg * sq[j][i];
         for (int32_t s = 0; s <= j; s++) {
-            const float c = expf(G[j] - G[s]) * dot(a, qn[j], kn[s], dk);
-            axpy(a, dv, c, u[s], o);
+            const float c = expf(G[j] - G[s]) * dot_scalar(qn[j], kn[s], dk);
+            axpy_scalar(dv, c, u[s], o);
         }
     }
     const float el = expf(G[m - 1]);
@@ -262,7 +262,7 @@ static void gdr_chunk(const gdr_task *a, int32_t t0, int32_t m, int32_t h)
     for (int32_t i = 0; i < dv; i++) {
         float *Si = S + (int64_t)i * dk;
         for (int32_t j = 0; j < dk; j++) Si[j] *= el;
-        for (int32_t s = 0; s < m; s++) axpy(a, dk, w[s] * u[s][i], kn[s], Si);
+        for (int32_t s = 0; s < m; s++) axpy_scalar(dk, w[s] * u[s][i], kn[s], Si);
     }
 }
 

@@ -44,15 +44,6 @@ float ember_cpu_gdr_row_avx2(int32_t n, float *S, const float *k, const float *q
     return o;
 }
 
-/* y[i] += a * x[i], i < n */
-void ember_cpu_axpy_f32_avx2(int32_t n, float a, const float *x, float *y)
-{
-    const __m256 va = _mm256_set1_ps(a);
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);   /* one rounding, as the vector lanes */
-}
-
 /* The 4 sums of v0..v3's lanes, in order (two rounds of VHADDPS, then the
  * two 128-bit halves added) */
 static inline __m128 hsum4x8(__m256 v0, __m256 v1, __m256 v2, __m256 v3)
@@ -109,9 +100,9 @@ void ember_cpu_dots2_f32_avx2(int32_t n, const float *a, const float *b, const f
 }
 
 /* y = scale * y, then y += c[s] * x_s for s = 0..m-1 in that order (x_s =
- * x + s * ldx; n floats): the same roundings as a multiply and m axpys one
- * after another (ember_cpu_axpy_f32_avx2), with y kept in registers 64
- * floats at a time instead of loaded and stored by every axpy. */
+ * x + s * ldx; n floats): the same roundings as a multiply and m fused
+ * axpys one after another, with y kept in registers 64 floats at a time
+ * instead of loaded and stored by every axpy. */
 void ember_cpu_axpy_n_f32_avx2(int32_t n, float scale, const float *c, const float *x, int64_t ldx, int32_t m, float *y)
 {
     const __m256 sc = _mm256_set1_ps(scale);
